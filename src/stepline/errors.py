@@ -1,0 +1,149 @@
+"""Errors a user of stepline can cause, and how the CLI reports them.
+
+Our exception hierarchy::
+
+    SteplineError                 exit 1   anything a user can cause; one clear line
+    ├── UsageError                exit 2   a bad flag, a bad --var, a wrong combination
+    ├── NotFoundError             exit 3   a path, a run, a gate, a session that does not exist
+    ├── ReaderError               exit 4   a workflow file that cannot be read (carries file:line)
+    │   └── ValidationReport...            (see formats: a list of Diagnostics, not an exception)
+    ├── RunStateError             exit 5   the run is not in a state that allows this (completed, locked)
+    │   └── RunLockedError                 another process drives the run
+    ├── JournalError              exit 6   a run directory that is damaged beyond the torn last line
+    │   └── NondeterminismError            a resumed step asked for something the journal did not record
+    ├── ExecutorError             exit 7   an executor failed (retryable says whether to try again)
+    ├── ToolError                 exit 7   a tool failed or was refused
+    ├── ConfigError               exit 4   config/runtime.yaml or a --config file is wrong
+    └── StepFailed                exit 8   a step failed for good (the run is failed, details on the step)
+
+Control-flow signals (a step blocked on a person, a cancelled step) are not errors and live in
+:mod:`stepline.engine`; they never reach a user as a traceback.
+
+Every message names the thing (file:line, run id, gate id) and, where there is one, the fix.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "ConfigError",
+    "ExecutorError",
+    "JournalError",
+    "NondeterminismError",
+    "NotFoundError",
+    "ReaderError",
+    "RunLockedError",
+    "RunStateError",
+    "StepFailed",
+    "SteplineError",
+    "ToolError",
+    "UsageError",
+]
+
+
+class SteplineError(Exception):
+    """Root of every error a user can cause; the CLI prints ``format_message()`` and exits ``exit_code``."""
+
+    exit_code: ClassVar[int] = 1
+    #: Whether doing the same thing again may succeed (used by the retry policy).
+    retryable: bool = False
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def format_message(self) -> str:
+        """Return the one line the CLI shows: the problem, then the fix when there is one."""
+        if self.hint:
+            return f"{self.message} ({self.hint})"
+        return self.message
+
+    def __str__(self) -> str:
+        return self.format_message()
+
+
+class UsageError(SteplineError):
+    """A bad command line: unknown flag value, malformed ``--var``, conflicting options."""
+
+    exit_code: ClassVar[int] = 2
+
+
+class NotFoundError(SteplineError):
+    """A path, run, gate, executor or session that does not exist."""
+
+    exit_code: ClassVar[int] = 3
+
+
+class ReaderError(SteplineError):
+    """A workflow file that cannot be read; the message starts with ``file:line:``."""
+
+    exit_code: ClassVar[int] = 4
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
+                 hint: str | None = None) -> None:
+        where = ""
+        if path is not None:
+            where = f"{path}:{line}: " if line else f"{path}: "
+        super().__init__(where + message, hint=hint)
+        self.path = path
+        self.line = line
+
+
+class ConfigError(ReaderError):
+    """A runtime configuration file (``config/runtime.yaml``) that is malformed or invalid."""
+
+
+class RunStateError(SteplineError):
+    """The run is not in a state that allows the operation (resuming a completed run, say)."""
+
+    exit_code: ClassVar[int] = 5
+
+
+class RunLockedError(RunStateError):
+    """Another live process holds the run's lock."""
+
+
+class JournalError(SteplineError):
+    """A run's journal or snapshot is damaged in a way that is not a torn last line."""
+
+    exit_code: ClassVar[int] = 6
+
+
+class NondeterminismError(JournalError):
+    """On resume, a step asked for a different call than the one the journal recorded at that position.
+
+    The journal is the truth: a resumed step must make the same calls in the same order up to the point
+    where the previous process stopped. Editing a workflow between a crash and its resume can cause this.
+    """
+
+
+class ExecutorError(SteplineError):
+    """An executor could not do a step (network down, model refused, CLI missing)."""
+
+    exit_code: ClassVar[int] = 7
+
+    def __init__(self, message: str, *, retryable: bool = False, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.retryable = retryable
+
+
+class ToolError(SteplineError):
+    """A tool call was refused by the pipeline or failed while running."""
+
+    exit_code: ClassVar[int] = 7
+
+    def __init__(self, message: str, *, retryable: bool = False, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.retryable = retryable
+
+
+class StepFailed(SteplineError):
+    """A step failed after its retries; the run is marked failed."""
+
+    exit_code: ClassVar[int] = 8
+
+    def __init__(self, message: str, *, retryable: bool = True, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.retryable = retryable

@@ -1,0 +1,69 @@
+"""The events a run emits (SPEC R-E10) and the other records its journal holds."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+__all__ = ["Event", "EventType"]
+
+
+class EventType(StrEnum):
+    """Every kind of journal record. The first group is the public event vocabulary of R-E10."""
+
+    WORKFLOW_STARTED = "WorkflowStarted"
+    WORKFLOW_RESUMED = "WorkflowResumed"
+    WORKFLOW_COMPLETED = "WorkflowCompleted"
+    WORKFLOW_FAILED = "WorkflowFailed"
+    WORKFLOW_BLOCKED = "WorkflowBlocked"
+    STEP_STARTED = "WorkflowStepStarted"
+    STEP_COMPLETED = "WorkflowStepCompleted"
+    STEP_FAILED = "WorkflowStepFailed"
+    STEP_BLOCKED = "StepBlocked"
+    STEP_RETRY = "StepRetry"
+    STEP_SKIPPED = "StepSkipped"
+    ARTIFACT_READY = "ArtifactReady"
+    VALIDATION_PASSED = "ValidationPassed"
+    VALIDATION_FAILED = "ValidationFailed"
+    EVIDENCE_RECORDED = "EvidenceRecorded"
+    HUMAN_GATE_REQUIRED = "HumanGateRequired"
+    HUMAN_GATE_APPROVED = "HumanGateApproved"
+    HUMAN_GATE_REJECTED = "HumanGateRejected"
+    TOOL_STARTED = "ToolStarted"
+    TOOL_COMPLETED = "ToolCompleted"
+    TOOL_FAILED = "ToolFailed"
+    TOOL_APPROVAL_REQUIRED = "ToolApprovalRequired"
+    # Journal-only records: what makes a resumed step replay instead of repeating.
+    CALL_STARTED = "CallStarted"
+    CALL_RECORDED = "CallRecorded"
+    VARIABLE_SET = "VariableSet"
+    CURSOR_MOVED = "CursorMoved"
+    ANSWER_GIVEN = "AnswerGiven"
+
+
+@dataclass(slots=True)
+class Event:
+    """One journal record: ``seq`` orders it within the run, ``time`` is ISO 8601 from :mod:`stepline.time`."""
+
+    seq: int
+    type: str
+    run_id: str
+    time: str
+    step_id: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """Serialise as one JSON line (no newline)."""
+        return json.dumps(
+            {"seq": self.seq, "type": self.type, "run_id": self.run_id, "time": self.time,
+             "step_id": self.step_id, "data": self.data},
+            ensure_ascii=False, separators=(",", ":"), default=str,
+        )
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Event:
+        """Build from a decoded journal line."""
+        return cls(seq=int(raw["seq"]), type=str(raw["type"]), run_id=str(raw["run_id"]), time=str(raw["time"]),
+                   step_id=raw.get("step_id"), data=dict(raw.get("data") or {}))

@@ -1,0 +1,117 @@
+"""What a run IS: RunStep with its transition table (seed 004), and Run."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from stepline.model._spec import WorkflowSpec
+
+__all__ = [
+    "ALLOWED_TRANSITIONS",
+    "InvalidTransition",
+    "Run",
+    "RunMode",
+    "RunStatus",
+    "RunStep",
+    "StepStatus",
+]
+
+
+class StepStatus(StrEnum):
+    """Where a RunStep is in its life."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+    SKIPPED = "skipped"
+
+
+class RunStatus(StrEnum):
+    """Where a run is in its life."""
+
+    RUNNING = "running"
+    BLOCKED = "blocked"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+RunMode = Literal["normal", "yolo", "non-interactive"]
+
+#: Seed 004: pending → running → completed | failed | blocked; failed → running; blocked → running;
+#: completed is terminal. ``skipped`` (a CCW task whose dependency failed) is reached only from pending
+#: and is terminal too.
+ALLOWED_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {
+    StepStatus.PENDING: frozenset({StepStatus.RUNNING, StepStatus.SKIPPED}),
+    StepStatus.RUNNING: frozenset({StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.BLOCKED}),
+    StepStatus.FAILED: frozenset({StepStatus.RUNNING}),
+    StepStatus.BLOCKED: frozenset({StepStatus.RUNNING}),
+    StepStatus.COMPLETED: frozenset(),
+    StepStatus.SKIPPED: frozenset(),
+}
+
+
+class InvalidTransition(RuntimeError):
+    """A status change outside the transition table: a bug in stepline, never a user mistake."""
+
+
+class RunStep(BaseModel):
+    """The runtime record of one step of one run (seed 004 RunStep)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step_id: str
+    name: str = ""
+    status: StepStatus = StepStatus.PENDING
+    attempts: int = 0
+    started_at: str | None = None
+    ended_at: str | None = None
+    error: str | None = None
+    blocked_reason: str | None = None
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    outputs: list[str] = Field(default_factory=list)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    telis_context: dict[str, Any] | None = None
+    guardrails: list[dict[str, Any]] = Field(default_factory=list)
+    summary: str | None = None
+    choice: str | None = None
+
+    def transition(self, to: StepStatus) -> None:
+        """Move to ``to``; raise :class:`InvalidTransition` when the table does not allow it."""
+        if to not in ALLOWED_TRANSITIONS[self.status]:
+            raise InvalidTransition(f"step {self.step_id!r}: {self.status.value} -> {to.value} is not allowed")
+        self.status = to
+
+
+class Run(BaseModel):
+    """One execution of a workflow: its spec, its steps' records and its variables (the manifest)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    workflow: WorkflowSpec
+    status: RunStatus = RunStatus.RUNNING
+    mode: RunMode = "normal"
+    executor: str = "dry-run"
+    executor_options: dict[str, Any] = Field(default_factory=dict)
+    project_root: str
+    created_at: str
+    updated_at: str
+    parent_run_id: str | None = None
+    variables: dict[str, Any] = Field(default_factory=dict)
+    steps: dict[str, RunStep] = Field(default_factory=dict)
+    blocked_reason: str | None = None
+    error: str | None = None
+    journal_seq: int = Field(default=0, description="last journal seq folded into this snapshot")
+    cursor: dict[str, Any] = Field(default_factory=dict, description="format-specific position (goto pc, …)")
+
+    def step(self, step_id: str) -> RunStep:
+        """Return the RunStep for ``step_id``, creating a pending one the first time."""
+        found = self.steps.get(step_id)
+        if found is None:
+            found = self.steps[step_id] = RunStep(step_id=step_id)
+        return found
