@@ -1,0 +1,157 @@
+"""Guardrails on a step's inputs and outputs (R-S1): secrets, size limits, path confinement."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from stepline.errors import ToolError
+from stepline.guardrails._secrets import SecretScanner
+
+__all__ = [
+    "GuardrailPolicy",
+    "GuardrailReport",
+    "blocking_failures",
+    "check_input",
+    "check_output",
+    "confine_path",
+]
+
+Stage = Literal["input", "output"]
+
+
+class GuardrailPolicy(BaseModel):
+    """What the guardrails enforce; embedded in the runtime configuration (``guardrails:``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_input_bytes: int = Field(default=1_000_000, gt=0, description="largest serialized step input")
+    max_output_bytes: int = Field(default=5_000_000, gt=0, description="largest serialized step output")
+    redact_secrets: bool = Field(default=True, description="redact secrets from events, logs and prompts")
+    block_on_secret: bool = Field(default=False, description="a secret in a step's data fails the step")
+    confine_paths: bool = Field(default=True, description="paths a step touches must stay in the project")
+    extra_secret_patterns: dict[str, str] = Field(
+        default_factory=dict, description="more secret shapes, {kind: regex}; group 'value' redacts only it")
+
+    @field_validator("extra_secret_patterns")
+    @classmethod
+    def _patterns_compile(cls, value: dict[str, str]) -> dict[str, str]:
+        for kind, pattern in value.items():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"extra_secret_patterns[{kind!r}] is not a valid regex: {exc}") from exc
+        return value
+
+    def scanner(self) -> SecretScanner:
+        """Return a scanner with the built-in patterns plus :attr:`extra_secret_patterns`."""
+        return SecretScanner(self.extra_secret_patterns)
+
+    def redact(self, obj: Any) -> Any:
+        """Redact ``obj`` (a string or nested structure) when :attr:`redact_secrets` is on; else return it."""
+        return self.scanner().redact_obj(obj) if self.redact_secrets else obj
+
+
+class GuardrailReport(BaseModel):
+    """The outcome of one guardrail on one side of a step, stored on ``RunStep.guardrails``.
+
+    ``details`` never contains a secret: it says what kind was found and how often.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["secrets", "size", "paths"]
+    stage: Stage
+    passed: bool
+    blocking: bool = False
+    details: list[str] = Field(default_factory=list)
+
+
+def confine_path(project_root: Path | str, path: str | Path) -> Path:
+    """Resolve ``path`` inside ``project_root`` or raise :class:`~stepline.errors.ToolError`.
+
+    Refused: any ``..`` component (even one that would land back inside: it is never needed and hides
+    intent), an absolute path outside the root, and a path whose symlinks resolve outside the root. The
+    returned path is fully resolved, so the caller opens exactly what was checked.
+    """
+    root = Path(project_root).resolve()
+    raw = Path(path)
+    if ".." in raw.parts:
+        raise ToolError(f"path {str(path)!r} contains '..'", hint="use a path relative to the project root")
+    candidate = raw if raw.is_absolute() else root / raw
+    if not candidate.absolute().is_relative_to(root):
+        raise ToolError(f"path {str(path)!r} is outside the project root {str(root)!r}")
+    resolved = candidate.resolve()
+    if not resolved.is_relative_to(root):
+        raise ToolError(f"path {str(path)!r} leaves the project root through a symlink "
+                        f"(it resolves to {str(resolved)!r})")
+    return resolved
+
+
+def check_input(data: Any, *, policy: GuardrailPolicy | None = None, project_root: Path | str | None = None,
+                paths: Iterable[str] = ()) -> list[GuardrailReport]:
+    """Check what a step is given before its tools and executor run (seed 004: "guardrails on inputs").
+
+    Args:
+        data: the step's inputs (a string or a JSON-like structure).
+        policy: limits and switches; the defaults when omitted.
+        project_root: the root paths must stay under; without it the path check is skipped.
+        paths: the files the step will read or write (resolved already, ``{output_folder}`` expanded).
+    """
+    return _check("input", data, policy or GuardrailPolicy(), project_root, paths)
+
+
+def check_output(data: Any, *, policy: GuardrailPolicy | None = None, project_root: Path | str | None = None,
+                 paths: Iterable[str] = ()) -> list[GuardrailReport]:
+    """Check what a step produced (content and the paths it wrote) before the output is accepted."""
+    return _check("output", data, policy or GuardrailPolicy(), project_root, paths)
+
+
+def blocking_failures(reports: Iterable[GuardrailReport]) -> list[GuardrailReport]:
+    """Return the reports that must fail the step (a failed guardrail that is blocking)."""
+    return [report for report in reports if report.blocking and not report.passed]
+
+
+def _check(stage: Stage, data: Any, policy: GuardrailPolicy, project_root: Path | str | None,
+           paths: Iterable[str]) -> list[GuardrailReport]:
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, default=str)
+    reports = [_secrets(stage, text, policy), _size(stage, text, policy)]
+    path_list = list(paths)
+    if policy.confine_paths and project_root is not None and path_list:
+        reports.append(_paths(stage, project_root, path_list))
+    return reports
+
+
+def _secrets(stage: Stage, text: str, policy: GuardrailPolicy) -> GuardrailReport:
+    found = policy.scanner().find(text)
+    if not found:
+        return GuardrailReport(name="secrets", stage=stage, passed=True)
+    action = "redacted" if policy.redact_secrets else "NOT redacted (redact_secrets is off)"
+    details = [f"{count} {kind} secret(s) found, {action}" for kind, count in found.items()]
+    return GuardrailReport(name="secrets", stage=stage, passed=False, blocking=policy.block_on_secret,
+                           details=details)
+
+
+def _size(stage: Stage, text: str, policy: GuardrailPolicy) -> GuardrailReport:
+    limit = policy.max_input_bytes if stage == "input" else policy.max_output_bytes
+    size = len(text.encode("utf-8"))
+    if size <= limit:
+        return GuardrailReport(name="size", stage=stage, passed=True, details=[f"{size} bytes"])
+    return GuardrailReport(name="size", stage=stage, passed=False, blocking=True,
+                           details=[f"{size} bytes exceeds the {stage} limit of {limit} bytes"])
+
+
+def _paths(stage: Stage, project_root: Path | str, paths: list[str]) -> GuardrailReport:
+    problems = []
+    for path in paths:
+        try:
+            confine_path(project_root, path)
+        except ToolError as exc:
+            problems.append(exc.message)
+    return GuardrailReport(name="paths", stage=stage, passed=not problems, blocking=bool(problems),
+                           details=problems)

@@ -1,0 +1,114 @@
+"""Secret detection and redaction (R-S1): keys and tokens never reach events, logs or prompts in clear.
+
+Patterns are deliberately greedy on the side of redacting: a false positive costs a few characters of an
+audit log, a false negative leaks a credential into a file that is kept forever.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["SecretScanner", "find_secrets", "redact", "redact_obj"]
+
+_NOT_REDACTED = r"(?!\[REDACTED)"
+
+#: ``(kind, pattern)`` in the order they are applied: specific shapes before generic ones, so that
+#: ``sk-ant-…`` is reported as ``anthropic`` and ``api_key=sk-…`` as ``openai``.
+_BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("private_key", r"-----BEGIN (?P<label>(?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?)-----"
+                    r"[\s\S]*?-----END (?P=label)-----"),
+    ("anthropic", r"\bsk-ant-[A-Za-z0-9_\-]{16,}"),
+    ("openai", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}"),
+    ("github", r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})"),
+    ("aws", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    ("slack", r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),
+    ("bearer", r"(?i)(?<=\bbearer )" + _NOT_REDACTED + r"[A-Za-z0-9\-._~+/]{12,}=*"),
+    # key = value / key: value / "key": "value", where the key ends in a secret-ish word
+    # (``max_tokens`` does not: the word must end the key).
+    ("generic", r"(?i)(?<![A-Za-z0-9])(?P<key>[A-Za-z0-9_\-]*?(?:api[_\-]?key|secret(?:[_\-]?key)?|token|"
+                r"password|passwd|pwd|access[_\-]?key|private[_\-]?key|auth))"
+                r"(?P<sep>[\"']?\s*[:=]\s*[\"']?)" + _NOT_REDACTED + r"(?P<value>[^\s\"',;}\]]{6,})"),
+)
+
+#: Mapping keys whose values are secrets whatever they look like (``{"password": "hunter2"}``).
+_SECRET_KEY = re.compile(r"(?i)(?:^|[_\-])(?:api[_\-]?key|secret(?:[_\-]?key)?|token|password|passwd|"
+                         r"access[_\-]?key|private[_\-]?key|authorization|credentials?)$")
+
+
+class SecretScanner:
+    """Finds and redacts secrets; built-in patterns plus ``extra`` ``{kind: regex}`` from a policy.
+
+    An extra pattern with a named group ``value`` redacts only that group (keeping, say, the key name).
+    """
+
+    def __init__(self, extra: Mapping[str, str] | None = None) -> None:
+        patterns = [*_BUILTIN_PATTERNS, *(extra or {}).items()]
+        self._patterns = [(kind, re.compile(pattern)) for kind, pattern in patterns]
+
+    def find(self, text: str) -> dict[str, int]:
+        """Count the secrets in ``text`` per kind (never the secrets, so the answer is loggable)."""
+        counts: dict[str, int] = {}
+        for kind in self._scan(text)[1]:
+            counts[kind] = counts.get(kind, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def redact(self, text: str) -> str:
+        """Replace every secret in ``text`` with ``[REDACTED:<kind>]``."""
+        return self._scan(text)[0]
+
+    def redact_obj(self, obj: Any) -> Any:
+        """Redact every string in dicts, lists and tuples; values of secret-named keys are always redacted.
+
+        Returns a new object; the input is not modified.
+        """
+        if isinstance(obj, str):
+            return self.redact(obj)
+        if isinstance(obj, Mapping):
+            out: dict[Any, Any] = {}
+            for key, value in obj.items():
+                secret_key = isinstance(key, str) and _SECRET_KEY.search(key) is not None
+                if secret_key and isinstance(value, str | bytes) and value:
+                    out[key] = "[REDACTED:generic]"
+                else:
+                    out[self.redact(key) if isinstance(key, str) else key] = self.redact_obj(value)
+            return out
+        if isinstance(obj, list | tuple | set | frozenset):
+            items = [self.redact_obj(item) for item in obj]
+            return tuple(items) if isinstance(obj, tuple) else items
+        return obj
+
+    def _scan(self, text: str) -> tuple[str, list[str]]:
+        kinds: list[str] = []
+        for kind, pattern in self._patterns:
+
+            def replace(match: re.Match[str], kind: str = kind) -> str:
+                kinds.append(kind)
+                if match.groupdict().get("value") is not None:
+                    keep = match.start("value") - match.start()
+                    return match.group(0)[:keep] + f"[REDACTED:{kind}]" + match.group(0)[
+                        match.end("value") - match.start():]
+                return f"[REDACTED:{kind}]"
+
+            # Applied in turn, so a later (generic) pattern never re-reports what an earlier one redacted.
+            text = pattern.sub(replace, text)
+        return text, kinds
+
+
+_DEFAULT = SecretScanner()
+
+
+def find_secrets(text: str) -> dict[str, int]:
+    """Count the secrets the built-in patterns find in ``text``, per kind."""
+    return _DEFAULT.find(text)
+
+
+def redact(text: str) -> str:
+    """Replace secrets (API keys, tokens, private keys, ``api_key=…``) with ``[REDACTED:<kind>]``."""
+    return _DEFAULT.redact(text)
+
+
+def redact_obj(obj: Any) -> Any:
+    """Redact secrets in every string of a nested structure (dicts, lists, tuples); returns a copy."""
+    return _DEFAULT.redact_obj(obj)

@@ -1,0 +1,187 @@
+"""What a tool IS: its spec, the registry that names it, and the policy that limits it (R-T1)."""
+
+from __future__ import annotations
+
+import difflib
+import pickle
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, get_args
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from stepline.errors import ToolError
+from stepline.model import Risk
+from stepline.time import DEFAULT_TIMEZONE
+
+__all__ = [
+    "ToolContext",
+    "ToolHandler",
+    "ToolOutput",
+    "ToolPolicy",
+    "ToolRegistry",
+    "ToolSpec",
+    "tool_gate_id",
+]
+
+RISK_ORDER: dict[str, int] = {"low": 0, "medium": 1, "high": 2}
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a handler knows about the call besides its arguments; picklable, it travels to the worker.
+
+    ``now`` is the instant the pipeline dispatched the call; inside the worker :func:`stepline.time.now`
+    returns it, so a tool's notion of "now" is the call's time and is the same on replay.
+    """
+
+    project_root: str
+    step_id: str | None
+    now: datetime
+    default_timezone: str = DEFAULT_TIMEZONE
+    max_output_bytes: int = 65_536
+
+
+@dataclass(slots=True)
+class ToolOutput:
+    """What a handler may return instead of a bare JSON value: captured streams, artifacts, or a failure.
+
+    A non-``None`` ``error`` makes the call fail while keeping ``stdout``/``stderr`` (a shell command that
+    exits non-zero, a validation that finds problems).
+    """
+
+    result: Any = None
+    stdout: str = ""
+    stderr: str = ""
+    artifacts: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+ToolHandler = Callable[[dict[str, Any], ToolContext], Any]
+"""A tool's code: ``handler(args, ctx)`` returns a JSON value or a :class:`ToolOutput`, or raises.
+
+It runs in a separate worker process, so it must be a module-level function (picklable by reference).
+Raise :class:`~stepline.errors.ToolError` with ``retryable=True`` for failures worth trying again.
+"""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool the pipeline can run: name, JSON-schema arguments, risk and handler.
+
+    ``required`` is the tool's default for whether its failure fails the step (a step's call may also
+    mark it required). ``idempotent`` says running it twice is harmless: only idempotent tools are retried.
+    ``timeout_seconds`` overrides the policy's timeout for this tool.
+    """
+
+    name: str
+    description: str
+    handler: ToolHandler
+    args_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
+    risk: Risk = "low"
+    required: bool = False
+    idempotent: bool = False
+    timeout_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ToolError(f"invalid tool name {self.name!r}", hint="use letters, digits, '_', '-', '.'")
+        if self.risk not in get_args(Risk):
+            raise ToolError(f"tool {self.name!r}: risk must be low, medium or high, not {self.risk!r}")
+        if self.timeout_seconds is not None and self.timeout_seconds <= 0:
+            raise ToolError(f"tool {self.name!r}: timeout_seconds must be positive")
+        # Imported here, not at the top: worker processes import this module and never validate schemas.
+        from jsonschema import Draft202012Validator, SchemaError
+
+        try:
+            Draft202012Validator.check_schema(dict(self.args_schema))
+        except SchemaError as exc:
+            raise ToolError(f"tool {self.name!r}: args_schema is not a valid JSON Schema: "
+                            f"{exc.message}") from exc
+        try:
+            pickle.dumps(self.handler)
+        except (pickle.PicklingError, AttributeError, TypeError) as exc:
+            raise ToolError(f"tool {self.name!r}: its handler cannot be sent to a worker process",
+                            hint="make it a module-level function, not a lambda or closure") from exc
+
+
+class ToolRegistry:
+    """The tools a run may call, by name. Built-ins and third-party tools register the same way."""
+
+    def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+        for spec in specs:
+            self.register(spec)
+
+    def register(self, spec: ToolSpec, *, replace: bool = False) -> None:
+        """Add ``spec``; a second tool with the same name is an error unless ``replace`` is set."""
+        if spec.name in self._specs and not replace:
+            raise ToolError(f"tool {spec.name!r} is already registered",
+                            hint="pass replace=True to override it")
+        self._specs[spec.name] = spec
+
+    def get(self, name: str) -> ToolSpec:
+        """Return the tool called ``name``; an unknown name is a ToolError suggesting close names."""
+        try:
+            return self._specs[name]
+        except KeyError:
+            close = difflib.get_close_matches(name, self._specs, n=3)
+            by_case = [known for known in self._specs if known.lower() == name.lower()]
+            suggestions = list(dict.fromkeys(by_case + close))
+            hint = f"did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else (
+                f"known tools: {', '.join(sorted(self._specs)) or 'none'}")
+            raise ToolError(f"unknown tool {name!r}", hint=hint) from None
+
+    def names(self) -> list[str]:
+        """Return the registered names, sorted."""
+        return sorted(self._specs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(self._specs[name] for name in self.names())
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+
+class ToolPolicy(BaseModel):
+    """What tools may run and how (embedded in the runtime configuration as ``tools:``).
+
+    An empty ``allowlist`` allows every registered tool; ``blocklist`` always wins. Only idempotent tools are
+    retried, and only on retryable errors (including timeouts), at most ``max_retries`` times.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    allowlist: list[str] = Field(default_factory=list)
+    blocklist: list[str] = Field(default_factory=list)
+    timeout_seconds: float = Field(default=60.0, gt=0)
+    high_requires_approval: bool = True
+    medium_requires_approval: bool = False
+    max_retries: int = Field(default=2, ge=0, le=10)
+    retry_backoff_seconds: float = Field(default=0.5, ge=0)
+    max_output_bytes: int = Field(default=65_536, gt=0, description="stdout/stderr kept per call")
+    default_timezone: str = Field(default=DEFAULT_TIMEZONE, description="getCurrentTime without a timezone")
+
+    def refusal(self, name: str) -> str | None:
+        """Return why ``name`` may not run under this policy, or ``None`` when it may."""
+        if name in self.blocklist:
+            return f"tool {name!r} is blocklisted"
+        if self.allowlist and name not in self.allowlist:
+            return f"tool {name!r} is not in the allowlist ({', '.join(self.allowlist)})"
+        return None
+
+    def requires_approval(self, risk: Risk) -> bool:
+        """Say whether a call of this risk must wait for a person's approval."""
+        return (risk == "high" and self.high_requires_approval) or (
+            risk == "medium" and self.medium_requires_approval)
+
+
+def tool_gate_id(name: str, step_id: str) -> str:
+    """Return the id of the approval gate a risky call waits on: ``tool:<name>:<step_id>``."""
+    return f"tool:{name}:{step_id}"
