@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from stepline.errors import ToolError
+from stepline.guardrails._paths import confine_path
 from stepline.guardrails._secrets import SecretScanner
 
 __all__ = [
@@ -19,7 +20,6 @@ __all__ = [
     "blocking_failures",
     "check_input",
     "check_output",
-    "confine_path",
 ]
 
 Stage = Literal["input", "output"]
@@ -70,27 +70,6 @@ class GuardrailReport(BaseModel):
     passed: bool
     blocking: bool = False
     details: list[str] = Field(default_factory=list)
-
-
-def confine_path(project_root: Path | str, path: str | Path) -> Path:
-    """Resolve ``path`` inside ``project_root`` or raise :class:`~stepline.errors.ToolError`.
-
-    Refused: any ``..`` component (even one that would land back inside: it is never needed and hides
-    intent), an absolute path outside the root, and a path whose symlinks resolve outside the root. The
-    returned path is fully resolved, so the caller opens exactly what was checked.
-    """
-    root = Path(project_root).resolve()
-    raw = Path(path)
-    if ".." in raw.parts:
-        raise ToolError(f"path {str(path)!r} contains '..'", hint="use a path relative to the project root")
-    candidate = raw if raw.is_absolute() else root / raw
-    if not candidate.absolute().is_relative_to(root):
-        raise ToolError(f"path {str(path)!r} is outside the project root {str(root)!r}")
-    resolved = candidate.resolve()
-    if not resolved.is_relative_to(root):
-        raise ToolError(f"path {str(path)!r} leaves the project root through a symlink "
-                        f"(it resolves to {str(resolved)!r})")
-    return resolved
 
 
 def check_input(data: Any, *, policy: GuardrailPolicy | None = None, project_root: Path | str | None = None,

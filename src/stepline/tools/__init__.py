@@ -4,40 +4,43 @@ The engine builds one :class:`ToolPipeline` per run from a :class:`ToolRegistry`
 :func:`default_registry`, then register your own :class:`ToolSpec`) and the run's :class:`ToolPolicy`, and
 calls :meth:`ToolPipeline.run` for each step tool call. Every handler runs in a killable worker process.
 The validation runners are also plain functions for the engine's validation gates.
+
+Names are loaded on first use: a tool worker process imports only the worker and its handler's module, so
+it starts without pydantic, jsonschema or the model.
 """
 
 from __future__ import annotations
 
-from stepline.tools._builtin_files import file_tools
-from stepline.tools._builtin_repo import repo_tools
-from stepline.tools._builtin_shell import shell_tools
-from stepline.tools._builtin_time import time_tools
-from stepline.tools._builtin_validation import (
-    ValidationIssue,
-    ValidationReport,
-    check_template_complete,
-    validate_json,
-    validate_python_files,
-    validate_yaml,
-    validation_tools,
-)
-from stepline.tools._pipeline import (
-    ApprovalLookup,
-    EventCallback,
-    ToolCallLike,
-    ToolPipeline,
-    dump_tool_results,
-    load_tool_results,
-)
-from stepline.tools._spec import (
-    ToolContext,
-    ToolHandler,
-    ToolOutput,
-    ToolPolicy,
-    ToolRegistry,
-    ToolSpec,
-    tool_gate_id,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stepline.tools._builtin_validation import (
+        ValidationIssue,
+        ValidationReport,
+        check_template_complete,
+        validate_json,
+        validate_python_files,
+        validate_yaml,
+    )
+    from stepline.tools._builtins import builtin_tools, default_registry
+    from stepline.tools._pipeline import (
+        ApprovalLookup,
+        EventCallback,
+        ToolCallLike,
+        ToolPipeline,
+        dump_tool_results,
+        load_tool_results,
+    )
+    from stepline.tools._policy import ToolPolicy
+    from stepline.tools._spec import (
+        ToolContext,
+        ToolHandler,
+        ToolOutput,
+        ToolRegistry,
+        ToolSpec,
+        tool_gate_id,
+    )
 
 __all__ = [
     "ApprovalLookup",
@@ -64,11 +67,39 @@ __all__ = [
 ]
 
 
-def builtin_tools() -> list[ToolSpec]:
-    """Return the built-in tools: getCurrentTime, readFile, writeFile, listFiles, repo, shell, validate*."""
-    return [*time_tools(), *file_tools(), *repo_tools(), *shell_tools(), *validation_tools()]
+_EXPORTS: dict[str, str] = {
+    "ApprovalLookup": "_pipeline",
+    "EventCallback": "_pipeline",
+    "ToolCallLike": "_pipeline",
+    "ToolContext": "_spec",
+    "ToolHandler": "_spec",
+    "ToolOutput": "_spec",
+    "ToolPipeline": "_pipeline",
+    "ToolPolicy": "_policy",
+    "ToolRegistry": "_spec",
+    "ToolSpec": "_spec",
+    "ValidationIssue": "_builtin_validation",
+    "ValidationReport": "_builtin_validation",
+    "builtin_tools": "_builtins",
+    "check_template_complete": "_builtin_validation",
+    "default_registry": "_builtins",
+    "dump_tool_results": "_pipeline",
+    "load_tool_results": "_pipeline",
+    "tool_gate_id": "_spec",
+    "validate_json": "_builtin_validation",
+    "validate_python_files": "_builtin_validation",
+    "validate_yaml": "_builtin_validation",
+}
 
 
-def default_registry() -> ToolRegistry:
-    """Return a new registry holding the built-in tools (each call returns an independent registry)."""
-    return ToolRegistry(builtin_tools())
+def __getattr__(name: str) -> Any:
+    """Import the private module that defines ``name`` when it is first used (PEP 562)."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'stepline.tools' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"stepline.tools.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -20,11 +20,11 @@ from typing import Any, Literal, Protocol
 from stepline.errors import ToolError
 from stepline.model import Risk, ToolResult
 from stepline.time import isoformat, now
+from stepline.tools._policy import ToolPolicy
 from stepline.tools._spec import (
     RISK_ORDER,
     ToolContext,
     ToolOutput,
-    ToolPolicy,
     ToolRegistry,
     ToolSpec,
     tool_gate_id,

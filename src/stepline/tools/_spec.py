@@ -1,4 +1,7 @@
-"""What a tool IS: its spec, the registry that names it, and the policy that limits it (R-T1)."""
+"""What a tool IS: its spec, the registry that names it, and what its handler receives and returns (R-T1).
+
+This module is imported by every tool worker process, so it stays free of pydantic and of the model.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +11,18 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, get_args
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import TYPE_CHECKING, Any
 
 from stepline.errors import ToolError
-from stepline.model import Risk
 from stepline.time import DEFAULT_TIMEZONE
+
+if TYPE_CHECKING:  # not at run time: worker processes import this module and must start fast
+    from stepline.model import Risk
 
 __all__ = [
     "ToolContext",
     "ToolHandler",
     "ToolOutput",
-    "ToolPolicy",
     "ToolRegistry",
     "ToolSpec",
     "tool_gate_id",
@@ -89,7 +91,7 @@ class ToolSpec:
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
             raise ToolError(f"invalid tool name {self.name!r}", hint="use letters, digits, '_', '-', '.'")
-        if self.risk not in get_args(Risk):
+        if self.risk not in RISK_ORDER:
             raise ToolError(f"tool {self.name!r}: risk must be low, medium or high, not {self.risk!r}")
         if self.timeout_seconds is not None and self.timeout_seconds <= 0:
             raise ToolError(f"tool {self.name!r}: timeout_seconds must be positive")
@@ -147,39 +149,6 @@ class ToolRegistry:
 
     def __len__(self) -> int:
         return len(self._specs)
-
-
-class ToolPolicy(BaseModel):
-    """What tools may run and how (embedded in the runtime configuration as ``tools:``).
-
-    An empty ``allowlist`` allows every registered tool; ``blocklist`` always wins. Only idempotent tools are
-    retried, and only on retryable errors (including timeouts), at most ``max_retries`` times.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    allowlist: list[str] = Field(default_factory=list)
-    blocklist: list[str] = Field(default_factory=list)
-    timeout_seconds: float = Field(default=60.0, gt=0)
-    high_requires_approval: bool = True
-    medium_requires_approval: bool = False
-    max_retries: int = Field(default=2, ge=0, le=10)
-    retry_backoff_seconds: float = Field(default=0.5, ge=0)
-    max_output_bytes: int = Field(default=65_536, gt=0, description="stdout/stderr kept per call")
-    default_timezone: str = Field(default=DEFAULT_TIMEZONE, description="getCurrentTime without a timezone")
-
-    def refusal(self, name: str) -> str | None:
-        """Return why ``name`` may not run under this policy, or ``None`` when it may."""
-        if name in self.blocklist:
-            return f"tool {name!r} is blocklisted"
-        if self.allowlist and name not in self.allowlist:
-            return f"tool {name!r} is not in the allowlist ({', '.join(self.allowlist)})"
-        return None
-
-    def requires_approval(self, risk: Risk) -> bool:
-        """Say whether a call of this risk must wait for a person's approval."""
-        return (risk == "high" and self.high_requires_approval) or (
-            risk == "medium" and self.medium_requires_approval)
 
 
 def tool_gate_id(name: str, step_id: str) -> str:
