@@ -87,6 +87,7 @@ class ReaderError(SteplineError):
         if path is not None:
             where = f"{path}:{line}: " if line else f"{path}: "
         super().__init__(where + message, hint=hint)
+        self.detail = message
         self.path = path
         self.line = line
 

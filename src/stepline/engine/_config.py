@@ -1,0 +1,122 @@
+"""Runtime configuration: ``config/runtime.yaml`` in the project root, or the file ``--config`` names.
+
+An annotated example ships as ``examples/runtime.yaml``. Every key is optional; unknown keys are errors so a
+typo does not silently change behaviour.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from stepline.errors import ConfigError
+from stepline.formats._yamlpos import find_yaml_line
+from stepline.time import DEFAULT_TIMEZONE
+
+__all__ = ["GuardrailsSection", "HitlPolicy", "RuntimeConfig", "load_runtime_config"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RuntimeSection(_Section):
+    """Where runs are stored and how long and how often steps may run."""
+
+    storage_root: str = ".stepline/runs"
+    max_retries: int = Field(default=0, ge=0)
+    step_timeout_seconds: float = Field(default=1800.0, gt=0)
+    max_step_visits: int = Field(default=25, ge=1, description="a goto loop revisiting a step more often fails")
+    concurrency: int = Field(default=4, ge=1)
+
+
+class RiskPolicy(_Section):
+    """Which tool risks need a person's approval before the tool runs."""
+
+    high_requires_approval: bool = True
+    medium_requires_approval: bool = False
+
+
+class ToolsSection(_Section):
+    """The tool pipeline's allow/block lists, timeout and risk gate."""
+
+    allowlist: list[str] = Field(default_factory=list)
+    blocklist: list[str] = Field(default_factory=list)
+    timeout_seconds: float = Field(default=60.0, gt=0)
+    risk_policy: RiskPolicy = Field(default_factory=RiskPolicy)
+
+
+class HitlPolicy(_Section):
+    """Seed 004 HITL policy: which steps block for a person beyond ``human_gate: required``."""
+
+    required_phases: list[str] = Field(default_factory=list)
+    conditional_phases: list[str] = Field(default_factory=list)
+    high_risk_keywords: list[str] = Field(default_factory=list)
+    conditional_keywords: list[str] = Field(default_factory=list)
+    conditional_required: bool = False
+    recommended_required: bool = False
+
+
+class HitlSection(_Section):
+    """How people are reached: ``auto`` asks in a terminal when there is one, else blocks the run."""
+
+    mode: Literal["auto", "interactive", "non-interactive"] = "auto"
+    policy: HitlPolicy = Field(default_factory=HitlPolicy)
+
+
+class GuardrailsSection(_Section):
+    """Input/output checks per step."""
+
+    redact_secrets: bool = True
+    block_on_secret: bool = False
+    max_input_bytes: int = Field(default=2_000_000, gt=0)
+    max_output_bytes: int = Field(default=5_000_000, gt=0)
+
+
+class TimeSection(_Section):
+    """The timezone getCurrentTime uses when a call names none."""
+
+    default_timezone: str = DEFAULT_TIMEZONE
+
+
+class RuntimeConfig(_Section):
+    """The whole runtime configuration."""
+
+    runtime: RuntimeSection = Field(default_factory=RuntimeSection)
+    tools: ToolsSection = Field(default_factory=ToolsSection)
+    hitl: HitlSection = Field(default_factory=HitlSection)
+    guardrails: GuardrailsSection = Field(default_factory=GuardrailsSection)
+    time: TimeSection = Field(default_factory=TimeSection)
+    executors: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    source: str | None = Field(default=None, exclude=True)
+
+
+def load_runtime_config(project_root: Path, path: Path | None = None) -> RuntimeConfig:
+    """Load ``path`` (or ``<project_root>/config/runtime.yaml`` when present) into a :class:`RuntimeConfig`."""
+    if path is None:
+        path = project_root / "config" / "runtime.yaml"
+        if not path.is_file():
+            return RuntimeConfig()
+    elif not path.is_file():
+        raise ConfigError("config file not found", path=str(path), hint="pass an existing --config FILE")
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError(f"YAML error: {getattr(exc, 'problem', exc)}", path=str(path),
+                          line=mark.line + 1 if mark else None) from None
+    if not isinstance(data, dict):
+        raise ConfigError("the runtime config must be a mapping of sections", path=str(path), line=1)
+    try:
+        config = RuntimeConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"{where}: {first['msg']}", path=str(path), line=find_yaml_line(text, tuple(first["loc"])),
+                          hint="see examples/runtime.yaml for every key") from None
+    config.source = str(path)
+    return config

@@ -1,0 +1,98 @@
+"""The context one step runs in: what the format's step driver uses to talk to the executor and the run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stepline.executors import MenuOption, RequestKind, StepRequest
+from stepline.model import EventType, Run, RunStep, StepSpec
+
+if TYPE_CHECKING:
+    from stepline.engine._runner import Engine
+    from stepline.engine._session import Outcome
+
+__all__ = ["StepContext", "render_variables"]
+
+_VAR = re.compile(r"\{\{\s*([A-Za-z_][\w.-]*)\s*\}\}|\{([A-Za-z_][\w-]*)\}")
+
+
+def render_variables(text: str, variables: dict[str, Any], _depth: int = 0) -> str:
+    """Replace ``{{name}}`` and ``{name}`` with known variables (whose values may refer to others).
+
+    Unknown names are left as written; references nested deeper than 8 levels (a cycle) are left too.
+    """
+
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        value = variables.get(name)
+        if value is None or isinstance(value, dict | list):
+            return match.group(0)
+        value = str(value)
+        return render_variables(value, variables, _depth + 1) if _depth < 8 and "{" in value else value
+
+    return _VAR.sub(sub, text)
+
+
+class StepContext:
+    """Everything a step driver may do during one attempt of one step."""
+
+    def __init__(self, engine: Engine, run: Run, spec: StepSpec, step: RunStep, attempt: int) -> None:
+        self.engine = engine
+        self.run = run
+        self.spec = spec
+        self.step = step
+        self.attempt = attempt
+        self.project_root = engine.project_root
+        self.invocations = 0
+        self.default_output: str | None = (
+            render_variables(spec.outputs[0], run.variables) if spec.outputs else None)
+        self.handed_over: list[dict[str, Any]] = []
+        self.written: dict[str, Path] = {}
+
+    @property
+    def variables(self) -> dict[str, Any]:
+        """The run's variables as they are now."""
+        return self.run.variables
+
+    def render(self, text: str) -> str:
+        """Substitute the run's variables into ``text``."""
+        return render_variables(text, self.run.variables)
+
+    def emit(self, kind: EventType, data: dict[str, Any] | None = None, *, sync: bool = False) -> None:
+        """Journal an event about this step."""
+        self.engine.emit(kind, data or {}, step_id=self.spec.id, sync=sync)
+
+    async def invoke(self, kind: RequestKind, *, title: str | None = None, content: str = "",
+                     question: str | None = None, choices: list[str] | None = None, condition: str | None = None,
+                     section: str | None = None, menu: list[MenuOption] | None = None,
+                     hints: dict[str, Any] | None = None, context: dict[str, Any] | None = None) -> Outcome:
+        """Send one request to the executor (or replay its journaled outcome) and return what it produced."""
+        self.invocations += 1
+        request = StepRequest(
+            kind=kind, run_id=self.run.run_id, step_id=self.spec.id, title=title or self.spec.name or self.spec.id,
+            content=content, variables=dict(self.run.variables), question=question, choices=choices,
+            condition=condition, section=section, menu=list(menu or []), context=dict(context or {}),
+            mode=self.run.mode, workflow_id=self.run.workflow.id, attempt=self.attempt,
+            hints={**(hints or {}), "invocation": self.invocations - 1},
+        )
+        return await self.engine.invoke(self, request, self.invocations - 1)
+
+    def note_output(self, rel: str, target: Path) -> None:
+        """Remember a file this step wrote, for the artifact index at completion."""
+        self.written[rel] = target
+
+    def write_section(self, target: Path, section: str, content: str) -> None:
+        """Fill ``{{section}}`` in ``target`` with ``content``, or append it as a new section."""
+        from stepline.store import atomic_write_bytes
+
+        text = target.read_text(encoding="utf-8") if target.exists() else ""
+        marker = re.compile(r"\{\{\s*" + re.escape(section) + r"\s*\}\}")
+        updated = marker.sub(lambda _m: content.rstrip("\n"), text) if marker.search(text) else (
+            text + ("\n" if text and not text.endswith("\n") else "") + content)
+        atomic_write_bytes(target, updated.encode("utf-8"))
+
+    async def run_tool(self, name: str, args: dict[str, Any], *, gate_suffix: str = "") -> dict[str, Any]:
+        """Run a tool through the engine's tool pipeline for this step."""
+        return await self.engine.run_tool(self, name, args)

@@ -1,0 +1,134 @@
+"""Human gates (R-G1): when a step must wait for a person, and the books that record who decided what.
+
+``gates.json`` holds every gate with its status; ``approvals.json`` every decision with approver, time and
+notes; ``drr.json`` (and ``drr/<id>.md``) a design rationale record per decision. The journal holds the
+decision too (HumanGateApproved/Rejected), and that is what a resumed run reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from stepline import time
+from stepline.engine._config import HitlPolicy
+from stepline.errors import NotFoundError, RunStateError, UsageError
+from stepline.model import Approval, DesignRationale, Gate, StepSpec
+from stepline.store import RunDir
+
+__all__ = ["GateBook", "gate_reason"]
+
+
+def gate_reason(spec: StepSpec, workflow_id: str, policy: HitlPolicy) -> str | None:
+    """Return why ``spec`` must wait for a person before it runs, or None (seed 004 decision table)."""
+    gate = spec.human_gate
+    if gate == "required":
+        return "the step's human_gate is required"
+    if spec.phase and spec.phase in policy.required_phases:
+        return f"phase {spec.phase!r} is in hitl.policy.required_phases"
+    lowered = workflow_id.lower()
+    for word in policy.high_risk_keywords:
+        if word and word.lower() in lowered:
+            return f"workflow {workflow_id!r} matches high-risk keyword {word!r}"
+    if policy.conditional_required:
+        if gate == "conditional":
+            return "the step's human_gate is conditional and hitl.policy.conditional_required is on"
+        if spec.phase and spec.phase in policy.conditional_phases:
+            return f"phase {spec.phase!r} is in hitl.policy.conditional_phases (conditional_required is on)"
+        for word in policy.conditional_keywords:
+            if word and word.lower() in lowered:
+                return f"workflow {workflow_id!r} matches conditional keyword {word!r} (conditional_required is on)"
+    if gate == "recommended" and policy.recommended_required:
+        return "the step's human_gate is recommended and hitl.policy.recommended_required is on"
+    return None
+
+
+class GateBook:
+    """The gates, approvals and DRRs of one run, kept in its directory."""
+
+    def __init__(self, run_dir: RunDir, workflow_id: str) -> None:
+        self.run_dir = run_dir
+        self.workflow_id = workflow_id
+        raw = run_dir.read("gates.json", []) or []
+        self.gates: dict[str, Gate] = {g["gate_id"]: Gate.model_validate(g) for g in raw}
+
+    def _save(self) -> None:
+        self.run_dir.write("gates.json", [g.model_dump() for g in self.gates.values()])
+
+    def get(self, gate_id: str) -> Gate | None:
+        """The gate with ``gate_id``, if any."""
+        return self.gates.get(gate_id)
+
+    def pending(self) -> list[Gate]:
+        """Gates still waiting for a decision."""
+        return [g for g in self.gates.values() if g.status == "pending"]
+
+    def open(self, gate_id: str, *, kind: Literal["human", "tool", "question"], step_id: str | None, reason: str,
+             phase: str = "", choices: list[str] | None = None) -> Gate:
+        """Record a pending gate (idempotent: opening an open gate changes nothing)."""
+        existing = self.gates.get(gate_id)
+        if existing is not None and existing.status == "pending":
+            return existing
+        gate = Gate(gate_id=gate_id, step_id=step_id, kind=kind, reason=reason if not choices
+                    else f"{reason} [{'/'.join(choices)}]", phase=phase, workflow=self.workflow_id,
+                    created_at=time.now_iso())
+        self.gates[gate_id] = gate
+        self._save()
+        return gate
+
+    def choose(self, gate_id: str | None, *, kinds: tuple[str, ...] = ("human", "tool")) -> Gate:
+        """Resolve the gate a person means: the id given, or the only pending one."""
+        if gate_id:
+            gate = self.gates.get(gate_id)
+            if gate is None:
+                pending = ", ".join(g.gate_id for g in self.pending()) or "none"
+                raise NotFoundError(f"run {self.run_dir.run_id} has no gate {gate_id!r}",
+                                    hint=f"pending gates: {pending}")
+            return gate
+        candidates = [g for g in self.pending() if g.kind in kinds]
+        if not candidates:
+            raise RunStateError(f"run {self.run_dir.run_id} has no pending gate",
+                                hint="see `stepline gates` for the runs waiting for a person")
+        if len(candidates) > 1:
+            raise UsageError(f"run {self.run_dir.run_id} has {len(candidates)} pending gates",
+                             hint="name one: " + ", ".join(g.gate_id for g in candidates))
+        return candidates[0]
+
+    def decide(self, gate: Gate, *, approved: bool, by: str, notes: str | None,
+               answer: str | None = None) -> tuple[Gate, Approval, DesignRationale]:
+        """Record a person's decision on ``gate`` in gates.json, approvals.json and drr.json."""
+        if not by.strip():
+            raise UsageError("an approval needs the approver's name", hint="pass --by NAME")
+        if gate.status != "pending":
+            raise RunStateError(f"gate {gate.gate_id} was already {gate.status} by {gate.approver} at "
+                                f"{gate.decided_at}", hint="a gate is decided once")
+        now = time.now_iso()
+        decision: Literal["approved", "rejected"] = "approved" if approved else "rejected"
+        gate.status = decision
+        gate.approver = by
+        gate.decided_at = now
+        gate.notes = notes
+        self._save()
+        approval = Approval(gate_id=gate.gate_id, decision=decision, approver=by, time=now, notes=notes,
+                            step_id=gate.step_id, phase=gate.phase, workflow=self.workflow_id)
+        approvals = list(self.run_dir.read("approvals.json", []) or [])
+        approvals.append(approval.model_dump())
+        self.run_dir.write("approvals.json", approvals)
+        drrs = list(self.run_dir.read("drr.json", []) or [])
+        drr = DesignRationale(
+            id=f"DRR-{len(drrs) + 1:04d}", decision=f"{decision} {gate.gate_id}" + (f": {answer}" if answer else ""),
+            context=gate.reason, options=["approve", "reject"] if gate.kind != "question" else [answer or ""],
+            evidence=[], rationale=notes or "", signoff=by, time=now, gate_id=gate.gate_id, step_id=gate.step_id)
+        drrs.append(drr.model_dump())
+        self.run_dir.write("drr.json", drrs)
+        md_dir = self.run_dir.path / "drr"
+        md_dir.mkdir(exist_ok=True)
+        (md_dir / f"{drr.id}.md").write_text(_drr_markdown(drr), encoding="utf-8")
+        return gate, approval, drr
+
+
+def _drr_markdown(drr: DesignRationale) -> str:
+    lines: list[Any] = [f"# {drr.id}: {drr.decision}", "", f"- Time: {drr.time}", f"- Gate: {drr.gate_id}",
+                        f"- Step: {drr.step_id}", f"- Sign-off: {drr.signoff}", "", "## Context", "", drr.context,
+                        "", "## Options", "", *[f"- {o}" for o in drr.options], "", "## Rationale", "",
+                        drr.rationale or "(none given)", ""]
+    return "\n".join(str(x) for x in lines)

@@ -1,0 +1,481 @@
+"""The engine: the only code that changes run state.
+
+One run is driven by one process holding the run's lock. The loop asks the workflow's flow which steps may
+start, runs each through the step lifecycle (gate → attempt → driver with a timeout → complete, or retry,
+block, fail), and journals every state change before it is acted on. State is never kept anywhere but in
+the journal and its fold (:mod:`stepline.engine._state`); ``manifest.json`` is a snapshot written when the
+run starts and whenever the process stops driving it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import traceback
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from stepline import time
+from stepline.engine._config import RuntimeConfig
+from stepline.engine._context import StepContext, render_variables
+from stepline.engine._flow import Flow, make_schedule
+from stepline.engine._gates import GateBook, gate_reason
+from stepline.engine._human import HumanChannel
+from stepline.engine._retry import retry_delay
+from stepline.engine._session import JournaledSession, Outcome, sha256_file
+from stepline.engine._signals import StepBlocked
+from stepline.engine._state import CallLog, apply
+from stepline.errors import (
+    ExecutorError,
+    NondeterminismError,
+    RunStateError,
+    StepFailed,
+    SteplineError,
+    ToolError,
+)
+from stepline.executors import Executor, StepRequest, create_executor
+from stepline.model import (
+    Artifact,
+    Event,
+    EventType,
+    Risk,
+    Run,
+    RunMode,
+    RunStatus,
+    StepSpec,
+    StepStatus,
+    WorkflowSpec,
+)
+from stepline.store import Journal, RunDir, RunLock, RunStore
+
+__all__ = ["Engine", "EventListener", "StepDriver", "register_driver"]
+
+#: Called with every event the engine journals (progress displays, the web dashboard's live feed).
+EventListener = Callable[[Event], None]
+#: Runs one attempt of one step of a given workflow format.
+StepDriver = Callable[[StepContext], Awaitable[None]]
+#: Builds the flow (which step runs next) for a workflow format.
+FlowFactory = Callable[[WorkflowSpec, Run], Flow]
+
+_drivers: dict[str, StepDriver] = {}
+_flows: dict[str, FlowFactory] = {}
+
+
+def register_driver(fmt: str, driver: StepDriver, flow: FlowFactory | None = None) -> None:
+    """Teach the engine to run steps of workflow format ``fmt`` (and, optionally, how to order them)."""
+    _drivers[fmt] = driver
+    if flow is not None:
+        _flows[fmt] = flow
+
+
+async def run_native_step(ctx: StepContext) -> None:
+    """Native steps: hand the rendered body to the executor as one ``work`` request."""
+    outcome = await ctx.invoke("work", content=ctx.render(ctx.spec.body),
+                               hints={"output": bool(ctx.spec.outputs), "outputs": ctx.spec.outputs})
+    ctx.step.summary = outcome.summary
+    ctx.step.choice = outcome.choice
+
+
+register_driver("native", run_native_step)
+
+_PUBLIC = frozenset(e.value for e in EventType) - {
+    EventType.CALL_STARTED.value, EventType.CALL_RECORDED.value, EventType.CURSOR_MOVED.value}
+
+
+class Engine:
+    """Drives runs of workflows. Build one per process; it can start or resume any number of runs in turn.
+
+    Args:
+        project_root: the folder a workflow's relative paths and file tools are confined to.
+        config: runtime configuration (defaults when omitted).
+        executor: an :class:`Executor`, or the registered name of one; None means ``dry-run`` for a new run
+            and, on resume, the executor the run was started with.
+        executor_options: options for a named executor (``script`` for ``scripted``, …).
+        mode: ``normal``, ``yolo`` or ``non-interactive``.
+        human: how people are reached (terminal, or blocked runs); built from ``config.hitl`` when omitted.
+        sleep: the coroutine used to wait between retries (tests pass a fake).
+        listeners: called with every journaled event.
+    """
+
+    def __init__(self, *, project_root: Path | str = ".", config: RuntimeConfig | None = None,
+                 executor: Executor | str | None = None, executor_options: dict[str, Any] | None = None,
+                 mode: RunMode = "normal", human: HumanChannel | None = None,
+                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+                 listeners: list[EventListener] | None = None, concurrency: int | None = None) -> None:
+        self.project_root = Path(project_root).resolve()
+        self.config = config or RuntimeConfig()
+        self.executor_explicit = executor is not None
+        self.executor_name = (executor if isinstance(executor, str) else executor.name) if executor else "dry-run"
+        self.executor_options = dict(executor_options or {})
+        self._executor = executor if isinstance(executor, Executor) else None
+        self.mode: RunMode = mode
+        if human is None:
+            hitl = self.config.hitl.mode
+            human = HumanChannel(interactive=None if hitl == "auto" else hitl == "interactive")
+        self.human = human
+        self.sleep = sleep
+        self.listeners = list(listeners or [])
+        self.concurrency = concurrency or self.config.runtime.concurrency
+        self.store = RunStore(self.project_root / self.config.runtime.storage_root)
+        # Per-run state, set by _open.
+        self.calls = CallLog()
+        self._run: Run | None = None
+        self._dir: RunDir | None = None
+        self._journal: Journal | None = None
+        self._gates: GateBook | None = None
+        self._artifacts: list[dict[str, Any]] = []
+        self._tool_results: list[dict[str, Any]] = []
+        self._random = random.Random(0)
+
+    # -- public API -----------------------------------------------------------------------------------------
+    @property
+    def executor(self) -> Executor:
+        """The executor of the run being driven (built on first use)."""
+        if self._executor is None:
+            options = {**self.config.executors.get(self.executor_name, {}), **self.executor_options}
+            self._executor = create_executor(self.executor_name, options)
+        return self._executor
+
+    @property
+    def gates(self) -> GateBook:
+        """The gate book of the run being driven."""
+        assert self._gates is not None, "no run is being driven"
+        return self._gates
+
+    async def start(self, workflow: WorkflowSpec, variables: dict[str, Any] | None = None,
+                    *, parent_run_id: str | None = None) -> Run:
+        """Create a run of ``workflow`` and drive it until it completes, fails or blocks."""
+        run_dir = self.store.create()
+        now = time.now_iso()
+        run = Run(run_id=run_dir.run_id, workflow=workflow, mode=self.mode, executor=self.executor_name,
+                  executor_options=_public_options(self.executor_options), project_root=str(self.project_root),
+                  created_at=now, updated_at=now, parent_run_id=parent_run_id,
+                  variables={**workflow.variables, **(variables or {})})
+        for spec in workflow.steps:
+            run.step(spec.id).name = spec.name or spec.id
+        lock = run_dir.lock()
+        lock.acquire()
+        try:
+            run_dir.write("manifest.json", run.model_dump(mode="json"))
+            self._open(run_dir, run)
+            self.emit(EventType.WORKFLOW_STARTED, {"workflow": workflow.id, "format": workflow.format,
+                                                   "mode": self.mode, "executor": self.executor_name}, sync=True)
+            return await self._drive_and_close(lock)
+        except BaseException:
+            self._close(lock)
+            raise
+
+    async def resume(self, run_id: str) -> Run:
+        """Continue a run from the first step that is not completed; completed steps never run again."""
+        run_dir = self.store.open(run_id)
+        lock = run_dir.lock()
+        lock.acquire()
+        try:
+            run = self.load(run_dir)
+            if run.status == RunStatus.COMPLETED:
+                raise RunStateError(f"run {run.run_id} is already completed", hint="start a new run instead")
+            self.mode = run.mode
+            if not self.executor_explicit:
+                self.executor_name = run.executor
+                self.executor_options = {**run.executor_options, **self.executor_options}
+                self._executor = None
+            self._open(run_dir, run)
+            self.emit(EventType.WORKFLOW_RESUMED, {"from_status": run.status.value}, sync=True)
+            return await self._drive_and_close(lock)
+        except BaseException:
+            self._close(lock)
+            raise
+
+    def load(self, run_dir: RunDir) -> Run:
+        """Rebuild a run from its manifest's spec and its whole journal (the journal is the truth)."""
+        manifest = run_dir.read("manifest.json")
+        if not isinstance(manifest, dict):
+            raise RunStateError(f"run {run_dir.run_id} has no manifest", hint="the run directory is incomplete")
+        manifest["steps"] = {}
+        manifest["variables"] = dict(manifest.get("workflow", {}).get("variables") or {}) | dict(
+            manifest.get("variables") or {})
+        run = Run.model_validate(manifest)
+        for spec in run.workflow.steps:
+            run.step(spec.id).name = spec.name or spec.id
+        self.calls = CallLog()
+        for event in run_dir.events():
+            apply(run, event, self.calls)
+        return run
+
+    # -- journal --------------------------------------------------------------------------------------------
+    def emit(self, kind: EventType, data: dict[str, Any], *, step_id: str | None = None, sync: bool = False) -> Event:
+        """Append an event to the journal, fold it into the run, and tell the listeners."""
+        run, journal = self._run, self._journal
+        assert run is not None and journal is not None, "no run is being driven"
+        event = Event(seq=journal.last_seq + 1, type=kind.value, run_id=run.run_id, time=time.now_iso(),
+                      step_id=step_id, data=data)
+        journal.append(event, sync=sync)
+        apply(run, event, self.calls)
+        if self.listeners and event.type in _PUBLIC:
+            for listener in self.listeners:
+                listener(event)
+        return event
+
+    def journal_sync(self) -> None:
+        """Make every journaled record durable (before an effect leaves the process)."""
+        if self._journal is not None:
+            self._journal.sync()
+
+    def _open(self, run_dir: RunDir, run: Run) -> None:
+        self._dir, self._run = run_dir, run
+        self._journal = run_dir.open_journal()
+        self._gates = GateBook(run_dir, run.workflow.id)
+        self._artifacts = list(run_dir.read("artifacts.json", []) or [])
+        self._tool_results = list(run_dir.read("tool_results.json", []) or [])
+        self._random = random.Random(int(hashlib.sha256(run.run_id.encode()).hexdigest()[:8], 16))
+
+    def _close(self, lock: RunLock) -> None:
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
+        lock.release()
+
+    async def _drive_and_close(self, lock: RunLock) -> Run:
+        run, run_dir = self._run, self._dir
+        assert run is not None and run_dir is not None
+        try:
+            await self._drive(run)
+        finally:
+            self.journal_sync()
+            run_dir.write("manifest.json", run.model_dump(mode="json"))
+            from stepline.engine._timeline import write_timeline
+
+            write_timeline(run_dir)
+            if self._executor is not None:
+                await self._executor.aclose()
+            self._close(lock)
+        return run
+
+    # -- the loop -------------------------------------------------------------------------------------------
+    async def _drive(self, run: Run) -> None:
+        workflow = run.workflow
+        flow_factory = _flows.get(workflow.format)
+        flow: Flow = flow_factory(workflow, run) if flow_factory else make_schedule(workflow, run)
+        driver = _drivers.get(workflow.format)
+        if driver is None:
+            raise RunStateError(f"no engine support for workflow format {workflow.format!r}")
+        specs = {spec.id: spec for spec in workflow.steps}
+        limit = self.concurrency if workflow.meta.get("scheduling") == "dag" else 1
+        running: dict[asyncio.Task[StepStatus], str] = {}
+        blocked = failed = False
+        while True:
+            if not (failed and limit == 1):
+                for sid in flow.take_ready(max(0, limit - len(running))):
+                    spec = specs.get(sid) or self._dynamic_spec(workflow, sid)
+                    running[asyncio.ensure_future(self._run_step(run, spec, driver))] = sid
+            if not running:
+                break
+            done, _ = await asyncio.wait(list(running), return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                sid = running.pop(task)
+                status = task.result()
+                blocked |= status == StepStatus.BLOCKED
+                failed |= status == StepStatus.FAILED
+                for doomed in flow.finished(sid, status):
+                    if run.step(doomed).status == StepStatus.PENDING:
+                        self.emit(EventType.STEP_SKIPPED, {"reason": f"dependency {sid} failed"}, step_id=doomed)
+        self._finish(run, blocked=blocked, failed=failed)
+
+    def _dynamic_spec(self, workflow: WorkflowSpec, sid: str) -> StepSpec:
+        # Flows that revisit steps (goto loops) name visits "<step>@<n>"; they run the base step's spec.
+        base = sid.split("@", 1)[0]
+        return workflow.step(base).model_copy(update={"id": sid})
+
+    def _finish(self, run: Run, *, blocked: bool, failed: bool) -> None:
+        if failed:
+            failures = [s for s in run.steps.values() if s.status == StepStatus.FAILED]
+            error = "; ".join(f"{s.step_id}: {s.error}" for s in failures) or "a step failed"
+            self.emit(EventType.WORKFLOW_FAILED, {"error": error}, sync=True)
+        elif blocked:
+            reasons = [f"{s.step_id}: {s.blocked_reason}" for s in run.steps.values()
+                       if s.status == StepStatus.BLOCKED]
+            self.emit(EventType.WORKFLOW_BLOCKED, {"reason": "; ".join(reasons)}, sync=True)
+        else:
+            self.emit(EventType.WORKFLOW_COMPLETED, {"steps": len(run.steps)}, sync=True)
+
+    # -- one step -------------------------------------------------------------------------------------------
+    async def _run_step(self, run: Run, spec: StepSpec, driver: StepDriver) -> StepStatus:
+        step = run.step(spec.id)
+        if step.status in (StepStatus.COMPLETED, StepStatus.SKIPPED):
+            return step.status
+        policy = spec.retries
+        max_attempts = 1 + (policy.max if policy is not None else self.config.runtime.max_retries)
+        timeout = spec.timeout_seconds or self.config.runtime.step_timeout_seconds
+        while True:
+            try:
+                await self._pass_gate(run, spec)
+            except StepBlocked as blocked:
+                return self._block(spec, blocked)
+            except StepFailed as rejected:
+                self.emit(EventType.STEP_FAILED, {"error": rejected.message, "final": True}, step_id=spec.id)
+                return StepStatus.FAILED
+            if step.status == StepStatus.RUNNING:  # interrupted mid-attempt: continue it, replaying its calls
+                attempt = step.attempts
+            elif step.status == StepStatus.BLOCKED:
+                attempt = step.attempts
+                self.emit(EventType.STEP_STARTED, {"attempt": attempt, "name": spec.name, "resumed": True},
+                          step_id=spec.id)
+            else:
+                attempt = step.attempts + 1
+                self.emit(EventType.STEP_STARTED, {"attempt": attempt, "name": spec.name,
+                                                   "inputs": spec.inputs or None}, step_id=spec.id)
+            ctx = StepContext(self, run, spec, step, attempt)
+            try:
+                await asyncio.wait_for(self._attempt(ctx, driver), timeout=timeout)
+            except StepBlocked as blocked:
+                return self._block(spec, blocked)
+            except (TimeoutError, SteplineError, Exception) as exc:
+                error, retryable = _describe_failure(exc, timeout)
+                final = not retryable or attempt >= max_attempts
+                self.emit(EventType.STEP_FAILED, {"error": error, "attempt": attempt, "final": final},
+                          step_id=spec.id, sync=final)
+                if final:
+                    return StepStatus.FAILED
+                delay = retry_delay(policy, attempt, self._random)
+                self.emit(EventType.STEP_RETRY, {"attempt": attempt + 1, "delay_seconds": round(delay, 3),
+                                                 "error": error}, step_id=spec.id)
+                if delay > 0:
+                    await self.sleep(delay)
+                continue
+            self._complete(ctx)
+            return StepStatus.COMPLETED
+
+    async def _attempt(self, ctx: StepContext, driver: StepDriver) -> None:
+        await self._run_step_tools(ctx)
+        await driver(ctx)
+
+    async def _run_step_tools(self, ctx: StepContext) -> None:
+        """Run the tool calls the StepSpec declares, through the pipeline, before the executor."""
+        for index, call in enumerate(ctx.spec.tools):
+            key = f"{ctx.spec.id}/{ctx.attempt}/tools/{index}"
+            if key in self.calls.recorded:
+                continue
+            args = {k: render_variables(v, ctx.variables) if isinstance(v, str) else v for k, v in call.args.items()}
+            result = await self.run_tool(ctx, call.name, args, required=call.required, risk=call.risk)
+            ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": "step_tool", "args": {"name": call.name},
+                                               "result": result})
+
+    def _block(self, spec: StepSpec, blocked: StepBlocked) -> StepStatus:
+        self.emit(EventType.STEP_BLOCKED, {"reason": blocked.reason, "gate_id": blocked.gate_id},
+                  step_id=spec.id, sync=True)
+        return StepStatus.BLOCKED
+
+    async def _pass_gate(self, run: Run, spec: StepSpec) -> None:
+        """Block before a step runs when its human gate and the HITL policy say so (R-G1)."""
+        reason = gate_reason(spec, run.workflow.id, self.config.hitl.policy)
+        if reason is None:
+            return
+        gate_id = f"step:{spec.id}"
+        decision = self.calls.decisions.get(gate_id)
+        if decision is None:
+            ctx = StepContext(self, run, spec, run.step(spec.id), run.step(spec.id).attempts)
+            answer = await self.human.confirm(ctx, gate_id, reason)
+            if answer is None:
+                if self.gates.get(gate_id) is None or self.gates.get(gate_id).status != "pending":  # type: ignore[union-attr]
+                    self.gates.open(gate_id, kind="human", step_id=spec.id, reason=reason, phase=spec.phase)
+                    self.emit(EventType.HUMAN_GATE_REQUIRED, {"gate_id": gate_id, "reason": reason,
+                                                              "phase": spec.phase}, step_id=spec.id)
+                raise StepBlocked(f"waiting for approval of gate {gate_id} ({reason})", gate_id)
+            self.gates.open(gate_id, kind="human", step_id=spec.id, reason=reason, phase=spec.phase)
+            self.record_decision(gate_id, approved=answer, by="terminal", notes=None)
+            decision = self.calls.decisions[gate_id]
+        if decision["decision"] == "rejected":
+            raise StepFailed(f"gate {gate_id} was rejected by {decision.get('by')}", retryable=False)
+
+    def record_decision(self, gate_id: str, *, approved: bool, by: str, notes: str | None,
+                        answer: str | None = None) -> None:
+        """Record a person's decision on a gate of the run being driven (books and journal)."""
+        gate = self.gates.choose(gate_id)
+        gate, _, drr = self.gates.decide(gate, approved=approved, by=by, notes=notes, answer=answer)
+        record_gate_event(self.emit, gate_id, approved=approved, by=by, notes=notes, drr_id=drr.id,
+                          step_id=gate.step_id, answer=answer, kind=gate.kind)
+
+    def _complete(self, ctx: StepContext) -> None:
+        outputs = list(ctx.written)
+        for rel, target in ctx.written.items():
+            if target.exists():
+                artifact = Artifact(path=rel, sha256=sha256_file(target), step_id=ctx.spec.id,
+                                    recorded_at=time.now_iso(), size=target.stat().st_size)
+                self._artifacts.append(artifact.model_dump())
+                ctx.emit(EventType.ARTIFACT_READY, {"path": rel, "sha256": artifact.sha256})
+        if ctx.written:
+            assert self._dir is not None
+            self._dir.write("artifacts.json", self._artifacts)
+        ctx.emit(EventType.STEP_COMPLETED, {"outputs": outputs, "summary": ctx.step.summary,
+                                            "choice": ctx.step.choice}, sync=True)
+
+    # -- executor and tools ---------------------------------------------------------------------------------
+    async def invoke(self, ctx: StepContext, request: StepRequest, invocation: int) -> Outcome:
+        """Call the executor for ``request`` exactly once across crashes: a journaled outcome is replayed."""
+        key = f"{ctx.spec.id}/{ctx.attempt}/{invocation}/outcome"
+        recorded = self.calls.recorded.get(key)
+        if recorded is not None:
+            return Outcome.from_dict(recorded["result"])
+        session = JournaledSession(ctx, request, invocation)
+        executor = self.executor
+        if not executor.pure:
+            self.journal_sync()
+        await executor.perform(request, session)
+        if not session.outcome.finished:
+            raise ExecutorError(f"executor {executor.name!r} returned from step {ctx.spec.id!r} without finish",
+                                retryable=True)
+        ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": "outcome", "args": {"kind": request.kind},
+                                           "result": session.outcome.to_dict()})
+        return session.outcome
+
+    def record_tool_result(self, record: dict[str, Any]) -> None:
+        """Append a ToolResult to ``tool_results.json``."""
+        assert self._dir is not None
+        self._tool_results.append(record)
+        self._dir.write("tool_results.json", self._tool_results)
+
+    def tool_is_idempotent(self, name: str) -> bool:
+        """Whether re-running tool ``name`` after an interruption is safe."""
+        from stepline.engine._tools import tool_is_idempotent
+
+        return tool_is_idempotent(name)
+
+    async def run_tool(self, ctx: StepContext, name: str, args: dict[str, Any], *, required: bool = True,
+                       risk: Risk | None = None) -> dict[str, Any]:
+        """Run a tool through the pipeline for ``ctx``'s step; a required tool that fails fails the step."""
+        from stepline.engine._tools import run_tool_for_step
+
+        return await run_tool_for_step(self, ctx, name, args, required=required, risk=risk)
+
+
+def record_gate_event(emit: Callable[..., Event], gate_id: str, *, approved: bool, by: str, notes: str | None,
+                      drr_id: str, step_id: str | None, answer: str | None, kind: str) -> None:
+    """Journal a gate decision (the form a resumed run reads)."""
+    if kind == "question":
+        emit(EventType.ANSWER_GIVEN, {"gate_id": gate_id, "answer": answer or "", "by": by}, step_id=step_id,
+             sync=True)
+        return
+    emit(EventType.HUMAN_GATE_APPROVED if approved else EventType.HUMAN_GATE_REJECTED,
+         {"gate_id": gate_id, "decision": "approved" if approved else "rejected", "by": by, "notes": notes,
+          "drr": drr_id}, step_id=step_id, sync=True)
+
+
+def _describe_failure(exc: BaseException, timeout: float) -> tuple[str, bool]:
+    """The error text for RunStep.error and whether another attempt may help."""
+    if isinstance(exc, TimeoutError):
+        return f"timed out after {timeout:g}s (the step was cancelled)", True
+    if isinstance(exc, NondeterminismError):
+        return exc.format_message(), False
+    if isinstance(exc, StepFailed | ExecutorError | ToolError):
+        return exc.format_message(), exc.retryable
+    if isinstance(exc, SteplineError):
+        return exc.format_message(), False
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" at {tb[-1].filename}:{tb[-1].lineno}" if tb else ""
+    return f"{type(exc).__name__}: {exc}{where}", True
+
+
+def _public_options(options: dict[str, Any]) -> dict[str, Any]:
+    return {k: ("***" if "key" in k.lower() or "token" in k.lower() else v) for k, v in options.items()}

@@ -1,0 +1,242 @@
+"""The journaled implementation of the step protocol that executors call.
+
+Each call gets a deterministic key ``<step>/<attempt>/<invocation>/<index>``. A call the journal already
+recorded returns its recorded result (replay); a call with a visible effect (writing a file, running a tool)
+is journaled as started and made durable *before* the effect, so a crash between the two is detected on
+resume and the effect is redone idempotently (a file append is truncated back to its recorded length first)
+or, for a tool that is not idempotent, the step blocks for a person instead of running it twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stepline.errors import NondeterminismError, StepFailed, ToolError, UsageError
+from stepline.executors import StepRequest, StepSession, WriteMode
+from stepline.model import EventType
+
+if TYPE_CHECKING:
+    from stepline.engine._context import StepContext
+
+__all__ = ["JournaledSession", "Outcome", "confine"]
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one executor request produced."""
+
+    choice: str | None = None
+    summary: str | None = None
+    decision: bool | None = None
+    reason: str | None = None
+    written: list[str] = field(default_factory=list)
+    sections: dict[str, str] = field(default_factory=dict)
+    finished: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form for the journal."""
+        return {"choice": self.choice, "summary": self.summary, "decision": self.decision, "reason": self.reason,
+                "written": self.written, "sections": self.sections, "finished": self.finished}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Outcome:
+        """Rebuild from the journal."""
+        return cls(**raw)
+
+
+def confine(project_root: Path, path: str) -> Path:
+    """Resolve ``path`` against ``project_root`` and refuse anything that ends up outside it (``..``, symlinks)."""
+    root = project_root.resolve()
+    candidate = (root / path).resolve()
+    if not candidate.is_relative_to(root):
+        raise UsageError(f"path {path!r} is outside the project root {root}", hint="use a path inside the project")
+    return candidate
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class JournaledSession(StepSession):
+    """One executor request's view of the runtime; every call is journaled under a deterministic key."""
+
+    def __init__(self, ctx: StepContext, request: StepRequest, invocation: int) -> None:
+        self.ctx = ctx
+        self.request = request
+        self.prefix = f"{ctx.spec.id}/{ctx.attempt}/{invocation}"
+        self.index = 0
+        self.outcome = Outcome()
+
+    # -- the replay machinery -------------------------------------------------------------------------------
+    def _next_key(self, op: str) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
+        self.index += 1
+        key = f"{self.prefix}/{self.index}"
+        calls = self.ctx.engine.calls
+        recorded = calls.recorded.get(key)
+        started = calls.started.get(key)
+        seen = recorded or started
+        if seen is not None and seen.get("op") != op:
+            raise NondeterminismError(
+                f"step {self.ctx.spec.id!r}: call {self.index} was {seen.get('op')!r} when the run was interrupted "
+                f"but is {op!r} now", hint="the workflow or script changed since; restart the run instead")
+        return key, recorded, started
+
+    def _record(self, key: str, op: str, args: dict[str, Any], result: Any) -> None:
+        self.ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": op, "args": args, "result": result}, sync=False)
+
+    def _check_open(self, op: str) -> None:
+        if self.outcome.finished:
+            raise StepFailed(f"step {self.ctx.spec.id!r}: {op} after finish", retryable=False)
+
+    # -- the protocol ---------------------------------------------------------------------------------------
+    async def read(self, path: str) -> str:
+        """Read a project file (re-read on replay; the journal keeps its hash for the audit)."""
+        self._check_open("read")
+        key, recorded, _ = self._next_key("read")
+        target = confine(self.ctx.project_root, path)
+        try:
+            text = target.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            text = ""
+            found = False
+        else:
+            found = True
+        if recorded is None:
+            digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+            self._record(key, "read", {"path": path}, {"sha256": digest, "found": found})
+            self.ctx.handed_over.append({"read": path})
+        return text
+
+    async def ask(self, question: str, choices: list[str] | None = None) -> str:
+        """Ask the human channel; the answer is journaled so a resumed step does not ask again."""
+        self._check_open("ask")
+        key, recorded, _ = self._next_key("ask")
+        if recorded is not None:
+            return str(recorded["result"])
+        answer = await self.ctx.engine.human.ask(self.ctx, question, choices, key)
+        self._record(key, "ask", {"question": question, "choices": choices}, answer)
+        return answer
+
+    async def write_output(self, content: str, *, path: str | None = None, section: str | None = None,
+                           mode: WriteMode = "append") -> str:
+        """Write to the step's output file; durable intent first, then the write, then the record."""
+        self._check_open("write_output")
+        key, recorded, started = self._next_key("write_output")
+        if recorded is not None:
+            written = str(recorded["result"])
+            self.outcome.written.append(written)
+            if section:
+                self.outcome.sections[section] = content
+            return written
+        rel = path or self.ctx.default_output
+        if not rel:
+            raise StepFailed(f"step {self.ctx.spec.id!r} wrote output but declares no output file",
+                             hint="pass path= or declare outputs: on the step", retryable=False)
+        target = confine(self.ctx.project_root, rel)
+        if started is not None:
+            pre_size = started["args"].get("pre_size")
+        else:
+            pre_size = target.stat().st_size if target.exists() else None
+            self.ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "write_output",
+                                                   "args": {"path": rel, "mode": mode, "section": section,
+                                                            "pre_size": pre_size}}, sync=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if section and mode == "section":
+            self.ctx.write_section(target, section, content)
+        elif mode == "replace":
+            _write_replace(target, content)
+        else:
+            _write_append(target, content, pre_size)
+        self.outcome.written.append(rel)
+        if section:
+            self.outcome.sections[section] = content
+        self.ctx.note_output(rel, target)
+        self._record(key, "write_output", {"path": rel, "mode": mode, "section": section}, rel)
+        return rel
+
+    async def set_var(self, name: str, value: Any) -> None:
+        """Set a run variable (folded from the journal record)."""
+        self._check_open("set_var")
+        key, recorded, _ = self._next_key("set_var")
+        if recorded is None:
+            self._record(key, "set_var", {"name": name, "value": value}, None)
+
+    async def call_tool(self, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Run a tool through the pipeline; a non-idempotent tool interrupted mid-run is never re-run blindly."""
+        self._check_open("call_tool")
+        key, recorded, started = self._next_key("call_tool")
+        if recorded is not None:
+            result: dict[str, Any] = recorded["result"]
+            return result
+        args = dict(args or {})
+        if started is not None and not self.ctx.engine.tool_is_idempotent(name):
+            raise ToolError(f"tool {name!r} was running when the process stopped; it may or may not have "
+                            f"finished", hint=f"check its effect, then `stepline resume {self.ctx.run.run_id}` "
+                            "re-runs the step", retryable=False)
+        if started is None:
+            self.ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "call_tool",
+                                                   "args": {"name": name, "args": args}}, sync=True)
+        result = await self.ctx.run_tool(name, args, gate_suffix=str(self.index))
+        self._record(key, "call_tool", {"name": name, "args": args}, result)
+        return result
+
+    async def decide(self, value: bool, reason: str) -> None:
+        """Answer a decide request."""
+        self._check_open("decide")
+        self.outcome.decision = bool(value)
+        self.outcome.reason = reason
+        self.outcome.finished = True
+
+    async def finish(self, choice: str | None = None, summary: str | None = None) -> None:
+        """End the request."""
+        self._check_open("finish")
+        self.outcome.choice = choice
+        self.outcome.summary = summary
+        self.outcome.finished = True
+
+    async def memo(self, label: str, payload: dict[str, Any],
+                   compute: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """Journal the result of ``compute`` (a model call, say) so a resumed step reuses it."""
+        key, recorded, _ = self._next_key("memo:" + label)
+        if recorded is not None:
+            cached: dict[str, Any] = recorded["result"]
+            return cached
+        if not self.ctx.engine.executor.pure:
+            self.ctx.engine.journal_sync()
+        result = await compute()
+        self._record(key, "memo:" + label, {"payload": payload}, result)
+        return result
+
+
+def _fsync_write(target: Path, data: bytes, flags: int) -> None:
+    fd = os.open(target, flags, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_append(target: Path, content: str, pre_size: int | None) -> None:
+    # Redo-safe append: cut the file back to the length it had before this call, then append.
+    if target.exists() and pre_size is not None and target.stat().st_size != pre_size:
+        os.truncate(target, pre_size)
+    elif pre_size is None and target.exists():
+        os.truncate(target, 0)
+    _fsync_write(target, content.encode("utf-8"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+
+
+def _write_replace(target: Path, content: str) -> None:
+    from stepline.store import atomic_write_bytes
+
+    atomic_write_bytes(target, content.encode("utf-8"))

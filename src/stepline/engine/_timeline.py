@@ -1,0 +1,60 @@
+"""``timeline.json``: one ordered view of a run built from its events, artifacts, gates, evidence and DRRs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stepline.model import EventType
+from stepline.store import RunDir
+
+__all__ = ["build_timeline", "write_timeline"]
+
+_HIDDEN = {EventType.CALL_STARTED.value, EventType.CURSOR_MOVED.value}
+
+
+def build_timeline(run_dir: RunDir) -> dict[str, Any]:
+    """Return the run's timeline: public events in order, each step's span, and the audit records."""
+    entries: list[dict[str, Any]] = []
+    steps: dict[str, dict[str, Any]] = {}
+    usage: dict[str, dict[str, float]] = {}
+    for event in run_dir.events():
+        if event.type == EventType.CALL_RECORDED.value:
+            result = event.data.get("result")
+            if str(event.data.get("op", "")).startswith("memo:") and isinstance(result, dict):
+                tokens = result.get("usage") or {}
+                bucket = usage.setdefault(event.step_id or "-", {"calls": 0, "input_tokens": 0,
+                                                                 "output_tokens": 0, "cost_usd": 0.0})
+                bucket["calls"] += 1
+                for name in ("input_tokens", "output_tokens", "cost_usd"):
+                    bucket[name] += float(tokens.get(name) or 0)
+            continue
+        if event.type in _HIDDEN:
+            continue
+        entries.append({"seq": event.seq, "time": event.time, "type": event.type, "step_id": event.step_id,
+                        "data": event.data})
+        if event.step_id:
+            span = steps.setdefault(event.step_id, {"step_id": event.step_id, "attempts": 0})
+            if event.type == EventType.STEP_STARTED.value:
+                span.setdefault("started_at", event.time)
+                span["attempts"] = event.data.get("attempt", span["attempts"])
+            elif event.type in (EventType.STEP_COMPLETED.value, EventType.STEP_FAILED.value,
+                                EventType.STEP_BLOCKED.value, EventType.STEP_SKIPPED.value):
+                span["ended_at"] = event.time
+                span["status"] = event.type
+    return {
+        "run_id": run_dir.run_id,
+        "events": entries,
+        "steps": list(steps.values()),
+        "artifacts": run_dir.read("artifacts.json", []) or [],
+        "gates": run_dir.read("gates.json", []) or [],
+        "approvals": run_dir.read("approvals.json", []) or [],
+        "evidence": run_dir.read("evidence.json", []) or [],
+        "drr": run_dir.read("drr.json", []) or [],
+        "tool_results": run_dir.read("tool_results.json", []) or [],
+        "usage": usage,
+    }
+
+
+def write_timeline(run_dir: RunDir) -> None:
+    """Rebuild and write ``timeline.json`` atomically."""
+    run_dir.write("timeline.json", build_timeline(run_dir))

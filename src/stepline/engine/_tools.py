@@ -1,0 +1,80 @@
+"""The engine's side of the tool pipeline: gates for risky tools, the journal, and ``tool_results.json``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from stepline.engine._signals import StepBlocked
+from stepline.errors import ToolError
+from stepline.model import EventType, Risk
+
+if TYPE_CHECKING:
+    from stepline.engine._context import StepContext
+    from stepline.engine._runner import Engine
+    from stepline.tools import ToolPipeline
+
+__all__ = ["run_tool_for_step", "tool_is_idempotent"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    name: str
+    args: dict[str, Any]
+    required: bool
+    risk: Risk | None
+
+
+def _pipeline(engine: Engine) -> ToolPipeline:
+    from stepline.tools import ToolPipeline, ToolPolicy, default_registry
+
+    cached: ToolPipeline | None = getattr(engine, "_tool_pipeline", None)
+    if cached is None:
+        tools = engine.config.tools
+        policy = ToolPolicy(allowlist=tools.allowlist, blocklist=tools.blocklist,
+                            timeout_seconds=tools.timeout_seconds,
+                            high_requires_approval=tools.risk_policy.high_requires_approval,
+                            medium_requires_approval=tools.risk_policy.medium_requires_approval,
+                            default_timezone=engine.config.time.default_timezone)
+        cached = ToolPipeline(default_registry(), policy)
+        engine._tool_pipeline = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def tool_is_idempotent(name: str) -> bool:
+    """Whether re-running ``name`` after an interruption is harmless (unknown tools are assumed not)."""
+    from stepline.tools import default_registry
+
+    registry = default_registry()
+    return name in registry and registry.get(name).idempotent
+
+
+async def run_tool_for_step(engine: Engine, ctx: StepContext, name: str, args: dict[str, Any], *,
+                            required: bool, risk: Risk | None) -> dict[str, Any]:
+    """Run one tool call for ``ctx``'s step; block on its risk gate, fail the step when a required tool fails."""
+    pipeline = _pipeline(engine)
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    def approvals(gate_id: str) -> Literal["approved", "rejected", "pending"]:
+        decision = engine.calls.decisions.get(gate_id)
+        if decision is None:
+            return "pending"
+        return "approved" if decision["decision"] == "approved" else "rejected"
+
+    call = _Call(name=name, args=args, required=required, risk=risk)
+    result = await pipeline.arun(call, step_id=ctx.spec.id, project_root=ctx.project_root, approvals=approvals,
+                                 on_event=lambda kind, data: events.append((kind, data)))
+    for kind, data in events:  # the worker thread reported them; journal them here, in order
+        ctx.emit(EventType(kind), data)
+    record = result.model_dump(mode="json")
+    engine.record_tool_result(record)
+    if result.status == "blocked":
+        gate_id = next((d.get("gate_id") for k, d in events if k == EventType.TOOL_APPROVAL_REQUIRED.value), None)
+        gate_id = gate_id or f"tool:{name}:{ctx.spec.id}"
+        engine.gates.open(gate_id, kind="tool", step_id=ctx.spec.id,
+                          reason=f"{result.risk}-risk tool {name!r} needs approval", phase=ctx.spec.phase)
+        raise StepBlocked(f"waiting for approval of gate {gate_id} ({result.risk}-risk tool {name!r})", gate_id)
+    if result.status != "ok" and required:
+        raise ToolError(f"required tool {name!r} {result.status}: {result.error}",
+                        retryable=result.status in ("error", "timeout"))
+    return record

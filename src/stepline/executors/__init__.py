@@ -1,0 +1,31 @@
+"""Executors: whoever does a step's judgement (a script, a model, a CLI agent, a person), over one protocol."""
+
+from __future__ import annotations
+
+from stepline.executors._base import (
+    Executor,
+    ExecutorFactory,
+    available_executors,
+    create_executor,
+    register_executor,
+)
+from stepline.executors._dryrun import DryRunExecutor, default_choice
+from stepline.executors._protocol import MenuOption, RequestKind, StepRequest, StepSession, WriteMode
+from stepline.executors._scripted import ScriptedExecutor, load_script
+
+__all__ = [
+    "DryRunExecutor",
+    "Executor",
+    "ExecutorFactory",
+    "MenuOption",
+    "RequestKind",
+    "ScriptedExecutor",
+    "StepRequest",
+    "StepSession",
+    "WriteMode",
+    "available_executors",
+    "create_executor",
+    "default_choice",
+    "load_script",
+    "register_executor",
+]

@@ -1,0 +1,98 @@
+"""The step protocol: what the runtime asks of an executor, and the calls an executor makes back.
+
+The runtime sends a :class:`StepRequest` to :meth:`Executor.perform`. The executor does the work by calling
+the :class:`StepSession` it is given — ``read``, ``ask``, ``write_output``, ``set_var``, ``call_tool``,
+``decide``, ``finish`` — and nothing else touches run state. Every session call is checked and journaled by
+the runtime. On resume after a crash ``perform`` is called again from the top and each call the journal
+already holds returns its recorded result instead of happening again, so an executor must make the same
+calls in the same order when given the same results (scripted, dry-run and model-driven executors do).
+Work that is not a session call but must not be repeated (a request to a model) goes through
+:meth:`StepSession.memo`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = ["MenuOption", "RequestKind", "StepRequest", "StepSession", "WriteMode"]
+
+#: What the runtime wants: do a step's work, generate one template section, decide a yes/no condition,
+#: answer a question as a simulated expert user (``#yolo``), or pick a menu option.
+RequestKind = Literal["work", "generate", "decide", "answer", "choose"]
+WriteMode = Literal["append", "replace", "section"]
+
+
+@dataclass(frozen=True, slots=True)
+class MenuOption:
+    """One option of a step's menu (``[C] Continue``)."""
+
+    key: str
+    label: str
+    default: bool = False
+
+
+@dataclass(slots=True)
+class StepRequest:
+    """What the runtime hands an executor: only the current step's content (just-in-time), never a later one."""
+
+    kind: RequestKind
+    run_id: str
+    step_id: str
+    title: str
+    content: str = ""
+    variables: dict[str, Any] = field(default_factory=dict)
+    question: str | None = None
+    choices: list[str] | None = None
+    condition: str | None = None
+    section: str | None = None
+    menu: list[MenuOption] = field(default_factory=list)
+    context: dict[str, Any] = field(default_factory=dict)
+    mode: str = "normal"
+    workflow_id: str = ""
+    attempt: int = 1
+    hints: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form (for the journal, cassettes and prompts)."""
+        return asdict(self)
+
+
+class StepSession(ABC):
+    """The protocol an executor speaks to the runtime during one request. All methods are journaled."""
+
+    @abstractmethod
+    async def read(self, path: str) -> str:
+        """Return the text of ``path`` (relative to the project root; escapes are refused)."""
+
+    @abstractmethod
+    async def ask(self, question: str, choices: list[str] | None = None) -> str:
+        """Ask the user; in ``#yolo`` a simulated expert user answers, in non-interactive mode the run blocks."""
+
+    @abstractmethod
+    async def write_output(self, content: str, *, path: str | None = None, section: str | None = None,
+                           mode: WriteMode = "append") -> str:
+        """Write to the step's output (or ``path``); return the path written. ``section`` fills a template section."""
+
+    @abstractmethod
+    async def set_var(self, name: str, value: Any) -> None:
+        """Set a run variable visible to later steps."""
+
+    @abstractmethod
+    async def call_tool(self, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Call a tool through the tool pipeline; return its ToolResult as a dict."""
+
+    @abstractmethod
+    async def decide(self, value: bool, reason: str) -> None:
+        """Answer a ``decide`` request: the condition holds (``value``) and why."""
+
+    @abstractmethod
+    async def finish(self, choice: str | None = None, summary: str | None = None) -> None:
+        """End the request: the menu ``choice`` (or the answer, for ``answer`` requests) and a short summary."""
+
+    @abstractmethod
+    async def memo(self, label: str, payload: dict[str, Any],
+                   compute: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """Return the journaled result for this call, or run ``compute`` once and journal its result."""

@@ -1,0 +1,130 @@
+"""Native workflow files: StepSpec YAML/JSON written for stepline directly, checked against the shipped schema."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from stepline.errors import ReaderError
+from stepline.formats._diagnostics import Diagnostic
+from stepline.formats._yamlpos import find_yaml_line
+from stepline.model import NativeWorkflowFile, SourceRef, WorkflowSpec
+
+__all__ = ["is_native_workflow", "lint_native", "load_native"]
+
+
+_TOP_LEVEL_STEPS = re.compile(r'^(steps:|\s*"steps"\s*:)', re.MULTILINE)
+
+
+def is_native_workflow(path: Path) -> bool:
+    """A YAML/JSON file with a top-level ``steps`` key (BMAD's ``workflow.yaml`` has none)."""
+    if path.suffix.lower() not in (".yaml", ".yml", ".json"):
+        return False
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return bool(_TOP_LEVEL_STEPS.search(text))
+
+
+def _parse(path: Path) -> tuple[Any, str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ReaderError("file not found", path=str(path)) from None
+    if path.suffix.lower() == ".json":
+        try:
+            return json.loads(text), text
+        except json.JSONDecodeError as exc:
+            raise ReaderError(f"JSON error: {exc.msg}", path=str(path), line=exc.lineno) from None
+    try:
+        return yaml.safe_load(text), text
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ReaderError(f"YAML error: {getattr(exc, 'problem', None) or exc}", path=str(path),
+                          line=mark.line + 1 if mark else None) from None
+
+
+def _step_lines(text: str) -> dict[int, int]:
+    """Line of each ``steps`` item, for diagnostics that point at a step."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return {}
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    for key, value in node.value:
+        if key.value == "steps" and isinstance(value, yaml.SequenceNode):
+            return {i: item.start_mark.line + 1 for i, item in enumerate(value.value)}
+    return {}
+
+
+def load_native(path: Path) -> WorkflowSpec:
+    """Read a native workflow file; schema problems are :class:`ReaderError` naming file:line and the field."""
+    data, text = _parse(path)
+    if not isinstance(data, dict):
+        raise ReaderError("a workflow file is a mapping with id and steps", path=str(path), line=1)
+    try:
+        native = NativeWorkflowFile.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = first["loc"]
+        line = None
+        if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
+            line = _step_lines(text).get(loc[1])
+        line = find_yaml_line(text, tuple(loc)) or line
+        where = ".".join(str(p) for p in loc)
+        raise ReaderError(f"{where}: {first['msg']}", path=str(path), line=line,
+                          hint="see the schema in stepline/model/workflow.schema.json") from None
+    lines = _step_lines(text)
+    seen: set[str] = set()
+    for i, step in enumerate(native.steps):
+        if step.id in seen:
+            raise ReaderError(f"duplicate step id {step.id!r}", path=str(path), line=lines.get(i))
+        seen.add(step.id)
+        step.source = SourceRef(path=str(path), line=lines.get(i))
+    known = seen
+    for i, step in enumerate(native.steps):
+        for dep in step.depends_on:
+            if dep not in known:
+                raise ReaderError(f"step {step.id!r} depends on unknown step {dep!r}", path=str(path),
+                                  line=lines.get(i))
+    _check_cycles(native, path, lines)
+    return WorkflowSpec(id=native.id, name=native.name or native.id, description=native.description,
+                        format="native", source=SourceRef(path=str(path), line=1), root=str(path.parent),
+                        variables=native.variables, steps=native.steps,
+                        meta={"scheduling": "dag"} if any(s.depends_on for s in native.steps) else {})
+
+
+def _check_cycles(native: NativeWorkflowFile, path: Path, lines: dict[int, int]) -> None:
+    deps = {s.id: s.depends_on for s in native.steps}
+    state: dict[str, int] = {}
+
+    def visit(sid: str, trail: list[str]) -> None:
+        state[sid] = 1
+        for dep in deps[sid]:
+            if state.get(dep) == 1:
+                cycle = [*trail[trail.index(dep):], dep] if dep in trail else [sid, dep]
+                index = next(i for i, s in enumerate(native.steps) if s.id == sid)
+                raise ReaderError("dependency cycle: " + " -> ".join(cycle), path=str(path), line=lines.get(index))
+            if state.get(dep) is None:
+                visit(dep, [*trail, dep])
+        state[sid] = 2
+
+    for sid in deps:
+        if sid not in state:
+            visit(sid, [sid])
+
+
+def lint_native(path: Path) -> list[Diagnostic]:
+    """Problems in a native workflow file, as diagnostics (empty when it loads cleanly)."""
+    try:
+        load_native(path)
+    except ReaderError as exc:
+        return [Diagnostic("error", "native-schema", exc.detail, str(path), exc.line)]
+    return []

@@ -1,0 +1,87 @@
+"""The ``stepline`` application object, shared options, error reporting and the one ``sys.exit``.
+
+Exit codes (also in the README):
+
+====  =========================================================================
+0     success (a run completed; a validation found no error)
+1     an error a user can cause that has no more specific code
+2     usage: a bad flag, a malformed ``--var``
+3     not found: a path, run, gate, session or executor that does not exist
+4     a workflow or config file that cannot be read (the message names file:line)
+5     the run's state does not allow it (completed, locked by another process)
+6     a damaged run directory
+7     an executor or tool failure outside a step
+8     the run failed (a step failed after its retries)
+9     the run is blocked, waiting for a person (approve / answer, then resume)
+10    ``validate`` found errors
+130   interrupted (Ctrl-C); the run stays resumable
+====  =========================================================================
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    name="stepline",
+    help="Run BMAD and Claude-Code-Workflow agent workflows deterministically, durably and auditably.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+EXIT_FAILED = 8
+EXIT_BLOCKED = 9
+EXIT_INVALID = 10
+
+ProjectRoot = Annotated[Path, typer.Option("--project-root", "-C", help="Project folder (default: current).",
+                                           file_okay=False)]
+JsonOutput = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
+ConfigOption = Annotated[Path | None, typer.Option("--config", help="Runtime config file (default: "
+                                                   "config/runtime.yaml in the project root).")]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``stepline`` script: run the app, turn every user error into one line + exit code."""
+    sys.exit(run_cli(argv))
+
+
+def run_cli(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code instead of exiting (tests call this)."""
+    from stepline.interfaces.cli import _commands  # noqa: F401 - registers the commands
+
+    try:
+        result = app(args=argv, standalone_mode=False, prog_name="stepline")
+    except KeyboardInterrupt:
+        print("interrupted; the run can be resumed with `stepline resume RUN`", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        return _report(exc)
+    return int(result or 0)
+
+
+def _report(exc: Exception) -> int:
+    """Print a user error as one line and return its exit code; re-raise bugs (they deserve a traceback)."""
+    from stepline.errors import SteplineError
+
+    if isinstance(exc, SteplineError):
+        print(f"error: {exc.format_message()}", file=sys.stderr)
+        return type(exc).exit_code
+    # typer vendors click in recent releases, so match its exceptions by name rather than by class.
+    if type(exc).__module__.startswith(("click", "typer")):
+        kind = type(exc).__name__
+        if kind == "Exit":
+            return int(getattr(exc, "exit_code", 0) or 0)
+        if kind == "Abort":
+            print("Aborted!", file=sys.stderr)
+            return 130
+        format_message = getattr(exc, "format_message", None)
+        message = format_message() if callable(format_message) else str(exc)
+        print(f"error: {message} (see `stepline --help`)", file=sys.stderr)
+        return int(getattr(exc, "exit_code", 2) or 2)
+    raise exc

@@ -1,0 +1,7 @@
+"""Imports every command module so their ``@app.command`` decorators register them."""
+
+from __future__ import annotations
+
+from stepline.interfaces.cli import _gates, _runs, _validate
+
+__all__ = ["_gates", "_runs", "_validate"]

@@ -1,0 +1,113 @@
+"""Commands for the people a run waits for: gates, approve, reject, answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from stepline.interfaces.cli._app import ConfigOption, JsonOutput, ProjectRoot, app
+from stepline.interfaces.cli._render import console, print_json
+
+
+def decide_gate(project_root: Path, config: Path | None, run_id: str, gate_id: str | None, *, approved: bool,
+                by: str, notes: str | None, answer: str | None = None) -> str:
+    """Record a decision on a gate of a blocked run from outside it (takes the run's lock); return the gate id."""
+    from stepline.engine import Engine, load_runtime_config
+    from stepline.engine._runner import record_gate_event
+    from stepline.errors import RunStateError
+    from stepline.model import RunStatus
+
+    root = project_root.resolve()
+    engine = Engine(project_root=root, config=load_runtime_config(root, config))
+    run_dir = engine.store.open(run_id)
+    with run_dir.lock():
+        run = engine.load(run_dir)
+        if run.status in (RunStatus.COMPLETED, RunStatus.FAILED):
+            raise RunStateError(f"run {run.run_id} is {run.status.value}; its gates can no longer be decided")
+        engine._open(run_dir, run)
+        try:
+            kinds = ("question",) if answer is not None else ("human", "tool")
+            gate = engine.gates.choose(gate_id, kinds=kinds)
+            if answer is None and gate.kind == "question":
+                raise RunStateError(f"gate {gate.gate_id} is a question", hint=f"use `stepline answer {run.run_id}`")
+            if answer is not None and gate.kind != "question":
+                raise RunStateError(f"gate {gate.gate_id} needs approve or reject, not an answer")
+            gate, _, drr = engine.gates.decide(gate, approved=approved, by=by, notes=notes, answer=answer)
+            record_gate_event(engine.emit, gate.gate_id, approved=approved, by=by, notes=notes, drr_id=drr.id,
+                              step_id=gate.step_id, answer=answer, kind=gate.kind)
+            run_dir.write("manifest.json", run.model_dump(mode="json"))
+        finally:
+            engine.journal_sync()
+            if engine._journal is not None:
+                engine._journal.close()
+    return gate.gate_id
+
+
+@app.command()
+def gates(
+    run_id: Annotated[str | None, typer.Argument(help="The run (default: every run).")] = None,
+    project_root: ProjectRoot = Path("."),
+    config: ConfigOption = None,
+    as_json: JsonOutput = False,
+) -> None:
+    """List the gates waiting for a person (approvals, high-risk tools, questions)."""
+    from rich.table import Table
+
+    from stepline.engine import load_runtime_config
+    from stepline.store import RunStore
+
+    root = project_root.resolve()
+    store = RunStore(root / load_runtime_config(root, config).runtime.storage_root)
+    run_dirs = [store.open(run_id)] if run_id else [store.open(s.run_id) for s in store.summaries()]
+    rows = []
+    for run_dir in run_dirs:
+        for gate in run_dir.read("gates.json", []) or []:
+            if gate.get("status") == "pending":
+                rows.append({"run_id": run_dir.run_id, **gate})
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        console.print("no pending gates")
+        return
+    table = Table("run", "gate", "kind", "step", "reason", box=None)
+    for row in rows:
+        table.add_row(row["run_id"], row["gate_id"], row["kind"], row.get("step_id") or "", row["reason"][:80])
+    console.print(table)
+
+
+By = Annotated[str, typer.Option("--by", help="Who decides (recorded in approvals.json).")]
+Notes = Annotated[str | None, typer.Option("--notes", help="Why (recorded with the decision).")]
+GateArg = Annotated[str | None, typer.Argument(help="The gate (default: the run's only pending gate).")]
+
+
+@app.command()
+def approve(run_id: Annotated[str, typer.Argument(help="The blocked run.")], gate: GateArg = None,
+            by: By = "", notes: Notes = None, project_root: ProjectRoot = Path("."),
+            config: ConfigOption = None) -> None:
+    """Approve a pending gate; then `stepline resume RUN` continues the run."""
+    gate_id = decide_gate(project_root, config, run_id, gate, approved=True, by=by, notes=notes)
+    console.print(f"approved {gate_id} by {by}; continue with: stepline resume {run_id}")
+
+
+@app.command()
+def reject(run_id: Annotated[str, typer.Argument(help="The blocked run.")], gate: GateArg = None,
+           by: By = "", notes: Notes = None, project_root: ProjectRoot = Path("."),
+           config: ConfigOption = None) -> None:
+    """Reject a pending gate: the gated step fails (resume to record it)."""
+    gate_id = decide_gate(project_root, config, run_id, gate, approved=False, by=by, notes=notes)
+    console.print(f"rejected {gate_id} by {by}; `stepline resume {run_id}` records the step as failed")
+
+
+@app.command()
+def answer(run_id: Annotated[str, typer.Argument(help="The blocked run.")],
+           text: Annotated[str, typer.Argument(help="The answer to the pending question.")],
+           gate: Annotated[str | None, typer.Option("--gate", help="The question's gate id, when several wait.")]
+           = None,
+           by: Annotated[str, typer.Option("--by", help="Who answers.")] = "cli",
+           project_root: ProjectRoot = Path("."), config: ConfigOption = None) -> None:
+    """Answer the question a blocked run is waiting on; then `stepline resume RUN` continues it."""
+    gate_id = decide_gate(project_root, config, run_id, gate, approved=True, by=by, notes=None, answer=text)
+    console.print(f"answered {gate_id}; continue with: stepline resume {run_id}")

@@ -1,0 +1,292 @@
+"""Commands that start, continue and inspect runs: run, resume, status, list, show, export."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from stepline.interfaces.cli._app import ConfigOption, JsonOutput, ProjectRoot, app
+from stepline.interfaces.cli._render import (
+    console,
+    err_console,
+    print_json,
+    progress_listener,
+    run_exit_code,
+    run_summary,
+)
+
+if TYPE_CHECKING:
+    from stepline.engine import Engine
+    from stepline.model import Run, RunMode
+    from stepline.store import RunDir
+
+ExecutorOption = Annotated[str | None, typer.Option("--executor", "-e",
+                                                    help="Who does the steps: dry-run, scripted, openai, "
+                                                         "anthropic, cli-agent, human, replay, or a plugin.")]
+ScriptOption = Annotated[Path | None, typer.Option("--script", help="Script of protocol calls for the "
+                                                   "scripted executor (implies --executor scripted).")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")]
+
+
+def parse_vars(pairs: list[str]) -> dict[str, str]:
+    """Turn ``--var name=value`` pairs into a mapping; a malformed pair is a UsageError naming it."""
+    from stepline.errors import UsageError
+
+    values: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip() or not name.strip().replace("_", "").replace("-", "").isalnum():
+            raise UsageError(f"--var expects NAME=VALUE, got {pair!r}", hint="for example --var user_name=Ada")
+        values[name.strip()] = value
+    return values
+
+
+def build_engine(project_root: Path, config: Path | None, executor: str | None, script: Path | None,
+                 mode: RunMode, quiet: bool, extra_options: dict[str, Any] | None = None) -> Engine:
+    """The engine for a CLI command, with the progress display attached."""
+    from stepline.engine import Engine, load_runtime_config
+    from stepline.errors import NotFoundError, UsageError
+
+    root = project_root.resolve()
+    if not root.is_dir():
+        raise NotFoundError(f"{project_root}: no such project folder", hint="pass an existing --project-root")
+    runtime = load_runtime_config(root, config)
+    options: dict[str, Any] = dict(extra_options or {})
+    if script is not None:
+        if executor not in (None, "scripted"):
+            raise UsageError(f"--script goes with the scripted executor, not {executor!r}")
+        if not script.is_file():
+            raise NotFoundError(f"{script}: no such script file", hint="pass an existing --script FILE")
+        executor = "scripted"
+        options["script"] = str(script.resolve())
+    if executor is not None:
+        from stepline.executors import create_executor
+
+        create_executor(executor, {**runtime.executors.get(executor, {}), **options})  # fail fast on a bad name
+    return Engine(project_root=root, config=runtime, executor=executor, executor_options=options, mode=mode,
+                  listeners=[progress_listener(quiet)])
+
+
+def _finish(run: Run, as_json: bool) -> None:
+    if as_json:
+        print_json(run_summary(run))
+    else:
+        done = sum(1 for s in run.steps.values() if s.status.value in ("completed", "skipped"))
+        style = {"completed": "green", "failed": "red", "blocked": "yellow"}.get(run.status.value, "white")
+        console.print(f"run [bold]{run.run_id}[/bold] [{style}]{run.status.value}[/{style}]: "
+                      f"{done}/{len(run.steps)} steps")
+        if run.status.value == "failed":
+            console.print(f"  [red]{run.error}[/red]")
+            console.print(f"  fix the cause, then: stepline resume {run.run_id}")
+        elif run.status.value == "blocked":
+            console.print(f"  [yellow]{run.blocked_reason}[/yellow]")
+            console.print(f"  see `stepline gates {run.run_id}`; approve/answer, then `stepline resume {run.run_id}`")
+    raise typer.Exit(run_exit_code(run))
+
+
+@app.command()
+def run(
+    path: Annotated[Path, typer.Argument(help="Workflow file or folder (native YAML/JSON, BMAD, CCW session).")],
+    executor: ExecutorOption = None,
+    script: ScriptOption = None,
+    var: Annotated[list[str] | None, typer.Option("--var", help="Set a variable: NAME=VALUE (repeatable).")] = None,
+    yolo: Annotated[bool, typer.Option("--yolo", help="No confirmations; the executor answers questions as "
+                                                      "a simulated expert user.")] = False,
+    non_interactive: Annotated[bool, typer.Option("--non-interactive", help="Never prompt: a step that needs "
+                                                  "a person blocks the run.")] = False,
+    workflow_mode: Annotated[str | None, typer.Option("--mode", help="Tri-modal workflows: create, edit or "
+                                                      "validate.")] = None,
+    project_root: ProjectRoot = Path("."),
+    config: ConfigOption = None,
+    as_json: JsonOutput = False,
+    quiet: Quiet = False,
+) -> None:
+    """Run a workflow from its first step until it completes, fails or waits for a person."""
+    from stepline.errors import UsageError
+    from stepline.formats import load_workflow
+
+    if yolo and non_interactive:
+        raise UsageError("--yolo and --non-interactive exclude each other")
+    variables = parse_vars(var or [])
+    mode: RunMode = "yolo" if yolo else "non-interactive" if non_interactive else "normal"
+    engine = build_engine(project_root, config, executor, script, mode, quiet or as_json)
+    workflow = load_workflow(path, project_root=engine.project_root, variables=variables, mode=workflow_mode)
+    result = asyncio.run(engine.start(workflow, variables))
+    _finish(result, as_json)
+
+
+@app.command()
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The run to continue (a unique part of its id is enough).")],
+    executor: ExecutorOption = None,
+    script: ScriptOption = None,
+    project_root: ProjectRoot = Path("."),
+    config: ConfigOption = None,
+    as_json: JsonOutput = False,
+    quiet: Quiet = False,
+) -> None:
+    """Continue a run from its first unfinished step; completed steps never run again."""
+    engine = build_engine(project_root, config, executor, script, "normal", quiet or as_json)
+    result = asyncio.run(engine.resume(run_id))
+    _finish(result, as_json)
+
+
+def load_run(project_root: Path, config: Path | None, run_id: str | None) -> Run:
+    """The run with ``run_id`` (or the latest), rebuilt from its journal."""
+    from stepline.engine import Engine, load_runtime_config
+    from stepline.errors import NotFoundError
+
+    root = project_root.resolve()
+    engine = Engine(project_root=root, config=load_runtime_config(root, config))
+    if run_id is None:
+        latest = engine.store.latest()
+        if latest is None:
+            raise NotFoundError(f"no runs under {engine.store.root}", hint="start one with `stepline run PATH`")
+        return engine.load(latest)
+    return engine.load(engine.store.open(run_id))
+
+
+@app.command()
+def status(
+    run_id: Annotated[str | None, typer.Argument(help="The run (default: the latest).")] = None,
+    project_root: ProjectRoot = Path("."),
+    config: ConfigOption = None,
+    as_json: JsonOutput = False,
+) -> None:
+    """Show a run's status and its steps."""
+    from rich.table import Table
+
+    found = load_run(project_root, config, run_id)
+    if as_json:
+        print_json(run_summary(found))
+        return
+    console.print(f"[bold]{found.run_id}[/bold]  {found.workflow.id} ({found.workflow.format})  "
+                  f"status: [bold]{found.status.value}[/bold]")
+    if found.blocked_reason:
+        console.print(f"blocked: {found.blocked_reason}")
+    if found.error:
+        console.print(f"error: {found.error}")
+    table = Table("step", "name", "status", "attempts", "error", box=None)
+    for step in found.steps.values():
+        table.add_row(step.step_id, step.name, step.status.value, str(step.attempts), (step.error or "")[:80])
+    console.print(table)
+
+
+@app.command("list")
+def list_runs(
+    project_root: ProjectRoot = Path("."),
+    config: ConfigOption = None,
+    as_json: JsonOutput = False,
+) -> None:
+    """List the runs of this project, oldest first."""
+    from dataclasses import asdict
+
+    from rich.table import Table
+
+    from stepline.engine import load_runtime_config
+    from stepline.store import RunStore
+
+    root = project_root.resolve()
+    store = RunStore(root / load_runtime_config(root, config).runtime.storage_root)
+    rows = list(store.summaries())
+    if as_json:
+        print_json([asdict(r) for r in rows])
+        return
+    if not rows:
+        err_console.print(f"no runs under {store.root}")
+        return
+    table = Table("run", "workflow", "status", "steps", "updated", box=None)
+    for row in rows:
+        shown = row.status
+        if row.status == "running" and row.live_pid is None:
+            shown = "interrupted (resume it)"
+        elif row.live_pid is not None:
+            shown = f"{row.status} (pid {row.live_pid})"
+        table.add_row(row.run_id, row.workflow, shown, f"{row.steps_done}/{row.steps_total}", row.updated_at[:19])
+    console.print(table)
+
+
+@app.command()
+def history(
+    project_root: ProjectRoot = Path("."),
+    config: ConfigOption = None,
+    as_json: JsonOutput = False,
+) -> None:
+    """Same as ``list``: every run of this project, oldest first."""
+    list_runs(project_root=project_root, config=config, as_json=as_json)
+
+
+@app.command()
+def show(
+    run_id: Annotated[str, typer.Argument(help="The run.")],
+    project_root: ProjectRoot = Path("."),
+    config: ConfigOption = None,
+    as_json: JsonOutput = False,
+) -> None:
+    """Show a run's timeline: every event, artifact, gate and decision in order, and model usage."""
+    from rich.table import Table
+
+    from stepline.engine import build_timeline
+
+    found = load_run(project_root, config, run_id)
+    timeline = build_timeline(_run_dir(project_root, config, found.run_id))
+    if as_json:
+        print_json(timeline)
+        return
+    console.print(f"[bold]{found.run_id}[/bold]  {found.workflow.id}  status: [bold]{found.status.value}[/bold]")
+    table = Table("seq", "time", "step", "event", "detail", box=None)
+    for entry in timeline["events"]:
+        data = entry["data"]
+        detail = (data.get("error") or data.get("reason") or data.get("path") or data.get("gate_id")
+                  or data.get("summary") or "")
+        table.add_row(str(entry["seq"]), entry["time"][11:23], entry["step_id"] or "", entry["type"],
+                      str(detail)[:70])
+    console.print(table)
+    if timeline["usage"]:
+        usage = Table("step", "model calls", "input tokens", "output tokens", "cost (USD)", box=None)
+        totals = [0.0, 0.0, 0.0, 0.0]
+        for step_id, bucket in timeline["usage"].items():
+            values = [bucket["calls"], bucket["input_tokens"], bucket["output_tokens"], bucket["cost_usd"]]
+            totals = [a + b for a, b in zip(totals, values, strict=True)]
+            usage.add_row(step_id, *(f"{v:g}" for v in values))
+        usage.add_row("[bold]run[/bold]", *(f"{v:g}" for v in totals))
+        console.print(usage)
+
+
+def _run_dir(project_root: Path, config: Path | None, run_id: str) -> RunDir:
+    from stepline.engine import load_runtime_config
+    from stepline.store import RunStore
+
+    root = project_root.resolve()
+    return RunStore(root / load_runtime_config(root, config).runtime.storage_root).open(run_id)
+
+
+@app.command()
+def export(
+    run_id: Annotated[str, typer.Argument(help="The run.")],
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
+    project_root: ProjectRoot = Path("."),
+    config: ConfigOption = None,
+) -> None:
+    """Export a run as one JSON document: manifest, journal and every audit file."""
+    import json
+    from dataclasses import asdict
+
+    from stepline.store import RUN_FILES
+
+    found = load_run(project_root, config, run_id)
+    run_dir = _run_dir(project_root, config, found.run_id)
+    document: dict[str, Any] = {"run": found.model_dump(mode="json"),
+                                "events": [asdict(event) for event in run_dir.events()]}
+    for name in RUN_FILES:
+        if name != "manifest.json":
+            document[name.removesuffix(".json")] = run_dir.read(name, None)
+    text = json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n"
+    if output is None:
+        print(text, end="")
+    else:
+        output.write_text(text, encoding="utf-8")
+        err_console.print(f"wrote {output}")

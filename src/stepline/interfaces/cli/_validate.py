@@ -1,0 +1,35 @@
+"""``stepline validate``: lint a workflow or a whole tree, every problem with file:line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from stepline.interfaces.cli._app import EXIT_INVALID, JsonOutput, ProjectRoot, app
+from stepline.interfaces.cli._render import console, print_json
+
+
+@app.command()
+def validate(
+    path: Annotated[Path, typer.Argument(help="A workflow file or folder, or a tree of them.")],
+    project_root: ProjectRoot = Path("."),
+    as_json: JsonOutput = False,
+) -> None:
+    """Report every problem in a workflow (or every workflow under a folder); exit 10 on errors."""
+    from dataclasses import asdict
+
+    from stepline.formats import lint_path
+
+    diagnostics = lint_path(path, project_root=project_root.resolve())
+    errors = sum(1 for d in diagnostics if d.severity == "error")
+    if as_json:
+        print_json([asdict(d) for d in diagnostics])
+    else:
+        for diagnostic in diagnostics:
+            console.print(str(diagnostic), markup=False)
+        warnings = len(diagnostics) - errors
+        console.print(f"{errors} error(s), {warnings} warning(s)")
+    if errors:
+        raise typer.Exit(EXIT_INVALID)

@@ -1,0 +1,24 @@
+"""Durable run state: run directories, the journal, atomic snapshots, the lock. Knows nothing of formats."""
+
+from __future__ import annotations
+
+from stepline.store._files import atomic_write_bytes, atomic_write_json, read_json
+from stepline.store._journal import Journal, read_journal
+from stepline.store._lock import RunLock, lock_holder
+from stepline.store._rundir import DEFAULT_STORAGE_ROOT, RUN_FILES, RunDir, RunStore, RunSummary, new_run_id
+
+__all__ = [
+    "DEFAULT_STORAGE_ROOT",
+    "RUN_FILES",
+    "Journal",
+    "RunDir",
+    "RunLock",
+    "RunStore",
+    "RunSummary",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "lock_holder",
+    "new_run_id",
+    "read_journal",
+    "read_json",
+]
