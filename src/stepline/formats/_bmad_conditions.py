@@ -18,9 +18,7 @@ __all__ = ["ConditionKind", "ParsedCondition", "classify"]
 ConditionKind = Literal["compare", "provided", "empty", "file-exists", "choice", "all", "any"]
 Scalar = str | int | float | bool
 
-_VAR = (
-    r"(?:\{\{\s*(?P<v1>[A-Za-z_][\w.-]*)\s*\}\}|\{(?P<v2>[A-Za-z_][\w-]*)\}|(?P<v3>[A-Za-z_][A-Za-z0-9_]*))"
-)
+_VAR = r"(?:\{\{\s*(?P<v1>[A-Za-z_][\w.-]*)\s*\}\}|\{(?P<v2>[A-Za-z_][\w-]*)\}|(?P<v3>[A-Za-z_][A-Za-z0-9_]*))"
 _OPS = {
     "==": "==",
     "!=": "!=",
@@ -36,9 +34,7 @@ _OPS = {
     "ge": ">=",
 }
 _COMPARE = re.compile(rf"^{_VAR}\s*(?P<op>==|!=|>=|<=|>|<|\b(?:eq|ne|lt|gt|le|ge)\b)\s*(?P<rhs>.+?)$")
-_PRESENCE = re.compile(
-    rf"^{_VAR}\s+is\s+(?P<neg>not\s+)?(?P<what>provided|empty|set|defined)$", re.IGNORECASE
-)
+_PRESENCE = re.compile(rf"^{_VAR}\s+is\s+(?P<neg>not\s+)?(?P<what>provided|empty|set|defined)$", re.IGNORECASE)
 _FILE_VAR_FIRST = re.compile(
     rf"^(?:file\s+)?{_VAR}\s+(?:file\s+)?(?P<neg>does\s+not\s+exist|doesn't\s+exist|not\s+exists?|exists?)$",
     re.IGNORECASE,
@@ -168,9 +164,7 @@ def _simple(text: str) -> ParsedCondition | None:
         return ParsedCondition(kind="file-exists", variable=_variable(match), negated=_negated_exists(match))
     match = _FILE_PATH.match(text)
     if match:
-        return ParsedCondition(
-            kind="file-exists", operand=match.group("path"), negated=_negated_exists(match)
-        )
+        return ParsedCondition(kind="file-exists", operand=match.group("path"), negated=_negated_exists(match))
     match = _COMPARE.match(text)
     if match:
         operand = _operand(match.group("rhs"))

@@ -43,9 +43,7 @@ __all__ = [
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-_PLACEHOLDER = re.compile(
-    r"\{\{\s*(?P<runtime>[A-Za-z_][\w.-]*)\s*\}\}|(?<!\{)\{(?P<static>[A-Za-z_][\w-]*)\}(?!\})"
-)
+_PLACEHOLDER = re.compile(r"\{\{\s*(?P<runtime>[A-Za-z_][\w.-]*)\s*\}\}|(?<!\{)\{(?P<static>[A-Za-z_][\w-]*)\}(?!\})")
 _CONFIG_REF = re.compile(r"\{config_source\}:(?P<key>[A-Za-z_][\w-]*)")
 _SYSTEM_DATE = ("system-generated", "system-date", "system_generated")
 
@@ -72,9 +70,7 @@ def find_placeholders(text: str) -> list[Placeholder]:
     for match in _PLACEHOLDER.finditer(text):
         runtime = match.group("runtime")
         name = runtime if runtime is not None else match.group("static")
-        found.append(
-            Placeholder(name=name, runtime=runtime is not None, start=match.start(), end=match.end())
-        )
+        found.append(Placeholder(name=name, runtime=runtime is not None, start=match.start(), end=match.end()))
     return found
 
 
@@ -348,11 +344,7 @@ class WorkflowConfig:
 
 def resolve_path(value: Any, project_root: Path) -> Path | None:
     """Turn a resolved path value into a Path; None if it is not a usable path string."""
-    if (
-        not isinstance(value, str)
-        or not value.strip()
-        or any(not p.runtime for p in find_placeholders(value))
-    ):
+    if not isinstance(value, str) or not value.strip() or any(not p.runtime for p in find_placeholders(value)):
         return None
     candidate = Path(value.strip())
     return candidate if candidate.is_absolute() else project_root / candidate
@@ -391,9 +383,7 @@ def load_workflow_config(
     config: dict[str, Any] = {}
     if "config_source" in raw or "config_source" in overrides:
         source_value = overrides.get("config_source", raw.get("config_source"))
-        pre = resolve_references(
-            {**raw, **overrides}, root_known, path=where, lines=doc.lines, report_unknown=False
-        )
+        pre = resolve_references({**raw, **overrides}, root_known, path=where, lines=doc.lines, report_unknown=False)
         resolved_source = pre.values.get("config_source", source_value)
         config_path = resolve_path(resolved_source, project_root)
         if config_path is None:
@@ -409,7 +399,7 @@ def load_workflow_config(
         else:
             config, problem = _load_config(config_path)
             if problem is not None:
-                code = "yaml-syntax" if config_path.is_file() else "missing-file"
+                code = "yaml-syntax" if config_path.is_file() else "missing-config"
                 diagnostics.append(Diagnostic("error", code, problem, where, doc.lines.get("config_source")))
     config = {k: _fill(v, root_known) for k, v in config.items()}
 
@@ -506,10 +496,7 @@ def _is_system_date(value: Any) -> bool:
 def _load_config(path: Path) -> tuple[dict[str, Any], str | None]:
     """Load a module config file; return its mapping and a problem message (or None)."""
     if not path.is_file():
-        return {}, (
-            f"config_source {path} does not exist; install the module first (stepline install) or "
-            "fix the path"
-        )
+        return {}, (f"config_source {path} does not exist; install the module first (stepline install) or fix the path")
     try:
         doc = load_yaml(path)
     except ReaderError as exc:

@@ -364,6 +364,7 @@ _PROSE_GOTO = re.compile(
     re.IGNORECASE,
 )
 _TASK_PATH = re.compile(r"[^\s`'\"()]+\.(?:xml|md|yaml)\b")
+_TASK_PATH_XML = re.compile(r"[^\s`'\"()]+\.xml\b")
 _TRUE = {"true", "yes", "1"}
 
 
@@ -388,6 +389,7 @@ class _Parser:
         self.diagnostics: list[Diagnostic] = []
         self.stack: list[_Frame] = [_Frame("#root", {}, first_line)]
         self.pending = 0  # start of text not yet added to the current frame
+        self.xml_fence: str | None = None  # the marker of the open ```xml block, parsed as markup
 
     def line_at(self, offset: int) -> int:
         return bisect.bisect_right(self.newlines, offset - 1) + self.first_line
@@ -400,9 +402,7 @@ class _Parser:
         if end > self.pending:
             chunk = self.text[self.pending : end]
             if chunk.strip():
-                self.stack[-1].children.append(
-                    Text(line=self.line_at(self.pending + _lead(chunk)), text=_clean(chunk))
-                )
+                self.stack[-1].children.append(Text(line=self.line_at(self.pending + _lead(chunk)), text=_clean(chunk)))
         self.pending = max(self.pending, end)
 
     # -- main loop -------------------------------------------------------------------------------------
@@ -456,7 +456,15 @@ class _Parser:
         return self.open_tag(name, attrs, start, end, self_closing=match.group("self") is not None)
 
     def skip_fence(self, match: re.Match[str]) -> int:
+        """Skip a code block; an ```` ```xml ```` block is instruction markup, so it is parsed instead."""
         fchar = match.group("fchar")
+        info = match.group("fence").strip()[len(fchar) :].strip().lower()
+        if self.xml_fence is not None and not info and fchar.startswith(self.xml_fence):
+            self.xml_fence = None
+            return match.end()
+        if info == "xml" and self.xml_fence is None:
+            self.xml_fence = fchar
+            return match.end()
         closing = re.compile(rf"^[ \t]*{re.escape(fchar[0])}{{{len(fchar)},}}[ \t]*$", re.MULTILINE)
         found = closing.search(self.text, match.end() + 1)
         if found is None:
@@ -555,9 +563,7 @@ class _Parser:
             return end
         if name not in tags[1:]:
             if name in _CONTAINERS:
-                self.warn(
-                    "stray-close-tag", f"</{name}> has no matching <{name}>; kept as text (remove it)", start
-                )
+                self.warn("stray-close-tag", f"</{name}> has no matching <{name}>; kept as text (remove it)", start)
             return end
         self.flush(start)
         while self.stack[-1].tag != name:
@@ -684,19 +690,15 @@ class _Parser:
                 step = jump.group("n") if jump else None
             return Goto(line=line, step=step, anchor=get("anchor"), text=text)
         if tag == "invoke-task":
-            found = _TASK_PATH.search(text)
+            found = _TASK_PATH_XML.search(text) or _TASK_PATH.search(text)
             path = get("path") or (found.group(0) if found else None)
-            return InvokeTask(
-                line=line, path=path, text=text, attrs={k: v for k, v in attrs.items() if k != "path"}
-            )
+            return InvokeTask(line=line, path=path, text=text, attrs={k: v for k, v in attrs.items() if k != "path"})
         if tag == "param":
             name, _, value = text.partition(":")
             return Param(line=line, name=get("name", name.strip()), value=get("value", value.strip()))
         if tag == "anchor":
             return Anchor(line=line, id=get("id", ""))
-        return InvokeProtocol(
-            line=line, name=get("name", ""), attrs={k: v for k, v in attrs.items() if k != "name"}
-        )
+        return InvokeProtocol(line=line, name=get("name", ""), attrs={k: v for k, v in attrs.items() if k != "name"})
 
 
 _STRUCTURAL = re.compile(r"</?(?:step|substep|check|action|ask|workflow|invoke-workflow)\b", re.IGNORECASE)
