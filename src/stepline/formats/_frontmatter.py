@@ -159,15 +159,24 @@ def read_frontmatter(text: str, *, path: str = "<string>") -> Frontmatter:
     if block is None:
         result = Frontmatter(path=path, body=text)
         if lines and lines[0].rstrip() == _FENCE:
-            result.diagnostics.append(Diagnostic("error", "frontmatter-unterminated",
-                                                 "frontmatter opened with '---' is never closed", path, 1))
+            result.diagnostics.append(
+                Diagnostic(
+                    "error", "frontmatter-unterminated", "frontmatter opened with '---' is never closed", path, 1
+                )
+            )
         return result
     opening, closing = block
-    result = Frontmatter(path=path, present=True, start_line=opening + 1, end_line=closing + 1,
-                         body="".join(lines[closing + 1:]), body_line=closing + 2)
+    result = Frontmatter(
+        path=path,
+        present=True,
+        start_line=opening + 1,
+        end_line=closing + 1,
+        body="".join(lines[closing + 1 :]),
+        body_line=closing + 2,
+    )
     chunks = _chunks(lines, opening + 1, closing)
     result.key_lines = {c.key: c.start + 1 for c in chunks}
-    yaml_text = "".join(lines[opening + 1:closing])
+    yaml_text = "".join(lines[opening + 1 : closing])
     try:
         loaded = yaml.safe_load(yaml_text)
     except yaml.YAMLError:
@@ -176,9 +185,15 @@ def read_frontmatter(text: str, *, path: str = "<string>") -> Frontmatter:
         if isinstance(loaded, dict):
             result.data = {str(k): v for k, v in loaded.items()}
         elif loaded is not None:
-            result.diagnostics.append(Diagnostic("error", "frontmatter-not-mapping",
-                                                 f"frontmatter is a {type(loaded).__name__}, not a "
-                                                 "mapping of keys", path, opening + 2))
+            result.diagnostics.append(
+                Diagnostic(
+                    "error",
+                    "frontmatter-not-mapping",
+                    f"frontmatter is a {type(loaded).__name__}, not a mapping of keys",
+                    path,
+                    opening + 2,
+                )
+            )
     return result
 
 
@@ -186,21 +201,27 @@ def _parse_by_key(lines: list[str], chunks: list[_Chunk], result: Frontmatter) -
     """Parse each top-level key on its own so one broken value does not lose the others."""
     data: dict[str, Any] = {}
     for chunk in chunks:
-        chunk_text = "".join(lines[chunk.start:chunk.end])
+        chunk_text = "".join(lines[chunk.start : chunk.end])
         try:
             loaded = yaml.safe_load(chunk_text)
         except yaml.YAMLError as exc:
             message, line = _yaml_problem(exc)
             where = chunk.start + 1 + (line or 0)
-            result.diagnostics.append(Diagnostic(
-                "error", "yaml-syntax", f"frontmatter key {chunk.key!r} is not valid YAML ({message}); "
-                "its raw text is used", result.path, where))
-            data[chunk.key] = _raw_value("".join(lines[chunk.start:chunk.value_end]).rstrip())
+            result.diagnostics.append(
+                Diagnostic(
+                    "error",
+                    "yaml-syntax",
+                    f"frontmatter key {chunk.key!r} is not valid YAML ({message}); its raw text is used",
+                    result.path,
+                    where,
+                )
+            )
+            data[chunk.key] = _raw_value("".join(lines[chunk.start : chunk.value_end]).rstrip())
             continue
         if isinstance(loaded, dict) and chunk.key in loaded:
             data[chunk.key] = loaded[chunk.key]
         else:
-            data[chunk.key] = _raw_value("".join(lines[chunk.start:chunk.value_end]).rstrip())
+            data[chunk.key] = _raw_value("".join(lines[chunk.start : chunk.value_end]).rstrip())
     return data
 
 
@@ -243,8 +264,7 @@ def _render(key: str, value: Any, old_lines: list[str], nl: str) -> list[str]:
             return [f"{key}:{nl}", *(f"{indent}- {_quoted(v)}{nl}" for v in value)]
         return [f"{key}: [{', '.join(_quoted(v) for v in value)}]{nl}"]
     if isinstance(value, Mapping):
-        dumped = yaml.safe_dump({key: dict(value)}, default_flow_style=False, sort_keys=False,
-                                allow_unicode=True)
+        dumped = yaml.safe_dump({key: dict(value)}, default_flow_style=False, sort_keys=False, allow_unicode=True)
         return [ln + nl for ln in dumped.splitlines()]
     return [f"{key}: {_render_scalar(value)}{nl}"]
 
@@ -277,7 +297,7 @@ def update_frontmatter(text: str, updates: Mapping[str, Any]) -> str:
         if chunk is None:
             added.extend(_render(key, value, [], nl))
         else:
-            old = lines[chunk.start:chunk.value_end]
+            old = lines[chunk.start : chunk.value_end]
             replacements[chunk.start] = (chunk.value_end, _render(key, value, old, nl))
     out: list[str] = []
     index = 0
@@ -308,8 +328,11 @@ def mark_step_completed(text: str, step: int | str, *, last_step: int | str | No
     if completed is None:
         completed = []
     if not isinstance(completed, list):
-        raise ReaderError(f"stepsCompleted is a {type(completed).__name__}, not a list",
-                          path=current.path, line=current.line_of("stepsCompleted"))
+        raise ReaderError(
+            f"stepsCompleted is a {type(completed).__name__}, not a list",
+            path=current.path,
+            line=current.line_of("stepsCompleted"),
+        )
     updates: dict[str, Any] = {}
     if step not in completed:
         updates["stepsCompleted"] = [*completed, step]
