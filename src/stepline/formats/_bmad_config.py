@@ -211,7 +211,7 @@ def resolve_references(
         state[key] = 1
         stack.append(key)
         for name in sorted(_references(values[key])):
-            if name in values:
+            if name in values and not _asks_for_itself(key, values[key]):
                 visit(name, stack)
         stack.pop()
         state[key] = 2
@@ -222,7 +222,11 @@ def resolve_references(
         visit(key, [])
     for key in values:
         result.values[key] = done[key]
-        missing = sorted(n for n in _references(done[key]) if n not in values and n not in known)
+        missing = sorted(
+            n
+            for n in _references(done[key])
+            if (n not in values and n not in known) or _asks_for_itself(key, done[key])
+        )
         if missing:
             result.unresolved[key] = tuple(missing)
             if report_unknown:
@@ -240,6 +244,11 @@ def resolve_references(
                         )
                     )
     return result
+
+
+def _asks_for_itself(key: str, value: Any) -> bool:
+    """``key: "{key}"`` is not a cycle: it is a value to ask for (a config key that was not found)."""
+    return isinstance(value, str) and value.strip() == "{" + key + "}"
 
 
 @dataclass(slots=True)
