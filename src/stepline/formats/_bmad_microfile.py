@@ -68,6 +68,8 @@ __all__ = [
 
 _VAR_RE = re.compile(r"(?<!\{)\{([A-Za-z_*][\w\-*]*)\}(?!\})")
 _TOKEN_RE = re.compile(r"[^\s`'\"()<>,|]+")
+_REF_LINE_RE = re.compile(r"\{|\.(?:md|csv|ya?ml|xml|json)\b")
+_MENU_LINE_RE = re.compile(r"\[|^#|\bif\b", re.IGNORECASE)
 _PATHISH_RE = re.compile(r"\.(?:md|csv|yaml|yml|xml|json)$")
 _STEP_NUMBER_RE = re.compile(r"(?:^|-)(\d+)([a-z]?)(?=-|$)")
 _MODE_EQ_RE = re.compile(r"mode\s*==\s*\**\s*([A-Za-z][\w\-]*)", re.IGNORECASE)
@@ -87,6 +89,7 @@ _MENU_KINDS = {
     "X": ("exit", ("exit",)),
 }
 _NOT_MENU_KEYS = frozenset({"N", "URL"})
+_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 # ------------------------------------------------------------------------------------------------- variables
@@ -243,15 +246,16 @@ def _read(path: Path, wf: _Workflow) -> Frontmatter:
     return fm
 
 
-def _prose_lines(fm: Frontmatter) -> Iterable[tuple[int, str]]:
-    """Yield (1-based line, text) of the body outside fenced code blocks (examples are not instructions)."""
+def _prose_lines(fm: Frontmatter) -> list[tuple[int, str]]:
+    """Return (1-based line, text) of the body outside fenced code blocks (examples are not instructions)."""
+    prose = []
     fenced = False
     for offset, line in enumerate(fm.body.splitlines()):
         if line.lstrip().startswith("```"):
             fenced = not fenced
-            continue
-        if not fenced:
-            yield fm.body_line + offset, line
+        elif not fenced:
+            prose.append((fm.body_line + offset, line))
+    return prose
 
 
 # ------------------------------------------------------------------------------------------------ references
@@ -293,9 +297,13 @@ def _resolve_ref(
     return _Ref(raw, path, line, label, explicit)
 
 
-def _prose_refs(fm: Frontmatter, env: Mapping[str, Any], base_dir: Path, wf: _Workflow) -> list[_Ref]:
+def _prose_refs(
+    prose: list[tuple[int, str]], source: Path, env: Mapping[str, Any], base_dir: Path, wf: _Workflow
+) -> list[_Ref]:
     refs = []
-    for line_no, line in _prose_lines(fm):
+    for line_no, line in prose:
+        if not _REF_LINE_RE.search(line):
+            continue
         for match in _TOKEN_RE.finditer(line):
             token = match[0].strip("*").rstrip(".:;*")
             bare_var = _VAR_RE.fullmatch(token)
@@ -303,7 +311,7 @@ def _prose_refs(fm: Frontmatter, env: Mapping[str, Any], base_dir: Path, wf: _Wo
                 continue
             if bare_var and not isinstance(env.get(bare_var[1]), str):
                 continue
-            ref = _resolve_ref(token, env, base_dir, wf, line_no, Path(fm.path), "")
+            ref = _resolve_ref(token, env, base_dir, wf, line_no, source, "")
             if ref is not None and ref.path is not None:
                 refs.append(_Ref(ref.raw, ref.path, line_no, ref.path.stem, ref.explicit))
     return refs
@@ -379,7 +387,7 @@ def _load_config(wf_fm: Frontmatter, base: dict[str, Any], wf: _Workflow) -> tup
         )
         return path, {}
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        loaded = yaml.load(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         wf.report(
@@ -423,10 +431,11 @@ def _menu_slug(label: str) -> str:
 
 def _router_options(wf_fm: Frontmatter, env: Mapping[str, Any], wf: _Workflow) -> list[dict[str, Any]]:
     """Find the workflow's entry steps: one per mode for a router, else the single first step."""
-    lines = dict(_prose_lines(wf_fm))
+    prose = _prose_lines(wf_fm)
+    lines = dict(prose)
     entries: list[tuple[_Ref, str | None]] = []
     seen: set[Path] = set()
-    for ref in _prose_refs(wf_fm, env, wf.folder, wf):
+    for ref in _prose_refs(prose, wf.file, env, wf.folder, wf):
         assert ref.path is not None
         if ref.explicit and not _VAR_RE.fullmatch(ref.raw):
             _check_exists(ref, wf, wf.file, None, declared=_in_folders(ref.path, wf.step_folders))
@@ -446,7 +455,7 @@ def _router_options(wf_fm: Frontmatter, env: Mapping[str, Any], wf: _Workflow) -
             continue
         seen.add(ref.path)
         entries.append((ref, mode))
-    menu = {_menu_slug(o["label"]): o for o in _parse_menu(wf_fm)}
+    menu = {_menu_slug(o["label"]): o for o in _parse_menu(prose)}
     options: list[dict[str, Any]] = []
     for ref, mode in entries:
         assert ref.path is not None
@@ -503,12 +512,14 @@ def _menu_kind(key: str, label: str, handler: str) -> str:
     return "custom"
 
 
-def _parse_menu(fm: Frontmatter) -> list[dict[str, Any]]:
+def _parse_menu(prose: list[tuple[int, str]]) -> list[dict[str, Any]]:
     """Parse the ``[K] Label`` options a step (or a router) presents and their ``IF K:`` handlers."""
     options: dict[str, dict[str, Any]] = {}
     handlers: dict[str, tuple[str, int]] = {}
     in_menu = False
-    for line_no, line in _prose_lines(fm):
+    for line_no, line in prose:
+        if not _MENU_LINE_RE.search(line):
+            continue
         heading = _HEADING_RE.match(line)
         if heading:
             title = heading[2].lower()
@@ -593,7 +604,8 @@ def _read_step(path: Path, base: Mapping[str, Any], wf: _Workflow) -> _Step:
                 step.branches[label] = ref.path
     has_next_key = any(k in fm.data for k in _NEXT_KEYS)
     prose_targets: list[Path] = []
-    for ref in _prose_refs(fm, env, path.parent, wf):
+    prose = _prose_lines(fm)
+    for ref in _prose_refs(prose, path, env, path.parent, wf):
         assert ref.path is not None
         if ref.explicit and not _VAR_RE.fullmatch(ref.raw):
             _check_exists(ref, wf, path, None, declared=False)
@@ -612,7 +624,7 @@ def _read_step(path: Path, base: Mapping[str, Any], wf: _Workflow) -> _Step:
         prose_targets.remove(forward[0])
     for target in prose_targets:
         step.branches.setdefault(target.stem, target)
-    step.menu = _parse_menu(fm)
+    step.menu = _parse_menu(prose)
     return step
 
 
@@ -698,11 +710,16 @@ def _analyse(
 # ---------------------------------------------------------------------------------------------------- public
 
 
-def _step_ids(paths: list[Path]) -> dict[Path, str]:
+def _step_ids(wf: _Workflow) -> dict[Path, str]:
+    """Id of each step: its file stem, prefixed by its folder when another step folder has the same stem.
+
+    Collisions are counted over every file of every step folder, so an id does not depend on the mode loaded.
+    """
+    every = {p for folder in wf.step_folders for p in folder.glob("*.md")} | set(wf.order)
     stems: dict[str, int] = {}
-    for p in paths:
+    for p in every:
         stems[p.stem] = stems.get(p.stem, 0) + 1
-    return {p: (p.stem if stems[p.stem] == 1 else f"{p.parent.name}.{p.stem}") for p in paths}
+    return {p: (p.stem if stems[p.stem] == 1 else f"{p.parent.name}.{p.stem}") for p in wf.order}
 
 
 def _template_of(frontmatter: Mapping[str, Any]) -> list[str]:
@@ -736,7 +753,7 @@ def load_bmad_microfile(
         UsageError: ``mode`` is unknown, or given for a workflow without modes.
     """
     wf, chosen = _analyse(path, project_root, variables, mode)
-    ids = _step_ids(wf.order)
+    ids = _step_ids(wf)
     steps: list[StepSpec] = []
     ordered = sorted(wf.order, key=lambda p: (_folder_rank(p, wf, chosen), p.name))
     for p in ordered:
