@@ -13,23 +13,29 @@ from typing import Any
 __all__ = ["SecretScanner", "find_secrets", "redact", "redact_obj"]
 
 _NOT_REDACTED = r"(?!\[REDACTED)"
+# Start of a short-prefixed token: not glued to a word, except to a JSON/Python escape (``\nsk-…``), which is
+# how text looks once it has been serialised into a journal line.
+_START = r"(?:(?<=\\[ntr])|(?<![A-Za-z0-9]))"
 
 #: ``(kind, pattern)`` in the order they are applied: specific shapes before generic ones, so that
-#: ``sk-ant-…`` is reported as ``anthropic`` and ``api_key=sk-…`` as ``openai``.
+#: ``sk-ant-…`` is reported as ``anthropic`` and ``api_key=sk-…`` as ``openai``. Distinctive prefixes match
+#: anywhere; OpenAI's short ``sk-`` also needs a word start and a digit, so ``task-implement-auth-flow`` is
+#: not a key.
 _BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
     ("private_key", r"-----BEGIN (?P<label>(?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?)-----"
                     r"[\s\S]*?-----END (?P=label)-----"),
-    ("anthropic", r"\bsk-ant-[A-Za-z0-9_\-]{16,}"),
-    ("openai", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}"),
-    ("github", r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})"),
-    ("aws", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    ("slack", r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),
+    ("anthropic", r"sk-ant-[A-Za-z0-9_\-]{16,}"),
+    ("openai", _START + r"sk-(?:proj-|svcacct-|admin-)?(?=[A-Za-z_\-]*[0-9])[A-Za-z0-9_\-]{16,}"),
+    ("github", r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})"),
+    ("aws", r"(?:AKIA|ASIA)[0-9A-Z]{16}"),
+    ("slack", r"xox[abposr]-[A-Za-z0-9\-]{10,}"),
     ("bearer", r"(?i)(?<=\bbearer )" + _NOT_REDACTED + r"[A-Za-z0-9\-._~+/]{12,}=*"),
     # key = value / key: value / "key": "value", where the key ends in a secret-ish word
     # (``max_tokens`` does not: the word must end the key).
     ("generic", r"(?i)(?<![A-Za-z0-9])(?P<key>[A-Za-z0-9_\-]*?(?:api[_\-]?key|secret(?:[_\-]?key)?|token|"
                 r"password|passwd|pwd|access[_\-]?key|private[_\-]?key|auth))"
-                r"(?P<sep>[\"']?\s*[:=]\s*[\"']?)" + _NOT_REDACTED + r"(?P<value>[^\s\"',;}\]]{6,})"),
+                r"(?P<sep>(?:\\?[\"'])?\s*[:=]\s*(?:\\?[\"'])?)" + _NOT_REDACTED
+                + r"(?P<value>[^\s\"'\\,;}\]]{6,})"),
 )
 
 #: Mapping keys whose values are secrets whatever they look like (``{"password": "hunter2"}``).
