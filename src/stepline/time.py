@@ -21,8 +21,8 @@ __all__ = [
     "frozen",
     "isoformat",
     "now",
-    "now_iso",
     "now_in",
+    "now_iso",
     "use_clock",
 ]
 

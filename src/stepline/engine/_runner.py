@@ -26,7 +26,7 @@ from stepline.engine._human import HumanChannel
 from stepline.engine._retry import retry_delay
 from stepline.engine._session import JournaledSession, Outcome, sha256_file
 from stepline.engine._signals import StepBlocked
-from stepline.engine._state import CallLog, apply
+from stepline.engine._state import CallLog, apply, stamp
 from stepline.errors import (
     ExecutorError,
     NondeterminismError,
@@ -127,6 +127,7 @@ class Engine:
         self._gates: GateBook | None = None
         self._artifacts: list[dict[str, Any]] = []
         self._tool_results: list[dict[str, Any]] = []
+        self._events: list[Event] = []
         self._random = random.Random(0)
 
     # -- public API -----------------------------------------------------------------------------------------
@@ -148,6 +149,7 @@ class Engine:
                     *, parent_run_id: str | None = None) -> Run:
         """Create a run of ``workflow`` and drive it until it completes, fails or blocks."""
         run_dir = self.store.create()
+        self._events = []
         now = time.now_iso()
         run = Run(run_id=run_dir.run_id, workflow=workflow, mode=self.mode, executor=self.executor_name,
                   executor_options=_public_options(self.executor_options), project_root=str(self.project_root),
@@ -158,7 +160,7 @@ class Engine:
         lock = run_dir.lock()
         lock.acquire()
         try:
-            run_dir.write("manifest.json", run.model_dump(mode="json"))
+            run_dir.write_text("manifest.json", run.model_dump_json(indent=2))
             self._open(run_dir, run)
             self.emit(EventType.WORKFLOW_STARTED, {"workflow": workflow.id, "format": workflow.format,
                                                    "mode": self.mode, "executor": self.executor_name}, sync=True)
@@ -200,8 +202,10 @@ class Engine:
         for spec in run.workflow.steps:
             run.step(spec.id).name = spec.name or spec.id
         self.calls = CallLog()
-        for event in run_dir.events():
+        self._events = run_dir.events()
+        for event in self._events:
             apply(run, event, self.calls)
+        stamp(run, self._events[-1] if self._events else None)
         return run
 
     # -- journal --------------------------------------------------------------------------------------------
@@ -213,6 +217,7 @@ class Engine:
                       step_id=step_id, data=data)
         journal.append(event, sync=sync)
         apply(run, event, self.calls)
+        self._events.append(event)
         if self.listeners and event.type in _PUBLIC:
             for listener in self.listeners:
                 listener(event)
@@ -244,10 +249,11 @@ class Engine:
             await self._drive(run)
         finally:
             self.journal_sync()
-            run_dir.write("manifest.json", run.model_dump(mode="json"))
+            stamp(run, self._events[-1] if self._events else None)
+            run_dir.write_text("manifest.json", run.model_dump_json(indent=2))
             from stepline.engine._timeline import write_timeline
 
-            write_timeline(run_dir)
+            write_timeline(run_dir, self._events)
             if self._executor is not None:
                 await self._executor.aclose()
             self._close(lock)
@@ -265,11 +271,19 @@ class Engine:
         limit = self.concurrency if workflow.meta.get("scheduling") == "dag" else 1
         running: dict[asyncio.Task[StepStatus], str] = {}
         blocked = failed = False
-        while True:
-            if not (failed and limit == 1):
-                for sid in flow.take_ready(max(0, limit - len(running))):
-                    spec = specs.get(sid) or self._dynamic_spec(workflow, sid)
-                    running[asyncio.ensure_future(self._run_step(run, spec, driver))] = sid
+        while limit == 1:  # sequential: no tasks to juggle, one step at a time in flow order
+            ready = flow.take_ready(1)
+            if not ready or failed:
+                break
+            sid = ready[0]
+            status = await self._run_step(run, specs.get(sid) or self._dynamic_spec(workflow, sid), driver)
+            blocked |= status == StepStatus.BLOCKED
+            failed |= status == StepStatus.FAILED
+            self._skip(run, flow, sid, status)
+        while limit > 1:
+            for sid in flow.take_ready(max(0, limit - len(running))):
+                spec = specs.get(sid) or self._dynamic_spec(workflow, sid)
+                running[asyncio.ensure_future(self._run_step(run, spec, driver))] = sid
             if not running:
                 break
             done, _ = await asyncio.wait(list(running), return_when=asyncio.FIRST_COMPLETED)
@@ -278,10 +292,14 @@ class Engine:
                 status = task.result()
                 blocked |= status == StepStatus.BLOCKED
                 failed |= status == StepStatus.FAILED
-                for doomed in flow.finished(sid, status):
-                    if run.step(doomed).status == StepStatus.PENDING:
-                        self.emit(EventType.STEP_SKIPPED, {"reason": f"dependency {sid} failed"}, step_id=doomed)
+                self._skip(run, flow, sid, status)
         self._finish(run, blocked=blocked, failed=failed)
+
+    def _skip(self, run: Run, flow: Flow, sid: str, status: StepStatus) -> None:
+        """Tell the flow how ``sid`` ended and skip the steps that can never run because it failed."""
+        for doomed in flow.finished(sid, status):
+            if run.step(doomed).status == StepStatus.PENDING:
+                self.emit(EventType.STEP_SKIPPED, {"reason": f"dependency {sid} failed"}, step_id=doomed)
 
     def _dynamic_spec(self, workflow: WorkflowSpec, sid: str) -> StepSpec:
         # Flows that revisit steps (goto loops) name visits "<step>@<n>"; they run the base step's spec.
@@ -328,7 +346,8 @@ class Engine:
                                                    "inputs": spec.inputs or None}, step_id=spec.id)
             ctx = StepContext(self, run, spec, step, attempt)
             try:
-                await asyncio.wait_for(self._attempt(ctx, driver), timeout=timeout)
+                async with asyncio.timeout(timeout):  # cancels the step's work when time is up
+                    await self._attempt(ctx, driver)
             except StepBlocked as blocked:
                 return self._block(spec, blocked)
             except (TimeoutError, SteplineError, Exception) as exc:
@@ -426,8 +445,11 @@ class Engine:
         if not session.outcome.finished:
             raise ExecutorError(f"executor {executor.name!r} returned from step {ctx.spec.id!r} without finish",
                                 retryable=True)
-        ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": "outcome", "args": {"kind": request.kind},
-                                           "result": session.outcome.to_dict()})
+        if not executor.pure:
+            # A pure executor gives the same outcome again for free (its effects are journaled call by call);
+            # any other is asked once: its outcome is recorded so a resumed step does not ask again.
+            ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": "outcome", "args": {"kind": request.kind},
+                                               "result": session.outcome.to_dict()})
         return session.outcome
 
     def record_tool_result(self, record: dict[str, Any]) -> None:

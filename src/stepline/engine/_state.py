@@ -11,7 +11,7 @@ from typing import Any
 
 from stepline.model import Event, EventType, Run, RunStatus, StepStatus
 
-__all__ = ["CallLog", "apply"]
+__all__ = ["CallLog", "apply", "stamp"]
 
 _E = EventType
 
@@ -33,11 +33,16 @@ class CallLog:
                 del table[key]
 
 
+def stamp(run: Run, last: Event | None) -> None:
+    """Note in ``run`` the last journal record folded into it (done once per snapshot, not per event)."""
+    if last is not None:
+        run.journal_seq = last.seq
+        run.updated_at = last.time
+
+
 def apply(run: Run, event: Event, calls: CallLog) -> None:
     """Fold one journal record into ``run`` (and the replay tables in ``calls``)."""
     kind, data, sid = event.type, event.data, event.step_id
-    run.journal_seq = event.seq
-    run.updated_at = event.time
     if kind == _E.CALL_RECORDED:
         calls.recorded[data["key"]] = data
         if data.get("op") == "set_var":

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from stepline.model import EventType
+from stepline.model import Event, EventType
 from stepline.store import RunDir
 
 __all__ = ["build_timeline", "write_timeline"]
@@ -12,12 +13,15 @@ __all__ = ["build_timeline", "write_timeline"]
 _HIDDEN = {EventType.CALL_STARTED.value, EventType.CURSOR_MOVED.value}
 
 
-def build_timeline(run_dir: RunDir) -> dict[str, Any]:
-    """Return the run's timeline: public events in order, each step's span, and the audit records."""
+def build_timeline(run_dir: RunDir, events: Iterable[Event] | None = None) -> dict[str, Any]:
+    """Return the run's timeline: public events in order, each step's span, and the audit records.
+
+    ``events`` saves re-reading the journal when the caller has them in memory already.
+    """
     entries: list[dict[str, Any]] = []
     steps: dict[str, dict[str, Any]] = {}
     usage: dict[str, dict[str, float]] = {}
-    for event in run_dir.events():
+    for event in run_dir.events() if events is None else events:
         if event.type == EventType.CALL_RECORDED.value:
             result = event.data.get("result")
             if str(event.data.get("op", "")).startswith("memo:") and isinstance(result, dict):
@@ -55,6 +59,6 @@ def build_timeline(run_dir: RunDir) -> dict[str, Any]:
     }
 
 
-def write_timeline(run_dir: RunDir) -> None:
+def write_timeline(run_dir: RunDir, events: Iterable[Event] | None = None) -> None:
     """Rebuild and write ``timeline.json`` atomically."""
-    run_dir.write("timeline.json", build_timeline(run_dir))
+    run_dir.write("timeline.json", build_timeline(run_dir, events), compact=True)

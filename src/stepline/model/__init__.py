@@ -7,8 +7,24 @@ from importlib import resources
 from typing import Any
 
 from stepline.model._events import Event, EventType
-from stepline.model._records import Approval, Artifact, DesignRationale, Evidence, Gate, GateStatus, ToolResult
-from stepline.model._run import ALLOWED_TRANSITIONS, InvalidTransition, Run, RunMode, RunStatus, RunStep, StepStatus
+from stepline.model._records import (
+    Approval,
+    Artifact,
+    DesignRationale,
+    Evidence,
+    Gate,
+    GateStatus,
+    ToolResult,
+)
+from stepline.model._run import (
+    ALLOWED_TRANSITIONS,
+    InvalidTransition,
+    Run,
+    RunMode,
+    RunStatus,
+    RunStep,
+    StepStatus,
+)
 from stepline.model._spec import (
     HumanGate,
     NativeWorkflowFile,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -59,10 +60,14 @@ class InvalidTransition(RuntimeError):
     """A status change outside the transition table: a bug in stepline, never a user mistake."""
 
 
-class RunStep(BaseModel):
-    """The runtime record of one step of one run (seed 004 RunStep)."""
+@dataclass(slots=True)
+class RunStep:
+    """The runtime record of one step of one run (seed 004 RunStep).
 
-    model_config = ConfigDict(extra="forbid")
+    A plain dataclass, not a pydantic model: the engine mutates it on every event, and pydantic's
+    ``__setattr__`` costs more than the rest of a no-op step. :class:`Run` (pydantic) still validates and
+    serialises it in the manifest.
+    """
 
     step_id: str
     name: str = ""
@@ -72,11 +77,11 @@ class RunStep(BaseModel):
     ended_at: str | None = None
     error: str | None = None
     blocked_reason: str | None = None
-    inputs: dict[str, Any] = Field(default_factory=dict)
-    outputs: list[str] = Field(default_factory=list)
-    tools: list[dict[str, Any]] = Field(default_factory=list)
+    inputs: dict[str, Any] = field(default_factory=dict)
+    outputs: list[str] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
     telis_context: dict[str, Any] | None = None
-    guardrails: list[dict[str, Any]] = Field(default_factory=list)
+    guardrails: list[dict[str, Any]] = field(default_factory=list)
     summary: str | None = None
     choice: str | None = None
 
@@ -108,6 +113,10 @@ class Run(BaseModel):
     error: str | None = None
     journal_seq: int = Field(default=0, description="last journal seq folded into this snapshot")
     cursor: dict[str, Any] = Field(default_factory=dict, description="format-specific position (goto pc, …)")
+
+    def __repr__(self) -> str:
+        # asyncio reprs a coroutine's result (Python 3.11); the default repr of a 10,000-step run is slow.
+        return f"Run(run_id={self.run_id!r}, status={self.status.value!r}, steps={len(self.steps)})"
 
     def step(self, step_id: str) -> RunStep:
         """Return the RunStep for ``step_id``, creating a pending one the first time."""

@@ -32,9 +32,9 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
-def atomic_write_json(path: Path, value: Any) -> None:
-    """Write ``value`` as indented JSON atomically."""
-    text = json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n"
+def atomic_write_json(path: Path, value: Any, *, indent: int | None = 2) -> None:
+    """Write ``value`` as JSON atomically (``indent=None`` uses the C encoder: for large documents)."""
+    text = json.dumps(value, indent=indent, ensure_ascii=False, default=str) + "\n"
     atomic_write_bytes(path, text.encode("utf-8"))
 
 

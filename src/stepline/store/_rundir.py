@@ -12,7 +12,7 @@ from typing import Any
 
 from stepline import time
 from stepline.errors import NotFoundError
-from stepline.store._files import atomic_write_json, read_json
+from stepline.store._files import atomic_write_bytes, atomic_write_json, read_json
 from stepline.store._journal import Journal, read_journal
 from stepline.store._lock import RunLock, lock_holder
 
@@ -84,9 +84,13 @@ class RunDir:
         """Read one of the run's JSON documents."""
         return read_json(self.path / name, default)
 
-    def write(self, name: str, value: Any) -> None:
+    def write(self, name: str, value: Any, *, compact: bool = False) -> None:
         """Write one of the run's JSON documents atomically (the caller holds the lock)."""
-        atomic_write_json(self.path / name, value)
+        atomic_write_json(self.path / name, value, indent=None if compact else 2)
+
+    def write_text(self, name: str, text: str) -> None:
+        """Write an already-serialised document atomically (a pydantic ``model_dump_json``, say)."""
+        atomic_write_bytes(self.path / name, text.encode("utf-8"))
 
 
 class RunStore:

@@ -16,6 +16,7 @@ def decide_gate(project_root: Path, config: Path | None, run_id: str, gate_id: s
     """Record a decision on a gate of a blocked run from outside it (takes the run's lock); return the gate id."""
     from stepline.engine import Engine, load_runtime_config
     from stepline.engine._runner import record_gate_event
+    from stepline.engine._state import stamp
     from stepline.errors import RunStateError
     from stepline.model import RunStatus
 
@@ -37,7 +38,8 @@ def decide_gate(project_root: Path, config: Path | None, run_id: str, gate_id: s
             gate, _, drr = engine.gates.decide(gate, approved=approved, by=by, notes=notes, answer=answer)
             record_gate_event(engine.emit, gate.gate_id, approved=approved, by=by, notes=notes, drr_id=drr.id,
                               step_id=gate.step_id, answer=answer, kind=gate.kind)
-            run_dir.write("manifest.json", run.model_dump(mode="json"))
+            stamp(run, engine._events[-1] if engine._events else None)
+            run_dir.write_text("manifest.json", run.model_dump_json(indent=2))
         finally:
             engine.journal_sync()
             if engine._journal is not None:
