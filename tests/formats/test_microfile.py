@@ -189,6 +189,7 @@ class TestLint:
             ("unknown-variable", "step-01-first.md", 5, "warning"),
             ("unknown-variable", "step-01-first.md", 7, "warning"),
             ("unreachable-step", "step-03-orphan.md", 1, "warning"),
+            ("yaml-syntax", "step-03-orphan.md", 3, "error"),
         }
 
     def test_broken_chain_message(self) -> None:

@@ -865,13 +865,14 @@ def lint_bmad_microfile(path: Path, project_root: Path) -> list[Diagnostic]:
 
     Reports frontmatter YAML errors, broken next-step chains, missing referenced files (templates, CSV data,
     step files, ``{project-root}/_bmad/…`` files), unknown variables, a missing module config, and step files
-    in the step folders that no entry reaches.
+    in the step folders that no entry reaches (whose frontmatter is still checked).
     """
     wf, _ = _analyse(path, project_root, None, None)
     reached = set(wf.steps)
     for folder in wf.step_folders:
         for candidate in sorted(folder.glob("*.md")):
             if candidate not in reached:
+                _read(candidate, wf)
                 wf.report(
                     "warning",
                     "unreachable-step",
