@@ -13,8 +13,8 @@ from stepline.evidence._wlnk import CONGRUENCE_FACTORS, LEVEL_RANK, is_expired, 
 
 __all__ = [
     "CONGRUENCE_FACTORS",
-    "EvidenceError",
     "LEVEL_RANK",
+    "EvidenceError",
     "drr_for_decision",
     "drr_markdown",
     "evidence_schema",
