@@ -279,7 +279,8 @@ class Engine:
             status = await self._run_step(run, specs.get(sid) or self._dynamic_spec(workflow, sid), driver)
             blocked |= status == StepStatus.BLOCKED
             failed |= status == StepStatus.FAILED
-            self._skip(run, flow, sid, status)
+            if status != StepStatus.FAILED:  # later steps of a failed sequence stay pending: resume retries
+                self._skip(run, flow, sid, status)
         while limit > 1:
             for sid in flow.take_ready(max(0, limit - len(running))):
                 spec = specs.get(sid) or self._dynamic_spec(workflow, sid)
@@ -327,13 +328,6 @@ class Engine:
         max_attempts = 1 + (policy.max if policy is not None else self.config.runtime.max_retries)
         timeout = spec.timeout_seconds or self.config.runtime.step_timeout_seconds
         while True:
-            try:
-                await self._pass_gate(run, spec)
-            except StepBlocked as blocked:
-                return self._block(spec, blocked)
-            except StepFailed as rejected:
-                self.emit(EventType.STEP_FAILED, {"error": rejected.message, "final": True}, step_id=spec.id)
-                return StepStatus.FAILED
             if step.status == StepStatus.RUNNING:  # interrupted mid-attempt: continue it, replaying its calls
                 attempt = step.attempts
             elif step.status == StepStatus.BLOCKED:
@@ -345,6 +339,14 @@ class Engine:
                 self.emit(EventType.STEP_STARTED, {"attempt": attempt, "name": spec.name,
                                                    "inputs": spec.inputs or None}, step_id=spec.id)
             ctx = StepContext(self, run, spec, step, attempt)
+            try:  # seed 004: the step is running (started_at set) when its human gate is enforced
+                await self._pass_gate(ctx)
+            except StepBlocked as blocked:
+                return self._block(spec, blocked)
+            except StepFailed as rejected:
+                self.emit(EventType.STEP_FAILED, {"error": rejected.message, "final": True}, step_id=spec.id,
+                          sync=True)
+                return StepStatus.FAILED
             try:
                 async with asyncio.timeout(timeout):  # cancels the step's work when time is up
                     await self._attempt(ctx, driver)
@@ -386,15 +388,15 @@ class Engine:
                   step_id=spec.id, sync=True)
         return StepStatus.BLOCKED
 
-    async def _pass_gate(self, run: Run, spec: StepSpec) -> None:
-        """Block before a step runs when its human gate and the HITL policy say so (R-G1)."""
-        reason = gate_reason(spec, run.workflow.id, self.config.hitl.policy)
+    async def _pass_gate(self, ctx: StepContext) -> None:
+        """Block before a step does any work when its human gate and the HITL policy say so (R-G1)."""
+        spec = ctx.spec
+        reason = gate_reason(spec, ctx.run.workflow.id, self.config.hitl.policy)
         if reason is None:
             return
         gate_id = f"step:{spec.id}"
         decision = self.calls.decisions.get(gate_id)
         if decision is None:
-            ctx = StepContext(self, run, spec, run.step(spec.id), run.step(spec.id).attempts)
             answer = await self.human.confirm(ctx, gate_id, reason)
             if answer is None:
                 if self.gates.get(gate_id) is None or self.gates.get(gate_id).status != "pending":  # type: ignore[union-attr]

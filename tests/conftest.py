@@ -1,0 +1,46 @@
+"""Shared fixtures: a scratch project, native workflow writers, the corpus location."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared" / "corpus"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """An empty project folder."""
+    root = tmp_path / "project"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def write_workflow(project: Path) -> Callable[..., Path]:
+    """Write a native workflow file into the project and return its path."""
+
+    def write(steps: list[dict[str, Any]], name: str = "flow.yaml", **top: Any) -> Path:
+        path = project / name
+        path.write_text(yaml.safe_dump({"id": top.pop("id", "flow"), **top, "steps": steps}, sort_keys=False),
+                        encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def write_script(project: Path) -> Callable[[dict[str, Any]], Path]:
+    """Write a scripted-executor script into the project and return its path."""
+
+    def write(steps: dict[str, Any], **top: Any) -> Path:
+        path = project / "script.yaml"
+        path.write_text(yaml.safe_dump({**top, "steps": steps}, sort_keys=False), encoding="utf-8")
+        return path
+
+    return write

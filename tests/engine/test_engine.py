@@ -1,0 +1,267 @@
+"""The engine's step lifecycle: order, variables, retries, timeouts, blocking, resume, gates, DAG waves."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from stepline.engine import Engine, RuntimeConfig
+from stepline.engine._config import HitlPolicy
+from stepline.errors import RunStateError
+from stepline.executors import Executor, StepRequest, StepSession
+from stepline.formats import load_workflow
+from stepline.interfaces.cli._gates import decide_gate
+from stepline.model import RetryPolicy, StepSpec, WorkflowSpec
+
+
+def _run(engine: Engine, workflow: WorkflowSpec) -> Any:
+    return asyncio.run(engine.start(workflow))
+
+
+def _events(engine: Engine, run_id: str) -> list[Any]:
+    return engine.store.open(run_id).events()
+
+
+class FlakyExecutor(Executor):
+    """Fails the first ``failures`` requests, then finishes."""
+
+    name = "flaky"
+    pure = True
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise RuntimeError(f"boom {self.calls}")
+        await session.finish(summary="ok")
+
+
+def test_steps_run_in_order_and_share_variables(project: Path, write_workflow: Callable[..., Path],
+                                                write_script: Callable[..., Path]) -> None:
+    """A scripted native workflow runs every step once, in order, and a variable set early is seen later."""
+    path = write_workflow([
+        {"id": "first", "body": "set the name"},
+        {"id": "second", "body": "greet {{who}}", "outputs": ["out/{who}.txt"]},
+    ])
+    script = write_script({
+        "first": [{"set_var": {"name": "who", "value": "ada"}}, {"finish": {}}],
+        "second": [{"write_output": {"content": "hello ada\n"}}, {"finish": {"summary": "greeted"}}],
+    })
+    engine = Engine(project_root=project, executor="scripted", executor_options={"script": str(script)})
+    run = _run(engine, load_workflow(path))
+    assert run.status.value == "completed"
+    assert (project / "out" / "ada.txt").read_text() == "hello ada\n"
+    started = [e.step_id for e in _events(engine, run.run_id) if e.type == "WorkflowStepStarted"]
+    assert started == ["first", "second"]
+    artifacts = json.loads((engine.store.root / run.run_id / "artifacts.json").read_text())
+    assert artifacts[0]["path"] == "out/ada.txt" and len(artifacts[0]["sha256"]) == 64
+
+
+def test_retries_follow_the_step_policy_with_exponential_jittered_backoff(project: Path) -> None:
+    """A failing step is retried retries.max times with delays backoff*2**n ± jitter, then succeeds."""
+    delays: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        delays.append(seconds)
+
+    executor = FlakyExecutor(failures=2)
+    workflow = WorkflowSpec(id="w", steps=[StepSpec(id="s", retries=RetryPolicy(max=2, backoff_seconds=1.0,
+                                                                                jitter=0.2))])
+    engine = Engine(project_root=project, executor=executor, sleep=fake_sleep)
+    run = _run(engine, workflow)
+    assert run.status.value == "completed"
+    assert run.steps["s"].attempts == 3
+    assert len(delays) == 2
+    assert 0.8 <= delays[0] <= 1.2 and 1.6 <= delays[1] <= 2.4
+    retries = [e for e in _events(engine, run.run_id) if e.type == "StepRetry"]
+    assert [e.data["attempt"] for e in retries] == [2, 3]
+
+
+def test_runtime_max_retries_is_the_fallback_and_exhaustion_fails_the_run(project: Path) -> None:
+    """Without StepSpec.retries the runtime's max_retries applies; when spent, the step and run fail."""
+    config = RuntimeConfig.model_validate({"runtime": {"max_retries": 1}})
+    executor = FlakyExecutor(failures=5)
+    run = _run(Engine(project_root=project, executor=executor, config=config),
+               WorkflowSpec(id="w", steps=[StepSpec(id="s"), StepSpec(id="after")]))
+    assert executor.calls == 2
+    assert run.status.value == "failed"
+    assert run.steps["s"].status.value == "failed" and "boom 2" in (run.steps["s"].error or "")
+    assert run.steps["after"].status.value == "pending"
+
+
+class HangingExecutor(Executor):
+    """Never finishes; records that it was cancelled."""
+
+    name = "hanging"
+    pure = True
+    cancelled: ClassVar[list[str]] = []
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(request.step_id)
+            raise
+
+
+def test_timeout_cancels_the_running_executor_and_fails_the_step(project: Path) -> None:
+    """The step timeout is enforced while the step runs: the executor is cancelled and the step fails."""
+    HangingExecutor.cancelled.clear()
+    workflow = WorkflowSpec(id="w", steps=[StepSpec(id="slow", timeout_seconds=0.2)])
+    run = _run(Engine(project_root=project, executor=HangingExecutor()), workflow)
+    assert HangingExecutor.cancelled == ["slow"]
+    assert run.status.value == "failed"
+    assert "timed out after 0.2s" in (run.steps["slow"].error or "")
+
+
+def test_a_question_blocks_a_non_interactive_run_and_the_answer_resumes_it(
+        project: Path, write_workflow: Callable[..., Path], write_script: Callable[..., Path]) -> None:
+    """ask() blocks the run; `answer` records the reply; resume replays earlier calls and uses the answer."""
+    path = write_workflow([{"id": "s", "outputs": ["log.txt"]}, {"id": "t"}])
+    script = write_script({"s": [
+        {"write_output": {"content": "before\n"}},
+        {"ask": {"question": "Which colour?"}},
+        {"write_output": {"content": "after\n"}},
+        {"finish": {}},
+    ]})
+    options = {"script": str(script)}
+    engine = Engine(project_root=project, executor="scripted", executor_options=options, mode="non-interactive")
+    run = _run(engine, load_workflow(path))
+    assert run.status.value == "blocked"
+    assert "Which colour?" in (run.blocked_reason or "")
+    assert (project / "log.txt").read_text() == "before\n"
+    decide_gate(project, None, run.run_id, None, approved=True, by="ada", notes=None, answer="blue")
+    resumed = asyncio.run(Engine(project_root=project).resume(run.run_id))
+    assert resumed.status.value == "completed"
+    assert (project / "log.txt").read_text() == "before\nafter\n"  # the first write was replayed, not redone
+    asks = [e for e in _events(engine, run.run_id) if e.type == "CallRecorded" and e.data["op"] == "ask"]
+    assert [a.data["result"] for a in asks] == ["blue"]
+
+
+def test_a_changed_script_on_resume_is_a_nondeterminism_failure(
+        project: Path, write_workflow: Callable[..., Path], write_script: Callable[..., Path]) -> None:
+    """If a resumed step makes a different call than the journal recorded, the step fails clearly."""
+    path = write_workflow([{"id": "s", "outputs": ["log.txt"]}])
+    script = write_script({"s": [{"write_output": {"content": "x\n"}}, {"ask": {"question": "ok?"}},
+                                 {"finish": {}}]})
+    engine = Engine(project_root=project, executor="scripted", executor_options={"script": str(script)},
+                    mode="non-interactive")
+    run = _run(engine, load_workflow(path))
+    decide_gate(project, None, run.run_id, None, approved=True, by="ada", notes=None, answer="yes")
+    write_script({"s": [{"set_var": {"name": "v", "value": 1}}, {"ask": {"question": "ok?"}}, {"finish": {}}]})
+    resumed = asyncio.run(Engine(project_root=project).resume(run.run_id))
+    assert resumed.status.value == "failed"
+    assert "was 'write_output' when the run was interrupted but is 'set_var' now" in (resumed.steps["s"].error or "")
+
+
+def test_resuming_a_completed_run_is_refused(project: Path) -> None:
+    """A completed run cannot be resumed; completed steps never run again."""
+    engine = Engine(project_root=project)
+    run = _run(engine, WorkflowSpec(id="w", steps=[StepSpec(id="s")]))
+    with pytest.raises(RunStateError, match="already completed"):
+        asyncio.run(Engine(project_root=project).resume(run.run_id))
+
+
+def test_required_gate_blocks_until_approved_and_records_who(project: Path) -> None:
+    """human_gate: required blocks before the step runs; an approval with a name lets it run."""
+    executor = FlakyExecutor(failures=0)
+    workflow = WorkflowSpec(id="w", steps=[StepSpec(id="a"), StepSpec(id="b", human_gate="required", phase="P2")])
+    engine = Engine(project_root=project, executor=executor, mode="non-interactive")
+    run = _run(engine, workflow)
+    assert run.status.value == "blocked" and executor.calls == 1
+    run_dir = engine.store.root / run.run_id
+    gates = json.loads((run_dir / "gates.json").read_text())
+    assert gates[0]["gate_id"] == "step:b" and gates[0]["status"] == "pending" and gates[0]["phase"] == "P2"
+    decide_gate(project, None, run.run_id, "step:b", approved=True, by="grace", notes="looks right")
+    resumed = asyncio.run(Engine(project_root=project, executor=executor).resume(run.run_id))
+    assert resumed.status.value == "completed" and executor.calls == 2
+    approvals = json.loads((run_dir / "approvals.json").read_text())
+    assert approvals[0]["approver"] == "grace" and approvals[0]["notes"] == "looks right"
+    assert json.loads((run_dir / "drr.json").read_text())[0]["signoff"] == "grace"
+
+
+def test_rejected_gate_fails_the_step_without_running_it(project: Path) -> None:
+    """A rejected gate fails its step; the executor never runs it."""
+    executor = FlakyExecutor(failures=0)
+    engine = Engine(project_root=project, executor=executor, mode="non-interactive")
+    run = _run(engine, WorkflowSpec(id="w", steps=[StepSpec(id="b", human_gate="required")]))
+    decide_gate(project, None, run.run_id, None, approved=False, by="grace", notes="no")
+    resumed = asyncio.run(Engine(project_root=project, executor=executor).resume(run.run_id))
+    assert resumed.status.value == "failed" and executor.calls == 0
+    assert "rejected by grace" in (resumed.steps["b"].error or "")
+
+
+GATE_CASES = [
+    # (human_gate, phase, workflow id, policy, blocks?)
+    ("required", "", "w", {}, True),
+    ("optional", "", "w", {}, False),
+    (None, "", "w", {}, False),
+    ("conditional", "", "w", {}, False),
+    ("conditional", "", "w", {"conditional_required": True}, True),
+    ("recommended", "", "w", {}, False),
+    ("recommended", "", "w", {"recommended_required": True}, True),
+    ("optional", "Phase 2", "w", {"required_phases": ["Phase 2"]}, True),
+    ("optional", "Phase 3", "w", {"required_phases": ["Phase 2"]}, False),
+    ("optional", "Phase 3", "w", {"conditional_phases": ["Phase 3"]}, False),
+    ("optional", "Phase 3", "w", {"conditional_phases": ["Phase 3"], "conditional_required": True}, True),
+    ("optional", "", "prod-deploy", {"high_risk_keywords": ["deploy"]}, True),
+    ("optional", "", "docs", {"high_risk_keywords": ["deploy"]}, False),
+    ("optional", "", "db-migrate", {"conditional_keywords": ["migrate"]}, False),
+    ("optional", "", "db-migrate", {"conditional_keywords": ["migrate"], "conditional_required": True}, True),
+]
+
+
+@pytest.mark.parametrize(("gate", "phase", "workflow_id", "policy", "blocks"), GATE_CASES)
+def test_gate_decision_table(gate: Any, phase: str, workflow_id: str, policy: dict[str, Any], blocks: bool) -> None:
+    """human_gate combined with the HITL policy decides whether a step waits for a person."""
+    from stepline.engine import gate_reason
+
+    reason = gate_reason(StepSpec(id="s", human_gate=gate, phase=phase), workflow_id, HitlPolicy(**policy))
+    assert (reason is not None) == blocks
+
+
+class ConcurrencyProbe(Executor):
+    """Counts how many steps run at once; fails the step named ``bad``."""
+
+    name = "probe"
+    pure = True
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.peak = 0
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        try:
+            await asyncio.sleep(0.02)
+            if request.step_id == "bad":
+                raise RuntimeError("bad step")
+            await session.finish()
+        finally:
+            self.active -= 1
+
+
+def test_dag_runs_independent_steps_concurrently_and_skips_dependents_of_a_failure(project: Path) -> None:
+    """Steps with satisfied dependencies run together up to the limit; a failure skips only its dependents."""
+    steps = [StepSpec(id=f"w{i}") for i in range(6)] + [
+        StepSpec(id="bad", retries=RetryPolicy(max=0)),
+        StepSpec(id="child", depends_on=["bad"]), StepSpec(id="grandchild", depends_on=["child"]),
+        StepSpec(id="join", depends_on=["w0", "w1"]),
+    ]
+    probe = ConcurrencyProbe()
+    run = _run(Engine(project_root=project, executor=probe, concurrency=3),
+               WorkflowSpec(id="w", steps=steps, meta={"scheduling": "dag"}))
+    assert probe.peak == 3
+    status = {sid: s.status.value for sid, s in run.steps.items()}
+    assert status["child"] == status["grandchild"] == "skipped"
+    assert status["join"] == "completed" and status["bad"] == "failed"
+    assert run.status.value == "failed"
