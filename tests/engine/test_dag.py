@@ -73,7 +73,7 @@ class TestWaves:
         for seed in range(5):
             tasks = _random_tasks(200, seed)
             for model in (None, "parallel", "phased", "sequential", "tdd"):
-                _assert_valid(tasks, plan_waves(tasks, model))  # type: ignore[arg-type]
+                _assert_valid(tasks, plan_waves(tasks, model))
 
     def test_completed_tasks_are_not_planned(self) -> None:
         """A resumed plan leaves out completed tasks and keeps the rest in order."""

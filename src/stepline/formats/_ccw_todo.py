@@ -111,11 +111,12 @@ def parse_todo_text(text: str, path: Path) -> TodoList:
             continue
         if in_fence:
             continue
-        heading = _HEADING.match(raw)
+        stripped = raw.lstrip()
+        heading = _HEADING.match(raw) if stripped.startswith("#") else None
         if heading:
             section, top = heading[2], None
             continue
-        match = _TASK_LINE.match(raw)
+        match = _TASK_LINE.match(raw) if stripped[:1] in ("-", "*", "+", "▸") else None
         parsed = _parse_body(match["body"]) if match else None
         if match is None or parsed is None:
             continue
