@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from stepline.engine import _formats  # noqa: F401 - registers the format drivers
 from stepline.engine._config import RuntimeConfig, load_runtime_config
 from stepline.engine._context import StepContext, render_variables
 from stepline.engine._gates import GateBook, gate_reason

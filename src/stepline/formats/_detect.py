@@ -50,18 +50,79 @@ def load_workflow(path: Path | str, *, project_root: Path | str | None = None,
 
 
 def _load_other(fmt: str, path: Path, root: Path, variables: dict[str, Any], mode: str | None) -> WorkflowSpec:
-    raise ReaderError(f"{fmt} workflows are not supported by this build", path=str(path))
+    if fmt == "bmad-legacy":
+        from stepline.formats._bmad_legacy import load_bmad_legacy
+
+        spec = load_bmad_legacy(path / "workflow.yaml" if path.is_dir() else path, project_root=root,
+                                variables=variables)
+        if spec.format != "bmad-hybrid":
+            return spec
+        # Hybrid (R-F4): config from the yaml, execution as a micro-file workflow.
+        from stepline.formats._bmad_microfile import load_bmad_microfile
+
+        hybrid = load_bmad_microfile(Path(spec.meta["workflow_md"]), project_root=root,
+                                     variables={**spec.variables, **variables}, mode=mode)
+        hybrid.meta["hybrid_yaml"] = str(path)
+        return hybrid.model_copy(update={"id": spec.id or hybrid.id})
+    if fmt == "bmad-microfile":
+        from stepline.formats._bmad_microfile import load_bmad_microfile
+
+        return load_bmad_microfile(path, project_root=root, variables=variables, mode=mode)
+    from stepline.formats._ccw import load_ccw_session
+
+    return load_ccw_session(path)
+
+
+def _lint_one(fmt: str, path: Path, root: Path) -> list[Diagnostic]:
+    if fmt == "native":
+        return lint_native(path / "workflow.yaml" if path.is_dir() else path)
+    if fmt == "bmad-legacy":
+        from stepline.formats._bmad_legacy import lint_bmad_legacy
+
+        return lint_bmad_legacy(path / "workflow.yaml" if path.is_dir() else path, root)
+    if fmt == "bmad-microfile":
+        from stepline.formats._bmad_microfile import lint_bmad_microfile
+
+        return lint_bmad_microfile(path, root)
+    from stepline.formats._ccw_check import check_ccw_session
+
+    return check_ccw_session(path)
 
 
 def lint_path(path: Path, *, project_root: Path | None = None) -> list[Diagnostic]:
-    """Every problem in the workflow at ``path``, or in every workflow under a folder."""
+    """Every problem in the workflow at ``path``, or in every workflow found under a folder."""
     if not path.exists():
         raise NotFoundError(f"{path}: no such file or folder", hint="check the path")
-    if path.is_file():
-        fmt = detect_format(path)
-        return lint_native(path) if fmt == "native" else []
+    root = (project_root or Path.cwd()).resolve()
+    try:
+        return _lint_one(detect_format(path), path, root)
+    except ReaderError:
+        if path.is_file():
+            raise
     diagnostics: list[Diagnostic] = []
-    for candidate in sorted(path.rglob("*")):
-        if candidate.is_file() and candidate.suffix in (".yaml", ".yml", ".json") and is_native_workflow(candidate):
-            diagnostics.extend(lint_native(candidate))
+    for candidate in _workflows_under(path):
+        try:
+            diagnostics.extend(_lint_one(detect_format(candidate), candidate, root))
+        except ReaderError as exc:
+            diagnostics.append(Diagnostic("error", "unreadable", exc.detail, exc.path or str(candidate), exc.line))
     return diagnostics
+
+
+def _workflows_under(folder: Path) -> list[Path]:
+    """Every workflow file or session folder under ``folder`` (hidden folders other than .workflow skipped)."""
+    found: list[Path] = []
+    for candidate in sorted(folder.rglob("*")):
+        parts = candidate.relative_to(folder).parts
+        if any(p.startswith(".") and p != ".workflow" for p in parts[:-1]):
+            continue
+        if candidate.is_dir():
+            if candidate.name.startswith("WFS-") and (candidate / ".task").is_dir():
+                found.append(candidate)
+            continue
+        name = candidate.name
+        if name == "workflow.yaml" or (name.startswith("workflow") and name.endswith(".md") and
+                                        any(candidate.parent.glob("steps*"))):
+            found.append(candidate)
+        elif candidate.suffix in (".yaml", ".yml", ".json") and is_native_workflow(candidate):
+            found.append(candidate)
+    return found

@@ -1,0 +1,6 @@
+"""Imports the engine module of every workflow format so each registers its step driver and flow.
+
+One line per format; a new format adds its line here (native steps are built into the runner).
+"""
+
+from __future__ import annotations
