@@ -28,6 +28,8 @@ from stepline.formats._bmad_conditions import ParsedCondition, classify
         ("user selects option 1 (generate incomplete)", {"kind": "choice", "choices": ["1"]}),
         ("selection is 2 or 4", {"kind": "choice", "choices": ["2", "4"]}),
         ("n", {"kind": "choice", "choices": ["n"]}),
+        ("user says no", {"kind": "choice", "choices": ["n", "no"]}),
+        ("{user_name} confirms", {"kind": "choice", "choices": ["y", "yes"]}),
     ],
 )
 def test_decidable_conditions(text: str, expected: dict[str, object]) -> None:
@@ -39,7 +41,7 @@ def test_decidable_conditions(text: str, expected: dict[str, object]) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["ALL requirements clear", "user says yes", "state file age >= 24 hours", "user selects finalize (option 4 or 5)",
+    ["ALL requirements clear", "user says maybe", "state file age >= 24 hours", "user selects finalize (option 4 or 5)",
      "index.md exists", "", "template-workflow", "user selects 1 OR user presses enter"],
 )
 def test_judgement_conditions_are_none(text: str) -> None:

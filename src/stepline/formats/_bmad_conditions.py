@@ -51,6 +51,10 @@ _USER_CHOICE = re.compile(
 )
 _SELECTION_IS = re.compile(r"^selection\s+is\s+(?P<opts>\w+(?:\s+or\s+\w+)*)(?:\s*\(.*\))?$", re.IGNORECASE)
 _BARE_ANSWER = re.compile(r"^(?P<opt>y|n|yes|no)$", re.IGNORECASE)
+_YES_NO = re.compile(
+    r"^(?:the\s+)?(?:user|\{user_name\})\s+(?:(?:says|answers|responds)\s+(?P<said>yes|no)|(?P<verb>confirms|declines))$",
+    re.IGNORECASE,
+)
 _SPLIT_OR = re.compile(r"\s+OR\s+")
 _SPLIT_AND = re.compile(r"\s+AND\s+")
 _SPLITTERS: tuple[tuple[re.Pattern[str], ConditionKind], ...] = ((_SPLIT_OR, "any"), (_SPLIT_AND, "all"))
@@ -151,6 +155,10 @@ def _simple(text: str) -> ParsedCondition | None:
     if match:
         options = re.split(r"\s+or\s+", match.group("opts"), flags=re.IGNORECASE)
         return ParsedCondition(kind="choice", choices=tuple(o.lower() for o in options))
+    match = _YES_NO.match(text)
+    if match:
+        yes = (match.group("said") or "").lower() == "yes" or (match.group("verb") or "").lower() == "confirms"
+        return ParsedCondition(kind="choice", choices=("y", "yes") if yes else ("n", "no"))
     match = _BARE_ANSWER.match(text)
     if match:
         return ParsedCondition(kind="choice", choices=(match.group("opt").lower(),))

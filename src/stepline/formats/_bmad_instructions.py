@@ -17,7 +17,7 @@ import html
 import inspect
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 from typing import Any, ClassVar
 
 from stepline.formats._bmad_conditions import classify
@@ -53,6 +53,16 @@ _RENAMED = {"if_": "if", "for_each": "for-each"}
 _CONDITION_FIELDS = ("if_", "condition")
 
 
+_FIELDS: dict[type, tuple[Field[Any], ...]] = {}
+
+
+def _fields_of(cls: type) -> tuple[Field[Any], ...]:
+    found = _FIELDS.get(cls)
+    if found is None:
+        found = _FIELDS[cls] = fields(cls)
+    return found
+
+
 @dataclass(slots=True)
 class Node:
     """Base of every instruction node: the kind (a class constant) and the line it starts on."""
@@ -63,7 +73,7 @@ class Node:
     def to_dict(self) -> dict[str, Any]:
         """Serialise to a plain JSON dict; empty fields are left out, conditions get a ``parsed`` form."""
         out: dict[str, Any] = {"type": self.kind}
-        for spec in fields(self):
+        for spec in _fields_of(type(self)):
             value = getattr(self, spec.name)
             if value is None or value == "" or value is False or value == [] or value == {}:
                 continue
@@ -348,14 +358,14 @@ _NEWLINE = re.compile("\n")
 _STEP_OPEN = re.compile(r"<step\b", re.IGNORECASE)
 _STEP_CLOSE = re.compile(r"</step\s*>", re.IGNORECASE)
 
+_FENCE = re.compile(r"^[ \t]*(?P<fchar>`{3,}|~{3,})[^\n]*$", re.MULTILINE)
+# Every token starts with '<' or '`', which lets the regex engine skip plain text quickly.
 _TOKEN = re.compile(
-    r"(?P<fence>^[ \t]*(?P<fchar>`{3,}|~{3,})[^\n]*$)"
-    r"|(?P<comment><!--)"
+    r"(?P<comment><!--)"
     r"|(?P<close></(?P<cname>[A-Za-z][\w:.-]*)\s*>)"
     r"|(?P<open><(?P<oname>[A-Za-z][\w:.-]*)"
     r"(?P<attrs>(?:\s+[^\s=/>\"'<]+(?:\s*=\s*(?:\"[^\"\n]*\"|'[^'\n]*'|[^\s>\"'<]+))?)*)\s*(?P<self>/)?>)"
     r"|(?P<code>`+)",
-    re.MULTILINE,
 )
 _ATTR = re.compile(r"([^\s=/>\"'<]+)(?:\s*=\s*(?:\"([^\"\n]*)\"|'([^'\n]*)'|([^\s>\"'<]+)))?")
 _PROSE_GOTO = re.compile(
@@ -409,11 +419,19 @@ class _Parser:
     def run(self) -> ParseResult:
         pos = 0
         length = len(self.text)
+        fences = list(_FENCE.finditer(self.text))
+        next_fence = 0
         while pos < length:
-            match = _TOKEN.search(self.text, pos)
-            if match is None:
+            while next_fence < len(fences) and fences[next_fence].start() < pos:
+                next_fence += 1
+            fence = fences[next_fence] if next_fence < len(fences) else None
+            match = _TOKEN.search(self.text, pos, fence.start() if fence is not None else length)
+            if match is not None:
+                pos = self.handle(match)
+            elif fence is not None:
+                pos = self.skip_fence(fence)
+            else:
                 break
-            pos = self.handle(match)
         self.flush(length)
         while len(self.stack) > 1:
             frame = self.stack[-1]
@@ -429,8 +447,6 @@ class _Parser:
 
     def handle(self, match: re.Match[str]) -> int:
         start, end = match.start(), match.end()
-        if match.group("fence") is not None:
-            return self.skip_fence(match)
         if match.group("comment") is not None:
             close = self.text.find("-->", end)
             if close < 0:
@@ -458,7 +474,7 @@ class _Parser:
     def skip_fence(self, match: re.Match[str]) -> int:
         """Skip a code block; an ```` ```xml ```` block is instruction markup, so it is parsed instead."""
         fchar = match.group("fchar")
-        info = match.group("fence").strip()[len(fchar) :].strip().lower()
+        info = match.group(0).strip()[len(fchar) :].strip().lower()
         if self.xml_fence is not None and not info and fchar.startswith(self.xml_fence):
             self.xml_fence = None
             return match.end()

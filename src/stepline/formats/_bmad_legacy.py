@@ -46,6 +46,7 @@ _HEADING_STEP = re.compile(
     r"^#{1,6}[ \t]+Step[ \t]+(?P<n>\d+(?:\.\d+)?[a-z]?)\b[ \t]*[:.\-–—]?[ \t]*(?P<title>.*)$",
     re.MULTILINE | re.IGNORECASE,
 )
+_STEP_TAG = re.compile(r"<step\b", re.IGNORECASE)
 _PHASE_DIR = re.compile(r"^(?P<n>\d+)-(?P<name>[a-z][\w-]*)$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _META_KEYS = (
@@ -343,26 +344,29 @@ class _Part:
 
 def _steps(text: str, source: str, diagnostics: list[Diagnostic]) -> tuple[list[_Part], list[Node]]:
     """Split instructions into steps: ``<step>`` tags, else ``## Step N`` headings, else one whole step."""
-    parsed = parse_instructions(text, path=source)
-    diagnostics.extend(parsed.diagnostics)
-    tagged = parsed.steps()
-    total_lines = text.count("\n") + 1
-    if tagged:
-        preamble = [node for node in parsed.nodes if not isinstance(node, Step)]
-        return [
-            _Part(step, step.children, "tags", step.line, step.end_line or step.line, step.n) for step in tagged
-        ], preamble
     headings = list(_HEADING_STEP.finditer(text))
-    if not headings:
-        return [_Part(None, parsed.nodes, "document", 1, total_lines, "1")], []
-    preamble_text = text[: headings[0].start()]
-    preamble = parse_instructions(preamble_text, path=source).nodes
+    if not headings or _STEP_TAG.search(text):
+        parsed = parse_instructions(text, path=source)
+        diagnostics.extend(parsed.diagnostics)
+        tagged = parsed.steps()
+        if tagged:
+            preamble = [node for node in parsed.nodes if not isinstance(node, Step)]
+            return [
+                _Part(step, step.children, "tags", step.line, step.end_line or step.line, step.n) for step in tagged
+            ], preamble
+        if not headings:
+            return [_Part(None, parsed.nodes, "document", 1, text.count("\n") + 1, "1")], []
+    preamble_result = parse_instructions(text[: headings[0].start()], path=source)
+    diagnostics.extend(preamble_result.diagnostics)
+    preamble = preamble_result.nodes
     parts: list[_Part] = []
     for index, heading in enumerate(headings):
         end = headings[index + 1].start() if index + 1 < len(headings) else len(text)
         first = text.count("\n", 0, heading.start()) + 1
         body = text[heading.end() : end]
-        nodes = parse_instructions(body, path=source, first_line=first).nodes
+        section = parse_instructions(body, path=source, first_line=first)
+        diagnostics.extend(section.diagnostics)
+        nodes = section.nodes
         last = first + text.count("\n", heading.start(), end)
         parts.append(_Part(None, nodes, "headings", first, last, heading.group("n"), heading.group("title").strip()))
     return parts, preamble
