@@ -1,0 +1,273 @@
+"""The ``stepline mcp`` server: an IDE or CLI agent drives runs through the step protocol, one step at a time.
+
+The server owns an :class:`~stepline.engine.Engine` that runs in its own asyncio task with the
+:class:`~stepline.executors._mcp_bridge.McpBridgeExecutor`. When the engine needs judgement it publishes the
+request; the agent sees it with ``current_step`` (that step only — never a later one), does the work with the
+protocol tools (``read``, ``ask``, ``write_output``, ``set_var``, ``call_tool``) and ends it with ``finish``
+or ``decide``. Every call goes through the run's journaled session, so order, state and validation stay
+with stepline. Nobody is prompted on a terminal here (stdio is the transport): a step that needs a person
+blocks the run, ``list_gates``/``decide_gate`` settle it and ``resume_run`` continues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from stepline.errors import NotFoundError, RunStateError, SteplineError, UsageError
+from stepline.executors._mcp_bridge import McpBridgeExecutor, StepBridge, add_step_tools, step_payload
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+    from stepline.engine import Engine, RuntimeConfig
+    from stepline.model import Event, Run, RunMode
+
+__all__ = ["RunHost", "build_server", "find_workflows", "serve_stdio"]
+
+_SKIP_DIRS = frozenset({".git", ".stepline", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache",
+                        ".ruff_cache", ".pytest_cache", "archives"})
+_MODES = ("normal", "yolo", "non-interactive")
+
+
+def find_workflows(root: Path, *, limit: int = 500) -> list[dict[str, str]]:
+    """Every workflow under ``root`` that :func:`stepline.formats.detect_format` recognises, by relative path."""
+    from stepline.formats import detect_format
+
+    found: list[dict[str, str]] = []
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
+        candidates = [here / name for name in sorted(files)
+                      if name.endswith((".yaml", ".yml", ".json")) or (name.startswith("workflow")
+                                                                        and name.endswith(".md"))]
+        if here.name.startswith("WFS-") or (here / "workflow-session.json").is_file():
+            candidates = [here]
+            dirs[:] = []
+        for path in candidates:
+            try:
+                fmt = detect_format(path)
+            except SteplineError:
+                continue
+            found.append({"path": path.relative_to(root).as_posix() or ".", "format": fmt})
+            if len(found) >= limit:
+                return found
+    return found
+
+
+class RunHost:
+    """The runs one MCP server drives: at most one at a time, in a background task.
+
+    Args:
+        project_root: the project whose workflows and runs the server sees.
+        config: runtime configuration (loaded from the project when omitted).
+    """
+
+    def __init__(self, project_root: Path, config: RuntimeConfig | None = None) -> None:
+        from stepline.engine import load_runtime_config
+
+        self.project_root = project_root.resolve()
+        if not self.project_root.is_dir():
+            raise NotFoundError(f"{project_root}: no such project folder", hint="pass an existing --project-root")
+        self.config = config or load_runtime_config(self.project_root, None)
+        self.bridge = StepBridge()
+        self.run_id: str | None = None
+        self._task: asyncio.Task[Run] | None = None
+        self._started = asyncio.Event()
+
+    # -- driving --------------------------------------------------------------------------------------------
+    def _engine(self, mode: RunMode) -> Engine:
+        from stepline.engine import Engine, HumanChannel
+
+        return Engine(project_root=self.project_root, config=self.config,
+                      executor=McpBridgeExecutor({"bridge": self.bridge}), mode=mode,
+                      human=HumanChannel(interactive=False), listeners=[self._listen])
+
+    def _listen(self, event: Event) -> None:
+        if event.type in ("WorkflowStarted", "WorkflowResumed"):
+            self.run_id = event.run_id
+            self._started.set()
+
+    def _check_idle(self) -> None:
+        if self._task is not None and not self._task.done():
+            raise RunStateError(f"run {self.run_id} is being driven by this server",
+                                hint="finish its steps (current_step) before starting or resuming another")
+
+    async def _launch(self, drive: Any) -> dict[str, Any]:
+        self._started.clear()
+        self.run_id = None
+        task: asyncio.Task[Run] = asyncio.ensure_future(drive)
+        self._task = task
+        waiter = asyncio.ensure_future(self._started.wait())
+        await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if task.done() and task.exception() is not None and self.run_id is None:
+            error = task.exception()
+            raise error if isinstance(error, SteplineError) else RunStateError(f"the run did not start: {error}")
+        return {"run_id": self.run_id, "next": "call current_step to get the step waiting for work"}
+
+    async def start(self, path: str, variables: dict[str, Any] | None = None, mode: str = "normal") -> dict[str, Any]:
+        """Start a run of the workflow at ``path`` (relative to the project root)."""
+        from stepline.formats import load_workflow
+
+        self._check_idle()
+        if mode not in _MODES:
+            raise UsageError(f"mode {mode!r} is not one of {', '.join(_MODES)}")
+        target = (self.project_root / path).resolve()
+        if not target.is_relative_to(self.project_root):
+            raise UsageError(f"{path!r} is outside the project root", hint="list_workflows shows what can run")
+        workflow = load_workflow(target, project_root=self.project_root, variables=variables or {})
+        engine = self._engine(cast("RunMode", mode))
+        return await self._launch(engine.start(workflow, variables or {}))
+
+    async def resume(self, run_id: str) -> dict[str, Any]:
+        """Continue a blocked, failed or interrupted run from its first unfinished step."""
+        self._check_idle()
+        return await self._launch(self._engine("normal").resume(run_id))
+
+    async def current(self, wait_seconds: float = 10.0) -> dict[str, Any]:
+        """The request waiting for work (only the current step), or the run's state when none is waiting."""
+        task = self._task
+        if task is None:
+            raise UsageError("no run is being driven", hint="start_run (or resume_run) first")
+        if self.bridge.request is None and not task.done() and wait_seconds > 0:
+            waiter = asyncio.ensure_future(self.bridge.wait_ready())
+            await asyncio.wait({waiter, task}, timeout=wait_seconds, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+        request = self.bridge.request
+        if request is not None:
+            return {"run_id": self.run_id, "status": "waiting_for_work", "step": step_payload(request)}
+        if not task.done():
+            return {"run_id": self.run_id, "status": "running",
+                    "note": "the runtime is busy (tools, checks); call current_step again"}
+        return self.status(self.run_id)
+
+    # -- inspecting -----------------------------------------------------------------------------------------
+    def _load(self, run_id: str | None) -> Run:
+        from stepline.engine import Engine
+
+        engine = Engine(project_root=self.project_root, config=self.config)
+        if run_id is None:
+            latest = engine.store.latest()
+            if latest is None:
+                raise NotFoundError(f"no runs under {engine.store.root}", hint="start one with start_run")
+            return engine.load(latest)
+        return engine.load(engine.store.open(run_id))
+
+    def status(self, run_id: str | None = None) -> dict[str, Any]:
+        """A run's status and steps (default: the run this server drives, else the latest)."""
+        run = self._load(run_id or self.run_id)
+        summary: dict[str, Any] = {
+            "run_id": run.run_id, "workflow": run.workflow.id, "format": run.workflow.format,
+            "status": run.status.value, "blocked_reason": run.blocked_reason, "error": run.error,
+            "steps": [{"step_id": s.step_id, "name": s.name, "status": s.status.value, "attempts": s.attempts,
+                       "error": s.error, "outputs": s.outputs} for s in run.steps.values()],
+        }
+        task = self._task
+        if task is not None and task.done() and run.run_id == self.run_id and not task.cancelled():
+            error = task.exception()
+            if error is not None:
+                summary["error"] = summary["error"] or str(error)
+        if run.status.value == "blocked":
+            summary["next"] = "see list_gates; decide_gate, then resume_run"
+        return summary
+
+    def gates(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Pending gates (approvals, risky tools, questions) of one run, or of every run."""
+        from stepline.store import RunStore
+
+        store = RunStore(self.project_root / self.config.runtime.storage_root)
+        run_dirs = [store.open(run_id)] if run_id else [store.open(s.run_id) for s in store.summaries()]
+        return [{"run_id": run_dir.run_id, **gate} for run_dir in run_dirs
+                for gate in run_dir.read("gates.json", []) or [] if gate.get("status") == "pending"]
+
+    def decide_gate(self, run_id: str, gate_id: str | None, *, approve: bool, by: str, notes: str | None,
+                    answer: str | None) -> dict[str, Any]:
+        """Approve, reject or answer a pending gate of a run that is not being driven."""
+        from stepline.interfaces.cli._gates import decide_gate
+
+        if self._task is not None and not self._task.done() and self.run_id and run_id in self.run_id:
+            raise RunStateError(f"run {self.run_id} is being driven; its gates are decided once it blocks")
+        decided = decide_gate(self.project_root, None, run_id, gate_id, approved=approve or answer is not None,
+                              by=by, notes=notes, answer=answer)
+        return {"gate_id": decided, "next": f"resume_run({run_id!r}) continues the run"}
+
+
+def build_server(host: RunHost) -> MCPServer[Any]:
+    """The MCP server exposing ``host``: workflows, runs, the current step, the protocol, gates."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    server: MCPServer[Any] = MCPServer(
+        "stepline", log_level="WARNING",
+        instructions="Drive stepline workflow runs one step at a time: start_run, then repeat current_step -> do "
+                     "the step's work with read/write_output/set_var/call_tool/ask -> finish (or decide) until "
+                     "the run is completed. Only the current step is ever shown.")
+    add_step_tools(server, host.bridge)
+
+    def guard(exc: SteplineError) -> ToolError:
+        return ToolError(exc.format_message())
+
+    @server.tool()
+    async def list_workflows() -> list[dict[str, str]]:
+        """Workflows under the project root (native YAML/JSON, BMAD workflow.yaml / workflow*.md, CCW sessions)."""
+        return await asyncio.to_thread(find_workflows, host.project_root)
+
+    @server.tool()
+    async def start_run(path: str, variables: dict[str, Any] | None = None, mode: str = "normal") -> dict[str, Any]:
+        """Start a run of the workflow at `path`; mode normal|yolo|non-interactive. Then call current_step."""
+        try:
+            return await host.start(path, variables, mode)
+        except SteplineError as exc:
+            raise guard(exc) from exc
+
+    @server.tool()
+    async def resume_run(run_id: str) -> dict[str, Any]:
+        """Continue a blocked, failed or interrupted run from its first unfinished step."""
+        try:
+            return await host.resume(run_id)
+        except SteplineError as exc:
+            raise guard(exc) from exc
+
+    @server.tool()
+    async def current_step(wait_seconds: float = 10.0) -> dict[str, Any]:
+        """The step waiting for work (this step only), or the run's final state; waits up to `wait_seconds`."""
+        try:
+            return await host.current(wait_seconds)
+        except SteplineError as exc:
+            raise guard(exc) from exc
+
+    @server.tool()
+    async def run_status(run_id: str | None = None) -> dict[str, Any]:
+        """A run's status and its steps (default: the run this server drives, else the latest)."""
+        try:
+            return await asyncio.to_thread(host.status, run_id)
+        except SteplineError as exc:
+            raise guard(exc) from exc
+
+    @server.tool()
+    async def list_gates(run_id: str | None = None) -> list[dict[str, Any]]:
+        """Gates waiting for a person: approvals, high-risk tools, questions."""
+        try:
+            return await asyncio.to_thread(host.gates, run_id)
+        except SteplineError as exc:
+            raise guard(exc) from exc
+
+    @server.tool()
+    async def decide_gate(run_id: str, gate_id: str | None = None, approve: bool = True, by: str = "mcp",
+                          notes: str | None = None, answer: str | None = None) -> dict[str, Any]:
+        """Approve or reject a pending gate (or answer a pending question with `answer`); then resume_run."""
+        try:
+            return host.decide_gate(run_id, gate_id, approve=approve, by=by, notes=notes, answer=answer)
+        except SteplineError as exc:
+            raise guard(exc) from exc
+
+    return server
+
+
+async def serve_stdio(project_root: Path, config: RuntimeConfig | None = None) -> None:
+    """Serve the project's runs over MCP on stdin/stdout until the client closes the stream."""
+    host = RunHost(project_root, config)
+    await build_server(host).run_stdio_async()
