@@ -120,9 +120,9 @@ def _workflows_under(folder: Path) -> list[Path]:
                 found.append(candidate)
             continue
         name = candidate.name
-        if name == "workflow.yaml" or (name.startswith("workflow") and name.endswith(".md") and
-                                        any(candidate.parent.glob("steps*"))):
-            found.append(candidate)
-        elif candidate.suffix in (".yaml", ".yml", ".json") and is_native_workflow(candidate):
+        is_bmad = name == "workflow.yaml" or (
+            name.startswith("workflow") and name.endswith(".md") and any(candidate.parent.glob("steps*")))
+        is_native = candidate.suffix in (".yaml", ".yml", ".json") and is_native_workflow(candidate)
+        if is_bmad or is_native:
             found.append(candidate)
     return found

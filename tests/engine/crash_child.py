@@ -1,0 +1,54 @@
+"""Run the stepline CLI in a child process that kills itself (SIGKILL) at a chosen point.
+
+Usage: python crash_child.py KIND N -- stepline-args...
+
+KIND is where to die on the N-th occurrence:
+  ``journal``  halfway through writing a journal record (a torn last line),
+  ``snapshot`` after writing a snapshot's temporary file, before renaming it over the old one,
+  ``output``   halfway through appending to a step's output file,
+  ``none``     never (run to the end).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+kind, limit = sys.argv[1], int(sys.argv[2])
+args = sys.argv[sys.argv.index("--") + 1:]
+count = 0
+real_write, real_replace = os.write, os.replace
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def write(fd: int, data: bytes | memoryview) -> int:
+    global count
+    name = os.readlink(f"/proc/self/fd/{fd}") if os.path.exists(f"/proc/self/fd/{fd}") else ""
+    hit = (kind == "journal" and name.endswith("journal.jsonl")) or (kind == "output" and name.endswith(".log"))
+    if hit:
+        count += 1
+        if count == limit:
+            real_write(fd, bytes(data)[: max(1, len(data) // 2)])
+            _die()
+    return real_write(fd, data)
+
+
+def replace(src: str, dst: str) -> None:
+    global count
+    if kind == "snapshot":
+        count += 1
+        if count == limit:
+            _die()
+    real_replace(src, dst)
+
+
+os.write = write  # type: ignore[assignment]
+os.replace = replace  # type: ignore[assignment]
+
+from stepline.interfaces.cli._app import run_cli  # noqa: E402 - after the patches, so the store sees them
+
+sys.exit(run_cli(args))
