@@ -1,0 +1,109 @@
+"""The ``anthropic`` executor: the Anthropic Messages API through the official SDK, with the step protocol
+offered as tools (``tool_use`` / ``tool_result`` content blocks).
+
+Options (``executors.anthropic`` in the runtime config): ``model``, ``base_url``, ``api_key`` — else
+``STEPLINE_ANTHROPIC_MODEL``, ``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY`` — ``max_tokens`` (default 4096, the
+API requires one) and the shared ones of :class:`~stepline.executors._llm.LLMSettings`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from stepline.errors import ExecutorError
+from stepline.executors._llm import LLMExecutor, ToolCall, ToolResult, Turn, status_error, transport_error
+
+if TYPE_CHECKING:
+    import anthropic
+
+__all__ = ["AnthropicExecutor"]
+
+
+class AnthropicExecutor(LLMExecutor):
+    """Runs steps with a Claude model; ``tool_use`` blocks are the step protocol."""
+
+    name = "anthropic"
+    env_prefix = "ANTHROPIC"
+    default_max_tokens = 4096
+
+    _client: anthropic.AsyncAnthropic | None = None
+
+    def client(self) -> anthropic.AsyncAnthropic:
+        """The SDK client, built on first use with the SDK's own retries off (ours apply instead)."""
+        if self._client is None:
+            import anthropic
+
+            self._client = anthropic.AsyncAnthropic(api_key=self.settings.api_key, base_url=self.settings.base_url,
+                                                    timeout=self.settings.timeout_seconds, max_retries=0)
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the HTTP connection pool."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    def start_messages(self, user: str) -> list[dict[str, Any]]:
+        """A single user message; the system prompt is a separate request field."""
+        return [{"role": "user", "content": user}]
+
+    def add_turn(self, messages: list[dict[str, Any]], turn: Turn) -> None:
+        """The assistant's text and ``tool_use`` blocks, echoed back unchanged."""
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": turn.text}] if turn.text else []
+        blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": json.loads(c.arguments or "{}")}
+                   for c in turn.tool_calls]
+        messages.append({"role": "assistant", "content": blocks or [{"type": "text", "text": "(no answer)"}]})
+
+    def add_results(self, messages: list[dict[str, Any]], results: list[ToolResult]) -> None:
+        """One user message holding a ``tool_result`` block per call."""
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": r.call_id, "content": r.content, "is_error": r.is_error}
+            for r in results]})
+
+    def add_user_text(self, messages: list[dict[str, Any]], text: str) -> None:
+        """A plain user message."""
+        messages.append({"role": "user", "content": text})
+
+    async def send(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Turn:
+        """POST /v1/messages; SDK errors become :class:`ExecutorError` here and nowhere else."""
+        import anthropic
+
+        extra: dict[str, Any] = {}
+        if self.settings.temperature is not None:
+            extra["temperature"] = self.settings.temperature
+        try:
+            response = await self.client().messages.create(
+                model=self.settings.model,
+                max_tokens=self.settings.max_tokens or self.default_max_tokens or 4096,
+                system=system,
+                messages=messages,  # type: ignore[arg-type]
+                tools=[{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
+                       for t in tools],
+                **extra,
+            )
+        except anthropic.APIStatusError as exc:
+            raise status_error(self.name, exc.status_code, _message(exc)) from exc
+        except anthropic.APITimeoutError as exc:
+            raise transport_error(self.name, str(exc), timeout=self.settings.timeout_seconds) from exc
+        except anthropic.APIConnectionError as exc:
+            raise transport_error(self.name, str(exc)) from exc
+        except anthropic.AnthropicError as exc:
+            raise ExecutorError(f"{self.name}: {exc}") from exc
+        text = "".join(block.text for block in response.content if block.type == "text")
+        calls = [ToolCall(id=block.id, name=block.name, arguments=json.dumps(block.input))
+                 for block in response.content if block.type == "tool_use"]
+        return Turn(text=text, tool_calls=calls, stop_reason=response.stop_reason,
+                    usage={"input_tokens": response.usage.input_tokens,
+                           "output_tokens": response.usage.output_tokens,
+                           "model": response.model or self.settings.model})
+
+
+def _message(exc: anthropic.APIStatusError) -> str:
+    """The server's error message (``{"type": "error", "error": {"message": …}}``), else the SDK's."""
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+    return exc.message

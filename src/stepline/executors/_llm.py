@@ -1,0 +1,436 @@
+"""The loop shared by the model-API executors: prompt, protocol tools, turns, usage, error translation.
+
+One request is a short conversation: the system and user messages describe the current step only; the step
+protocol is offered as function-calling tools; each model turn's tool calls run through the
+:class:`StepSession` and their results go back as messages, until the model calls ``finish`` (or ``decide``)
+or ``max_turns`` is reached. Every model request goes through ``session.memo`` so a resumed step replays the
+journaled turn instead of paying for (and possibly getting a different) second answer. The journal keeps a
+digest of each request and the parsed turn with its usage — never the API key.
+
+Providers subclass :class:`LLMExecutor` and implement the wire format: building and extending the message
+list, and sending one request (translating their SDK's errors with :func:`status_error` /
+:func:`transport_error` at that one place).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import time
+from abc import abstractmethod
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+from stepline.errors import ExecutorError, NotFoundError, StepFailed, ToolError, UsageError
+from stepline.executors._base import Executor
+from stepline.executors._protocol import StepRequest, StepSession, WriteMode
+from stepline.executors._reliability import Backoff, CircuitBreaker, Reliability
+
+__all__ = [
+    "LLMExecutor",
+    "LLMSettings",
+    "ToolCall",
+    "ToolResult",
+    "Turn",
+    "build_prompt",
+    "protocol_tools",
+    "status_error",
+    "transport_error",
+]
+
+#: Tool results longer than this are cut (a whole file read back into the conversation costs tokens each turn).
+MAX_RESULT_CHARS = 100_000
+#: What the engine writes in place of a masked option (``api_key``) when it stores a run's options.
+_MASKED = "***"
+
+
+# -- settings ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LLMSettings:
+    """One provider's options, from the executor options (``executors.<name>`` in the runtime config) or env."""
+
+    provider: str
+    model: str
+    api_key: str = field(repr=False)
+    base_url: str | None = None
+    max_turns: int = 12
+    timeout_seconds: float = 60.0
+    max_tokens: int | None = None
+    temperature: float | None = None
+    backoff: Backoff = field(default_factory=Backoff)
+    breaker_threshold: int = 5
+    breaker_reset_seconds: float = 30.0
+    prices: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @classmethod
+    def from_options(cls, provider: str, options: dict[str, Any], env_prefix: str, *,
+                     default_max_tokens: int | None = None) -> LLMSettings:
+        """Read options, falling back to ``<PREFIX>_BASE_URL``, ``<PREFIX>_API_KEY`` and ``STEPLINE_<PREFIX>_MODEL``."""
+
+        def opt(name: str) -> Any:
+            value = options.get(name)
+            return None if value in (None, "", _MASKED) else value
+
+        model = opt("model") or os.environ.get(f"STEPLINE_{env_prefix}_MODEL")
+        if not model:
+            raise ExecutorError(f"the {provider} executor needs a model",
+                                hint=f"set executors.{provider}.model in config/runtime.yaml or "
+                                     f"STEPLINE_{env_prefix}_MODEL")
+        base_url = opt("base_url") or os.environ.get(f"{env_prefix}_BASE_URL") or None
+        api_key = opt("api_key") or os.environ.get(f"{env_prefix}_API_KEY")
+        if not api_key:
+            if base_url is None:
+                raise ExecutorError(f"the {provider} executor needs an API key",
+                                    hint=f"set {env_prefix}_API_KEY (or base_url for a local server)")
+            api_key = "unused"  # local OpenAI-compatible servers (Ollama, vLLM) ignore it, the SDK requires one
+        try:
+            return cls(
+                provider=provider, model=str(model), api_key=str(api_key), base_url=base_url,
+                max_turns=int(opt("max_turns") or 12),
+                timeout_seconds=float(opt("timeout_seconds") or 60.0),
+                max_tokens=int(opt("max_tokens") or 0) or default_max_tokens,
+                temperature=None if opt("temperature") is None else float(opt("temperature")),
+                backoff=Backoff(retries=int(opt("retries") if opt("retries") is not None else 3),
+                                base_seconds=float(opt("backoff_seconds") or 0.5),
+                                max_seconds=float(opt("max_backoff_seconds") or 8.0)),
+                breaker_threshold=int(opt("breaker_threshold") or 5),
+                breaker_reset_seconds=float(opt("breaker_reset_seconds") or 30.0),
+                prices={str(k): {str(n): float(p) for n, p in dict(v).items()}
+                        for k, v in dict(opt("prices") or {}).items()},
+            )
+        except (TypeError, ValueError) as exc:
+            raise ExecutorError(f"bad option for the {provider} executor: {exc}",
+                                hint="see examples/runtime.yaml, section executors") from None
+
+    def cost_usd(self, model: str, input_tokens: int, output_tokens: int) -> float | None:
+        """Cost from ``prices`` (USD per million input/output tokens), or None when no price is configured."""
+        price = self.prices.get(model) or self.prices.get(self.model)
+        if price is None:
+            return None
+        return round((input_tokens * price.get("input", 0.0) + output_tokens * price.get("output", 0.0)) / 1e6, 8)
+
+
+# -- errors: the one translation of a provider failure ---------------------------------------------------
+def status_error(provider: str, status: int, message: str) -> ExecutorError:
+    """An HTTP error answer: 429 and 5xx may pass and are retryable; anything else is the request's fault."""
+    retryable = status == 429 or status >= 500
+    hint = None
+    if status in (401, 403):
+        hint = "check the API key"
+    elif status == 404:
+        hint = "check base_url and model"
+    return ExecutorError(f"{provider}: HTTP {status}: {message}", retryable=retryable, hint=hint)
+
+
+def transport_error(provider: str, message: str, *, timeout: float | None = None) -> ExecutorError:
+    """No answer (timeout, refused or dropped connection): retryable."""
+    if timeout is not None:
+        return ExecutorError(f"{provider}: no answer within {timeout:g}s", retryable=True,
+                             hint="raise timeout_seconds if the model is slow")
+    return ExecutorError(f"{provider}: connection failed: {message}", retryable=True, hint="check base_url")
+
+
+# -- the turn record ---------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class ToolCall:
+    """One function call the model made; ``arguments`` is the JSON text it sent."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(slots=True)
+class ToolResult:
+    """What a tool call produced, sent back to the model."""
+
+    call_id: str
+    content: str
+    is_error: bool = False
+
+
+@dataclass(slots=True)
+class Turn:
+    """One model answer, provider-neutral: what the journal keeps for each model request."""
+
+    text: str
+    tool_calls: list[ToolCall]
+    stop_reason: str | None
+    usage: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form (the memo result)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Turn:
+        """Rebuild from a memo result."""
+        return cls(text=str(raw.get("text") or ""), tool_calls=[ToolCall(**c) for c in raw.get("tool_calls") or []],
+                   stop_reason=raw.get("stop_reason"), usage=dict(raw.get("usage") or {}))
+
+
+# -- the protocol as tools ---------------------------------------------------------------------------------
+def protocol_tools(request: StepRequest) -> list[dict[str, Any]]:
+    """The step protocol as tool definitions (name, description, JSON-schema parameters) for ``request``.
+
+    A ``decide`` request ends with ``decide``; every other kind ends with ``finish``, whose ``choice`` is limited
+    to the menu keys or answer choices when there are some.
+    """
+    tools: list[dict[str, Any]] = [
+        _tool("read", "Read a project file (path relative to the project root).",
+              {"path": {"type": "string"}}, ["path"]),
+        _tool("ask", "Ask the user a question; returns the answer.",
+              {"question": {"type": "string"}, "choices": {"type": "array", "items": {"type": "string"}}},
+              ["question"]),
+        _tool("write_output", "Write content to the step's output file (or `path`). `section` fills that template "
+                              "section; mode is append (default), replace or section. Returns the path written.",
+              {"content": {"type": "string"}, "path": {"type": "string"}, "section": {"type": "string"},
+               "mode": {"type": "string", "enum": ["append", "replace", "section"]}}, ["content"]),
+        _tool("set_var", "Set a run variable that later steps can use.",
+              {"name": {"type": "string"}, "value": {"description": "any JSON value"}}, ["name", "value"]),
+        _tool("call_tool", "Call a runtime tool (getCurrentTime, file and repo tools, …) with its arguments.",
+              {"name": {"type": "string"}, "args": {"type": "object"}}, ["name"]),
+    ]
+    if request.kind == "decide":
+        tools.append(_tool("decide", "Answer the condition: value true if it holds, and why. Ends the request.",
+                           {"value": {"type": "boolean"}, "reason": {"type": "string"}}, ["value", "reason"]))
+        return tools
+    choice: dict[str, Any] = {"type": "string"}
+    options = [o.key for o in request.menu] or list(request.choices or [])
+    if options:
+        choice["enum"] = options
+    tools.append(_tool("finish", "End the request: the menu choice (or your answer, for a question) and a short "
+                                 "summary of what you did.",
+                       {"choice": choice, "summary": {"type": "string"}},
+                       ["choice"] if request.kind in ("choose", "answer") else []))
+    return tools
+
+
+def _tool(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"name": name, "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": required}}
+
+
+# -- the prompt --------------------------------------------------------------------------------------------
+_SYSTEM = """You do one step of a workflow run by stepline. The runtime owns the order of steps, files, \
+variables and state: do only the current step, and act only through the tools — text you write outside a \
+tool call is not kept. {ending} {mode}"""
+
+_KIND = {
+    "work": "Do the step's work described below.",
+    "generate": "Generate the content of template section `{section}` and write it with write_output.",
+    "decide": "Decide whether the condition below holds.",
+    "answer": "Answer the question below as an expert user of this workflow would.",
+    "choose": "Pick one option of the menu below.",
+}
+
+
+def build_prompt(request: StepRequest) -> tuple[str, str]:
+    """The system and user messages for ``request``: the current step only, secrets redacted."""
+    from stepline.guardrails import redact, redact_obj
+
+    ending = ("End by calling `decide` exactly once." if request.kind == "decide"
+              else "End by calling `finish` exactly once, after your other tool calls.")
+    mode = ("Run mode #yolo: do not wait for confirmations; where a question needs an answer, answer it yourself "
+            "as an expert user would." if request.mode == "yolo" else "")
+    system = _SYSTEM.format(ending=ending, mode=mode).strip()
+    parts = [f"# Step {request.step_id}: {request.title}",
+             f"Workflow: {request.workflow_id or '-'}. Attempt {request.attempt}.",
+             _KIND[request.kind].format(section=request.section)]
+    if request.content:
+        parts.append("## Step instructions\n" + request.content)
+    if request.condition:
+        parts.append("## Condition\n" + request.condition)
+    if request.question:
+        parts.append("## Question\n" + request.question)
+    if request.choices:
+        parts.append("## Choices\n" + "\n".join(f"- {c}" for c in request.choices))
+    if request.menu:
+        parts.append("## Menu\n" + "\n".join(f"[{o.key}] {o.label}" + (" (default)" if o.default else "")
+                                             for o in request.menu))
+    outputs = request.hints.get("outputs")
+    if outputs:
+        parts.append("## Output\nwrite_output without `path` writes to " + str(outputs[0]) + ".")
+    if request.variables:
+        parts.append("## Variables\n" + _json(redact_obj(request.variables)))
+    if request.context:
+        parts.append("## Context\n" + _json(redact_obj(request.context)))
+    return system, redact("\n\n".join(parts))
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+# -- the executor ------------------------------------------------------------------------------------------
+class LLMExecutor(Executor):
+    """Drives a model API through the step protocol; providers implement the wire format.
+
+    Args:
+        options: see :class:`LLMSettings` (``model``, ``base_url``, ``api_key``, ``max_turns``,
+            ``timeout_seconds``, ``retries``, ``backoff_seconds``, ``breaker_threshold``, ``prices``, …).
+        clock: monotonic seconds, for latency and the breaker (tests pass a fake).
+        sleep: waits between retries (tests pass a fake).
+        rng: jitter source.
+    """
+
+    env_prefix: ClassVar[str] = ""
+    default_max_tokens: ClassVar[int | None] = None
+
+    def __init__(self, options: dict[str, Any], *, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[Any]] | None = None, rng: random.Random | None = None) -> None:
+        self.settings = LLMSettings.from_options(self.name, options, self.env_prefix,
+                                                 default_max_tokens=self.default_max_tokens)
+        self.clock = clock
+        breaker = CircuitBreaker(self.name, failure_threshold=self.settings.breaker_threshold,
+                                 reset_seconds=self.settings.breaker_reset_seconds, clock=clock)
+        kwargs: dict[str, Any] = {} if sleep is None else {"sleep": sleep}
+        self.reliability = Reliability(self.name, backoff=self.settings.backoff, breaker=breaker, rng=rng, **kwargs)
+
+    # -- what a provider implements -------------------------------------------------------------------------
+    @abstractmethod
+    def start_messages(self, user: str) -> list[dict[str, Any]]:
+        """The conversation's first messages (the system prompt is passed to :meth:`send` separately)."""
+
+    @abstractmethod
+    def add_turn(self, messages: list[dict[str, Any]], turn: Turn) -> None:
+        """Append the model's own answer to the conversation."""
+
+    @abstractmethod
+    def add_results(self, messages: list[dict[str, Any]], results: list[ToolResult]) -> None:
+        """Append the tool results of the last turn."""
+
+    @abstractmethod
+    def add_user_text(self, messages: list[dict[str, Any]], text: str) -> None:
+        """Append a plain user message (a reminder to use the tools)."""
+
+    @abstractmethod
+    async def send(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Turn:
+        """Send one request; return the turn with ``usage`` input/output tokens and model filled in.
+
+        Errors are raised as :class:`ExecutorError` (via :func:`status_error` / :func:`transport_error`).
+        """
+
+    # -- the loop -------------------------------------------------------------------------------------------
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        """Converse with the model until it ends the request through ``finish`` or ``decide``."""
+        system, user = build_prompt(request)
+        tools = protocol_tools(request)
+        messages = self.start_messages(user)
+        ending = "decide" if request.kind == "decide" else "finish"
+        for number in range(1, self.settings.max_turns + 1):
+            turn = await self._model_turn(session, system, messages, tools, number)
+            self.add_turn(messages, turn)
+            if not turn.tool_calls:
+                self.add_user_text(messages, f"Use the tools: do the step through them and call `{ending}` "
+                                             "to end the request.")
+                continue
+            results: list[ToolResult] = []
+            for call in turn.tool_calls:
+                result = await self._dispatch(request, session, call)
+                if call.name == ending and not result.is_error:
+                    return
+                results.append(result)
+            self.add_results(messages, results)
+        raise ExecutorError(f"{self.name}: step {request.step_id!r} ({request.kind} request) did not call "
+                            f"{ending} within {self.settings.max_turns} model turns", retryable=False,
+                            hint=f"raise executors.{self.name}.max_turns or make the step's instructions clearer")
+
+    async def _model_turn(self, session: StepSession, system: str, messages: list[dict[str, Any]],
+                          tools: list[dict[str, Any]], number: int) -> Turn:
+        digest = hashlib.sha256(_json([system, messages, tools]).encode("utf-8")).hexdigest()
+        payload = {"model": self.settings.model, "turn": number, "messages": len(messages), "sha256": digest}
+
+        async def compute() -> dict[str, Any]:
+            started = self.clock()
+            turn = await self.reliability.call(lambda: self.send(system, messages, tools))
+            input_tokens = int(turn.usage.get("input_tokens") or 0)
+            output_tokens = int(turn.usage.get("output_tokens") or 0)
+            model = str(turn.usage.get("model") or self.settings.model)
+            turn.usage = {"input_tokens": input_tokens, "output_tokens": output_tokens,
+                          "cost_usd": self.settings.cost_usd(model, input_tokens, output_tokens), "model": model,
+                          "latency_ms": round((self.clock() - started) * 1000, 1)}
+            return turn.to_dict()
+
+        return Turn.from_dict(await session.memo(self.name, payload, compute))
+
+    async def _dispatch(self, request: StepRequest, session: StepSession, call: ToolCall) -> ToolResult:
+        """Run one tool call through the session; a bad call is reported back to the model, not raised."""
+        try:
+            args = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError as exc:
+            return ToolResult(call.id, f"error: arguments are not JSON ({exc.msg})", is_error=True)
+        if not isinstance(args, dict):
+            return ToolResult(call.id, "error: arguments must be a JSON object", is_error=True)
+        try:
+            content = await self._run_call(request, session, call.name, args)
+        except _BadCall as exc:
+            return ToolResult(call.id, f"error: {exc}", is_error=True)
+        except (UsageError, NotFoundError, ToolError, StepFailed) as exc:
+            return ToolResult(call.id, f"error: {exc.format_message()}", is_error=True)
+        if len(content) > MAX_RESULT_CHARS:
+            content = content[:MAX_RESULT_CHARS] + f"\n[cut at {MAX_RESULT_CHARS} characters]"
+        return ToolResult(call.id, content)
+
+    async def _run_call(self, request: StepRequest, session: StepSession, name: str, args: dict[str, Any]) -> str:
+        offered = {tool["name"]: tool["parameters"] for tool in protocol_tools(request)}
+        schema = offered.get(name)
+        if schema is None:
+            raise _BadCall(f"no tool {name!r} here; use one of {', '.join(offered)}")
+        missing = [key for key in schema["required"] if key not in args]
+        if missing:
+            raise _BadCall(f"{name} needs {', '.join(missing)}")
+        if name == "read":
+            return await session.read(_text(args, "path"))
+        if name == "ask":
+            choices = args.get("choices")
+            return await session.ask(_text(args, "question"), [str(c) for c in choices] if choices else None)
+        if name == "write_output":
+            path, section = _opt_text(args, "path"), _opt_text(args, "section")
+            mode = _MODES.get(str(args.get("mode") or ("section" if section else "append")))
+            if mode is None:
+                raise _BadCall(f"mode must be append, replace or section, not {args['mode']!r}")
+            if request.kind == "generate" and path is None and section is None:
+                section, mode = request.section, "section"
+            written = await session.write_output(_text(args, "content"), path=path, section=section, mode=mode)
+            return json.dumps({"path": written})
+        if name == "set_var":
+            await session.set_var(_text(args, "name"), args["value"])
+            return "ok"
+        if name == "call_tool":
+            tool_args = args.get("args") or {}
+            if not isinstance(tool_args, dict):
+                raise _BadCall("args must be an object")
+            return _json(await session.call_tool(_text(args, "name"), tool_args))
+        if name == "decide":
+            if not isinstance(args["value"], bool):
+                raise _BadCall("value must be true or false")
+            await session.decide(args["value"], _text(args, "reason"))
+            return "ok"
+        choice = _opt_text(args, "choice")
+        allowed = schema["properties"]["choice"].get("enum")
+        if allowed and choice not in allowed:
+            raise _BadCall(f"choice must be one of {', '.join(allowed)}")
+        await session.finish(choice, _opt_text(args, "summary"))
+        return "ok"
+
+
+_MODES: dict[str, WriteMode] = {"append": "append", "replace": "replace", "section": "section"}
+
+
+class _BadCall(Exception):
+    """A tool call the model got wrong; its message goes back to the model."""
+
+
+def _text(args: dict[str, Any], key: str) -> str:
+    value = args[key]
+    if not isinstance(value, str):
+        raise _BadCall(f"{key} must be a string")
+    return value
+
+
+def _opt_text(args: dict[str, Any], key: str) -> str | None:
+    return None if args.get(key) is None else _text(args, key)

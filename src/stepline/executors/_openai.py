@@ -1,0 +1,110 @@
+"""The ``openai`` executor: any OpenAI-compatible Chat Completions endpoint (OpenAI, Ollama, vLLM, LM Studio,
+OpenRouter) through the official SDK, with the step protocol offered as function-calling tools.
+
+Options (``executors.openai`` in the runtime config, or ``--executor openai`` options): ``model``,
+``base_url``, ``api_key`` — else ``STEPLINE_OPENAI_MODEL``, ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` — and the
+shared ones of :class:`~stepline.executors._llm.LLMSettings`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from stepline.errors import ExecutorError
+from stepline.executors._llm import LLMExecutor, ToolCall, ToolResult, Turn, status_error, transport_error
+
+if TYPE_CHECKING:
+    import openai
+
+__all__ = ["OpenAIExecutor"]
+
+
+class OpenAIExecutor(LLMExecutor):
+    """Runs steps with a Chat Completions model; tool calls are the step protocol."""
+
+    name = "openai"
+    env_prefix = "OPENAI"
+
+    _client: openai.AsyncOpenAI | None = None
+
+    def client(self) -> openai.AsyncOpenAI:
+        """The SDK client, built on first use with the SDK's own retries off (ours apply instead)."""
+        if self._client is None:
+            import openai
+
+            self._client = openai.AsyncOpenAI(api_key=self.settings.api_key, base_url=self.settings.base_url,
+                                              timeout=self.settings.timeout_seconds, max_retries=0)
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the HTTP connection pool."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    def start_messages(self, user: str) -> list[dict[str, Any]]:
+        """A single user message; the system prompt goes first at send time."""
+        return [{"role": "user", "content": user}]
+
+    def add_turn(self, messages: list[dict[str, Any]], turn: Turn) -> None:
+        """The assistant message with its tool calls, as the API expects them echoed back."""
+        message: dict[str, Any] = {"role": "assistant", "content": turn.text or None}
+        if turn.tool_calls:
+            message["tool_calls"] = [{"id": c.id, "type": "function",
+                                      "function": {"name": c.name, "arguments": c.arguments}}
+                                     for c in turn.tool_calls]
+        messages.append(message)
+
+    def add_results(self, messages: list[dict[str, Any]], results: list[ToolResult]) -> None:
+        """One ``tool`` message per call."""
+        messages.extend({"role": "tool", "tool_call_id": r.call_id, "content": r.content} for r in results)
+
+    def add_user_text(self, messages: list[dict[str, Any]], text: str) -> None:
+        """A plain user message."""
+        messages.append({"role": "user", "content": text})
+
+    async def send(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Turn:
+        """POST /chat/completions; SDK errors become :class:`ExecutorError` here and nowhere else."""
+        import openai
+
+        extra: dict[str, Any] = {}
+        if self.settings.max_tokens is not None:
+            extra["max_tokens"] = self.settings.max_tokens
+        if self.settings.temperature is not None:
+            extra["temperature"] = self.settings.temperature
+        try:
+            response = await self.client().chat.completions.create(
+                model=self.settings.model,
+                messages=[{"role": "system", "content": system}, *messages],  # type: ignore[list-item]
+                tools=[{"type": "function", "function": tool} for tool in tools],  # type: ignore[typeddict-item]
+                **extra,
+            )
+        except openai.APIStatusError as exc:
+            raise status_error(self.name, exc.status_code, _message(exc)) from exc
+        except openai.APITimeoutError as exc:
+            raise transport_error(self.name, str(exc), timeout=self.settings.timeout_seconds) from exc
+        except openai.APIConnectionError as exc:
+            raise transport_error(self.name, str(exc)) from exc
+        except openai.OpenAIError as exc:
+            raise ExecutorError(f"{self.name}: {exc}") from exc
+        if not response.choices:
+            raise ExecutorError(f"{self.name}: the response has no choices", retryable=True)
+        choice = response.choices[0]
+        calls = [ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "{}")
+                 for c in choice.message.tool_calls or [] if c.type == "function"]
+        usage = response.usage
+        return Turn(text=choice.message.content or "", tool_calls=calls, stop_reason=choice.finish_reason,
+                    usage={"input_tokens": usage.prompt_tokens if usage else 0,
+                           "output_tokens": usage.completion_tokens if usage else 0,
+                           "model": response.model or self.settings.model})
+
+
+def _message(exc: openai.APIStatusError) -> str:
+    """The server's error message (``{"error": {"message": …}}``), else the SDK's."""
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+    return json.dumps(body) if body is not None else exc.message

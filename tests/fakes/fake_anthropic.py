@@ -1,0 +1,67 @@
+"""A fake Anthropic Messages server: ``POST /v1/messages`` (with ``tool_use`` content blocks and ``usage``) and
+``GET /v1/models``, answering from a script of replies, faults (429, 500, 529) and delays."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+
+from fakes._script import Reply, Script
+from fakes._server import serve
+
+_ids = itertools.count(1)
+
+
+def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
+    """The API's error envelope."""
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def message(*calls: tuple[str, dict[str, Any]], text: str | None = None, model: str = "fake-claude",
+            usage: tuple[int, int] = (120, 30)) -> Reply:
+    """A 200 ``message`` whose content has a text block (optional) and one ``tool_use`` block per call."""
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    content += [{"type": "tool_use", "id": f"toolu_{next(_ids):04d}", "name": name, "input": args}
+                for name, args in calls]
+    return Reply(200, {
+        "id": f"msg_{next(_ids):04d}", "type": "message", "role": "assistant", "model": model, "content": content,
+        "stop_reason": "tool_use" if calls else "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": usage[0], "output_tokens": usage[1]},
+    })
+
+
+def fault(status: int, message: str = "injected fault", delay: float = 0.0) -> Reply:
+    """An error answer (429 rate limit, 500 api error, 529 overloaded, 400 …)."""
+    kind = {429: "rate_limit_error", 400: "invalid_request_error", 529: "overloaded_error"}.get(status, "api_error")
+    return Reply(status, error_body(message, kind), delay)
+
+
+class FakeAnthropic(Script):
+    """The fake server's state; :meth:`running` serves it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.app = FastAPI()
+        self.base_url = ""
+
+        @self.app.post("/v1/messages")
+        async def messages(request: Request) -> Any:
+            return await self.answer(await request.json(), dict(request.headers), error_body)
+
+        @self.app.get("/v1/models")
+        async def models(request: Request) -> Any:
+            self.headers.append(dict(request.headers))
+            return {"data": [{"id": "fake-claude", "type": "model", "display_name": "Fake Claude",
+                              "created_at": "2025-01-01T00:00:00Z"}], "has_more": False,
+                    "first_id": "fake-claude", "last_id": "fake-claude"}
+
+    @contextmanager
+    def running(self) -> Iterator[FakeAnthropic]:
+        """Serve on 127.0.0.1; the SDK appends ``/v1/messages`` to ``base_url``."""
+        with serve(self.app) as url:
+            self.base_url = url
+            yield self

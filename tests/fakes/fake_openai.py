@@ -1,0 +1,70 @@
+"""A fake OpenAI Chat Completions server: ``POST /v1/chat/completions`` (with ``tool_calls``) and
+``GET /v1/models``, answering from a script of replies, faults (429, 500) and delays."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+
+from fakes._script import Reply, Script
+from fakes._server import serve
+
+_ids = itertools.count(1)
+
+
+def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
+    """The API's error envelope."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+def completion(*calls: tuple[str, dict[str, Any]], text: str | None = None, model: str = "fake-gpt",
+               usage: tuple[int, int] = (100, 20)) -> Reply:
+    """A 200 ``chat.completion`` whose message calls the named functions with the given arguments."""
+    tool_calls = [{"id": f"call_{next(_ids)}", "type": "function",
+                   "function": {"name": name, "arguments": json.dumps(args)}} for name, args in calls]
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return Reply(200, {
+        "id": f"chatcmpl-{next(_ids)}", "object": "chat.completion", "created": 1_700_000_000, "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": "tool_calls" if tool_calls else "stop"}],
+        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+    })
+
+
+def fault(status: int, message: str = "injected fault", delay: float = 0.0) -> Reply:
+    """An error answer (429 rate limit, 500, 400, …)."""
+    kind = {429: "rate_limit_exceeded", 400: "invalid_request_error"}.get(status, "server_error")
+    return Reply(status, error_body(message, kind), delay)
+
+
+class FakeOpenAI(Script):
+    """The fake server's state; :meth:`running` serves it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.app = FastAPI()
+        self.base_url = ""
+
+        @self.app.post("/v1/chat/completions")
+        async def chat(request: Request) -> Any:
+            return await self.answer(await request.json(), dict(request.headers), error_body)
+
+        @self.app.get("/v1/models")
+        async def models(request: Request) -> Any:
+            self.headers.append(dict(request.headers))
+            return {"object": "list", "data": [{"id": "fake-gpt", "object": "model", "created": 0,
+                                                "owned_by": "stepline-tests"}]}
+
+    @contextmanager
+    def running(self) -> Iterator[FakeOpenAI]:
+        """Serve on 127.0.0.1; ``base_url`` ends in ``/v1`` as the SDK expects."""
+        with serve(self.app) as url:
+            self.base_url = url + "/v1"
+            yield self

@@ -1,0 +1,49 @@
+"""Small workflows and journal helpers for executor tests."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from stepline.engine import Engine
+from stepline.model import Run, StepSpec, WorkflowSpec
+from stepline.store import RunDir
+
+OUTPUT = "out/greeting.md"
+
+
+def greeting_workflow() -> WorkflowSpec:
+    """One native step that asks the executor to write a greeting to ``out/greeting.md``."""
+    return WorkflowSpec(id="greet", name="Greeting", format="native", variables={"user_name": "Ada"}, steps=[
+        StepSpec(id="write", name="Write the greeting", outputs=[OUTPUT],
+                 body="Write a one-line greeting for {{user_name}} to the output file, then finish."),
+    ])
+
+
+def run_dir(engine: Engine, run: Run) -> RunDir:
+    """The run's directory."""
+    return engine.store.open(run.run_id)
+
+
+def memo_records(engine: Engine, run: Run, label: str) -> list[dict[str, Any]]:
+    """The ``CallRecorded`` data of every ``memo:<label>`` call of the run, in order."""
+    return [event.data for event in run_dir(engine, run).events()
+            if event.type == "CallRecorded" and event.data.get("op") == f"memo:{label}"]
+
+
+def truncate_after_first(engine: Engine, run: Run, op: str) -> None:
+    """Cut the journal just after the first record of ``op``, as if the process had died there."""
+    path = run_dir(engine, run).journal_path
+    lines = path.read_bytes().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if json.loads(line)["data"].get("op") == op)
+    path.write_bytes(b"".join(lines[: cut + 1]))
+
+
+def outputs_digest(root: Path, engine: Engine, run: Run) -> dict[str, str]:
+    """sha256 of every artifact file and of the artifact index entries (path + hash), for byte comparisons."""
+    artifacts = run_dir(engine, run).read("artifacts.json", []) or []
+    digests = {a["path"]: hashlib.sha256((root / a["path"]).read_bytes()).hexdigest() for a in artifacts}
+    digests["artifacts.sha256"] = ",".join(f"{a['path']}={a['sha256']}" for a in artifacts)
+    return digests
