@@ -126,5 +126,6 @@ def lint_native(path: Path) -> list[Diagnostic]:
     try:
         load_native(path)
     except ReaderError as exc:
-        return [Diagnostic("error", "native-schema", exc.detail, str(path), exc.line)]
+        code = "yaml-syntax" if exc.detail.startswith(("YAML error", "JSON error")) else "native-schema"
+        return [Diagnostic("error", code, exc.detail, str(path), exc.line)]
     return []

@@ -27,8 +27,8 @@ def validate(
     if as_json:
         print_json([asdict(d) for d in diagnostics])
     else:
-        for diagnostic in diagnostics:
-            console.print(str(diagnostic), markup=False)
+        for diagnostic in diagnostics:  # plain lines: editors and CI parse file:line, so never wrap them
+            print(diagnostic)
         warnings = len(diagnostics) - errors
         console.print(f"{errors} error(s), {warnings} warning(s)")
     if errors:
