@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from fakes._script import Reply, Script
 from fakes._server import serve
@@ -47,6 +48,8 @@ class FakeAnthropic(Script):
         super().__init__()
         self.app = FastAPI()
         self.base_url = ""
+        #: When set, ``GET /v1/models`` answers with this instead of the model list.
+        self.models_fault: Reply | None = None
 
         @self.app.post("/v1/messages")
         async def messages(request: Request) -> Any:
@@ -55,6 +58,8 @@ class FakeAnthropic(Script):
         @self.app.get("/v1/models")
         async def models(request: Request) -> Any:
             self.headers.append(dict(request.headers))
+            if self.models_fault is not None:
+                return JSONResponse(self.models_fault.body, status_code=self.models_fault.status)
             return {"data": [{"id": "fake-claude", "type": "model", "display_name": "Fake Claude",
                               "created_at": "2025-01-01T00:00:00Z"}], "has_more": False,
                     "first_id": "fake-claude", "last_id": "fake-claude"}

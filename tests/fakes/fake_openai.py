@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from fakes._script import Reply, Script
 from fakes._server import serve
@@ -51,6 +52,8 @@ class FakeOpenAI(Script):
         super().__init__()
         self.app = FastAPI()
         self.base_url = ""
+        #: When set, ``GET /v1/models`` answers with this instead of the model list.
+        self.models_fault: Reply | None = None
 
         @self.app.post("/v1/chat/completions")
         async def chat(request: Request) -> Any:
@@ -59,6 +62,8 @@ class FakeOpenAI(Script):
         @self.app.get("/v1/models")
         async def models(request: Request) -> Any:
             self.headers.append(dict(request.headers))
+            if self.models_fault is not None:
+                return JSONResponse(self.models_fault.body, status_code=self.models_fault.status)
             return {"object": "list", "data": [{"id": "fake-gpt", "object": "model", "created": 0,
                                                 "owned_by": "stepline-tests"}]}
 

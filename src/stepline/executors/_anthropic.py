@@ -9,6 +9,8 @@ API requires one) and the shared ones of :class:`~stepline.executors._llm.LLMSet
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from stepline.errors import ExecutorError
@@ -44,6 +46,12 @@ class AnthropicExecutor(LLMExecutor):
             await self._client.close()
             self._client = None
 
+    async def list_models(self) -> list[str]:
+        """GET /v1/models."""
+        with _translated(self.name, self.settings.timeout_seconds):
+            page = await self.client().models.list()
+        return [model.id async for model in page]
+
     def start_messages(self, user: str) -> list[dict[str, Any]]:
         """A single user message; the system prompt is a separate request field."""
         return [{"role": "user", "content": user}]
@@ -66,13 +74,11 @@ class AnthropicExecutor(LLMExecutor):
         messages.append({"role": "user", "content": text})
 
     async def send(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Turn:
-        """POST /v1/messages; SDK errors become :class:`ExecutorError` here and nowhere else."""
-        import anthropic
-
+        """POST /v1/messages."""
         extra: dict[str, Any] = {}
         if self.settings.temperature is not None:
             extra["temperature"] = self.settings.temperature
-        try:
+        with _translated(self.name, self.settings.timeout_seconds):
             response = await self.client().messages.create(
                 model=self.settings.model,
                 max_tokens=self.settings.max_tokens or self.default_max_tokens or 4096,
@@ -82,14 +88,6 @@ class AnthropicExecutor(LLMExecutor):
                        for t in tools],
                 **extra,
             )
-        except anthropic.APIStatusError as exc:
-            raise status_error(self.name, exc.status_code, _message(exc)) from exc
-        except anthropic.APITimeoutError as exc:
-            raise transport_error(self.name, str(exc), timeout=self.settings.timeout_seconds) from exc
-        except anthropic.APIConnectionError as exc:
-            raise transport_error(self.name, str(exc)) from exc
-        except anthropic.AnthropicError as exc:
-            raise ExecutorError(f"{self.name}: {exc}") from exc
         text = "".join(block.text for block in response.content if block.type == "text")
         calls = [ToolCall(id=block.id, name=block.name, arguments=json.dumps(block.input))
                  for block in response.content if block.type == "tool_use"]
@@ -97,6 +95,23 @@ class AnthropicExecutor(LLMExecutor):
                     usage={"input_tokens": response.usage.input_tokens,
                            "output_tokens": response.usage.output_tokens,
                            "model": response.model or self.settings.model})
+
+
+@contextmanager
+def _translated(provider: str, timeout: float) -> Iterator[None]:
+    """The one place SDK errors become :class:`ExecutorError` (retryable or not)."""
+    import anthropic
+
+    try:
+        yield
+    except anthropic.APIStatusError as exc:
+        raise status_error(provider, exc.status_code, _message(exc)) from exc
+    except anthropic.APITimeoutError as exc:
+        raise transport_error(provider, str(exc), timeout=timeout) from exc
+    except anthropic.APIConnectionError as exc:
+        raise transport_error(provider, str(exc)) from exc
+    except anthropic.AnthropicError as exc:
+        raise ExecutorError(f"{provider}: {exc}") from exc
 
 
 def _message(exc: anthropic.APIStatusError) -> str:

@@ -292,6 +292,10 @@ class LLMExecutor(Executor):
 
     # -- what a provider implements -------------------------------------------------------------------------
     @abstractmethod
+    def client(self) -> Any:
+        """The SDK client, built (and the SDK imported) on first use — before any latency is measured."""
+
+    @abstractmethod
     def start_messages(self, user: str) -> list[dict[str, Any]]:
         """The conversation's first messages (the system prompt is passed to :meth:`send` separately)."""
 
@@ -313,6 +317,22 @@ class LLMExecutor(Executor):
 
         Errors are raised as :class:`ExecutorError` (via :func:`status_error` / :func:`transport_error`).
         """
+
+    @abstractmethod
+    async def list_models(self) -> list[str]:
+        """Ids of the models the endpoint offers: the cheap request ``stepline providers --check`` sends."""
+
+    async def check(self) -> dict[str, Any]:
+        """Ask the endpoint for its models once (no retries); a failure is raised as :class:`ExecutorError`."""
+        self.client()
+        started = self.clock()
+        try:
+            models = await self.list_models()
+        finally:
+            await self.aclose()
+        return {"base_url": self.settings.base_url or "(SDK default)", "model": self.settings.model,
+                "models": len(models), "model_listed": self.settings.model in models,
+                "latency_ms": round((self.clock() - started) * 1000, 1)}
 
     # -- the loop -------------------------------------------------------------------------------------------
     async def perform(self, request: StepRequest, session: StepSession) -> None:
@@ -345,6 +365,7 @@ class LLMExecutor(Executor):
         payload = {"model": self.settings.model, "turn": number, "messages": len(messages), "sha256": digest}
 
         async def compute() -> dict[str, Any]:
+            self.client()
             started = self.clock()
             turn = await self.reliability.call(lambda: self.send(system, messages, tools))
             input_tokens = int(turn.usage.get("input_tokens") or 0)

@@ -9,6 +9,8 @@ shared ones of :class:`~stepline.executors._llm.LLMSettings`.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from stepline.errors import ExecutorError
@@ -43,6 +45,12 @@ class OpenAIExecutor(LLMExecutor):
             await self._client.close()
             self._client = None
 
+    async def list_models(self) -> list[str]:
+        """GET /models."""
+        with _translated(self.name, self.settings.timeout_seconds):
+            page = await self.client().models.list()
+        return [model.id async for model in page]
+
     def start_messages(self, user: str) -> list[dict[str, Any]]:
         """A single user message; the system prompt goes first at send time."""
         return [{"role": "user", "content": user}]
@@ -65,29 +73,19 @@ class OpenAIExecutor(LLMExecutor):
         messages.append({"role": "user", "content": text})
 
     async def send(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Turn:
-        """POST /chat/completions; SDK errors become :class:`ExecutorError` here and nowhere else."""
-        import openai
-
+        """POST /chat/completions."""
         extra: dict[str, Any] = {}
         if self.settings.max_tokens is not None:
             extra["max_tokens"] = self.settings.max_tokens
         if self.settings.temperature is not None:
             extra["temperature"] = self.settings.temperature
-        try:
+        with _translated(self.name, self.settings.timeout_seconds):
             response = await self.client().chat.completions.create(
                 model=self.settings.model,
                 messages=[{"role": "system", "content": system}, *messages],  # type: ignore[list-item]
                 tools=[{"type": "function", "function": tool} for tool in tools],  # type: ignore[typeddict-item]
                 **extra,
             )
-        except openai.APIStatusError as exc:
-            raise status_error(self.name, exc.status_code, _message(exc)) from exc
-        except openai.APITimeoutError as exc:
-            raise transport_error(self.name, str(exc), timeout=self.settings.timeout_seconds) from exc
-        except openai.APIConnectionError as exc:
-            raise transport_error(self.name, str(exc)) from exc
-        except openai.OpenAIError as exc:
-            raise ExecutorError(f"{self.name}: {exc}") from exc
         if not response.choices:
             raise ExecutorError(f"{self.name}: the response has no choices", retryable=True)
         choice = response.choices[0]
@@ -98,6 +96,23 @@ class OpenAIExecutor(LLMExecutor):
                     usage={"input_tokens": usage.prompt_tokens if usage else 0,
                            "output_tokens": usage.completion_tokens if usage else 0,
                            "model": response.model or self.settings.model})
+
+
+@contextmanager
+def _translated(provider: str, timeout: float) -> Iterator[None]:
+    """The one place SDK errors become :class:`ExecutorError` (retryable or not)."""
+    import openai
+
+    try:
+        yield
+    except openai.APIStatusError as exc:
+        raise status_error(provider, exc.status_code, _message(exc)) from exc
+    except openai.APITimeoutError as exc:
+        raise transport_error(provider, str(exc), timeout=timeout) from exc
+    except openai.APIConnectionError as exc:
+        raise transport_error(provider, str(exc)) from exc
+    except openai.OpenAIError as exc:
+        raise ExecutorError(f"{provider}: {exc}") from exc
 
 
 def _message(exc: openai.APIStatusError) -> str:
