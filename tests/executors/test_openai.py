@@ -214,3 +214,51 @@ def test_options_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
     settings = OpenAIExecutor({"api_key": "***"}).settings
     assert (settings.base_url, settings.api_key, settings.model) == ("http://127.0.0.1:9/v1", SECRET, "env-model")
     assert SECRET not in repr(settings)
+
+
+def test_prompt_holds_the_current_step_only_with_secrets_redacted() -> None:
+    """The user message carries the step's content, menu, variables and context, with secret values redacted."""
+    from stepline.executors import MenuOption, StepRequest
+    from stepline.executors._llm import build_prompt, protocol_tools
+
+    request = StepRequest(kind="choose", run_id="r", step_id="step-03", title="Review", content="Check the PRD.",
+                          variables={"project": "demo", "api_key": SECRET}, mode="yolo",
+                          menu=[MenuOption("C", "Continue", default=True), MenuOption("X", "Exit")],
+                          context={"telis": [{"tier": "nano", "text": "PRDs live in docs/"}]})
+    system, user = build_prompt(request)
+    assert "#yolo" in system and "`finish`" in system
+    assert "# Step step-03: Review" in user and "Check the PRD." in user
+    assert "[C] Continue (default)" in user and "PRDs live in docs/" in user and '"project": "demo"' in user
+    assert SECRET not in user
+    finish = next(t for t in protocol_tools(request) if t["name"] == "finish")
+    assert finish["parameters"]["properties"]["choice"]["enum"] == ["C", "X"]
+    assert finish["parameters"]["required"] == ["choice"]
+
+
+def test_a_choice_outside_the_menu_is_sent_back(tmp_path: Path, server: FakeOpenAI) -> None:
+    """finish with a key the menu does not offer is refused to the model, which then picks a valid one."""
+    from stepline.executors import MenuOption, StepRequest
+
+    class Session:
+        choice: str | None = None
+
+        async def finish(self, choice: str | None = None, summary: str | None = None) -> None:
+            self.choice = choice
+
+        async def memo(self, label: str, payload: dict[str, Any], compute: Any) -> dict[str, Any]:
+            result: dict[str, Any] = await compute()
+            return result
+
+    server.queue(completion(("finish", {"choice": "Z"})), completion(("finish", {"choice": "X"})))
+    executor = OpenAIExecutor(options(server))
+    session = Session()
+    request = StepRequest(kind="choose", run_id="r", step_id="menu", title="Menu",
+                          menu=[MenuOption("C", "Continue"), MenuOption("X", "Exit")])
+
+    async def go() -> None:
+        await executor.perform(request, session)  # type: ignore[arg-type]
+        await executor.aclose()
+
+    asyncio.run(go())
+    assert session.choice == "X"
+    assert server.requests[1]["messages"][-1]["content"] == "error: choice must be one of C, X"
