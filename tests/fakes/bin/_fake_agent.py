@@ -1,0 +1,121 @@
+"""Shared body of the fake agent CLIs: parse argv like the real CLI, do the step over MCP, print its JSON.
+
+Behaviour is picked by ``FAKE_AGENT_BEHAVIOR``: ``work`` (default) reads the step with ``get_step``, writes
+its output and finishes; ``no-finish`` exits without finishing; ``hang`` starts a child process, records both
+pids in ``FAKE_AGENT_PIDS`` and sleeps. Every invocation is appended to ``FAKE_AGENT_LOG`` (JSON lines: the
+agent, argv, cwd, prompt and MCP url), so tests can check the command shape and the prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def _mcp_url(agent: str, argv: list[str]) -> str:
+    if agent == "claude":
+        assert argv[0] == "-p" and _option(argv, "--output-format") == "stream-json" and "--verbose" in argv
+        config = json.loads(Path(str(_option(argv, "--mcp-config"))).read_text(encoding="utf-8"))
+        return str(config["mcpServers"]["stepline"]["url"])
+    if agent == "codex":
+        assert argv[0] == "exec" and "--json" in argv and argv[-1] == "-", argv
+        setting = next(v for k, v in itertools.pairwise(argv) if k == "-c" and v.startswith("mcp_servers."))
+        return str(json.loads(setting.split("=", 1)[1]))
+    if agent in ("gemini", "qwen"):
+        assert _option(argv, "--output-format") == "stream-json"
+        env = "GEMINI_CLI_SYSTEM_SETTINGS_PATH" if agent == "gemini" else "QWEN_CODE_SYSTEM_SETTINGS_PATH"
+        settings = json.loads(Path(os.environ[env]).read_text(encoding="utf-8"))
+        return str(settings["mcpServers"]["stepline"]["httpUrl"])
+    assert argv[:3] == ["run", "--format", "json"], argv
+    config = json.loads(Path(os.environ["OPENCODE_CONFIG"]).read_text(encoding="utf-8"))
+    return str(config["mcp"]["stepline"]["url"])
+
+
+def _session_id(agent: str, argv: list[str], step_id: str) -> str:
+    resumed = _option(argv, "--resume") or _option(argv, "--session")
+    if agent == "codex" and "resume" in argv:
+        resumed = argv[argv.index("resume") + 1]
+    if resumed and "--fork-session" not in argv:
+        return resumed
+    return f"{agent}-session-{step_id}"
+
+
+async def _work(agent: str, url: str) -> dict[str, Any]:
+    from mcp import Client
+
+    async def call(client: Client, name: str, args: dict[str, Any]) -> Any:
+        result = await client.call_tool(name, args)
+        if result.is_error:
+            raise SystemExit(f"{name} failed: {result.content}")
+        return result.structured_content
+
+    async with Client(url) as client:
+        step = await call(client, "get_step", {})
+        if step["kind"] == "decide":
+            await call(client, "decide", {"value": True, "reason": f"fake says yes to {step['condition']}"})
+            return step
+        if step["hints"].get("output"):
+            first = step["content"].strip().splitlines()[0] if step["content"].strip() else ""
+            await call(client, "write_output", {"content": f"{agent} did {step['step_id']}: {first}\n"})
+        await call(client, "finish", {"summary": f"{agent} finished {step['step_id']}"})
+        return step
+
+
+
+def _print_result(agent: str, session: str, text: str) -> None:
+    if agent == "claude":
+        events: list[dict[str, Any]] = [
+            {"type": "system", "subtype": "init", "session_id": session, "tools": ["mcp__stepline__finish"]},
+            {"type": "assistant", "message": {"content": [{"type": "text", "text": text}]}, "session_id": session},
+            {"type": "result", "subtype": "success", "is_error": False, "result": text, "session_id": session,
+             "total_cost_usd": 0.01, "usage": {"input_tokens": 120, "output_tokens": 30}}]
+    elif agent == "codex":
+        events = [{"type": "thread.started", "thread_id": session}, {"type": "turn.started"},
+                  {"type": "item.completed", "item": {"id": "item_0", "type": "agent_message", "text": text}},
+                  {"type": "turn.completed", "usage": {"input_tokens": 100, "cached_input_tokens": 0,
+                                                       "output_tokens": 20}}]
+    elif agent in ("gemini", "qwen"):
+        events = [{"type": "init", "session_id": session, "model": "fake"},
+                  {"type": "message", "role": "assistant", "content": text, "delta": True},
+                  {"type": "result", "status": "success", "stats": {"input_tokens": 90, "output_tokens": 10}}]
+    else:
+        events = [{"type": "text", "sessionID": session, "part": {"type": "text", "text": text}},
+                  {"type": "step_finish", "sessionID": session,
+                   "part": {"tokens": {"input": 80, "output": 8}, "cost": 0.002}}]
+    for event in events:
+        print(json.dumps(event), flush=True)
+
+
+def main(agent: str) -> int:
+    """Behave like ``agent`` would for one prompt on stdin."""
+    argv = sys.argv[1:]
+    prompt = sys.stdin.read()
+    url = _mcp_url(agent, argv)
+    log = os.environ.get("FAKE_AGENT_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"agent": agent, "argv": argv, "cwd": os.getcwd(), "prompt": prompt,
+                                     "url": url, "env_url": os.environ.get("STEPLINE_MCP_URL")}) + "\n")
+    behavior = os.environ.get("FAKE_AGENT_BEHAVIOR", "work")
+    if behavior == "hang":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        Path(os.environ["FAKE_AGENT_PIDS"]).write_text(f"{os.getpid()} {child.pid}", encoding="utf-8")
+        time.sleep(120)
+        return 1
+    if behavior == "no-finish":
+        print("I could not do it", file=sys.stderr)
+        return 3
+    step = asyncio.run(_work(agent, url))
+    _print_result(agent, _session_id(agent, argv, step["step_id"]), f"done with {step['step_id']}")
+    return 0
