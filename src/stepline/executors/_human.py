@@ -1,0 +1,152 @@
+"""The ``human`` executor: a person does the step in the terminal.
+
+The step is shown with rich (title, content, question or condition, menu). The person types the output on
+stdin (ending with a line holding only ``.``) or writes it in ``$EDITOR`` (``:e``), answers questions,
+decides conditions and picks the menu option; an answer that is not an option is asked again. Everything the
+person gave is journaled as one memo before it is applied, so a step resumed after a crash does not ask again.
+
+Options:
+    prompt: ``prompt(text) -> str`` reading one answer (default: :func:`input`); tests pass their own.
+    console: the rich ``Console`` the step is shown on (default: the terminal).
+    editor: the editor command for ``:e`` (default: ``$VISUAL``, then ``$EDITOR``, then ``vi``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stepline.errors import ExecutorError
+from stepline.executors._base import Executor
+from stepline.executors._dryrun import default_choice
+from stepline.executors._protocol import StepRequest, StepSession
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["HumanExecutor"]
+
+_END = "."
+_EDIT = ":e"
+
+
+class HumanExecutor(Executor):
+    """Shows the step to a person and turns their answers into protocol calls."""
+
+    name = "human"
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        from rich.console import Console
+
+        options = options or {}
+        self.prompt: Callable[[str], str] = options.get("prompt") or input
+        self.console: Console = options.get("console") or Console(highlight=False)
+        self.editor = str(options.get("editor") or os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi")
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        """Ask the person (or replay what they said) and make the calls their answers mean."""
+        given = await session.memo("human", {"kind": request.kind, "step_id": request.step_id},
+                                   lambda: asyncio.to_thread(self._interact, request))
+        if request.kind == "decide":
+            await session.decide(bool(given["decision"]), str(given.get("reason") or "decided by a person"))
+            return
+        output = given.get("output")
+        if output is not None:
+            if request.kind == "generate" and request.section:
+                await session.write_output(output, section=request.section, mode="section")
+            else:
+                await session.write_output(output)
+        await session.finish(given.get("choice"), given.get("summary") or None)
+
+    # -- the conversation (runs in a worker thread: input() blocks) ---------------------------------------------
+    def _interact(self, request: StepRequest) -> dict[str, Any]:
+        self._show(request)
+        if request.kind == "decide":
+            decision = self._pick("Does it hold?", ["y", "n"], default=None) == "y"
+            return {"decision": decision, "reason": self._ask("Why? ")}
+        if request.kind == "answer":
+            if request.choices:
+                return {"choice": self._pick(request.question or "Answer", request.choices, default=None)}
+            return {"choice": self._ask(f"{request.question or 'Answer'}: ")}
+        given: dict[str, Any] = {}
+        if request.kind == "generate":
+            given["output"] = self._compose(f"the content of section '{request.section}'")
+        elif request.kind == "work" and request.hints.get("output"):
+            given["output"] = self._compose("the step's output (" + ", ".join(request.hints.get("outputs") or [])
+                                            + ")")
+        if request.menu:
+            given["choice"] = self._pick("Choose", [o.key for o in request.menu], default=default_choice(request))
+        if request.kind != "choose":
+            given["summary"] = self._ask("Summary (optional): ")
+        return given
+
+    def _show(self, request: StepRequest) -> None:
+        from rich.console import Group
+        from rich.markdown import Markdown
+        from rich.panel import Panel
+
+        body: list[Any] = []
+        if request.content.strip():
+            body.append(Markdown(request.content))
+        if request.condition:
+            body.append(f"[bold]Condition:[/bold] {request.condition}")
+        if request.question:
+            body.append(f"[bold]Question:[/bold] {request.question}")
+        if request.menu:
+            body.append("\n".join(f"[bold][{o.key}][/bold] {o.label}" + (" (default)" if o.default else "")
+                                  for o in request.menu))
+        self.console.print(Panel(Group(*body), title=f"[bold]{request.step_id}[/bold] · {request.title}",
+                                 subtitle=f"{request.kind} · run {request.run_id}"))
+
+    def _ask(self, text: str) -> str:
+        try:
+            return self.prompt(text).strip()
+        except EOFError:
+            raise ExecutorError("the terminal input ended before the step was done",
+                                hint="run it again in a terminal, or use --non-interactive") from None
+
+    def _pick(self, text: str, options: list[str], *, default: str | None) -> str:
+        shown = "/".join(options) + (f", Enter for {default}" if default else "")
+        while True:
+            answer = self._ask(f"{text} [{shown}]: ")
+            if not answer and default:
+                return default
+            for option in options:
+                if answer.lower() == option.lower():
+                    return option
+            self.console.print(f"[red]{answer!r} is not an option;[/red] choose one of {', '.join(options)}")
+
+    def _compose(self, what: str) -> str:
+        self.console.print(f"Type {what}; end with a line holding only '{_END}' (or '{_EDIT}' first to use "
+                           f"{self.editor}).")
+        lines: list[str] = []
+        while True:
+            try:
+                line = self.prompt("")
+            except EOFError:
+                break
+            if line.strip() == _END:
+                break
+            if not lines and line.strip() == _EDIT:
+                return self._edit()
+            lines.append(line)
+        return "\n".join(lines) + "\n" if lines else ""
+
+    def _edit(self) -> str:
+        with tempfile.TemporaryDirectory(prefix="stepline-human-") as folder:
+            target = Path(folder) / "output.md"
+            target.write_text("", encoding="utf-8")
+            try:
+                done = subprocess.run([*shlex.split(self.editor), str(target)], check=False)
+            except OSError as exc:
+                raise ExecutorError(f"cannot start the editor {self.editor!r}: {exc}",
+                                    hint="set $EDITOR to an editor on PATH") from exc
+            if done.returncode != 0:
+                raise ExecutorError(f"the editor {self.editor!r} exited with status {done.returncode}")
+            return target.read_text(encoding="utf-8")
