@@ -85,7 +85,8 @@ def main() -> None:
     print(f"ratio engine/baseline:    {engine_us / baseline_us:8.2f}x   (target <= 1.5x)")
     print(f"run directory:            {statistics.median(sizes) / n:8.0f} bytes/step")
     help_s, pass_s = cli_help_seconds(5)
-    print(f"stepline --help:          {help_s * 1000:8.0f} ms   (python -c pass: {pass_s * 1000:.0f} ms; target < 300 ms)")
+    print(f"stepline --help:          {help_s * 1000:8.0f} ms   "
+          f"(python -c pass: {pass_s * 1000:.0f} ms; target < 300 ms)")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ def test_builtins_are_all_registered() -> None:
     risks = {spec.name: spec.risk for spec in builtin_tools()}
     assert risks == {"getCurrentTime": "low", "readFile": "low", "writeFile": "medium", "listFiles": "low",
                      "repo": "low", "shell": "high", "validatePython": "low", "validateJson": "low",
-                     "validateYaml": "low"}
+                     "validateYaml": "low", "recordEvidence": "low"}
     assert default_registry().names() == sorted(risks)
 
 

@@ -14,9 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stepline.errors import ConfigError
 from stepline.formats._yamlpos import find_yaml_line
+from stepline.guardrails import GuardrailPolicy
 from stepline.time import DEFAULT_TIMEZONE
 
-__all__ = ["GuardrailsSection", "HitlPolicy", "RuntimeConfig", "load_runtime_config"]
+__all__ = ["HitlPolicy", "RuntimeConfig", "load_runtime_config"]
 
 
 class _Section(BaseModel):
@@ -67,15 +68,6 @@ class HitlSection(_Section):
     policy: HitlPolicy = Field(default_factory=HitlPolicy)
 
 
-class GuardrailsSection(_Section):
-    """Input/output checks per step."""
-
-    redact_secrets: bool = True
-    block_on_secret: bool = False
-    max_input_bytes: int = Field(default=2_000_000, gt=0)
-    max_output_bytes: int = Field(default=5_000_000, gt=0)
-
-
 class TimeSection(_Section):
     """The timezone getCurrentTime uses when a call names none."""
 
@@ -88,7 +80,7 @@ class RuntimeConfig(_Section):
     runtime: RuntimeSection = Field(default_factory=RuntimeSection)
     tools: ToolsSection = Field(default_factory=ToolsSection)
     hitl: HitlSection = Field(default_factory=HitlSection)
-    guardrails: GuardrailsSection = Field(default_factory=GuardrailsSection)
+    guardrails: GuardrailPolicy = Field(default_factory=GuardrailPolicy)
     time: TimeSection = Field(default_factory=TimeSection)
     executors: dict[str, dict[str, Any]] = Field(default_factory=dict)
     source: str | None = Field(default=None, exclude=True)

@@ -49,6 +49,7 @@ class StepContext:
         self.default_output: str | None = (
             render_variables(spec.outputs[0], run.variables) if spec.outputs else None)
         self.handed_over: list[dict[str, Any]] = []
+        self.guardrails: list[dict[str, Any]] = []
         self.written: dict[str, Path] = {}
 
     @property
@@ -70,9 +71,10 @@ class StepContext:
                      hints: dict[str, Any] | None = None, context: dict[str, Any] | None = None) -> Outcome:
         """Send one request to the executor (or replay its journaled outcome) and return what it produced."""
         self.invocations += 1
+        redact = self.engine.redact  # prompts handed to executors never carry secrets (R-S1)
         request = StepRequest(
             kind=kind, run_id=self.run.run_id, step_id=self.spec.id, title=title or self.spec.name or self.spec.id,
-            content=content, variables=dict(self.run.variables), question=question, choices=choices,
+            content=redact(content), variables=self.engine.redacted_variables(), question=question, choices=choices,
             condition=condition, section=section, menu=list(menu or []), context=dict(context or {}),
             mode=self.run.mode, workflow_id=self.run.workflow.id, attempt=self.attempt,
             hints={**(hints or {}), "invocation": self.invocations - 1},

@@ -4,3 +4,5 @@ One line per format; a new format adds its line here (native steps are built int
 """
 
 from __future__ import annotations
+
+from stepline.engine import _microfile  # noqa: F401 - bmad-microfile (and hybrid) workflows

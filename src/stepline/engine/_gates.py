@@ -7,11 +7,12 @@ decision too (HumanGateApproved/Rejected), and that is what a resumed run reads.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from stepline import time
 from stepline.engine._config import HitlPolicy
 from stepline.errors import NotFoundError, RunStateError, UsageError
+from stepline.evidence import drr_for_decision, drr_markdown
 from stepline.model import Approval, DesignRationale, Gate, StepSpec
 from stepline.store import RunDir
 
@@ -113,22 +114,12 @@ class GateBook:
         approvals = list(self.run_dir.read("approvals.json", []) or [])
         approvals.append(approval.model_dump())
         self.run_dir.write("approvals.json", approvals)
+        drr = drr_for_decision(gate, approval, options=("approved", "rejected") if gate.kind != "question"
+                               else (answer or "",))
         drrs = list(self.run_dir.read("drr.json", []) or [])
-        drr = DesignRationale(
-            id=f"DRR-{len(drrs) + 1:04d}", decision=f"{decision} {gate.gate_id}" + (f": {answer}" if answer else ""),
-            context=gate.reason, options=["approve", "reject"] if gate.kind != "question" else [answer or ""],
-            evidence=[], rationale=notes or "", signoff=by, time=now, gate_id=gate.gate_id, step_id=gate.step_id)
         drrs.append(drr.model_dump())
         self.run_dir.write("drr.json", drrs)
         md_dir = self.run_dir.path / "drr"
         md_dir.mkdir(exist_ok=True)
-        (md_dir / f"{drr.id}.md").write_text(_drr_markdown(drr), encoding="utf-8")
+        (md_dir / f"{drr.id}.md").write_text(drr_markdown(drr), encoding="utf-8")
         return gate, approval, drr
-
-
-def _drr_markdown(drr: DesignRationale) -> str:
-    lines: list[Any] = [f"# {drr.id}: {drr.decision}", "", f"- Time: {drr.time}", f"- Gate: {drr.gate_id}",
-                        f"- Step: {drr.step_id}", f"- Sign-off: {drr.signoff}", "", "## Context", "", drr.context,
-                        "", "## Options", "", *[f"- {o}" for o in drr.options], "", "## Rationale", "",
-                        drr.rationale or "(none given)", ""]
-    return "\n".join(str(x) for x in lines)

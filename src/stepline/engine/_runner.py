@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from stepline import time
+from stepline.engine._checks import check_step_inputs, check_step_outputs, run_validation_gates
 from stepline.engine._config import RuntimeConfig
 from stepline.engine._context import StepContext, render_variables
 from stepline.engine._flow import Flow, make_schedule
@@ -119,6 +120,9 @@ class Engine:
         self.listeners = list(listeners or [])
         self.concurrency = concurrency or self.config.runtime.concurrency
         self.store = RunStore(self.project_root / self.config.runtime.storage_root)
+        self._redact = self.config.guardrails.redact_secrets
+        self._variables_view: tuple[Any, dict[str, Any]] = (None, {})
+        self._scanner = self.config.guardrails.scanner()
         # Per-run state, set by _open.
         self.calls = CallLog()
         self._run: Run | None = None
@@ -154,7 +158,7 @@ class Engine:
         run = Run(run_id=run_dir.run_id, workflow=workflow, mode=self.mode, executor=self.executor_name,
                   executor_options=_public_options(self.executor_options), project_root=str(self.project_root),
                   created_at=now, updated_at=now, parent_run_id=parent_run_id,
-                  variables={**workflow.variables, **(variables or {})})
+                  variables=self.redact({**workflow.variables, **(variables or {})}))
         for spec in workflow.steps:
             run.step(spec.id).name = spec.name or spec.id
         lock = run_dir.lock()
@@ -215,13 +219,30 @@ class Engine:
         assert run is not None and journal is not None, "no run is being driven"
         event = Event(seq=journal.last_seq + 1, type=kind.value, run_id=run.run_id, time=time.now_iso(),
                       step_id=step_id, data=data)
-        journal.append(event, sync=sync)
+        line = event.to_bytes()
+        if self._redact and self._scanner.may_contain(line.decode("utf-8")):
+            event.data = self._scanner.redact_obj(data)  # secrets never reach the journal (R-S1)
+            line = event.to_bytes()
+        journal.append(event, sync=sync, line=line)
         apply(run, event, self.calls)
         self._events.append(event)
         if self.listeners and event.type in _PUBLIC:
             for listener in self.listeners:
                 listener(event)
         return event
+
+    def redacted_variables(self) -> dict[str, Any]:
+        """The run's variables as executors may see them (secrets redacted), recomputed only when they change."""
+        run = self._run
+        assert run is not None
+        key = (id(run), self.calls.variables_version)
+        if self._variables_view[0] != key:
+            self._variables_view = (key, self.redact(dict(run.variables)))
+        return dict(self._variables_view[1])
+
+    def redact(self, value: Any) -> Any:
+        """``value`` with secrets replaced, when the guardrail policy redacts (for prompts, files, snapshots)."""
+        return self._scanner.redact_obj(value) if self._redact else value
 
     def journal_sync(self) -> None:
         """Make every journaled record durable (before an effect leaves the process)."""
@@ -369,8 +390,12 @@ class Engine:
             return StepStatus.COMPLETED
 
     async def _attempt(self, ctx: StepContext, driver: StepDriver) -> None:
+        """Seed 004's order: input guardrails, tools, the executor, output guardrails, validation gates."""
+        check_step_inputs(ctx)
         await self._run_step_tools(ctx)
         await driver(ctx)
+        check_step_outputs(ctx)
+        await run_validation_gates(ctx)
 
     async def _run_step_tools(self, ctx: StepContext) -> None:
         """Run the tool calls the StepSpec declares, through the pipeline, before the executor."""
@@ -430,7 +455,7 @@ class Engine:
             assert self._dir is not None
             self._dir.write("artifacts.json", self._artifacts)
         ctx.emit(EventType.STEP_COMPLETED, {"outputs": outputs, "summary": ctx.step.summary,
-                                            "choice": ctx.step.choice}, sync=True)
+                                            "choice": ctx.step.choice, "guardrails": ctx.guardrails}, sync=True)
 
     # -- executor and tools ---------------------------------------------------------------------------------
     async def invoke(self, ctx: StepContext, request: StepRequest, invocation: int) -> Outcome:
@@ -457,8 +482,28 @@ class Engine:
     def record_tool_result(self, record: dict[str, Any]) -> None:
         """Append a ToolResult to ``tool_results.json``."""
         assert self._dir is not None
-        self._tool_results.append(record)
+        self._tool_results.append(self.redact(record))
         self._dir.write("tool_results.json", self._tool_results)
+
+    def record_evidence(self, ctx: StepContext, raw: dict[str, Any]) -> dict[str, Any]:
+        """Validate an evidence record, compute its WLNK, cross-link the step's artifacts, keep it (R-Q1)."""
+        from stepline.evidence import score, validate_evidence
+
+        assert self._dir is not None
+        record = validate_evidence({**raw, "step_id": ctx.spec.id})
+        links = sorted({*record.artifacts, *ctx.written, *ctx.step.outputs})
+        record = record.model_copy(update={"wlnk": score(record), "artifacts": links})
+        evidence = [e for e in self._dir.read("evidence.json", []) or [] if e.get("id") != record.id]
+        evidence.append(record.model_dump(mode="json"))
+        self._dir.write("evidence.json", evidence)
+        ctx.emit(EventType.EVIDENCE_RECORDED, {"id": record.id, "level": record.level, "wlnk": record.wlnk,
+                                               "artifacts": links})
+        return record.model_dump(mode="json")
+
+    def evidence_of(self, step_id: str) -> list[dict[str, Any]]:
+        """The evidence records a step has recorded in this run."""
+        assert self._dir is not None
+        return [e for e in self._dir.read("evidence.json", []) or [] if e.get("step_id") == step_id]
 
     def tool_is_idempotent(self, name: str) -> bool:
         """Whether re-running tool ``name`` after an interruption is safe."""

@@ -23,6 +23,8 @@ class CallLog:
     started: dict[str, dict[str, Any]] = field(default_factory=dict)
     recorded: dict[str, dict[str, Any]] = field(default_factory=dict)
     answers: dict[str, str] = field(default_factory=dict)
+    #: Bumped whenever a variable changes, so views of the variables (redacted copies) can be cached.
+    variables_version: int = 0
     decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def forget_step(self, step_id: str) -> None:
@@ -47,6 +49,7 @@ def apply(run: Run, event: Event, calls: CallLog) -> None:
         calls.recorded[data["key"]] = data
         if data.get("op") == "set_var":
             run.variables[data["args"]["name"]] = data["args"].get("value")
+            calls.variables_version += 1
         return
     if kind == _E.CALL_STARTED:
         calls.started[data["key"]] = data
@@ -65,6 +68,7 @@ def apply(run: Run, event: Event, calls: CallLog) -> None:
         run.blocked_reason = data.get("reason")
     elif kind == _E.VARIABLE_SET:
         run.variables[data["name"]] = data.get("value")
+        calls.variables_version += 1
     elif kind == _E.CURSOR_MOVED:
         run.cursor.update(data)
     elif kind in (_E.ANSWER_GIVEN,):
@@ -95,6 +99,7 @@ def _apply_step(run: Run, kind: str, data: dict[str, Any], sid: str, at: str, ca
         step.outputs = list(data.get("outputs") or [])
         step.summary = data.get("summary")
         step.choice = data.get("choice")
+        step.guardrails = list(data.get("guardrails") or [])
         calls.forget_step(sid)
     elif kind == _E.STEP_FAILED:
         step.transition(StepStatus.FAILED)
@@ -112,5 +117,5 @@ def _apply_step(run: Run, kind: str, data: dict[str, Any], sid: str, at: str, ca
     elif kind == _E.ARTIFACT_READY:
         if data.get("path") and data["path"] not in step.outputs:
             step.outputs.append(data["path"])
-    elif kind in (_E.VALIDATION_PASSED, _E.VALIDATION_FAILED) and data.get("guardrail"):
+    elif kind == _E.VALIDATION_FAILED and data.get("guardrail"):
         step.guardrails.append(data)

@@ -74,6 +74,8 @@ async def run_tool_for_step(engine: Engine, ctx: StepContext, name: str, args: d
         engine.gates.open(gate_id, kind="tool", step_id=ctx.spec.id,
                           reason=f"{result.risk}-risk tool {name!r} needs approval", phase=ctx.spec.phase)
         raise StepBlocked(f"waiting for approval of gate {gate_id} ({result.risk}-risk tool {name!r})", gate_id)
+    if result.status == "ok" and name == "recordEvidence":
+        record["result"] = engine.record_evidence(ctx, dict(result.result or {}))
     if result.status != "ok" and required:
         raise ToolError(f"required tool {name!r} {result.status}: {result.error}",
                         retryable=result.status in ("error", "timeout"))

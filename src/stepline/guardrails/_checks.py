@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from stepline.errors import ToolError
 from stepline.guardrails._paths import confine_path
@@ -30,6 +30,7 @@ class GuardrailPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    _scanner: SecretScanner | None = PrivateAttr(default=None)
     max_input_bytes: int = Field(default=1_000_000, gt=0, description="largest serialized step input")
     max_output_bytes: int = Field(default=5_000_000, gt=0, description="largest serialized step output")
     redact_secrets: bool = Field(default=True, description="redact secrets from events, logs and prompts")
@@ -49,8 +50,10 @@ class GuardrailPolicy(BaseModel):
         return value
 
     def scanner(self) -> SecretScanner:
-        """Return a scanner with the built-in patterns plus :attr:`extra_secret_patterns`."""
-        return SecretScanner(self.extra_secret_patterns)
+        """Return a scanner with the built-in patterns plus :attr:`extra_secret_patterns` (built once)."""
+        if self._scanner is None:
+            self._scanner = SecretScanner(self.extra_secret_patterns)
+        return self._scanner
 
     def redact(self, obj: Any) -> Any:
         """Redact ``obj`` (a string or nested structure) when :attr:`redact_secrets` is on; else return it."""

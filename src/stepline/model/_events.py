@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+import orjson
 
 __all__ = ["Event", "EventType"]
 
@@ -54,13 +55,17 @@ class Event:
     step_id: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
 
+    def to_bytes(self) -> bytes:
+        """Serialise as one UTF-8 JSON line (no newline); orjson, because the journal does this per event."""
+        return orjson.dumps(
+            {"seq": self.seq, "type": self.type, "run_id": self.run_id, "time": self.time, "step_id": self.step_id,
+             "data": self.data},
+            default=str, option=orjson.OPT_NON_STR_KEYS,
+        )
+
     def to_json(self) -> str:
         """Serialise as one JSON line (no newline)."""
-        return json.dumps(
-            {"seq": self.seq, "type": self.type, "run_id": self.run_id, "time": self.time,
-             "step_id": self.step_id, "data": self.data},
-            ensure_ascii=False, separators=(",", ":"), default=str,
-        )
+        return self.to_bytes().decode("utf-8")
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Event:

@@ -12,10 +12,11 @@ it and :class:`Journal` truncates it away before appending, so the journal alway
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from stepline.errors import JournalError
 from stepline.model import Event
@@ -37,8 +38,8 @@ def _scan(data: bytes, path: Path) -> tuple[list[dict[str, Any]], int]:
             break
         line = data[start:end]
         try:
-            records.append(json.loads(line))
-        except ValueError as exc:
+            records.append(orjson.loads(line))
+        except orjson.JSONDecodeError as exc:
             if data.find(b"\n", end + 1) == -1 and not data[end + 1:].strip():
                 break  # the very last line is torn although its newline made it: treat as torn
             raise JournalError(f"{path}:{lineno}: journal record is not valid JSON ({exc})",
@@ -81,9 +82,10 @@ class Journal:
 
     last_seq: int = 0
 
-    def append(self, event: Event, *, sync: bool = True) -> None:
-        """Append ``event`` as one line; with ``sync`` it is on disk when this returns."""
-        os.write(self._fd, (event.to_json() + "\n").encode("utf-8"))
+    def append(self, event: Event, *, sync: bool = True, line: bytes | None = None) -> None:
+        """Append ``event`` as one line (``line``: its JSON bytes, when the caller has them); with ``sync`` it is
+        on disk when this returns."""
+        os.write(self._fd, (line or event.to_bytes()) + b"\n")
         self.last_seq = event.seq
         if sync:
             os.fsync(self._fd)

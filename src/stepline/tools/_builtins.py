@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from stepline.tools._builtin_evidence import evidence_tools
 from stepline.tools._builtin_files import file_tools
 from stepline.tools._builtin_repo import repo_tools
 from stepline.tools._builtin_shell import shell_tools
@@ -13,8 +14,9 @@ __all__ = ["builtin_tools", "default_registry"]
 
 
 def builtin_tools() -> list[ToolSpec]:
-    """Return the built-in tools: getCurrentTime, readFile, writeFile, listFiles, repo, shell, validate*."""
-    return [*time_tools(), *file_tools(), *repo_tools(), *shell_tools(), *validation_tools()]
+    """Return the built-in tools: getCurrentTime, readFile, writeFile, listFiles, repo, shell, validate*,
+    recordEvidence."""
+    return [*time_tools(), *file_tools(), *repo_tools(), *shell_tools(), *validation_tools(), *evidence_tools()]
 
 
 def default_registry() -> ToolRegistry:

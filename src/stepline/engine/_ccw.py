@@ -1,0 +1,657 @@
+"""Running CCW sessions: the task flow, the task driver, and starting, resuming and completing a session.
+
+* :class:`CcwFlow` releases tasks incrementally with the semantics of :func:`stepline.engine._dag.plan_waves`:
+  a task starts once its ``depends_on`` are done; a container's subtasks start once the container's own
+  dependencies are, and the container completes (its step runs, without an agent) once all its subtasks
+  have; ``sequential``/``tdd`` run one task at a time in document order; ``phased`` puts a barrier after
+  each ``Phase N``; a serialization requirement lets one of its tasks run at a time. Ready tasks start
+  critical path first, then by execution group, then in document order. A failure returns the tasks that
+  really depend on the failed one (``depends_on`` and containment, never phases or serialization), which
+  the engine journals as skipped. Cost is O(1) per release, so a 10,000-task session schedules in linear time.
+* :func:`run_ccw_task` runs one task: its ``pre_analysis`` steps (``bash(...)``, plain commands, ``Read``,
+  ``Glob``, ``Grep``/``Search``, with ``[var]`` substitution and ``on_error``), then one ``work`` request to
+  the executor with the prompt built from the task JSON (read only now), then the completion as one
+  journaled change (:mod:`stepline.engine._ccw_state`). Completions that become ready in the same loop turn
+  share one journal fsync and one TODO_LIST.md write.
+* ``pre_analysis`` commands come from the plan, not from the agent, so they run through the tool pipeline
+  with the configured allow/blocklist and timeout but without the risk gate (a ``bash(...)`` step would
+  otherwise stop every task for approval). Their results are journaled; a resumed task replays them. A
+  command interrupted by a crash is run again: they gather context, they do not change the project.
+* :func:`execute_session` checks a session, resumes its interrupted or blocked run (the journal replays
+  every call), or marks the session started and starts a new run; :func:`complete_session` archives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import heapq
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stepline import time
+from stepline.engine._ccw_prompt import TaskView, build_task_prompt, render_container_summary, render_summary
+from stepline.engine._ccw_state import (
+    Completion,
+    SessionWriter,
+    archive_session,
+    mark_session_started,
+    remove_stale_temp_files,
+)
+from stepline.engine._dag import plan_workflow_waves
+from stepline.engine._runner import register_driver
+from stepline.engine._signals import StepBlocked
+from stepline.errors import ReaderError, RunLockedError, RunStateError, StepFailed
+from stepline.formats._ccw import CcwSession, read_ccw_session
+from stepline.formats._ccw_task import read_task_file
+from stepline.model import EventType, Run, RunStatus, StepStatus, ToolCall, WorkflowSpec
+
+if TYPE_CHECKING:
+    from stepline.engine._context import StepContext
+    from stepline.engine._runner import Engine
+    from stepline.tools import ToolPipeline
+
+__all__ = ["CcwFlow", "complete_session", "execute_session", "prepare_session", "run_ccw_task", "session_run"]
+
+_SEQUENTIAL = frozenset({"sequential", "tdd"})
+_LEAF, _START, _END, _BARRIER = 0, 1, 2, 3
+
+
+class CcwFlow:
+    """Which CCW tasks may start now (see the module docstring for the rules)."""
+
+    def __init__(self, workflow: WorkflowSpec, run: Run) -> None:
+        steps = workflow.steps
+        meta = workflow.meta
+        model = meta.get("execution_model")
+        self.sequential = model in _SEQUENTIAL
+        self.ids = [step.id for step in steps]
+        index = {sid: position for position, sid in enumerate(self.ids)}
+        count = len(steps)
+        self.kind = [_LEAF] * count
+        self.owner = list(range(count))
+        exit_node = list(range(count))
+        for position, step in enumerate(steps):
+            if step.meta.get("container"):
+                self.kind[position] = _START
+                exit_node[position] = self._node(_END, position)
+        self.succ: list[list[int]] = [[] for _ in self.kind]
+        self.hard: list[int] = []  # successors[:hard] are dependencies; the rest phase barriers (set below)
+        for position, step in enumerate(steps):
+            for dep in dict.fromkeys(step.depends_on):
+                self.succ[exit_node[index[dep]]].append(position)
+            parent = step.meta.get("parent")
+            if parent in index and self.kind[index[parent]] == _START:
+                self.succ[parent_entry := index[parent]].append(position)
+                self.succ[exit_node[position]].append(exit_node[parent_entry])
+            if self.kind[position] == _START:
+                self.succ[position].append(exit_node[position])
+        self.hard = [len(successors) for successors in self.succ]
+        phases: Mapping[str, int] = meta.get("phases") or {}
+        if model == "phased" and phases:
+            numbers = sorted({number for sid, number in phases.items() if sid in index})
+            barrier = {number: self._node(_BARRIER, -1) for number in numbers}
+            self.succ += [[] for _ in numbers]
+            self.hard += [0] * len(numbers)
+            for sid, number in phases.items():
+                if sid in index:
+                    self.succ[exit_node[index[sid]]].append(barrier[number])
+                    earlier = [n for n in numbers if n < number]
+                    if earlier:
+                        self.succ[barrier[earlier[-1]]].append(index[sid])
+            for first, second in zip(numbers, numbers[1:], strict=False):
+                self.succ[barrier[first]].append(barrier[second])
+        self.exit_node = exit_node
+        self.indegree = [0] * len(self.kind)
+        for successors in self.succ:
+            for nxt in successors:
+                self.indegree[nxt] += 1
+        rank = {sid: place for place, sid in enumerate(meta.get("critical_path") or ())}
+        group_first: dict[str, int] = {}
+        for position, step in enumerate(steps):
+            if step.execution_group is not None:
+                group_first.setdefault(step.execution_group, position)
+        self.key = [(rank.get(sid, len(rank)) if not self.sequential else 0,
+                     group_first.get(steps[p].execution_group or "", p) if not self.sequential else p, p)
+                    for p, sid in enumerate(self.ids)]
+        self.exclusive: dict[int, int] = {}
+        if not self.sequential:
+            for number, names in enumerate(meta.get("serialization") or ()):
+                for name in names:
+                    if name in index:
+                        for leaf in self._leaves(index[name]):
+                            self.exclusive.setdefault(leaf, number)
+        self.busy: set[int] = set()
+        self.running = 0
+        self.ready: list[tuple[tuple[int, int, int], int]] = []
+        self.dead: set[int] = set()
+        self.done_before = {p for p, step in enumerate(steps) if step.meta.get("status") == "completed"}
+        status = {sid: (run.steps[sid].status if sid in run.steps else StepStatus.PENDING) for sid in self.ids}
+        self.finished_in_run = {p for p, sid in enumerate(self.ids)
+                                if status[sid] in (StepStatus.COMPLETED, StepStatus.SKIPPED)}
+        self._resolve([node for node in range(len(self.kind)) if self.indegree[node] == 0])
+
+    def _node(self, kind: int, position: int) -> int:
+        self.kind.append(kind)
+        self.owner.append(position)
+        return len(self.kind) - 1
+
+    def _leaves(self, position: int) -> list[int]:
+        if self.kind[position] == _LEAF:
+            return [position]
+        children = [nxt for nxt in self.succ[position][:self.hard[position]] if nxt < len(self.ids)]
+        return [leaf for child in children for leaf in self._leaves(child)]
+
+    def _runnable(self, node: int) -> int | None:
+        """The task position whose step runs when ``node`` is reached (None for starts and barriers)."""
+        kind = self.kind[node]
+        return self.owner[node] if kind in (_LEAF, _END) else None
+
+    def _resolve(self, nodes: list[int]) -> None:
+        """Pass every node in ``nodes`` (whose indegree is 0): release, or resolve what needs no run."""
+        stack = list(nodes)
+        while stack:
+            node = stack.pop()
+            task = self._runnable(node)
+            if task is not None:
+                if task in self.dead:
+                    continue
+                if task not in self.finished_in_run:
+                    heapq.heappush(self.ready, (self.key[task], node))
+                    if task not in self.done_before:
+                        continue  # done when the engine says so; completed-before tasks pass right away
+            for nxt in self.succ[node]:
+                self.indegree[nxt] -= 1
+                if self.indegree[nxt] == 0:
+                    stack.append(nxt)
+
+    def take_ready(self, limit: int) -> list[str]:
+        """Up to ``limit`` task ids that may start now."""
+        taken: list[str] = []
+        held: list[tuple[tuple[int, int, int], int]] = []
+        while self.ready and len(taken) < limit:
+            if self.sequential and self.running:
+                break
+            item = heapq.heappop(self.ready)
+            task = self.owner[item[1]]
+            group = self.exclusive.get(task)
+            if group is not None and group in self.busy:
+                held.append(item)
+                continue
+            if group is not None:
+                self.busy.add(group)
+            self.running += 1
+            taken.append(self.ids[task])
+        for item in held:
+            heapq.heappush(self.ready, item)
+        return taken
+
+    def finished(self, step_id: str, status: StepStatus) -> list[str]:
+        """Record how a task ended; a failed task's dependents are returned (to be skipped)."""
+        position = self.ids.index(step_id) if len(self.ids) < 64 else self._position(step_id)
+        self.running -= 1
+        self.busy.discard(self.exclusive.get(position, -1))
+        if status in (StepStatus.COMPLETED, StepStatus.SKIPPED):
+            self.finished_in_run.add(position)
+            if position not in self.done_before:
+                self._resolve_after(self.exit_node[position])
+            return []
+        if status != StepStatus.FAILED:
+            return []
+        doomed: list[str] = []
+        stack = [self.exit_node[position]]
+        seen = set(stack)
+        while stack:
+            for nxt in self.succ[stack.pop()][:]:
+                if self.kind[nxt] == _BARRIER or nxt in seen:
+                    continue
+                seen.add(nxt)
+                stack.append(nxt)
+                task = self._runnable(nxt)
+                if task is not None and task != position and task not in self.dead:
+                    self.dead.add(task)
+                    doomed.append(self.ids[task])
+        return doomed
+
+    def _position(self, step_id: str) -> int:
+        index: dict[str, int] | None = getattr(self, "_index", None)
+        if index is None:
+            index = self._index = {sid: position for position, sid in enumerate(self.ids)}
+        return index[step_id]
+
+    def _resolve_after(self, node: int) -> None:
+        for nxt in self.succ[node]:
+            self.indegree[nxt] -= 1
+            if self.indegree[nxt] == 0:
+                self._resolve([nxt])
+
+
+# --- one task ------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Committer:
+    """Per-run completion writer: completions ready in the same loop turn share one fsync and one write."""
+
+    writer: SessionWriter
+    queue: list[tuple[StepContext, str, Completion, asyncio.Future[None]]] = field(default_factory=list)
+
+    async def commit(self, ctx: StepContext, key: str, completion: Completion) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self.queue.append((ctx, key, completion, future))
+        if len(self.queue) == 1:
+            loop.call_soon(self._flush)
+        await future
+
+    def _flush(self) -> None:
+        batch, self.queue = self.queue, []
+        try:
+            for number, (ctx, key, completion, _) in enumerate(batch, start=1):
+                ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "ccw_complete",
+                                                  "args": {"completion": completion.to_json()}},
+                         sync=number == len(batch))
+            self.writer.apply([completion for _, _, completion, _ in batch])
+            for ctx, key, completion, _ in batch:
+                ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": "ccw_complete",
+                                                   "args": {"task_id": completion.task_id},
+                                                   "result": completion.summary_path})
+        except Exception as exc:
+            for *_, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for *_, future in batch:
+            if not future.done():
+                future.set_result(None)
+
+
+def _committer(ctx: StepContext) -> _Committer:
+    """The run's committer, kept on the engine like its tool pipeline (one run is driven at a time)."""
+    session_dir = Path(ctx.run.workflow.meta["paths"]["session_dir"])
+    cached: _Committer | None = getattr(ctx.engine, "_ccw_committer", None)
+    if cached is None or cached.writer.session_dir != session_dir:
+        cached = _Committer(SessionWriter(session_dir))
+        ctx.engine._ccw_committer = cached  # type: ignore[attr-defined]
+    return cached
+
+
+async def run_ccw_task(ctx: StepContext) -> None:
+    """Run one CCW task (or complete one container), ending with its journaled completion."""
+    spec = ctx.spec
+    committer = _committer(ctx)
+    key = f"{spec.id}/ccw/complete"
+    calls = ctx.engine.calls
+    if key in calls.recorded:
+        ctx.step.summary = ctx.step.summary or "completed"
+        return
+    started = calls.started.get(key)
+    if started is not None:  # the intent made it to the journal, maybe not all three files: redo it
+        completion = Completion.from_json(started["args"]["completion"])
+        committer.writer.apply([completion])
+        ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": "ccw_complete",
+                                           "args": {"task_id": spec.id, "redo": True},
+                                           "result": completion.summary_path})
+        ctx.step.summary = "completion redone after an interruption"
+        return
+    if spec.meta.get("status") == "completed":
+        ctx.step.summary = "already completed in the session"
+        return
+    if spec.meta.get("container"):
+        completion = _container_completion(ctx, committer.writer)
+        ctx.step.summary = "all subtasks completed"
+    else:
+        completion = await _task_completion(ctx, committer.writer)
+    await committer.commit(ctx, key, completion)
+
+
+def _session_relative(ctx: StepContext, path: str) -> str:
+    session_dir = Path(ctx.run.workflow.meta["paths"]["session_dir"])
+    return Path(path).relative_to(session_dir).as_posix()
+
+
+def _history(from_status: object, started_at: str | None, now: str) -> tuple[dict[str, str], ...]:
+    entries = []
+    before = from_status if isinstance(from_status, str) else "pending"
+    if before not in ("in_progress", "active"):
+        entries.append({"from": before, "to": "in_progress", "changed_at": started_at or now})
+    entries.append({"from": "in_progress", "to": "completed", "changed_at": now})
+    return tuple(entries)
+
+
+def _container_completion(ctx: StepContext, writer: SessionWriter) -> Completion:
+    spec = ctx.spec
+    task_json = spec.meta.get("task_json")
+    from_status: object = "container"
+    if task_json:
+        from_status = read_task_file(Path(task_json)).data.get("status", "container")
+    now = time.now_iso()
+    history = ({"from": str(from_status), "to": "completed", "changed_at": now},)
+    return Completion(task_id=spec.id, task_json=_session_relative(ctx, task_json) if task_json else None,
+                      history=history, summary_path=f".summaries/{spec.id}-summary.md",
+                      summary=render_container_summary(spec.id, spec.name, spec.meta.get("children") or []),
+                      todo_line=writer.ticked_line(spec.id))
+
+
+async def _task_completion(ctx: StepContext, writer: SessionWriter) -> Completion:
+    spec = ctx.spec
+    paths: dict[str, Any] = ctx.run.workflow.meta["paths"]
+    task_json = str(spec.meta["task_json"])
+    task = read_task_file(Path(task_json))  # lazily, now that the task runs
+    view = TaskView(task.data)
+    flow_context = await _pre_analysis(ctx, view)
+    summaries = Path(paths["summaries_dir"])
+    dependencies = {dep: _read_text(summaries / f"{dep}-summary.md") for dep in spec.depends_on}
+    agent = str(spec.meta.get("agent"))
+    prompt = build_task_prompt(view, task_id=spec.id, title=spec.name, agent=agent,
+                               execution_group=spec.execution_group, paths=paths, task_json=task_json,
+                               dependencies=dependencies, flow_context=flow_context)
+    outcome = await ctx.invoke("work", title=f"{spec.id}: {spec.name}", content=prompt,
+                               hints={"agent": agent, "task_id": spec.id, "execution_group": spec.execution_group,
+                                      "format": "ccw"},
+                               context={"task": task.data, "task_json": task_json, "session": paths,
+                                        "flow_context": flow_context, "dependencies": dependencies})
+    summary_path = f".summaries/{spec.id}-summary.md"
+    own_summary = Path(paths["session_dir"]) / summary_path
+    written = list(dict.fromkeys(outcome.written))
+    if any(ctx.project_root / rel == own_summary for rel in written):  # the agent wrote its own summary
+        summary = own_summary.read_text(encoding="utf-8")
+    else:
+        summary = render_summary(view, task_id=spec.id, title=spec.name, agent_summary=outcome.summary,
+                                 files_modified=written)
+    ctx.step.summary = (outcome.summary or "").strip().splitlines()[0][:200] if outcome.summary else None
+    return Completion(task_id=spec.id, task_json=_session_relative(ctx, task_json),
+                      history=_history(task.data.get("status"), ctx.step.started_at, time.now_iso()),
+                      summary_path=summary_path, summary=summary, todo_line=writer.ticked_line(spec.id))
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (FileNotFoundError, UnicodeDecodeError):
+        return ""
+
+
+# --- pre_analysis --------------------------------------------------------------------------------------
+
+_CALL = re.compile(r"^\s*(?P<name>bash|Bash|Read|Glob|Grep|Search)\s*\((?P<arg>.*)\)\s*$", re.DOTALL)
+_VAR = re.compile(r"\[([A-Za-z_][\w-]*)\]")
+_KEYWORD = re.compile(r"""(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|([^,]+))""")
+_SKIP = frozenset({"skip_optional", "skip"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Result:
+    ok: bool
+    output: str
+    error: str | None = None
+
+
+def _unquote(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1]
+    return text
+
+
+def _search_args(arg: str) -> tuple[str, str]:
+    """``pattern, path`` or ``pattern="…", path="…"`` (path defaults to the project root)."""
+    named = {m[1]: m[2] if m[2] is not None else (m[3] if m[3] is not None else m[4].strip())
+             for m in _KEYWORD.finditer(arg)}
+    if "pattern" in named:
+        return named["pattern"], named.get("path", ".")
+    pattern, comma, path = arg.rpartition(",")
+    if not comma or not pattern.strip():
+        return _unquote(arg), "."
+    return _unquote(pattern), _unquote(path) or "."
+
+
+def _glob_base(pattern: str) -> str:
+    parts = []
+    for part in pattern.split("/"):
+        if any(ch in part for ch in "*?["):
+            break
+        parts.append(part)
+    return "/".join(parts[:-1] if len(parts) == len(pattern.split("/")) else parts) or "."
+
+
+def _pre_pipeline(engine: Engine) -> ToolPipeline:
+    """The pipeline for plan-declared commands: the configured policy minus the risk gate."""
+    from stepline.tools import ToolPipeline, ToolPolicy, default_registry
+
+    cached: ToolPipeline | None = getattr(engine, "_ccw_pre_pipeline", None)
+    if cached is None:
+        tools = engine.config.tools
+        policy = ToolPolicy(allowlist=tools.allowlist, blocklist=tools.blocklist, timeout_seconds=tools.timeout_seconds,
+                            high_requires_approval=False, medium_requires_approval=False,
+                            default_timezone=engine.config.time.default_timezone)
+        cached = ToolPipeline(default_registry(), policy)
+        engine._ccw_pre_pipeline = cached  # type: ignore[attr-defined]
+    return cached
+
+
+async def _tool(ctx: StepContext, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    events: list[tuple[str, dict[str, Any]]] = []
+    result = await _pre_pipeline(ctx.engine).arun(
+        ToolCall(name=name, args=args), step_id=ctx.spec.id, project_root=ctx.project_root,
+        on_event=lambda kind, data: events.append((kind, data)))
+    for kind, data in events:
+        ctx.emit(EventType(kind), data)
+    record = result.model_dump(mode="json")
+    ctx.engine.record_tool_result(record)
+    return record
+
+
+async def _run_command(ctx: StepContext, command: str) -> _Result:
+    """Run one pre_analysis command through the tool pipeline and return its text output."""
+    match = _CALL.match(command)
+    name, arg = (match["name"], match["arg"].strip()) if match else ("bash", command.strip())
+    if name in ("bash", "Bash"):
+        record = await _tool(ctx, "shell", {"command": arg})
+        output = str(record.get("stdout") or "")
+    elif name == "Read":
+        record = await _tool(ctx, "readFile", {"path": _unquote(arg), "max_bytes": 200_000})
+        output = str((record.get("result") or {}).get("content", ""))
+    elif name == "Glob":
+        pattern = _unquote(arg)
+        record = await _tool(ctx, "listFiles", {"path": _glob_base(pattern), "recursive": True,
+                                                "max_entries": 100_000})
+        entries = (record.get("result") or {}).get("entries") or []
+        output = "\n".join(e for e in entries if fnmatch.fnmatch(e, pattern)
+                           or fnmatch.fnmatch(e, pattern.replace("**/", "")))
+    else:
+        pattern, path = _search_args(arg)
+        record = await _tool(ctx, "shell", {"command": f"grep -rnE -e {shlex.quote(pattern)} -- "
+                                                       f"{shlex.quote(path)}; test $? -le 1"})
+        output = str(record.get("stdout") or "")
+    if record.get("status") != "ok":
+        return _Result(False, output, str(record.get("error") or record.get("status")))
+    return _Result(True, output)
+
+
+async def _command(ctx: StepContext, key: str, command: str) -> _Result:
+    """Run a command once per attempt: a result already journaled is replayed, not run again."""
+    recorded = ctx.engine.calls.recorded.get(key)
+    if recorded is not None:
+        return _Result(**recorded["result"])
+    result = await _run_command(ctx, command)
+    ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": "pre_analysis", "args": {"command": command},
+                                       "result": {"ok": result.ok, "output": result.output, "error": result.error}})
+    return result
+
+
+def _substitute(text: str, values: Mapping[str, str]) -> str:
+    return _VAR.sub(lambda m: values.get(m[1], m[0]), text)
+
+
+async def _pre_analysis(ctx: StepContext, view: TaskView) -> dict[str, str]:
+    """Run the task's pre_analysis steps in order; return their ``output_to`` values."""
+    outputs: dict[str, str] = {}
+    prefix = f"{ctx.spec.id}/{ctx.attempt}/pre"
+    for number, step in enumerate(view.pre_analysis):
+        if not isinstance(step, dict):
+            continue
+        name = str(step.get("step") or f"step {number + 1}")
+        commands = [str(c) for c in step.get("commands") or ([step["command"]] if step.get("command") else [])]
+        on_error = str(step.get("on_error") or "fail")
+        texts: list[str] = []
+        failure: str | None = None
+        for index, raw in enumerate(commands):
+            command = _substitute(raw, outputs)
+            result = await _command(ctx, f"{prefix}/{number}/{index}", command)
+            if not result.ok and on_error == "retry_once":
+                result = await _command(ctx, f"{prefix}/{number}/{index}/retry", command)
+            if not result.ok:
+                failure = f"{command!r}: {result.error}"
+                texts.append(result.output)
+                break
+            texts.append(result.output)
+        value = "\n".join(text.rstrip("\n") for text in texts)
+        if failure is not None:
+            if on_error in _SKIP:
+                value = ""
+            elif on_error == "manual_intervention":
+                _manual_intervention(ctx, number, name, failure)
+            elif on_error != "continue":
+                raise StepFailed(f"task {ctx.spec.id}: pre_analysis step {name!r} failed: {failure}",
+                                 retryable=False, hint=f"on_error is {on_error!r}")
+        if step.get("output_to"):
+            outputs[str(step["output_to"])] = value
+    return outputs
+
+
+def _manual_intervention(ctx: StepContext, number: int, name: str, failure: str) -> None:
+    """Block the task for a person (``on_error: manual_intervention``); approval continues, rejection fails."""
+    engine = ctx.engine
+    gate_id = f"ccw:{ctx.spec.id}:pre_analysis:{number}"
+    decision = engine.calls.decisions.get(gate_id)
+    if decision is not None:
+        if decision["decision"] == "rejected":
+            raise StepFailed(f"task {ctx.spec.id}: pre_analysis step {name!r} failed and gate {gate_id} was "
+                             "rejected", retryable=False)
+        return
+    reason = f"pre_analysis step {name!r} of {ctx.spec.id} needs manual intervention: {failure}"
+    existing = engine.gates.get(gate_id)
+    if existing is None or existing.status != "pending":
+        engine.gates.open(gate_id, kind="human", step_id=ctx.spec.id, reason=reason, phase=ctx.spec.phase)
+        ctx.emit(EventType.HUMAN_GATE_REQUIRED, {"gate_id": gate_id, "reason": reason, "phase": ctx.spec.phase})
+    raise StepBlocked(f"waiting for approval of gate {gate_id} ({reason})", gate_id)
+
+
+register_driver("ccw", run_ccw_task, CcwFlow)
+
+
+# --- a session as a whole ------------------------------------------------------------------------------
+
+
+def prepare_session(session_dir: Path) -> tuple[CcwSession, WorkflowSpec]:
+    """Read and check a session for running; nothing is written.
+
+    Raises:
+        ReaderError: a file that does not parse, a TODO line or dependency naming a missing task, a
+            dependency cycle (all from the reader), IMPL_PLAN.md or TODO_LIST.md missing, or phases that
+            contradict the dependencies.
+    """
+    session = read_ccw_session(session_dir)
+    for name in ("IMPL_PLAN.md", "TODO_LIST.md"):
+        if not (session.session_dir / name).is_file():
+            raise ReaderError(f"{name} is missing; a session needs a plan and a task list to run",
+                              path=str(session.session_dir / name),
+                              hint="re-run CCW's /workflow:plan, or `stepline ccw check` for every problem")
+    spec = session.to_workflow_spec()
+    plan_workflow_waves(spec)
+    spec.meta["scheduling"] = "dag"
+    return session, spec
+
+
+def _journal_status(events: list[Any]) -> RunStatus:
+    for event in reversed(events):
+        if event.type in (EventType.WORKFLOW_STARTED.value, EventType.WORKFLOW_RESUMED.value):
+            return RunStatus.RUNNING
+        if event.type == EventType.WORKFLOW_COMPLETED.value:
+            return RunStatus.COMPLETED
+        if event.type == EventType.WORKFLOW_FAILED.value:
+            return RunStatus.FAILED
+        if event.type == EventType.WORKFLOW_BLOCKED.value:
+            return RunStatus.BLOCKED
+    return RunStatus.RUNNING
+
+
+def session_run(engine: Engine, session_dir: Path) -> tuple[str, RunStatus] | None:
+    """The newest run of the session in this project and its status as the journal says (None: no run).
+
+    Raises:
+        RunLockedError: a live process is running the session.
+    """
+    from stepline.store import RunDir, lock_holder, read_json
+
+    for summary in reversed(list(engine.store.summaries())):
+        if summary.workflow != session_dir.name:
+            continue
+        run_dir = RunDir(engine.store.root / summary.run_id)
+        manifest = read_json(run_dir.manifest_path, {}) or {}
+        paths = ((manifest.get("workflow") or {}).get("meta") or {}).get("paths") or {}
+        if paths.get("session_dir") != str(session_dir):
+            continue
+        holder = lock_holder(run_dir.path / "lock")
+        if holder is not None:
+            raise RunLockedError(f"session {session_dir.name} is being executed by process {holder} "
+                                 f"(run {summary.run_id})", hint="wait for it, or stop that process first")
+        return summary.run_id, _journal_status(run_dir.events())
+    return None
+
+
+async def execute_session(engine: Engine, session_dir: Path) -> Run:
+    """Run a session to its end: resume its interrupted or blocked run, else start a new one.
+
+    A run that completed or failed is not resumed: a new run starts from the session's files, where the
+    completed tasks are ticked (they complete without their agent) and a failed task is tried again.
+    """
+    session, spec = prepare_session(session_dir)
+    previous = session_run(engine, session.session_dir)
+    remove_stale_temp_files(session.session_dir)
+    if previous is not None and previous[1] in (RunStatus.RUNNING, RunStatus.BLOCKED):
+        return await engine.resume(previous[0])
+    mark_session_started(session.session_dir, time.now_iso())
+    return await engine.start(spec)
+
+
+def complete_session(session_dir: Path) -> dict[str, Any]:
+    """Mark every task completed, then archive the session (``/workflow:session:complete``).
+
+    A task that was never completed is ticked with a summary saying so; every change goes through the same
+    idempotent writer, so an interrupted completion is finished by running it again.
+    """
+    session = read_ccw_session(session_dir)
+    writer = SessionWriter(session.session_dir)
+    now = time.now_iso()
+    pending = [task_id for task_id, status in session.status.items() if status != "completed"]
+    completions = []
+    for task_id in pending:
+        ref = session.tasks[task_id]
+        kids = session.children.get(task_id)
+        summary = (render_container_summary(task_id, ref.title, kids) if kids else
+                   f"# Task: {task_id} {ref.title}\n\n## Implementation Summary\n\nMarked completed when session "
+                   f"{session.session_id} was completed; stepline did not run it.\n\n## Status: ✅ Complete\n")
+        completions.append(Completion(
+            task_id=task_id, task_json=ref.path.relative_to(session.session_dir).as_posix() if ref.path else None,
+            history=({"from": ref.status, "to": "completed", "changed_at": now},),
+            summary_path=f".summaries/{task_id}-summary.md", summary=summary))
+    writer.apply(completions)
+    layout_root = session.session_dir.parent
+    if session.layout == "active":
+        archives, relative_to = layout_root.parent / "archives", session.project_root
+    elif session.layout == "archived":
+        archives, relative_to = layout_root, session.project_root
+    else:
+        archives, relative_to = layout_root / "archives", session.project_root
+    if session.layout == "legacy":
+        (layout_root / f".active-{session.session_id}").unlink(missing_ok=True)
+    if session.layout not in ("active", "archived", "legacy"):
+        raise RunStateError(f"session {session.session_id} is not inside a .workflow folder; nothing to archive "
+                            "it into", hint="move it to .workflow/active/ first")
+    return archive_session(session.session_dir, archives, now, relative_to=relative_to)

@@ -1,0 +1,316 @@
+"""Writing a CCW session's state: a task's completion as one redo-able change, session start and archive.
+
+A completion touches three files: the task JSON (``status`` + ``status_history``), TODO_LIST.md (the task's
+box ticked, with a link to its summary) and ``.summaries/<id>-summary.md``. Three files cannot change at
+once, so the engine journals a :class:`Completion` (synced) before touching any of them, writes each with
+:func:`write_files` (temp file, fsync, rename), then journals that it is done. A run resumed after a crash
+redoes a completion that has no *done*; :meth:`SessionWriter.apply` is idempotent (a part already on disk is
+left as it is), so once the run resumes the three files agree.
+
+A completion holds the *change*, not whole files: TODO_LIST.md of a 10,000-task session is about 1 MB and a
+task JSON may be 100 KB, so it names the TODO line to tick, the history entries to append and the summary
+text; re-applying it to the old or the new file gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stepline.errors import ReaderError, RunStateError
+from stepline.formats._ccw_todo import TodoEntry, parse_todo_text, render_todo_line_completed, summary_href_for
+
+__all__ = [
+    "Completion",
+    "SessionWriter",
+    "archive_session",
+    "mark_session_started",
+    "remove_stale_temp_files",
+    "write_files",
+]
+
+SESSION_FILE = "workflow-session.json"
+ARCHIVING_MARKER = ".archiving"
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One task's completion: what changes in each of the three files (paths relative to the session).
+
+    ``task_json`` is None for a container that has no task JSON; ``todo_line`` is the ticked line as it was
+    planned (for the audit: :meth:`SessionWriter.apply` re-renders it from the file it finds).
+    """
+
+    task_id: str
+    task_json: str | None
+    history: tuple[dict[str, str], ...]
+    summary_path: str
+    summary: str
+    todo_line: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The journal form of the intent."""
+        return {"task_id": self.task_id, "task_json": self.task_json, "history": list(self.history),
+                "summary_path": self.summary_path, "summary": self.summary, "todo_line": self.todo_line}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Completion:
+        """Rebuild an intent read back from the journal."""
+        return cls(task_id=raw["task_id"], task_json=raw.get("task_json"),
+                   history=tuple(dict(entry) for entry in raw.get("history") or ()),
+                   summary_path=raw["summary_path"], summary=raw["summary"], todo_line=raw.get("todo_line"))
+
+
+def write_files(files: list[tuple[Path, bytes]]) -> None:
+    """Replace each file with its bytes: all temp files written and fsynced first, then renamed, then the
+    folders fsynced, so a crash leaves every file either old or new and a finished call is durable."""
+    temps: list[tuple[Path, Path]] = []
+    try:
+        for target, data in files:
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            temps.append((tmp, target))
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for tmp, target in temps:
+            os.replace(tmp, target)
+    finally:
+        for tmp, _ in temps:
+            tmp.unlink(missing_ok=True)
+    for folder in dict.fromkeys(target.parent for target, _ in files):
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _json_bytes(data: Any) -> bytes:
+    # jq's layout (CCW edits task JSON with jq): two-space indent, UTF-8 kept, final newline.
+    return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _line_entry(text: str) -> TodoEntry | None:
+    parsed = parse_todo_text(text, Path("TODO_LIST.md")).entries
+    return parsed[0] if parsed else None
+
+
+class SessionWriter:
+    """Applies completions to one session folder; keeps TODO_LIST.md's lines in memory between batches.
+
+    The cached lines are re-read whenever the file's size or mtime is not what this writer left, so a
+    hand edit during a run is picked up rather than overwritten.
+    """
+
+    def __init__(self, session_dir: Path) -> None:
+        self.session_dir = Path(session_dir)
+        self.todo_path = self.session_dir / "TODO_LIST.md"
+        self._lines: list[str] | None = None
+        self._index: dict[str, int] = {}
+        self._signature: tuple[int, int] | None = None
+
+    # -- TODO_LIST.md -----------------------------------------------------------------------------------
+    def _todo_lines(self) -> list[str] | None:
+        try:
+            stat = self.todo_path.stat()
+        except FileNotFoundError:
+            self._lines = None
+            return None
+        if self._lines is None or self._signature != (stat.st_size, stat.st_mtime_ns):
+            text = self.todo_path.read_text(encoding="utf-8")
+            self._lines = text.splitlines(keepends=True)
+            self._index = {entry.task_id: entry.line - 1
+                           for entry in parse_todo_text(text, self.todo_path).entries}
+            self._signature = (stat.st_size, stat.st_mtime_ns)
+        return self._lines
+
+    def ticked_line(self, task_id: str) -> str | None:
+        """The task's TODO line once ticked, or None when the task has no checkbox line (``▸`` containers)."""
+        lines = self._todo_lines()
+        if lines is None or task_id not in self._index:
+            return None
+        entry = _line_entry(lines[self._index[task_id]])
+        if entry is None or entry.task_id != task_id or entry.is_container:
+            return None
+        return render_todo_line_completed(entry, summary_href_for(task_id))
+
+    def _todo_update(self, completions: list[Completion]) -> bytes | None:
+        lines = self._todo_lines()
+        if lines is None:
+            return None
+        changed = False
+        for completion in completions:
+            new = self.ticked_line(completion.task_id)
+            if new is None:
+                continue
+            index = self._index[completion.task_id]
+            old = lines[index]
+            ending = old[len(old.rstrip("\r\n")):]
+            if old != new + ending:
+                lines[index] = new + ending
+                changed = True
+        return "".join(lines).encode("utf-8") if changed else None
+
+    # -- task JSON --------------------------------------------------------------------------------------
+    def _task_update(self, completion: Completion) -> bytes | None:
+        if completion.task_json is None:
+            return None
+        path = self.session_dir / completion.task_json
+        text = path.read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ReaderError(f"task JSON does not parse: {exc.msg}", path=str(path), line=exc.lineno) from exc
+        history = data.get("status_history")
+        history = list(history) if isinstance(history, list) else []
+        added = list(completion.history)
+        if data.get("status") == "completed" and history[len(history) - len(added):] == added:
+            return None
+        data["status"] = "completed"
+        data["status_history"] = history + added
+        return _json_bytes(data)
+
+    # -- all three --------------------------------------------------------------------------------------
+    def apply(self, completions: list[Completion]) -> None:
+        """Make every completion true on disk, writing each changed file once (idempotent)."""
+        files: list[tuple[Path, bytes]] = []
+        try:
+            for completion in completions:
+                data = self._task_update(completion)
+                if data is not None:
+                    files.append((self.session_dir / completion.task_json, data))  # type: ignore[operator]
+                summary = self.session_dir / completion.summary_path
+                content = completion.summary.encode("utf-8")
+                if not summary.is_file() or summary.read_bytes() != content:
+                    summary.parent.mkdir(parents=True, exist_ok=True)
+                    files.append((summary, content))
+            todo = self._todo_update(completions)
+            if todo is not None:
+                files.append((self.todo_path, todo))
+            write_files(files)
+        except BaseException:
+            self._lines = None  # the cache may hold lines that never reached the disk
+            raise
+        if todo is not None:
+            stat = self.todo_path.stat()
+            self._signature = (stat.st_size, stat.st_mtime_ns)
+
+
+# --- the session as a whole ------------------------------------------------------------------------------
+
+
+def _read_session_file(session_dir: Path) -> dict[str, Any]:
+    path = session_dir / SESSION_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ReaderError(f"{SESSION_FILE} is missing", path=str(path),
+                          hint="`stepline ccw check` reports it") from None
+    except json.JSONDecodeError as exc:
+        raise ReaderError(f"{SESSION_FILE} does not parse: {exc.msg}", path=str(path), line=exc.lineno) from exc
+    if not isinstance(data, dict):
+        raise ReaderError(f"{SESSION_FILE} must be a JSON object", path=str(path), line=1)
+    return data
+
+
+def mark_session_started(session_dir: Path, now: str) -> None:
+    """Set ``status: active`` and, the first time, ``execution_started_at`` in workflow-session.json."""
+    data = _read_session_file(session_dir)
+    updated = {**data, "status": "active"}
+    updated.setdefault("execution_started_at", now)
+    if updated != data:
+        write_files([(session_dir / SESSION_FILE, _json_bytes(updated))])
+
+
+def remove_stale_temp_files(session_dir: Path) -> None:
+    """Delete temp files a killed writer left (``.<name>.<pid>.tmp`` of a process that no longer exists)."""
+    for folder in (session_dir, session_dir / ".task", session_dir / ".summaries"):
+        for tmp in folder.glob(".*.tmp") if folder.is_dir() else ():
+            pid = tmp.name.rsplit(".", 2)[-2]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _hours_between(start: object, end: str) -> float | None:
+    from datetime import datetime
+
+    if not isinstance(start, str):
+        return None
+    try:
+        delta = datetime.fromisoformat(end) - datetime.fromisoformat(start)
+    except (ValueError, TypeError):
+        return None
+    return round(delta.total_seconds() / 3600, 2)
+
+
+def archive_session(session_dir: Path, archives_dir: Path, now: str, *, relative_to: Path | None) -> dict[str, Any]:
+    """Mark the session completed, move it into ``archives_dir`` and append its entry to ``manifest.json``.
+
+    Follows ``/workflow:session:complete``: an ``.archiving`` marker first (an interrupted archive is
+    finished, not restarted), the session file updated, the folder moved with one rename, the manifest
+    entry appended (once: an entry for the same archive path is not added twice), the marker removed.
+    ``session_dir`` may already be in ``archives_dir`` when an earlier attempt was interrupted after the move.
+    """
+    session_id = session_dir.name
+    target = archives_dir / session_id
+    if session_dir != target and target.exists():
+        raise RunStateError(f"{target} already exists; session {session_id} was archived before",
+                            hint="move or rename the older archive first")
+    (session_dir / ARCHIVING_MARKER).touch()
+    data = _read_session_file(session_dir)
+    if data.get("status") != "completed":
+        data = {**data, "status": "completed", "completed_at": now}
+        write_files([(session_dir / SESSION_FILE, _json_bytes(data))])
+    tasks = len(list((session_dir / ".task").glob("*.json")))
+    summaries = len(list((session_dir / ".summaries").glob("*.md")))
+    if session_dir != target:
+        archives_dir.mkdir(parents=True, exist_ok=True)
+        os.rename(session_dir, target)
+    archive_path = target.relative_to(relative_to).as_posix() if relative_to else str(target)
+    metrics: dict[str, Any] = {"tasks_completed": tasks, "summaries_generated": summaries}
+    hours = _hours_between(data.get("execution_started_at") or data.get("created_at"),
+                           str(data.get("completed_at") or now))
+    if hours is not None:
+        metrics["duration_hours"] = hours
+    entry: dict[str, Any] = {"session_id": session_id,
+                             "description": str(data.get("description") or data.get("project") or session_id),
+                             "archived_at": now, "archive_path": archive_path, "metrics": metrics}
+    _append_manifest(archives_dir / "manifest.json", entry)
+    (target / ARCHIVING_MARKER).unlink(missing_ok=True)
+    return entry
+
+
+def _append_manifest(path: Path, entry: dict[str, Any]) -> None:
+    """Append to a manifest that is a list (CCW 2025-11+) or ``{"archives": [...]}``; once per archive path."""
+    try:
+        manifest: Any = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        manifest = []
+    except json.JSONDecodeError as exc:
+        raise ReaderError(f"manifest.json does not parse: {exc.msg}", path=str(path), line=exc.lineno,
+                          hint="fix it by hand; the session is already in the archive") from exc
+    entries = manifest.get("archives") if isinstance(manifest, dict) else manifest
+    if not isinstance(entries, list):
+        raise ReaderError("manifest.json is neither a list nor {\"archives\": [...]}", path=str(path), line=1)
+    if any(isinstance(old, dict) and old.get("archive_path") == entry["archive_path"] for old in entries):
+        return
+    entries.append(entry)
+    write_files([(path, _json_bytes(manifest))])

@@ -1,0 +1,185 @@
+"""Per-step checks around the executor: guardrails on inputs and outputs (R-S1), validation gates (R-V1),
+and the step's evidence requirement (R-Q1).
+
+Guardrails run before the step's tools and after its executor; a blocking failure fails the step for good.
+Validation gates run after the executor and before the step's outputs are accepted; a failure puts the
+details in ``step.error`` and the step is retried within ``retries.max``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stepline.errors import StepFailed
+from stepline.model import EventType
+
+if TYPE_CHECKING:
+    from stepline.engine._context import StepContext
+    from stepline.tools import ValidationReport
+
+__all__ = ["check_step_inputs", "check_step_outputs", "run_validation_gates"]
+
+_CHECKLIST_ITEM = re.compile(r"^\s*[-*]\s*\[[ xX]?\]\s*(?P<item>.+?)\s*$")
+_PYTHON_GATE = re.compile(r"(?i)\b(ast|type|lint|mypy|ruff|python)\b")
+
+
+def _report_guardrails(ctx: StepContext, reports: list[Any]) -> None:
+    # Passing reports ride on WorkflowStepCompleted (RunStep.guardrails); only failures get events of their own,
+    # so a clean step costs no extra journal records.
+    for report in reports:
+        entry = {"guardrail": report.name, "stage": report.stage, "passed": report.passed,
+                 "blocking": report.blocking, "details": report.details}
+        ctx.guardrails.append(entry)
+        if not report.passed:
+            ctx.emit(EventType.VALIDATION_FAILED, entry)
+    blocking = [r for r in reports if not r.passed and r.blocking]
+    if blocking:
+        reasons = "; ".join(f"{r.name}: {r.details}" for r in blocking)
+        raise StepFailed(f"guardrail failed on {blocking[0].stage}: {reasons}", retryable=False)
+
+
+def check_step_inputs(ctx: StepContext) -> None:
+    """Guardrails on what the step is given (its inputs and instructions) before tools run."""
+    from stepline.guardrails import check_input
+
+    spec = ctx.spec
+    if not (spec.inputs or spec.body or spec.outputs):
+        return  # nothing goes into this step: nothing to guard
+    data = {"inputs": spec.inputs, "body": ctx.render(spec.body)}
+    paths = [ctx.render(p) for p in spec.outputs]
+    _report_guardrails(ctx, check_input(data, policy=ctx.engine.config.guardrails, project_root=ctx.project_root,
+                                        paths=paths))
+
+
+def check_step_outputs(ctx: StepContext) -> None:
+    """Guardrails on what the step produced (the files it wrote)."""
+    if not ctx.written:
+        return
+    from stepline.guardrails import check_output
+
+    texts = {rel: _read(path) for rel, path in ctx.written.items()}
+    _report_guardrails(ctx, check_output(texts, policy=ctx.engine.config.guardrails,
+                                         project_root=ctx.project_root, paths=list(ctx.written)))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+async def run_validation_gates(ctx: StepContext) -> None:
+    """Run every gate that applies to the step; raise StepFailed (retryable) with the details on failure."""
+    spec = ctx.spec
+    if not (ctx.written or spec.validation or spec.templates or spec.evidence or spec.inputs
+            or spec.meta.get("checklist")):
+        return  # nothing was produced and nothing is asked of the step
+    reports = [*_structural(ctx), *_templates(ctx), *await _python(ctx), *await _checklist(ctx), *_layout(ctx),
+               *_evidence(ctx)]
+    failed = [r for r in reports if not r.passed]
+    for report in reports:
+        kind = EventType.VALIDATION_PASSED if report.passed else EventType.VALIDATION_FAILED
+        ctx.emit(kind, {"gate": report.name, "checked": report.checked,
+                        "issues": [str(i) for i in report.issues][:50]})
+    if failed:
+        raise StepFailed("validation failed: " + "\n".join(r.summary() for r in failed), retryable=True)
+
+
+def _structural(ctx: StepContext) -> list[ValidationReport]:
+    """JSON and YAML outputs must parse."""
+    from stepline.tools import validate_json, validate_yaml
+
+    json_files = [rel for rel in ctx.written if rel.endswith(".json")]
+    yaml_files = [rel for rel in ctx.written if rel.endswith((".yaml", ".yml"))]
+    reports = []
+    if json_files:
+        reports.append(validate_json(json_files, ctx.project_root))
+    if yaml_files:
+        reports.append(validate_yaml(yaml_files, ctx.project_root))
+    return reports
+
+
+def _templates(ctx: StepContext) -> list[ValidationReport]:
+    """Every template section filled and no ``{{placeholder}}`` left, for steps that declare it."""
+    from stepline.tools import check_template_complete
+
+    spec = ctx.spec
+    wants = bool(spec.templates) or "template" in (spec.validation or "").lower()
+    if not wants or not ctx.written:
+        return []
+    template_text = ""
+    for entry in spec.templates:
+        candidate = ctx.project_root / ctx.render(entry.removeprefix("template:"))
+        if candidate.is_file():
+            template_text = candidate.read_text(encoding="utf-8")
+            break
+    return [check_template_complete(_read(path), template_text, name=rel) for rel, path in ctx.written.items()
+            if rel.endswith(".md")]
+
+
+async def _python(ctx: StepContext) -> list[ValidationReport]:
+    """ast.parse + mypy + ruff on the step's validation_targets (or its Python outputs when it asks for it)."""
+    targets = [ctx.render(str(t)) for t in ctx.spec.inputs.get("validation_targets") or []]
+    if not targets and _PYTHON_GATE.search(ctx.spec.validation or ""):
+        targets = [rel for rel in ctx.written if rel.endswith(".py")]
+    if not targets:
+        return []
+    from stepline.tools import validate_python_files
+
+    return [await asyncio.to_thread(validate_python_files, targets, ctx.project_root)]
+
+
+async def _checklist(ctx: StepContext) -> list[ValidationReport]:
+    """Each item of the step's checklist judged by the executor (a yes/no decision) and recorded."""
+    path_text = ctx.spec.meta.get("checklist") or ""
+    if not path_text:
+        return []
+    from stepline.tools import ValidationIssue, ValidationReport
+
+    path = Path(ctx.render(str(path_text)))
+    path = path if path.is_absolute() else ctx.project_root / path
+    if not path.is_file():
+        return [ValidationReport.of("checklist", [str(path)], [ValidationIssue(
+            check="checklist", path=str(path), message="checklist file not found")])]
+    outputs = "\n\n".join(f"--- {rel}\n{_read(p)[:20000]}" for rel, p in ctx.written.items())
+    issues = []
+    items = [m.group("item") for line in path.read_text(encoding="utf-8").splitlines()
+             if (m := _CHECKLIST_ITEM.match(line))]
+    for number, item in enumerate(items, 1):
+        outcome = await ctx.invoke("decide", condition=f"Checklist item holds: {item}", content=outputs,
+                                   hints={"default": True, "checklist": str(path), "item": number})
+        if not outcome.decision:
+            issues.append(ValidationIssue(check="checklist", path=str(path), message=f"{item} — {outcome.reason}"))
+    return [ValidationReport.of("checklist", [str(path)], issues)]
+
+
+def _layout(ctx: StepContext) -> list[ValidationReport]:
+    """Declared outputs must live under {output_folder} / {bmb_creations_output_folder} when the step says so."""
+    if "layout" not in (ctx.spec.validation or "").lower():
+        return []
+    from stepline.tools import ValidationIssue, ValidationReport
+
+    issues = [ValidationIssue(check="layout", path=out, message="output is not under {output_folder} or "
+                              "{bmb_creations_output_folder}") for out in ctx.spec.outputs
+              if not re.search(r"\{(output_folder|bmb_creations_output_folder)\}", out)]
+    return [ValidationReport.of("layout", list(ctx.spec.outputs), issues)]
+
+
+def _evidence(ctx: StepContext) -> list[ValidationReport]:
+    """A step with an evidence requirement (``L1`` …) must have recorded enough unexpired evidence."""
+    requirement = ctx.spec.evidence
+    if not requirement:
+        return []
+    from stepline.evidence import meets_requirement, validate_evidence
+    from stepline.tools import ValidationIssue, ValidationReport
+
+    records = [validate_evidence(r) for r in ctx.engine.evidence_of(ctx.spec.id)]
+    if meets_requirement(records, requirement):
+        return [ValidationReport.of("evidence", [r.id for r in records], [])]
+    return [ValidationReport.of("evidence", [r.id for r in records], [ValidationIssue(
+        check="evidence", path=ctx.spec.id, message=f"requirement {requirement!r} not met by "
+        f"{len(records)} record(s) (expired and invalid records do not count)")])]

@@ -1,0 +1,155 @@
+"""What a micro-file step's menu options do: the runtime, not the model, decides where each one leads.
+
+A step's menu comes from the reader (``meta["menu"]``: key, label, kind, handler text). Each option gets a
+:class:`Route`:
+
+``goto``
+    save state and go to a step file (``target``), or end the workflow (``target`` None). ``[C]`` goes to
+    ``nextStepFile``; an option whose handler names a step file (``{altStepFile}``, ``./step-02a-….md``) goes
+    there; an option that says it ends or exits the workflow ends it.
+``elicit`` / ``party``
+    ``[A]`` / ``[P]``: the runtime invokes advanced elicitation or party mode, then shows the menu again.
+``exit``
+    ``[X]``: the run stops cleanly where it is (resumable).
+``local``
+    any other option (``[1]`` … ``[7]`` technique categories, "any other comments"): the executor acts on it
+    inside the step, then the menu is shown again. When a menu has no option that moves forward at all, its
+    options are taken as the step's ways forward instead (the prose decides; the runtime follows ``next``).
+
+A step with no menu but branch links (``nextStepFile_modeA/B``, ``skipToStepFile``) gets a synthesised menu,
+answered by the executor, since choosing a branch there is the model's judgement of the step's prose.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from stepline.engine._context import render_variables
+from stepline.executors import MenuOption
+
+__all__ = ["Option", "Route", "build_menu", "match_answer", "menu_text"]
+
+RouteKind = Literal["goto", "elicit", "party", "exit", "local"]
+_ENDS_RE = re.compile(r"\b(exit|end (?:the )?workflow|finish(?:es)? (?:the )?workflow|complete (?:the )?workflow)\b",
+                      re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where choosing an option leads (see the module docstring)."""
+
+    kind: RouteKind
+    target: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One option of a step's menu and its route."""
+
+    key: str
+    label: str
+    route: Route
+    handler: str = ""
+    default: bool = False
+
+    def as_menu_option(self) -> MenuOption:
+        """The protocol's form, sent to executors."""
+        return MenuOption(key=self.key, label=self.label, default=self.default)
+
+
+def _targets(meta: dict[str, Any]) -> list[str]:
+    found = [meta.get("next"), meta.get("alt"), *meta.get("branches", {}).values()]
+    return [t for t in dict.fromkeys(found) if t]
+
+
+def _target_named(handler: str, meta: dict[str, Any], env: dict[str, Any]) -> str | None:
+    """The step file a handler text loads (by path or file name after substitution), first mention wins."""
+    text = render_variables(handler, env)
+    best: tuple[int, str] | None = None
+    for target in _targets(meta):
+        positions = [p for p in (text.find(target), text.find(Path(target).name)) if p >= 0]
+        if positions and (best is None or min(positions) < best[0]):
+            best = (min(positions), target)
+    return best[1] if best else None
+
+
+def _route(raw: dict[str, Any], meta: dict[str, Any], env: dict[str, Any]) -> Route:
+    kind = raw.get("kind")
+    if kind == "advanced-elicitation":
+        return Route("elicit")
+    if kind == "party-mode":
+        return Route("party")
+    if kind == "exit":
+        return Route("exit")
+    handler = str(raw.get("handler") or "")
+    target = _target_named(handler, meta, env)
+    if target is not None:
+        return Route("goto", target)
+    if kind == "continue":
+        return Route("goto", meta.get("next"))
+    if _ENDS_RE.search(f"{raw.get('label', '')} {handler}"):
+        return Route("goto", None)
+    return Route("local")
+
+
+def _synthesised(meta: dict[str, Any]) -> list[Option]:
+    """Options for a step without a menu whose prose may branch: continue, each branch, or finish."""
+    branches = [(label, path) for label, path in meta.get("branches", {}).items()
+                if Path(path).is_file() and "continu" not in Path(path).stem]
+    if not branches:
+        return []
+    options: list[Option] = []
+    nxt = meta.get("next")
+    if nxt:
+        options.append(Option("C", f"Continue ({Path(nxt).name})", Route("goto", nxt)))
+    ordered = sorted(branches, key=lambda item: not item[0].startswith("nextStep"))
+    for index, (label, path) in enumerate(ordered, start=1):
+        options.append(Option(str(index), f"{label} ({Path(path).name})", Route("goto", path)))
+    if not nxt:
+        options.append(Option("F", "Finish the workflow here", Route("goto", None)))
+        if not ordered[0][0].startswith("nextStep"):
+            options.insert(0, options.pop())
+    first = options[0]
+    options[0] = Option(first.key, first.label, first.route, first.handler, default=True)
+    return options
+
+
+def build_menu(meta: dict[str, Any], env: dict[str, Any]) -> tuple[list[Option], bool]:
+    """The options of a step and whether a person answers them (authored menu) or the executor (synthesised).
+
+    The default (what pressing Enter, or the dry-run executor, picks) is the first option that moves forward,
+    preferring ``[C]``; exit and local options are never the default.
+    """
+    authored = [(raw, _route(raw, meta, env)) for raw in meta.get("menu", [])]
+    if not authored:
+        return _synthesised(meta), False
+    if not any(route.kind == "goto" for _, route in authored):
+        authored = [(raw, Route("goto", meta.get("next")) if route.kind == "local" else route)
+                    for raw, route in authored]
+    forward = [raw["key"] for raw, route in authored if route.kind == "goto"]
+    default = "C" if "C" in forward else (forward[0] if forward else None)
+    options = [Option(str(raw["key"]), str(raw.get("label") or raw["key"]), route, str(raw.get("handler") or ""),
+                      default=raw["key"] == default) for raw, route in authored]
+    return options, True
+
+
+def match_answer(answer: str | None, options: list[Option]) -> Option | None:
+    """The option an answer names: its key (``c``, ``[C]``) or its label, ignoring case; None for anything else."""
+    if answer is None:
+        return None
+    text = answer.strip().strip("[]*").strip().lower()
+    for option in options:
+        if text == option.key.lower():
+            return option
+    for option in options:
+        if text and text == option.label.lower():
+            return option
+    return None
+
+
+def menu_text(options: list[Option]) -> str:
+    """The menu as a person sees it: ``Select an option: [A] Advanced Elicitation [C] Continue``."""
+    return "Select an option: " + "  ".join(f"[{o.key}] {o.label}" for o in options)
