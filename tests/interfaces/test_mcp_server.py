@@ -13,6 +13,8 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from stepline.interfaces.mcp import find_workflows
+
 WORKFLOW = """\
 id: trio
 name: Three steps
@@ -164,3 +166,25 @@ def test_a_gated_step_blocks_until_the_gate_is_decided_over_mcp(project: Path) -
     assert [g["gate_id"] for g in gates] == ["step:only"]
     assert final["status"] == "completed"
     assert (project / "note.md").read_text(encoding="utf-8") == "approved\n"
+
+
+def test_workflow_listing_finds_every_format_and_skips_run_storage(tmp_path: Path) -> None:
+    """Native files, BMAD workflow.yaml / workflow*.md and CCW sessions are listed; .stepline and data are not."""
+    (tmp_path / "native.yaml").write_text(GATED, encoding="utf-8")
+    (tmp_path / "bmad" / "prd").mkdir(parents=True)
+    (tmp_path / "bmad" / "prd" / "workflow.yaml").write_text("name: prd\ninstructions: i.md\n", encoding="utf-8")
+    (tmp_path / "bmad" / "brief").mkdir()
+    (tmp_path / "bmad" / "brief" / "workflow-brief.md").write_text("---\nname: brief\n---\n", encoding="utf-8")
+    session = tmp_path / ".workflow" / "active" / "WFS-auth"
+    (session / ".task").mkdir(parents=True)
+    (session / "workflow-session.json").write_text("{}", encoding="utf-8")
+    (session / ".task" / "IMPL-1.json").write_text("{}", encoding="utf-8")
+    (tmp_path / ".stepline" / "runs").mkdir(parents=True)
+    (tmp_path / ".stepline" / "runs" / "copy.yaml").write_text(GATED, encoding="utf-8")
+    (tmp_path / "package.json").write_text("{}", encoding="utf-8")
+    assert sorted(find_workflows(tmp_path), key=lambda item: item["path"]) == [
+        {"path": ".workflow/active/WFS-auth", "format": "ccw"},
+        {"path": "bmad/brief/workflow-brief.md", "format": "bmad-microfile"},
+        {"path": "bmad/prd/workflow.yaml", "format": "bmad-legacy"},
+        {"path": "native.yaml", "format": "native"},
+    ]

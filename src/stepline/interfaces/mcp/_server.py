@@ -99,6 +99,7 @@ class RunHost:
         self._started.clear()
         self.run_id = None
         task: asyncio.Task[Run] = asyncio.ensure_future(drive)
+        task.add_done_callback(_retrieve)  # its error is reported by run_status, not logged as unretrieved
         self._task = task
         waiter = asyncio.ensure_future(self._started.wait())
         await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
@@ -193,6 +194,11 @@ class RunHost:
         decided = decide_gate(self.project_root, None, run_id, gate_id, approved=approve or answer is not None,
                               by=by, notes=notes, answer=answer)
         return {"gate_id": decided, "next": f"resume_run({run_id!r}) continues the run"}
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def build_server(host: RunHost) -> MCPServer[Any]:
