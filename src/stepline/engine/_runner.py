@@ -140,7 +140,12 @@ class Engine:
         """The executor of the run being driven (built on first use)."""
         if self._executor is None:
             options = {**self.config.executors.get(self.executor_name, {}), **self.executor_options}
+            record = options.pop("record", None)
             self._executor = create_executor(self.executor_name, options)
+            if record:  # R-X6: every exchange of this run goes to a cassette as well
+                from stepline.executors._cassette import wrap_recording
+
+                self._executor = wrap_recording(self._executor, Path(str(record)))
         return self._executor
 
     @property
@@ -289,10 +294,11 @@ class Engine:
         if driver is None:
             raise RunStateError(f"no engine support for workflow format {workflow.format!r}")
         specs = {spec.id: spec for spec in workflow.steps}
-        limit = self.concurrency if workflow.meta.get("scheduling") == "dag" else 1
+        dag = workflow.meta.get("scheduling") == "dag"  # a DAG skips a failed step's dependents at any limit
+        limit = self.concurrency if dag else 1
         running: dict[asyncio.Task[StepStatus], str] = {}
         blocked = failed = False
-        while limit == 1:  # sequential: no tasks to juggle, one step at a time in flow order
+        while not dag:  # sequential: no tasks to juggle, one step at a time in flow order
             ready = flow.take_ready(1)
             if not ready or failed:
                 break
@@ -302,7 +308,7 @@ class Engine:
             failed |= status == StepStatus.FAILED
             if status != StepStatus.FAILED:  # later steps of a failed sequence stay pending: resume retries
                 self._skip(run, flow, sid, status)
-        while limit > 1:
+        while dag:
             for sid in flow.take_ready(max(0, limit - len(running))):
                 spec = specs.get(sid) or self._dynamic_spec(workflow, sid)
                 running[asyncio.ensure_future(self._run_step(run, spec, driver))] = sid
@@ -547,4 +553,8 @@ def _describe_failure(exc: BaseException, timeout: float) -> tuple[str, bool]:
 
 
 def _public_options(options: dict[str, Any]) -> dict[str, Any]:
-    return {k: ("***" if "key" in k.lower() or "token" in k.lower() else v) for k, v in options.items()}
+    """Executor options as the manifest keeps them: secret-named values (api_key, token, …) masked."""
+    from stepline.guardrails import redact_obj
+
+    return {k: ("***" if v != redacted else v) for (k, v), redacted in
+            zip(options.items(), redact_obj(options).values(), strict=True)}

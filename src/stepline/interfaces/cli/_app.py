@@ -39,7 +39,8 @@ EXIT_FAILED = 8
 EXIT_BLOCKED = 9
 EXIT_INVALID = 10
 
-ProjectRoot = Annotated[Path, typer.Option("--project-root", "-C", help="Project folder (default: current).",
+ProjectRoot = Annotated[Path, typer.Option("--project-root", "-C", help="Project folder (default: current); "
+                                           "as with `git -C`, relative paths are taken from there.",
                                            file_okay=False)]
 JsonOutput = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="Runtime config file (default: "

@@ -53,6 +53,8 @@ def build_engine(project_root: Path, config: Path | None, executor: str | None, 
     root = project_root.resolve()
     if not root.is_dir():
         raise NotFoundError(f"{project_root}: no such project folder", hint="pass an existing --project-root")
+    config = from_root(root, config)
+    script = from_root(root, script)
     runtime = load_runtime_config(root, config)
     options: dict[str, Any] = dict(extra_options or {})
     if script is not None:
@@ -65,9 +67,15 @@ def build_engine(project_root: Path, config: Path | None, executor: str | None, 
     if executor is not None:
         from stepline.executors import create_executor
 
-        create_executor(executor, {**runtime.executors.get(executor, {}), **options})  # fail fast on a bad name
+        checked = {k: v for k, v in options.items() if k != "record"}
+        create_executor(executor, {**runtime.executors.get(executor, {}), **checked})  # fail fast on a bad name
     return Engine(project_root=root, config=runtime, executor=executor, executor_options=options, mode=mode,
                   listeners=[progress_listener(quiet)])
+
+
+def from_root(root: Path, path: Path | None) -> Path | None:
+    """A relative path given on the command line, taken from the project root (``-C`` works like ``git -C``)."""
+    return path if path is None or path.is_absolute() else root / path
 
 
 def _finish(run: Run, as_json: bool) -> None:
@@ -101,6 +109,10 @@ def run(
                                                       "validate.")] = None,
     project_root: ProjectRoot = Path("."),
     config: ConfigOption = None,
+    record: Annotated[Path | None, typer.Option("--record", help="Also write every executor exchange to this "
+                                                "cassette (replay it with --executor replay).")] = None,
+    cassette: Annotated[Path | None, typer.Option("--cassette", help="The cassette the replay executor plays "
+                                                  "back.")] = None,
     as_json: JsonOutput = False,
     quiet: Quiet = False,
 ) -> None:
@@ -112,8 +124,20 @@ def run(
         raise UsageError("--yolo and --non-interactive exclude each other")
     variables = parse_vars(var or [])
     mode: RunMode = "yolo" if yolo else "non-interactive" if non_interactive else "normal"
-    engine = build_engine(project_root, config, executor, script, mode, quiet or as_json)
-    workflow = load_workflow(path, project_root=engine.project_root, variables=variables, mode=workflow_mode)
+    root = project_root.resolve()
+    extra: dict[str, Any] = {}
+    if record is not None:
+        extra["record"] = str(from_root(root, record))
+    if cassette is not None:
+        if executor not in (None, "replay"):
+            raise UsageError(f"--cassette goes with the replay executor, not {executor!r}")
+        executor = "replay"
+        extra["cassette"] = str(from_root(root, cassette))
+    engine = build_engine(project_root, config, executor, script, mode, quiet or as_json, extra)
+    workflow_path = from_root(engine.project_root, path)
+    assert workflow_path is not None
+    workflow = load_workflow(workflow_path, project_root=engine.project_root, variables=variables,
+                             mode=workflow_mode)
     result = asyncio.run(engine.start(workflow, variables))
     _finish(result, as_json)
 
