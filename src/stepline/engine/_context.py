@@ -75,7 +75,8 @@ class StepContext:
         request = StepRequest(
             kind=kind, run_id=self.run.run_id, step_id=self.spec.id, title=title or self.spec.name or self.spec.id,
             content=redact(content), variables=self.engine.redacted_variables(), question=question, choices=choices,
-            condition=condition, section=section, menu=list(menu or []), context=dict(context or {}),
+            condition=condition, section=section, menu=list(menu or []),
+            context={"project_root": str(self.project_root), **(context or {})},
             mode=self.run.mode, workflow_id=self.run.workflow.id, attempt=self.attempt,
             hints={**(hints or {}), "invocation": self.invocations - 1},
         )

@@ -217,6 +217,36 @@ class Engine:
         stamp(run, self._events[-1] if self._events else None)
         return run
 
+    def decide_gate(self, run_id: str, gate_id: str | None, *, approved: bool, by: str, notes: str | None = None,
+                    answer: str | None = None) -> str:
+        """Decide a gate of a run that is not being driven (it waits for a person); return the gate id.
+
+        Takes the run's lock, records the decision in gates.json, approvals.json and drr.json and in the journal
+        (where a resumed run reads it), and leaves the run blocked: ``resume`` continues it. ``answer`` answers a
+        question gate; without it the gate must be an approval (a human gate or a risky tool).
+        """
+        run_dir = self.store.open(run_id)
+        with run_dir.lock():
+            run = self.load(run_dir)
+            if run.status in (RunStatus.COMPLETED, RunStatus.FAILED):
+                raise RunStateError(f"run {run.run_id} is {run.status.value}; its gates can no longer be decided")
+            self._open(run_dir, run)
+            try:
+                gate = self.gates.choose(gate_id, kinds=("question",) if answer is not None else ("human", "tool"))
+                if answer is None and gate.kind == "question":
+                    raise RunStateError(f"gate {gate.gate_id} is a question",
+                                        hint=f"use `stepline answer {run.run_id}`")
+                if answer is not None and gate.kind != "question":
+                    raise RunStateError(f"gate {gate.gate_id} needs approve or reject, not an answer")
+                self.record_decision(gate.gate_id, approved=approved, by=by, notes=notes, answer=answer)
+                stamp(run, self._events[-1] if self._events else None)
+                run_dir.write_text("manifest.json", run.model_dump_json(indent=2))
+            finally:
+                if self._journal is not None:
+                    self._journal.close()
+                    self._journal = None
+        return gate.gate_id
+
     # -- journal --------------------------------------------------------------------------------------------
     def emit(self, kind: EventType, data: dict[str, Any], *, step_id: str | None = None, sync: bool = False) -> Event:
         """Append an event to the journal, fold it into the run, and tell the listeners."""

@@ -13,38 +13,12 @@ from stepline.interfaces.cli._render import console, print_json
 
 def decide_gate(project_root: Path, config: Path | None, run_id: str, gate_id: str | None, *, approved: bool,
                 by: str, notes: str | None, answer: str | None = None) -> str:
-    """Record a decision on a gate of a blocked run from outside it (takes the run's lock); return the gate id."""
+    """Decide a gate of a blocked run from the command line; return the gate id."""
     from stepline.engine import Engine, load_runtime_config
-    from stepline.engine._runner import record_gate_event
-    from stepline.engine._state import stamp
-    from stepline.errors import RunStateError
-    from stepline.model import RunStatus
 
     root = project_root.resolve()
     engine = Engine(project_root=root, config=load_runtime_config(root, config))
-    run_dir = engine.store.open(run_id)
-    with run_dir.lock():
-        run = engine.load(run_dir)
-        if run.status in (RunStatus.COMPLETED, RunStatus.FAILED):
-            raise RunStateError(f"run {run.run_id} is {run.status.value}; its gates can no longer be decided")
-        engine._open(run_dir, run)
-        try:
-            kinds = ("question",) if answer is not None else ("human", "tool")
-            gate = engine.gates.choose(gate_id, kinds=kinds)
-            if answer is None and gate.kind == "question":
-                raise RunStateError(f"gate {gate.gate_id} is a question", hint=f"use `stepline answer {run.run_id}`")
-            if answer is not None and gate.kind != "question":
-                raise RunStateError(f"gate {gate.gate_id} needs approve or reject, not an answer")
-            gate, _, drr = engine.gates.decide(gate, approved=approved, by=by, notes=notes, answer=answer)
-            record_gate_event(engine.emit, gate.gate_id, approved=approved, by=by, notes=notes, drr_id=drr.id,
-                              step_id=gate.step_id, answer=answer, kind=gate.kind)
-            stamp(run, engine._events[-1] if engine._events else None)
-            run_dir.write_text("manifest.json", run.model_dump_json(indent=2))
-        finally:
-            engine.journal_sync()
-            if engine._journal is not None:
-                engine._journal.close()
-    return gate.gate_id
+    return engine.decide_gate(run_id, gate_id, approved=approved, by=by, notes=notes, answer=answer)
 
 
 @app.command()

@@ -187,12 +187,12 @@ class RunHost:
     def decide_gate(self, run_id: str, gate_id: str | None, *, approve: bool, by: str, notes: str | None,
                     answer: str | None) -> dict[str, Any]:
         """Approve, reject or answer a pending gate of a run that is not being driven."""
-        from stepline.interfaces.cli._gates import decide_gate
+        from stepline.engine import Engine
 
         if self._task is not None and not self._task.done() and self.run_id and run_id in self.run_id:
             raise RunStateError(f"run {self.run_id} is being driven; its gates are decided once it blocks")
-        decided = decide_gate(self.project_root, None, run_id, gate_id, approved=approve or answer is not None,
-                              by=by, notes=notes, answer=answer)
+        decided = Engine(project_root=self.project_root, config=self.config).decide_gate(
+            run_id, gate_id, approved=approve or answer is not None, by=by, notes=notes, answer=answer)
         return {"gate_id": decided, "next": f"resume_run({run_id!r}) continues the run"}
 
 
