@@ -33,8 +33,8 @@ from stepline.executors import MenuOption
 __all__ = ["Option", "Route", "build_menu", "match_answer", "menu_text"]
 
 RouteKind = Literal["goto", "elicit", "party", "exit", "local"]
-_ENDS_RE = re.compile(r"\b(exit|end (?:the )?workflow|finish(?:es)? (?:the )?workflow|complete (?:the )?workflow)\b",
-                      re.IGNORECASE)
+_ENDS_RE = re.compile(r"\b(exit|done|end (?:the )?workflow|finish(?:es)? (?:the )?workflow|complete (?:the )?workflow|"
+                      r"workflow (?:is )?complete)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,45 +95,55 @@ def _route(raw: dict[str, Any], meta: dict[str, Any], env: dict[str, Any]) -> Ro
     return Route("local")
 
 
-def _synthesised(meta: dict[str, Any]) -> list[Option]:
+def _synthesised(meta: dict[str, Any]) -> list[tuple[dict[str, Any], Route]]:
     """Options for a step without a menu whose prose may branch: continue, each branch, or finish."""
     branches = [(label, path) for label, path in meta.get("branches", {}).items()
                 if Path(path).is_file() and "continu" not in Path(path).stem]
     if not branches:
         return []
-    options: list[Option] = []
+    options: list[tuple[dict[str, Any], Route]] = []
     nxt = meta.get("next")
     if nxt:
-        options.append(Option("C", f"Continue ({Path(nxt).name})", Route("goto", nxt)))
+        options.append(({"key": "C", "label": f"Continue ({Path(nxt).name})", "kind": "continue"},
+                        Route("goto", nxt)))
     ordered = sorted(branches, key=lambda item: not item[0].startswith("nextStep"))
     for index, (label, path) in enumerate(ordered, start=1):
-        options.append(Option(str(index), f"{label} ({Path(path).name})", Route("goto", path)))
-    if not nxt:
-        options.append(Option("F", "Finish the workflow here", Route("goto", None)))
-        if not ordered[0][0].startswith("nextStep"):
-            options.insert(0, options.pop())
-    first = options[0]
-    options[0] = Option(first.key, first.label, first.route, first.handler, default=True)
+        options.append(({"key": str(index), "label": f"{label} ({Path(path).name})",
+                         "kind": "continue" if label.startswith("nextStep") else "custom"}, Route("goto", path)))
+    if not nxt:  # a final step's branches are offers (run validation next?); finishing is the way forward
+        natural = "custom" if ordered[0][0].startswith("nextStep") else "continue"
+        options.append(({"key": "F", "label": "Finish the workflow here", "kind": natural}, Route("goto", None)))
     return options
 
 
-def build_menu(meta: dict[str, Any], env: dict[str, Any]) -> tuple[list[Option], bool]:
+def _default(options: list[tuple[dict[str, Any], Route]], meta: dict[str, Any], visited: frozenset[str]) -> str | None:
+    """The option that moves forward: to an existing step file not visited yet (or the end), then continue,
+    then ``nextStepFile``, then ``[C]``. Exit and local options are never the default."""
+    forward = [(raw, route) for raw, route in options
+               if route.kind == "goto" and (route.target is None or Path(route.target).is_file())]
+    ranked = sorted(forward, key=lambda item: (item[1].target in visited, item[0].get("kind") != "continue",
+                                               item[1].target is None or item[1].target != meta.get("next"),
+                                               item[0]["key"] != "C"))
+    return str(ranked[0][0]["key"]) if ranked else None
+
+
+def build_menu(meta: dict[str, Any], env: dict[str, Any],
+               visited: frozenset[str] = frozenset()) -> tuple[list[Option], bool]:
     """The options of a step and whether a person answers them (authored menu) or the executor (synthesised).
 
-    The default (what pressing Enter, or the dry-run executor, picks) is the first option that moves forward,
-    preferring ``[C]``; exit and local options are never the default.
+    ``visited`` holds the step files this run has already been through: the default (what pressing Enter, or
+    the dry-run executor, picks) prefers a way forward to a step not visited yet, so that a workflow whose
+    menus lead back (validate -> edit -> validate) is walked through rather than around in circles.
     """
     authored = [(raw, _route(raw, meta, env)) for raw in meta.get("menu", [])]
-    if not authored:
-        return _synthesised(meta), False
-    if not any(route.kind == "goto" for _, route in authored):
+    if authored and not any(route.kind == "goto" for _, route in authored):
         authored = [(raw, Route("goto", meta.get("next")) if route.kind == "local" else route)
                     for raw, route in authored]
-    forward = [raw["key"] for raw, route in authored if route.kind == "goto"]
-    default = "C" if "C" in forward else (forward[0] if forward else None)
+    chosen = authored or _synthesised(meta)
+    default = _default(chosen, meta, visited)
     options = [Option(str(raw["key"]), str(raw.get("label") or raw["key"]), route, str(raw.get("handler") or ""),
-                      default=raw["key"] == default) for raw, route in authored]
-    return options, True
+                      default=raw["key"] == default) for raw, route in chosen]
+    return options, bool(authored)
 
 
 def match_answer(answer: str | None, options: list[Option]) -> Option | None:

@@ -194,6 +194,9 @@ async def _choose_mode(ctx: StepContext) -> tuple[str | None, str]:
     if first:
         return workflow.meta.get("mode"), str(first)
     router = workflow.meta.get("router")
+    chosen_mode = workflow.meta.get("mode")
+    if router and chosen_mode:  # --mode named a mode whose entry step is missing
+        return chosen_mode, _entry(workflow, router, chosen_mode)
     if not router:
         steps = [s.id for s in workflow.steps if not s.meta.get("init")]
         if not steps:
@@ -211,11 +214,18 @@ async def _choose_mode(ctx: StepContext) -> tuple[str | None, str]:
         chosen = match_answer(answer, options)
         note = f"{answer!r} is not one of the options."
         round_no += 1
-    option = raw[options.index(chosen)]
+    mode = str(raw[options.index(chosen)]["mode"])
+    return mode, _entry(workflow, router, mode)
+
+
+def _entry(workflow: WorkflowSpec, router: dict[str, Any], mode: str) -> str:
+    option = next(o for o in router["options"] if o["mode"] == mode)
     if option["entry"] is None:
-        found = _diagnostics_for(workflow, router["file"], ("broken-chain",)) or [f"{router['file']}"]
-        raise ReaderError(f"mode {option['mode']!r} has no first step file: {'; '.join(found)}")
-    return str(option["mode"]), str(option["entry"])
+        found = [d["message"] for d in workflow.meta.get("diagnostics", [])
+                 if d.get("path") == router["file"] and d.get("line") == option["line"]]
+        raise ReaderError(f"mode {mode!r} has no first step file" + (f": {found[0]}" if found else ""),
+                          path=router["file"], line=option["line"], hint="choose another mode or fix the router")
+    return str(option["entry"])
 
 
 def _mode_steps(workflow: WorkflowSpec, mode: str | None) -> list[StepSpec]:
@@ -317,14 +327,20 @@ def _check_target(ctx: StepContext, target: str, text: str) -> None:
 
 
 def _load_data(ctx: StepContext, path: Path, text: str) -> dict[str, list[dict[str, str]]]:
-    """CSV data files the step's frontmatter references, loaded now for this step only."""
+    """CSV data files the step's frontmatter references, loaded now for this step only.
+
+    A CSV shipped with the workflow (under ``_bmad/`` or the workflow folder) must exist; one elsewhere (a
+    results file the workflow keeps in the project) is handed over when it exists and is the step's to create.
+    """
     fm = read_frontmatter(text, path=str(path))
     data: dict[str, list[dict[str, str]]] = {}
+    shipped = (ctx.project_root / "_bmad", Path(ctx.run.workflow.root or path.parent))
     for key, value in ctx.spec.meta["frontmatter"].items():
         if isinstance(value, str) and value.lower().endswith(".csv"):
             rendered = Path(render_variables(value, ctx.variables))
             csv_path = rendered if rendered.is_absolute() else path.parent / rendered
-            data[key] = load_csv_data(csv_path, referenced_from=f"{path}:{fm.line_of(key) or 1} ({key})")
+            if csv_path.is_file() or any(csv_path.is_relative_to(root) for root in shipped):
+                data[key] = load_csv_data(csv_path, referenced_from=f"{path}:{fm.line_of(key) or 1} ({key})")
     return data
 
 
@@ -448,7 +464,9 @@ async def _run_step_file(ctx: StepContext) -> None:
         _create_document(ctx, document)
     env = {**ctx.variables, **meta["frontmatter"]}
     content = render_variables(text, env)
-    options, authored = build_menu(meta, env)
+    visited = frozenset(str(s.meta.get("file")) for s in ctx.run.workflow.steps
+                        if ctx.run.steps.get(s.id) is not None and ctx.run.steps[s.id].status != StepStatus.PENDING)
+    options, authored = build_menu(meta, env, visited)
     _hand_over(ctx, "step", path, text, content, warnings=warnings, data=sorted(data))
     outcome = await ctx.invoke(
         "work", content=content, menu=[o.as_menu_option() for o in options],
