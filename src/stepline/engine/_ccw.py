@@ -70,7 +70,7 @@ class CcwFlow:
         model = meta.get("execution_model")
         self.sequential = model in _SEQUENTIAL
         self.ids = [step.id for step in steps]
-        index = {sid: position for position, sid in enumerate(self.ids)}
+        self.index = index = {sid: position for position, sid in enumerate(self.ids)}
         count = len(steps)
         self.kind = [_LEAF] * count
         self.owner = list(range(count))
@@ -80,7 +80,6 @@ class CcwFlow:
                 self.kind[position] = _START
                 exit_node[position] = self._node(_END, position)
         self.succ: list[list[int]] = [[] for _ in self.kind]
-        self.hard: list[int] = []  # successors[:hard] are dependencies; the rest phase barriers (set below)
         for position, step in enumerate(steps):
             for dep in dict.fromkeys(step.depends_on):
                 self.succ[exit_node[index[dep]]].append(position)
@@ -90,21 +89,17 @@ class CcwFlow:
                 self.succ[exit_node[position]].append(exit_node[parent_entry])
             if self.kind[position] == _START:
                 self.succ[position].append(exit_node[position])
-        self.hard = [len(successors) for successors in self.succ]
         phases: Mapping[str, int] = meta.get("phases") or {}
         if model == "phased" and phases:
             numbers = sorted({number for sid, number in phases.items() if sid in index})
             barrier = {number: self._node(_BARRIER, -1) for number in numbers}
             self.succ += [[] for _ in numbers]
-            self.hard += [0] * len(numbers)
             for sid, number in phases.items():
                 if sid in index:
                     self.succ[exit_node[index[sid]]].append(barrier[number])
                     earlier = [n for n in numbers if n < number]
                     if earlier:
                         self.succ[barrier[earlier[-1]]].append(index[sid])
-            for first, second in zip(numbers, numbers[1:], strict=False):
-                self.succ[barrier[first]].append(barrier[second])
         self.exit_node = exit_node
         self.indegree = [0] * len(self.kind)
         for successors in self.succ:
@@ -143,7 +138,7 @@ class CcwFlow:
     def _leaves(self, position: int) -> list[int]:
         if self.kind[position] == _LEAF:
             return [position]
-        children = [nxt for nxt in self.succ[position][:self.hard[position]] if nxt < len(self.ids)]
+        children = [nxt for nxt in self.succ[position] if nxt < len(self.ids)]
         return [leaf for child in children for leaf in self._leaves(child)]
 
     def _runnable(self, node: int) -> int | None:
@@ -178,6 +173,8 @@ class CcwFlow:
                 break
             item = heapq.heappop(self.ready)
             task = self.owner[item[1]]
+            if task in self.dead:
+                continue
             group = self.exclusive.get(task)
             if group is not None and group in self.busy:
                 held.append(item)
@@ -192,7 +189,7 @@ class CcwFlow:
 
     def finished(self, step_id: str, status: StepStatus) -> list[str]:
         """Record how a task ended; a failed task's dependents are returned (to be skipped)."""
-        position = self.ids.index(step_id) if len(self.ids) < 64 else self._position(step_id)
+        position = self.index[step_id]
         self.running -= 1
         self.busy.discard(self.exclusive.get(position, -1))
         if status in (StepStatus.COMPLETED, StepStatus.SKIPPED):
@@ -206,7 +203,7 @@ class CcwFlow:
         stack = [self.exit_node[position]]
         seen = set(stack)
         while stack:
-            for nxt in self.succ[stack.pop()][:]:
+            for nxt in self.succ[stack.pop()]:
                 if self.kind[nxt] == _BARRIER or nxt in seen:
                     continue
                 seen.add(nxt)
@@ -216,12 +213,6 @@ class CcwFlow:
                     self.dead.add(task)
                     doomed.append(self.ids[task])
         return doomed
-
-    def _position(self, step_id: str) -> int:
-        index: dict[str, int] | None = getattr(self, "_index", None)
-        if index is None:
-            index = self._index = {sid: position for position, sid in enumerate(self.ids)}
-        return index[step_id]
 
     def _resolve_after(self, node: int) -> None:
         for nxt in self.succ[node]:
@@ -363,7 +354,7 @@ async def _task_completion(ctx: StepContext, writer: SessionWriter) -> Completio
     else:
         summary = render_summary(view, task_id=spec.id, title=spec.name, agent_summary=outcome.summary,
                                  files_modified=written)
-    ctx.step.summary = (outcome.summary or "").strip().splitlines()[0][:200] if outcome.summary else None
+    ctx.step.summary = next(iter((outcome.summary or "").strip().splitlines()), "")[:200] or None
     return Completion(task_id=spec.id, task_json=_session_relative(ctx, task_json),
                       history=_history(task.data.get("status"), ctx.step.started_at, time.now_iso()),
                       summary_path=summary_path, summary=summary, todo_line=writer.ticked_line(spec.id))
@@ -627,11 +618,21 @@ def complete_session(session_dir: Path) -> dict[str, Any]:
     idempotent writer, so an interrupted completion is finished by running it again.
     """
     session = read_ccw_session(session_dir)
-    writer = SessionWriter(session.session_dir)
+    parent = session.session_dir.parent
+    if session.layout == "active":
+        archives = parent.parent / "archives"
+    elif session.layout == "archived":
+        archives = parent
+    elif session.layout == "legacy":
+        archives = parent / "archives"
+    else:
+        raise RunStateError(f"session {session.session_id} is not inside a .workflow folder, so it has no archive",
+                            hint="move it to .workflow/active/ first")
     now = time.now_iso()
-    pending = [task_id for task_id, status in session.status.items() if status != "completed"]
     completions = []
-    for task_id in pending:
+    for task_id, status in session.status.items():
+        if status == "completed":
+            continue
         ref = session.tasks[task_id]
         kids = session.children.get(task_id)
         summary = (render_container_summary(task_id, ref.title, kids) if kids else
@@ -641,17 +642,7 @@ def complete_session(session_dir: Path) -> dict[str, Any]:
             task_id=task_id, task_json=ref.path.relative_to(session.session_dir).as_posix() if ref.path else None,
             history=({"from": ref.status, "to": "completed", "changed_at": now},),
             summary_path=f".summaries/{task_id}-summary.md", summary=summary))
-    writer.apply(completions)
-    layout_root = session.session_dir.parent
-    if session.layout == "active":
-        archives, relative_to = layout_root.parent / "archives", session.project_root
-    elif session.layout == "archived":
-        archives, relative_to = layout_root, session.project_root
-    else:
-        archives, relative_to = layout_root / "archives", session.project_root
+    SessionWriter(session.session_dir).apply(completions)
     if session.layout == "legacy":
-        (layout_root / f".active-{session.session_id}").unlink(missing_ok=True)
-    if session.layout not in ("active", "archived", "legacy"):
-        raise RunStateError(f"session {session.session_id} is not inside a .workflow folder; nothing to archive "
-                            "it into", hint="move it to .workflow/active/ first")
-    return archive_session(session.session_dir, archives, now, relative_to=relative_to)
+        (parent / f".active-{session.session_id}").unlink(missing_ok=True)
+    return archive_session(session.session_dir, archives, now, relative_to=session.project_root)

@@ -5,4 +5,5 @@ One line per format; a new format adds its line here (native steps are built int
 
 from __future__ import annotations
 
+import stepline.engine._ccw  # noqa: F401 - CCW sessions (R-E7, R-E8)
 from stepline.engine import _microfile  # noqa: F401 - bmad-microfile (and hybrid) workflows

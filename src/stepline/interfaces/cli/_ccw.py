@@ -1,0 +1,193 @@
+"""``stepline ccw …``: list, execute, inspect, check and complete Claude-Code-Workflow sessions (R-E8)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from stepline.interfaces.cli._app import EXIT_INVALID, ConfigOption, JsonOutput, ProjectRoot, app
+from stepline.interfaces.cli._render import console, err_console, print_json
+
+if TYPE_CHECKING:
+    from stepline.formats._ccw import SessionInfo
+
+ccw_app = typer.Typer(name="ccw", help="Run Claude-Code-Workflow sessions (.workflow/active/WFS-*).",
+                      no_args_is_help=True)
+app.add_typer(ccw_app, name="ccw")
+
+SessionArg = Annotated[str, typer.Argument(help="Session id (a unique part is enough) or a session folder.")]
+
+
+def _root(project_root: Path) -> Path:
+    from stepline.errors import NotFoundError
+
+    root = project_root.resolve()
+    if not root.is_dir():
+        raise NotFoundError(f"{project_root}: no such project folder", hint="pass an existing --project-root")
+    return root
+
+
+def _session_dir(root: Path, session: str) -> Path:
+    """A session folder from an id, a unique part of one, or a path."""
+    from stepline.formats._ccw import find_session
+
+    as_path = Path(session) if Path(session).is_absolute() else root / session
+    if (as_path / "workflow-session.json").is_file() or (as_path / "TODO_LIST.md").is_file():
+        return as_path.resolve()
+    return find_session(root, session).path.resolve()
+
+
+def _info_json(info: SessionInfo) -> dict[str, Any]:
+    return {"id": info.id, "project": info.project, "done": info.done, "total": info.total,
+            "percent": info.percent, "layout": info.layout, "active": info.active, "status": info.status,
+            "path": str(info.path)}
+
+
+@ccw_app.command("sessions")
+def sessions(
+    include_all: Annotated[bool, typer.Option("--all", help="Also archived and inactive legacy sessions.")] = False,
+    project_root: ProjectRoot = Path("."),
+    as_json: JsonOutput = False,
+) -> None:
+    """List the project's active sessions: id | project | done/total | %."""
+    from rich.table import Table
+
+    from stepline.formats._ccw import discover_sessions
+
+    found = discover_sessions(_root(project_root), include_inactive=include_all)
+    if as_json:
+        print_json([_info_json(info) for info in found])
+        return
+    table = Table("session", "project", "done/total", "%", box=None)
+    for info in found:
+        table.add_row(info.id, info.project, f"{info.done}/{info.total}", f"{info.percent}%")
+    console.print(table)
+
+
+def _choose(found: list[SessionInfo], take_first: bool) -> SessionInfo:
+    """Seed 002 discovery: one session is taken; of several, the user picks by number, id or unique part."""
+    from stepline.errors import UsageError
+
+    if len(found) == 1 or take_first:
+        return found[0]
+    err_console.print("Multiple active workflow sessions detected. Please select one:\n")
+    for number, info in enumerate(found, start=1):
+        err_console.print(f"{number}. {info.format_line()}")
+    answer = str(typer.prompt("\nWhich session do you want to execute?", err=True)).strip()
+    if answer.isdigit() and 1 <= int(answer) <= len(found):
+        return found[int(answer) - 1]
+    exact = [info for info in found if info.id == answer]
+    partial = [info for info in found if answer and answer.lower() in info.id.lower()]
+    if exact or len(partial) == 1:
+        return (exact or partial)[0]
+    names = ", ".join(info.id for info in partial) if partial else "none"
+    raise UsageError(f"{answer!r} picks no single session (matches: {names})",
+                     hint=f"answer 1-{len(found)}, a session id or a unique part of one")
+
+
+@ccw_app.command("execute")
+def execute(
+    resume_session: Annotated[str | None, typer.Option("--resume-session", help="Run this session; skips "
+                                                       "discovery.")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-j", min=1, help="Tasks run at once.")] = 4,
+    executor: Annotated[str | None, typer.Option("--executor", "-e", help="Who does the tasks (dry-run, "
+                                                 "scripted, openai, anthropic, cli-agent, human, …).")] = None,
+    script: Annotated[Path | None, typer.Option("--script", help="Script for the scripted executor.")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Of several active sessions, take the first.")] = False,
+    complete: Annotated[bool, typer.Option("--complete", help="Archive the session when every task is "
+                                           "done.")] = False,
+    project_root: ProjectRoot = Path("."),
+    config: ConfigOption = None,
+    as_json: JsonOutput = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+) -> None:
+    """Execute a session's tasks in dependency order, concurrently; resume it after an interruption."""
+    from stepline.engine._ccw import complete_session, execute_session
+    from stepline.formats._ccw import discover_sessions
+    from stepline.interfaces.cli._render import run_exit_code, run_summary
+    from stepline.interfaces.cli._runs import build_engine
+
+    root = _root(project_root)
+    chosen = (_session_dir(root, resume_session) if resume_session
+              else _choose(discover_sessions(root), yes).path.resolve())
+    if not quiet and not as_json and not resume_session:
+        err_console.print(f"✓ Selected session: {chosen.name}")
+    engine = build_engine(root, config, executor, script, "normal", quiet or as_json)
+    engine.concurrency = concurrency
+    run = asyncio.run(execute_session(engine, chosen))
+    archived = complete_session(chosen) if complete and run.status.value == "completed" else None
+    if as_json:
+        print_json({**run_summary(run), "session": chosen.name, "archived": archived})
+    else:
+        done = sum(1 for step in run.steps.values() if step.status.value == "completed")
+        console.print(f"session [bold]{chosen.name}[/bold] run {run.run_id} [bold]{run.status.value}[/bold]: "
+                      f"{done}/{len(run.steps)} tasks completed")
+        if run.error:
+            console.print(f"  {run.error}")
+        if run.blocked_reason:
+            console.print(f"  {run.blocked_reason}; approve, then `stepline ccw execute --resume-session "
+                          f"{chosen.name}`")
+        if archived:
+            console.print(f"  archived to {archived['archive_path']}")
+    raise typer.Exit(run_exit_code(run))
+
+
+@ccw_app.command("status")
+def status(session: SessionArg, project_root: ProjectRoot = Path("."), as_json: JsonOutput = False) -> None:
+    """Show a session's tasks: status, execution group, agent, dependencies."""
+    from rich.table import Table
+
+    from stepline.formats._ccw import infer_agent, read_ccw_session
+
+    found = read_ccw_session(_session_dir(_root(project_root), session))
+    rows: list[dict[str, Any]] = [{"id": task_id, "title": ref.title, "status": found.status[task_id], "group": ref.execution_group,
+             "agent": infer_agent(ref.agent, ref.type), "depends_on": list(ref.depends_on), "parent": ref.parent}
+            for task_id, ref in found.tasks.items()]
+    leaves = [row for row in rows if row["id"] not in found.children or not found.children[row["id"]]]
+    done = sum(1 for row in leaves if row["status"] == "completed")
+    if as_json:
+        print_json({"session": found.session_id, "layout": found.layout, "status": found.session.get("status"),
+                    "execution_model": found.strategy.model, "done": done, "total": len(leaves), "tasks": rows})
+        return
+    console.print(f"[bold]{found.session_id}[/bold]  {found.session.get('project', '')}  "
+                  f"status: {found.session.get('status')}  model: {found.strategy.model or 'parallel'}  "
+                  f"{done}/{len(leaves)} tasks")
+    table = Table("task", "title", "status", "group", "agent", "depends on", box=None)
+    for row in rows:
+        table.add_row(row["id"], row["title"][:60], row["status"], row["group"] or "", row["agent"],
+                      ", ".join(row["depends_on"]))
+    console.print(table)
+
+
+@ccw_app.command("complete")
+def complete(session: SessionArg, project_root: ProjectRoot = Path("."), as_json: JsonOutput = False) -> None:
+    """Mark every task completed and archive the session to .workflow/archives/ (manifest.json appended)."""
+    from stepline.engine._ccw import complete_session
+
+    entry = complete_session(_session_dir(_root(project_root), session))
+    if as_json:
+        print_json(entry)
+    else:
+        console.print(f"✓ Session {entry['session_id']} archived to {entry['archive_path']}")
+
+
+@ccw_app.command("check")
+def check(session: SessionArg, project_root: ProjectRoot = Path("."), as_json: JsonOutput = False) -> None:
+    """Report every problem of a session (R-E8b) with file:line; exit 10 when any is an error."""
+    from dataclasses import asdict
+
+    from stepline.formats._ccw_check import check_ccw_session
+
+    diagnostics = check_ccw_session(_session_dir(_root(project_root), session))
+    errors = sum(1 for d in diagnostics if d.severity == "error")
+    if as_json:
+        print_json([asdict(d) for d in diagnostics])
+    else:
+        for diagnostic in diagnostics:  # plain lines, like `validate`: editors parse file:line
+            print(diagnostic)
+        console.print(f"{errors} error(s), {len(diagnostics) - errors} warning(s)")
+    if errors:
+        raise typer.Exit(EXIT_INVALID)

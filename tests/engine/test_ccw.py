@@ -1,0 +1,367 @@
+"""CCW sessions run by the engine: order, concurrency, containers, failures, pre_analysis, files, archive."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stepline.engine import Engine
+from stepline.engine._ccw import complete_session, execute_session
+from stepline.engine._ccw_state import Completion, SessionWriter
+from stepline.errors import ReaderError
+from stepline.executors import Executor, StepRequest, StepSession
+from stepline.model import Run
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+class Recorder(Executor):
+    """Records every request, tracks how many run at once, sleeps a little, fails the ids it is told to."""
+
+    name = "recorder"
+    pure = True
+
+    def __init__(self, *, delay: float = 0.0, fail: frozenset[str] = frozenset()) -> None:
+        self.delay = delay
+        self.fail = fail
+        self.requests: list[StepRequest] = []
+        self.active = 0
+        self.peak = 0
+        self.started: list[str] = []
+        self.overlaps: list[set[str]] = []
+        self._now: set[str] = set()
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        self.requests.append(request)
+        self.started.append(request.step_id)
+        self._now.add(request.step_id)
+        self.overlaps.append(set(self._now))
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        try:
+            await asyncio.sleep(self.delay)
+        finally:
+            self.active -= 1
+            self._now.discard(request.step_id)
+        if request.step_id in self.fail:
+            raise RuntimeError(f"agent crashed on {request.step_id}")
+        await session.finish(summary=f"did {request.step_id}\nsecond line")
+
+
+def _copy(tmp_path: Path, *parts: str) -> Path:
+    """Copy a fixture folder into the test's scratch space and return the copy."""
+    target = tmp_path / parts[-1]
+    shutil.copytree(FIXTURES.joinpath(*parts), target)
+    return target
+
+
+def _run(project: Path, session_dir: Path, executor: Executor, concurrency: int = 4) -> Run:
+    engine = Engine(project_root=project, executor=executor, concurrency=concurrency)
+    return asyncio.run(execute_session(engine, session_dir))
+
+
+def _statuses(run: Run) -> dict[str, str]:
+    return {sid: step.status.value for sid, step in run.steps.items()}
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _agree(session_dir: Path, task_ids: list[str]) -> dict[str, bool]:
+    """Per task: are TODO box, JSON status and summary file all completed (asserting they agree)?"""
+    todo = (session_dir / "TODO_LIST.md").read_text(encoding="utf-8")
+    result = {}
+    for task_id in task_ids:
+        line = next(line for line in todo.splitlines() if f"**{task_id}**" in line)
+        ticked = "[x]" in line and f"./.summaries/{task_id}-summary.md" in line
+        data = json.loads((session_dir / ".task" / f"{task_id}.json").read_text(encoding="utf-8"))
+        summary = (session_dir / ".summaries" / f"{task_id}-summary.md").is_file()
+        assert ticked == (data["status"] == "completed") == summary, (task_id, ticked, data["status"], summary)
+        result[task_id] = ticked
+    return result
+
+
+def test_parallel_session_with_containers_runs_in_dependency_order_and_writes_all_three_files(tmp_path: Path) -> None:
+    """A parallel session with a container: subtasks before the container, dependents after their
+    dependencies, serialized tasks never together, critical path first, and every file records completion."""
+    project = _copy(tmp_path, "ccw", "project-active")
+    session_dir = project / ".workflow" / "active" / "WFS-auth-system"
+    executor = Recorder(delay=0.02)
+    run = _run(project, session_dir, executor)
+    assert run.status.value == "completed"
+    assert set(_statuses(run).values()) == {"completed"}
+    order = executor.started
+    assert "IMPL-1.1" not in order  # ticked before the run: it completes without its agent
+    assert "IMPL-1" not in order  # a container never goes to an agent
+    assert order[0] == "IMPL-1.3"  # the critical path starts first
+    assert order.index("IMPL-2") > max(order.index("IMPL-1.2"), order.index("IMPL-1.3"))
+    assert order.index("IMPL-4") > max(order.index("IMPL-2"), order.index("IMPL-3"))
+    assert not any({"IMPL-2", "IMPL-3"} <= running for running in executor.overlaps)  # serialization
+    assert _agree(session_dir, ["IMPL-1.1", "IMPL-1.2", "IMPL-1.3", "IMPL-2", "IMPL-3", "IMPL-4"]) == dict.fromkeys(
+        ["IMPL-1.1", "IMPL-1.2", "IMPL-1.3", "IMPL-2", "IMPL-3", "IMPL-4"], True)
+    todo = (session_dir / "TODO_LIST.md").read_text(encoding="utf-8")
+    assert "▸ **IMPL-1**: Auth foundation → [📋](./.task/IMPL-1.json)\n" in todo  # container line kept
+    assert todo.endswith("- `- [x]` = Completed leaf task\n")  # the legend is untouched
+    container = json.loads((session_dir / ".task" / "IMPL-1.json").read_text(encoding="utf-8"))
+    assert container["status"] == "completed"
+    assert container["status_history"][-1]["from"] == "container"
+    task = json.loads((session_dir / ".task" / "IMPL-2.json").read_text(encoding="utf-8"))
+    assert [(h["from"], h["to"]) for h in task["status_history"]] == [("pending", "in_progress"),
+                                                                     ("in_progress", "completed")]
+    summary = (session_dir / ".summaries" / "IMPL-2-summary.md").read_text(encoding="utf-8")
+    for section in ("# Task: IMPL-2 Integration tests", "## Implementation Summary", "did IMPL-2",
+                    "### Files Modified", "## Outputs for Dependent Tasks", "## Status: ✅ Complete"):
+        assert section in summary
+    old = (FIXTURES / "ccw" / "project-active" / ".workflow" / "active" / "WFS-auth-system" / ".summaries"
+           / "IMPL-1.1-summary.md").read_text(encoding="utf-8")
+    assert (session_dir / ".summaries" / "IMPL-1.1-summary.md").read_text(encoding="utf-8") == old
+    meta = json.loads((session_dir / "workflow-session.json").read_text(encoding="utf-8"))
+    assert meta["status"] == "active" and meta["execution_started_at"]
+
+
+def test_parallel_tasks_run_concurrently_up_to_the_limit_grouped_by_execution_group(tmp_path: Path) -> None:
+    """Eight independent tasks run three at a time, group by group; the task depending on all runs last."""
+    session_dir = _copy(tmp_path, "ccw_run", "WFS-wide")
+    executor = Recorder(delay=0.05)
+    run = _run(tmp_path, session_dir, executor, concurrency=3)
+    assert run.status.value == "completed"
+    assert executor.peak == 3
+    assert executor.started[-1] == "IMPL-9"
+    groups = ["api" if int(sid.split("-")[1]) % 2 == 0 else "ui" for sid in executor.started[:-1]]
+    assert groups == sorted(groups, key=lambda g: groups.index(g))  # each group's tasks start together
+    assert all(_agree(session_dir, [f"IMPL-{i}" for i in range(1, 10)]).values())
+
+
+@pytest.mark.parametrize(("parts", "expected"), [
+    (("ccw", "project-active", ".workflow", "active", "WFS-payment-module"), ["IMPL-1", "IMPL-2", "IMPL-3"]),
+    (("ccw", "sessions", "WFS-tdd-parser"), ["IMPL-1", "IMPL-2", "IMPL-3", "IMPL-4"]),
+])
+def test_sequential_and_tdd_models_run_one_task_at_a_time_in_document_order(
+        tmp_path: Path, parts: tuple[str, ...], expected: list[str]) -> None:
+    """Sequential and TDD plans never overlap tasks, whatever the concurrency, and keep document order."""
+    session_dir = _copy(tmp_path, *parts)
+    executor = Recorder(delay=0.01)
+    run = _run(tmp_path, session_dir, executor, concurrency=4)
+    assert run.status.value == "completed"
+    assert executor.peak == 1
+    assert executor.started == expected
+    assert all(_agree(session_dir, expected).values())
+
+
+def test_phased_model_puts_a_barrier_after_each_phase(tmp_path: Path) -> None:
+    """Tasks of a phase run together, and no task of a later phase starts before the earlier phase ends."""
+    session_dir = _copy(tmp_path, "ccw_run", "WFS-phased")
+    executor = Recorder(delay=0.03)
+    run = _run(tmp_path, session_dir, executor, concurrency=4)
+    assert run.status.value == "completed"
+    assert executor.peak == 2
+    assert [set(executor.started[:2]), set(executor.started[2:4]), executor.started[4]] == [
+        {"IMPL-1", "IMPL-2"}, {"IMPL-3", "IMPL-4"}, "IMPL-5"]
+    assert not any(overlap & {"IMPL-1", "IMPL-2"} and overlap & {"IMPL-3", "IMPL-4", "IMPL-5"}
+                   for overlap in executor.overlaps)
+
+
+def test_failed_task_skips_its_dependents_and_the_rest_completes(tmp_path: Path) -> None:
+    """IMPL-1 fails: its dependents (also through a subtask, its container and the container's dependent)
+    are skipped and stay unticked; independent tasks still complete."""
+    session_dir = _copy(tmp_path, "ccw", "sessions", "WFS-failing-deps")
+    run = _run(tmp_path, session_dir, Recorder(fail=frozenset({"IMPL-1"})))
+    assert run.status.value == "failed"
+    assert "agent crashed on IMPL-1" in (run.error or "")
+    assert _statuses(run) == {"IMPL-1": "failed", "IMPL-2": "skipped", "IMPL-3": "skipped", "IMPL-4": "completed",
+                              "IMPL-5": "skipped", "IMPL-5.1": "skipped", "IMPL-5.2": "completed",
+                              "IMPL-6": "skipped"}
+    done = _agree(session_dir, ["IMPL-1", "IMPL-2", "IMPL-3", "IMPL-4", "IMPL-5.1", "IMPL-5.2", "IMPL-6"])
+    assert [task for task, ticked in done.items() if ticked] == ["IMPL-4", "IMPL-5.2"]
+
+
+def test_failed_session_runs_again_from_its_files_without_redoing_completed_tasks(tmp_path: Path) -> None:
+    """After a failed run, executing again starts a new run in which only the unfinished tasks reach the agent."""
+    session_dir = _copy(tmp_path, "ccw", "sessions", "WFS-failing-deps")
+    _run(tmp_path, session_dir, Recorder(fail=frozenset({"IMPL-1"})))
+    second = Recorder()
+    run = _run(tmp_path, session_dir, second)
+    assert run.status.value == "completed"
+    assert sorted(second.started) == ["IMPL-1", "IMPL-2", "IMPL-3", "IMPL-5.1", "IMPL-6"]
+    assert all(_agree(session_dir, ["IMPL-1", "IMPL-2", "IMPL-3", "IMPL-4", "IMPL-5.1", "IMPL-5.2", "IMPL-6"]).values())
+
+
+def test_cycle_is_a_load_time_error_naming_the_tasks_and_nothing_is_written(tmp_path: Path) -> None:
+    """A dependency cycle stops the session before anything runs; the error names the tasks in the cycle."""
+    session_dir = _copy(tmp_path, "ccw", "sessions", "WFS-cycle")
+    before = _tree(session_dir)
+    with pytest.raises(ReaderError, match=r"dependency cycle: IMPL-\d → IMPL-\d → IMPL-\d → IMPL-\d"):
+        _run(tmp_path, session_dir, Recorder())
+    assert _tree(session_dir) == before
+    assert not (tmp_path / ".stepline").exists()
+
+
+def test_prompt_is_built_from_the_task_json_with_dependency_summaries_and_the_inferred_agent(tmp_path: Path) -> None:
+    """The work request carries requirements, focus paths, acceptance, approach, target files, the summaries
+    of the dependencies and the agent (inferred from meta.type when meta.agent is missing)."""
+    project = _copy(tmp_path, "ccw", "project-active")
+    executor = Recorder()
+    _run(project, project / ".workflow" / "active" / "WFS-auth-system", executor)
+    request = next(r for r in executor.requests if r.step_id == "IMPL-4")
+    assert request.kind == "work"
+    assert request.hints["agent"] == "@doc-generator"  # meta.type docs, no meta.agent
+    prompt = request.content
+    for text in ("**EXECUTE TASK FROM JSON**", "Document the auth flow: 1 module changed", "## Focus Paths",
+                 "verified by the test suite (exit code 0)", "**Document the auth flow**: Implement document",
+                 "## Target Files\n- src/", "### IMPL-2\n# Task: IMPL-2 Integration tests", "### IMPL-3",
+                 "TODO List: ", "[dependency_context]"):
+        assert text in prompt, text
+    assert request.context["task"]["id"] == "IMPL-4"
+    first = next(r for r in executor.requests if r.step_id == "IMPL-1.3")
+    assert first.hints["agent"] == "@code-developer" and "[execution_group: parallel-db-schema]" in first.content
+
+
+def test_pre_analysis_runs_every_command_kind_with_substitution_and_on_error(tmp_path: Path) -> None:
+    """bash, Read, Glob and Search run through the tools; [var] takes an earlier output; skip_optional
+    leaves the variable empty and continue keeps the partial output; the agent sees all of it."""
+    session_dir = _copy(tmp_path, "ccw_run", "WFS-pre-analysis")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "app.py").write_text("x = 1  # TODO tidy\n", encoding="utf-8")
+    (tmp_path / "src" / "util.py").write_text("y = 2\n", encoding="utf-8")
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "app.ini").write_text("[app]\nname = demo\n", encoding="utf-8")
+    executor = Recorder()
+    run = _run(tmp_path, session_dir, executor)
+    assert run.status.value == "completed"
+    flow = executor.requests[0].context["flow_context"]
+    assert flow["sources"] == "app.py"
+    assert flow["config"] == "[app]\nname = demo"
+    assert flow["modules"] == "src/app.py\nsrc/util.py"
+    assert flow["todos"] == "src/app.py:1:x = 1  # TODO tidy"
+    assert flow["echoed"] == "sources were: app.py"
+    assert flow["missing"] == "" and flow["partial"] == "partial"
+    assert "### [config]\n[app]\nname = demo" in executor.requests[0].content
+
+
+def _pre_session(tmp_path: Path, on_error: str, command: str = "bash(test -f flag.txt && echo found)") -> Path:
+    session_dir = _copy(tmp_path, "ccw_run", "WFS-pre-analysis")
+    path = session_dir / ".task" / "IMPL-1.json"
+    task = json.loads(path.read_text(encoding="utf-8"))
+    task["flow_control"]["pre_analysis"] = [{"step": "needs_flag", "action": "check", "command": command,
+                                             "output_to": "flag", "on_error": on_error}]
+    path.write_text(json.dumps(task, indent=2), encoding="utf-8")
+    return session_dir
+
+
+def test_pre_analysis_fail_fails_the_task_and_skips_its_dependents(tmp_path: Path) -> None:
+    """on_error fail: the task fails with the command named, its agent is never called, IMPL-2 is skipped."""
+    session_dir = _pre_session(tmp_path, "fail")
+    executor = Recorder()
+    run = _run(tmp_path, session_dir, executor)
+    assert _statuses(run) == {"IMPL-1": "failed", "IMPL-2": "skipped"}
+    assert "pre_analysis step 'needs_flag' failed" in (run.error or "") and executor.requests == []
+
+
+def test_pre_analysis_retry_once_runs_the_command_a_second_time(tmp_path: Path) -> None:
+    """on_error retry_once: a command that fails once and then succeeds lets the task complete."""
+    session_dir = _pre_session(tmp_path, "retry_once",
+                               "bash(if [ -f once ]; then echo second; else touch once; exit 1; fi)")
+    executor = Recorder()
+    run = _run(tmp_path, session_dir, executor)
+    assert run.status.value == "completed"
+    assert executor.requests[0].context["flow_context"]["flag"] == "second"
+
+
+def test_pre_analysis_manual_intervention_blocks_until_a_person_approves(tmp_path: Path) -> None:
+    """on_error manual_intervention: the run blocks on a gate; after approval, executing again resumes the
+    same run, which continues the task without re-running its recorded commands."""
+    from stepline.interfaces.cli._gates import decide_gate
+
+    session_dir = _pre_session(tmp_path, "manual_intervention")
+    engine = Engine(project_root=tmp_path, executor=Recorder(), mode="non-interactive")
+    run = asyncio.run(execute_session(engine, session_dir))
+    assert run.status.value == "blocked" and "needs manual intervention" in (run.blocked_reason or "")
+    decide_gate(tmp_path, None, run.run_id, "ccw:IMPL-1:pre_analysis:0", approved=True, by="ops", notes=None)
+    executor = Recorder()
+    again = asyncio.run(execute_session(Engine(project_root=tmp_path, executor=executor), session_dir))
+    assert again.run_id == run.run_id and again.status.value == "completed"
+    assert executor.started == ["IMPL-1", "IMPL-2"]
+
+
+def test_task_json_is_read_only_when_its_task_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Preparing a session reads no task body; each task's JSON is read once, just before its agent runs."""
+    import stepline.engine._ccw as ccw
+
+    reads: list[str] = []
+    real = ccw.read_task_file
+    executor = Recorder()
+
+    def counting(path: Path) -> Any:
+        reads.append(f"{path.stem}@{len(executor.started)}")
+        return real(path)
+
+    monkeypatch.setattr(ccw, "read_task_file", counting)
+    session_dir = _copy(tmp_path, "ccw", "project-active", ".workflow", "active", "WFS-payment-module")
+    ccw.prepare_session(session_dir)
+    assert reads == []
+    _run(tmp_path, session_dir, executor)
+    assert reads == ["IMPL-1@0", "IMPL-2@1", "IMPL-3@2"]
+
+
+def test_session_writer_redo_is_idempotent_from_any_partial_state(tmp_path: Path) -> None:
+    """Applying a completion to the old files, to half-written ones or to finished ones gives the same bytes."""
+    session_dir = _copy(tmp_path, "ccw", "project-active", ".workflow", "active", "WFS-payment-module")
+    completion = Completion(task_id="IMPL-2", task_json=".task/IMPL-2.json",
+                            history=({"from": "active", "to": "completed", "changed_at": "2026-01-01T00:00:00"},),
+                            summary_path=".summaries/IMPL-2-summary.md", summary="# Task: IMPL-2\n")
+    SessionWriter(session_dir).apply([completion])
+    done = _tree(session_dir)
+    SessionWriter(session_dir).apply([completion])
+    assert _tree(session_dir) == done
+    (session_dir / ".summaries" / "IMPL-2-summary.md").unlink()  # as if killed before the summary
+    (session_dir / "TODO_LIST.md").write_text(
+        (FIXTURES / "ccw" / "project-active" / ".workflow" / "active" / "WFS-payment-module" / "TODO_LIST.md")
+        .read_text(encoding="utf-8"), encoding="utf-8")
+    SessionWriter(session_dir).apply([completion])
+    assert _tree(session_dir) == done
+    assert Completion.from_json(json.loads(json.dumps(completion.to_json()))) == completion
+
+
+@pytest.mark.parametrize("manifest", ["dict", "list", "none"])
+def test_complete_marks_every_task_and_archives_with_a_manifest_entry(tmp_path: Path, manifest: str) -> None:
+    """Completing a session ticks what is left, moves it to archives/ and appends one manifest entry, in
+    whichever manifest shape the project has; completing again after an interrupted move finishes the job."""
+    project = _copy(tmp_path, "ccw", "project-active")
+    archives = project / ".workflow" / "archives"
+    if manifest == "list":
+        (archives / "manifest.json").write_text("[]", encoding="utf-8")
+    elif manifest == "none":
+        (archives / "manifest.json").unlink()
+    entry = complete_session(project / ".workflow" / "active" / "WFS-payment-module")
+    target = archives / "WFS-payment-module"
+    assert not (project / ".workflow" / "active" / "WFS-payment-module").exists()
+    assert entry["archive_path"] == ".workflow/archives/WFS-payment-module"
+    assert entry["metrics"]["tasks_completed"] == 3 and entry["metrics"]["summaries_generated"] == 3
+    assert all(_agree(target, ["IMPL-1", "IMPL-2", "IMPL-3"]).values())
+    assert json.loads((target / "workflow-session.json").read_text(encoding="utf-8"))["status"] == "completed"
+    assert not (target / ".archiving").exists()
+    data = json.loads((archives / "manifest.json").read_text(encoding="utf-8"))
+    entries = data["archives"] if manifest == "dict" else data
+    assert [e["session_id"] for e in entries][-1] == "WFS-payment-module"
+    complete_session(target)  # idempotent: no second entry
+    data = json.loads((archives / "manifest.json").read_text(encoding="utf-8"))
+    assert sum(e["session_id"] == "WFS-payment-module" for e in (data["archives"] if manifest == "dict" else data)) == 1
+
+
+def test_legacy_session_completes_and_loses_its_active_marker(tmp_path: Path) -> None:
+    """A 2025-09 layout session runs, then completes into .workflow/archives/ without its .active-* marker."""
+    project = _copy(tmp_path, "ccw", "project-legacy")
+    session_dir = project / ".workflow" / "WFS-user-auth"
+    run = _run(project, session_dir, Recorder())
+    assert run.status.value == "completed"
+    complete_session(session_dir)
+    assert not (project / ".workflow" / ".active-WFS-user-auth").exists()
+    assert (project / ".workflow" / "archives" / "WFS-user-auth" / "TODO_LIST.md").is_file()
