@@ -7,6 +7,7 @@ decision too (HumanGateApproved/Rejected), and that is what a resumed run reads.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 from stepline import time
@@ -46,9 +47,10 @@ def gate_reason(spec: StepSpec, workflow_id: str, policy: HitlPolicy) -> str | N
 class GateBook:
     """The gates, approvals and DRRs of one run, kept in its directory."""
 
-    def __init__(self, run_dir: RunDir, workflow_id: str) -> None:
+    def __init__(self, run_dir: RunDir, workflow_id: str, redact: Callable[[str], str] = str) -> None:
         self.run_dir = run_dir
         self.workflow_id = workflow_id
+        self.redact = redact  # a question or reason may quote a secret; gates.json must not
         raw = run_dir.read("gates.json", []) or []
         self.gates: dict[str, Gate] = {g["gate_id"]: Gate.model_validate(g) for g in raw}
 
@@ -69,8 +71,9 @@ class GateBook:
         existing = self.gates.get(gate_id)
         if existing is not None and existing.status == "pending":
             return existing
-        gate = Gate(gate_id=gate_id, step_id=step_id, kind=kind, reason=reason if not choices
-                    else f"{reason} [{'/'.join(choices)}]", phase=phase, workflow=self.workflow_id,
+        reason = reason if not choices else f"{reason} [{'/'.join(choices)}]"
+        gate = Gate(gate_id=gate_id, step_id=step_id, kind=kind, reason=self.redact(reason), phase=phase,
+                    workflow=self.workflow_id,
                     created_at=time.now_iso())
         self.gates[gate_id] = gate
         self._save()
@@ -107,7 +110,7 @@ class GateBook:
         gate.status = decision
         gate.approver = by
         gate.decided_at = now
-        gate.notes = notes
+        gate.notes = self.redact(notes) if notes else notes
         self._save()
         approval = Approval(gate_id=gate.gate_id, decision=decision, approver=by, time=now, notes=notes,
                             step_id=gate.step_id, phase=gate.phase, workflow=self.workflow_id)

@@ -169,7 +169,7 @@ class Engine:
         lock = run_dir.lock()
         lock.acquire()
         try:
-            run_dir.write_text("manifest.json", run.model_dump_json(indent=2))
+            self._snapshot(run_dir, run)
             self._open(run_dir, run)
             self.emit(EventType.WORKFLOW_STARTED, {"workflow": workflow.id, "format": workflow.format,
                                                    "mode": self.mode, "executor": self.executor_name}, sync=True)
@@ -240,7 +240,7 @@ class Engine:
                     raise RunStateError(f"gate {gate.gate_id} needs approve or reject, not an answer")
                 self.record_decision(gate.gate_id, approved=approved, by=by, notes=notes, answer=answer)
                 stamp(run, self._events[-1] if self._events else None)
-                run_dir.write_text("manifest.json", run.model_dump_json(indent=2))
+                self._snapshot(run_dir, run)
             finally:
                 if self._journal is not None:
                     self._journal.close()
@@ -266,6 +266,14 @@ class Engine:
                 listener(event)
         return event
 
+    def _snapshot(self, run_dir: RunDir, run: Run) -> None:
+        """Write manifest.json atomically, secrets redacted (the workflow spec and variables may carry some).
+
+        Redaction works on the serialised text: one pass, and its replacements never break the JSON.
+        """
+        text = run.model_dump_json(indent=2)
+        run_dir.write_text("manifest.json", self._scanner.redact(text) if self._redact else text)
+
     def redacted_variables(self) -> dict[str, Any]:
         """The run's variables as executors may see them (secrets redacted), recomputed only when they change."""
         run = self._run
@@ -287,7 +295,7 @@ class Engine:
     def _open(self, run_dir: RunDir, run: Run) -> None:
         self._dir, self._run = run_dir, run
         self._journal = run_dir.open_journal()
-        self._gates = GateBook(run_dir, run.workflow.id)
+        self._gates = GateBook(run_dir, run.workflow.id, self._scanner.redact if self._redact else str)
         self._artifacts = list(run_dir.read("artifacts.json", []) or [])
         self._tool_results = list(run_dir.read("tool_results.json", []) or [])
         self._random = random.Random(int(hashlib.sha256(run.run_id.encode()).hexdigest()[:8], 16))
@@ -306,7 +314,7 @@ class Engine:
         finally:
             self.journal_sync()
             stamp(run, self._events[-1] if self._events else None)
-            run_dir.write_text("manifest.json", run.model_dump_json(indent=2))
+            self._snapshot(run_dir, run)
             from stepline.engine._timeline import write_timeline
 
             write_timeline(run_dir, self._events)
