@@ -368,7 +368,8 @@ class CliAgentExecutor(Executor):
         return "write" if mode == "write" else "analysis"
 
     def _cwd(self, request: StepRequest) -> Path:
-        base = self.options.get("cd") or request.variables.get("project-root") or os.getcwd()
+        base = (self.options.get("cd") or request.context.get("project_root") or request.variables.get("project-root")
+                or os.getcwd())
         cwd = Path(str(base)) / str(request.hints.get("cd") or ".")
         if not cwd.is_dir():
             raise ExecutorError(f"the agent's working folder {cwd} does not exist", hint="check the cd option")
