@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stepline.interfaces.cli._bmad  # registers `stepline bmad install`
 import stepline.interfaces.cli._ccw  # registers `stepline ccw …`
 import stepline.interfaces.cli._mcp  # noqa: F401 - registers `stepline mcp`
 from stepline.interfaces.cli import _gates, _runs, _validate

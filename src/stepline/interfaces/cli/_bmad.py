@@ -1,0 +1,63 @@
+"""The ``bmad`` commands: install BMAD modules from a source tree into a project."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from stepline.interfaces.cli._app import JsonOutput, app
+from stepline.interfaces.cli._render import console, err_console, print_json
+
+bmad_app = typer.Typer(help="BMAD-METHOD modules: install them into a project.", no_args_is_help=True)
+app.add_typer(bmad_app, name="bmad")
+
+
+def install_extras(extras: Path, project: Path) -> list[str]:
+    """Copy task files deleted upstream (``validate-workflow.xml`` …) into ``_bmad/core/tasks`` when missing."""
+    from stepline.errors import NotFoundError
+
+    if not extras.is_dir():
+        raise NotFoundError(f"{extras}: no such folder", hint="pass the folder holding the extra task files")
+    tasks = project / "_bmad" / "core" / "tasks"
+    tasks.mkdir(parents=True, exist_ok=True)
+    copied: list[str] = []
+    for source in sorted(extras.glob("*.xml")):
+        if not (tasks / source.name).exists():
+            shutil.copy2(source, tasks / source.name)
+            copied.append(source.name)
+    return copied
+
+
+@bmad_app.command("install")
+def install(
+    src: Annotated[Path, typer.Argument(help="A BMAD repository, its src/ folder, or one module folder.")],
+    project: Annotated[Path, typer.Option("--project", help="The project to install into (default: current).",
+                                          file_okay=False)] = Path("."),
+    setting: Annotated[list[str] | None, typer.Option("--set", help="A module setting: KEY=VALUE or "
+                                                      "MODULE.KEY=VALUE (repeatable).")] = None,
+    extras: Annotated[Path | None, typer.Option("--extras", help="A folder of task files that workflows name "
+                                                "but the source no longer ships; installed when missing.",
+                                                file_okay=False)] = None,
+    as_json: JsonOutput = False,
+) -> None:
+    """Install the BMAD modules under SRC into PROJECT/_bmad/ and write each module's config.yaml."""
+    from stepline.install import install_bmad
+    from stepline.interfaces.cli._runs import parse_vars
+
+    settings = parse_vars(setting or [])
+    report = install_bmad(src, project, settings)
+    copied = install_extras(extras, report.project) if extras is not None else []
+    if as_json:
+        print_json({"project": str(report.project), "extras": copied, "unused_settings": list(report.unused_settings),
+                    "modules": [{"name": m.name, "target": str(m.target), "config": str(m.config_path),
+                                 "files": m.files} for m in report.modules]})
+        return
+    for module in report.modules:
+        console.print(f"installed {module.name:<6} {module.files:4} files -> {module.target}")
+    if copied:
+        console.print(f"installed extra tasks: {', '.join(copied)}")
+    for key in report.unused_settings:
+        err_console.print(f"warning: no module declares the setting {key!r}")
