@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -78,6 +77,8 @@ def providers(
         for name in names]
     checks: list[dict[str, Any]] = []
     if check:
+        import asyncio
+
         targets = [name for name in names if name not in _NOT_LLM]
 
         async def run_checks() -> list[dict[str, Any]]:

@@ -6,15 +6,31 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from stepline.model import Event, Run
 
 __all__ = ["console", "err_console", "print_json", "progress_listener", "run_exit_code", "run_summary"]
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+
+class _LazyConsole:
+    """A rich Console created on first use: importing rich costs more than `stepline --help` may take."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
+
+console: Any = _LazyConsole(highlight=False)
+err_console: Any = _LazyConsole(stderr=True, highlight=False)
 
 _MARKS = {
     "WorkflowStepStarted": ("…", "cyan"),
