@@ -24,7 +24,7 @@ from typing import Any
 
 from stepline import time
 from stepline.engine._conditions import evaluate, is_known
-from stepline.engine._context import StepContext
+from stepline.engine._context import StepContext, render_variables
 from stepline.engine._discover import discover_inputs, selective_names
 from stepline.engine._runner import Engine, register_driver
 from stepline.engine._session import confine, sha256_file
@@ -39,6 +39,7 @@ from stepline.engine._template_output import (
 from stepline.errors import NondeterminismError, StepFailed, SteplineError
 from stepline.executors import Executor, StepRequest, StepSession
 from stepline.formats._bmad_conditions import classify
+from stepline.formats._bmad_config import PROJECT_ROOT
 from stepline.formats._bmad_instructions import (
     Action,
     Ask,
@@ -83,6 +84,9 @@ class LegacyFlow:
         self.run = run
         first = workflow.steps[0].id if workflow.steps else None
         self.upcoming: str | None = run.cursor.get("next", first)
+        last = run.cursor.get("from")
+        if isinstance(last, str) and run.step(last).status != StepStatus.COMPLETED:
+            self.upcoming = last  # it chose its successor, then stopped before completing (its last checks)
 
     def take_ready(self, limit: int) -> list[str]:
         """The one step that runs next (none when the workflow has ended or a step is blocked)."""
@@ -212,8 +216,8 @@ class _Interpreter:
         if "next" not in self.run.cursor:
             problem = _structure_problem(self.workflow)
             if problem is not None:
-                raise StepFailed(f"{problem}; the step structure is uncertain, so the workflow is not run",
-                                 hint="fix the tags (stepline validate lists every problem)", retryable=False)
+                raise StepFailed(f"{problem} (the step structure is uncertain, so the workflow is not run)",
+                                 retryable=False)
         if self.run.cursor.get("yolo"):
             self.run.mode = "yolo"
         start = await self._op("start", self._start, key="start")
@@ -263,8 +267,9 @@ class _Interpreter:
                                  retryable=False)
             visits[place.step] = count
             next_id = self._visit_id(place.step, count)
-        data: dict[str, Any] = {"next": next_id, "start": list(place.path) if place and place.path else None,
-                                "visits": visits, "last_answer": self.last_answer,
+        data: dict[str, Any] = {"from": self.spec.id, "next": next_id,
+                                "start": list(place.path) if place and place.path else None, "visits": visits,
+                                "last_answer": self.last_answer,
                                 f"decided:{self.spec.id}": [self.decided["runtime"], self.decided["model"]]}
         self.ctx.emit(EventType.CURSOR_MOVED, data)
         if next_id is None:
@@ -424,7 +429,7 @@ class _Interpreter:
             self._add(f"Note: {node.text}", actionable=False)
         elif isinstance(node, Checkpoint) and self.run.mode != "yolo":
             await self._flush()
-            self.last_answer = await self._ask(f"{self.ctx.render(node.text)}\nReady to continue?")
+            self.last_answer = await self._ask(f"{self._render(node.text)}\nReady to continue?")
         # Critical rules go with every request of the step (see _rules); anchors and params only mark places.
 
     async def _action(self, node: Action, forced: bool) -> None:
@@ -432,7 +437,7 @@ class _Interpreter:
             return
         if _HALT.match(node.text):
             await self._flush()
-            raise StepFailed(f"HALT at step {self.label} ({self.source}:{node.line}): {self.ctx.render(node.text)}",
+            raise StepFailed(f"HALT at step {self.label} ({self.source}:{node.line}): {self._render(node.text)}",
                              hint="do what the message asks, then resume the run", retryable=False)
         prose_jump = any(isinstance(c, Goto) and c.prose and c.text == node.text for c in node.children)
         if node.text and not prose_jump:
@@ -441,22 +446,29 @@ class _Interpreter:
 
     async def _ask_node(self, node: Ask) -> None:
         await self._flush()
-        answer = await self._ask(self.ctx.render(node.text))
+        answer = await self._ask(self._render(node.text))
         if node.response:
             self.ctx.emit(EventType.VARIABLE_SET, {"name": node.response, "value": answer})
         self.last_answer = answer
         await self._nodes(node.children, None)
 
     # -- requests to the executor ---------------------------------------------------------------------------
+    def _scope(self) -> dict[str, Any]:
+        """The run's variables plus ``{project-root}``, which instructions use in paths."""
+        return {PROJECT_ROOT: str(self.ctx.project_root), **self.run.variables}
+
+    def _render(self, text: str) -> str:
+        return render_variables(text, self._scope())
+
     def _rules(self) -> list[str]:
         preamble = [node_from_dict(raw) for raw in self.meta.get("preamble") or []]
         found = [n.text for n in walk(preamble) if isinstance(n, Critical)]
         found += [n.text for n in walk(self.nodes) if isinstance(n, Critical)]
-        return [self.ctx.render(text) for text in found if text]
+        return [self._render(text) for text in found if text]
 
     def _add(self, text: str, *, actionable: bool = True) -> None:
         if text.strip():
-            self.pending.append((self.ctx.render(text), actionable))
+            self.pending.append((self._render(text), actionable))
 
     def _take(self) -> str:
         """The request text for the pending items (emptied), with the step's heading and rules."""
@@ -487,10 +499,10 @@ class _Interpreter:
         parsed = classify(text, attribute=attribute)
         if parsed is None or parsed.kind != "choice":
             await self._flush()
-        rendered = self.ctx.render(text)
+        rendered = self._render(text)
 
         async def decide(key: str) -> dict[str, Any]:
-            verdict = evaluate(parsed, variables=self.run.variables, project_root=self.ctx.project_root,
+            verdict = evaluate(parsed, variables=self._scope(), project_root=self.ctx.project_root,
                                last_answer=self.last_answer)
             if verdict.value is not None:
                 return {"value": verdict.value, "by": "runtime", "reason": verdict.reason}
@@ -734,7 +746,7 @@ class _Interpreter:
     def _find_task(self, node: InvokeTask) -> Path:
         """The task file: the path as written, else a same-named task installed under ``_bmad/*/tasks``."""
         raw = node.path or ""
-        rendered = self.ctx.render(raw)
+        rendered = self._render(raw)
         root = self.ctx.project_root
         if not _STATIC_VAR.search(rendered):
             candidate = Path(rendered) if Path(rendered).is_absolute() else root / rendered
@@ -775,7 +787,7 @@ class _Interpreter:
         where = f"<invoke-workflow> at {self.source}:{node.line}"
         if not node.path:
             raise StepFailed(f"{where}: no path= names the workflow to run", retryable=False)
-        rendered = self.ctx.render(node.path)
+        rendered = self._render(node.path)
         if _STATIC_VAR.search(rendered):
             raise StepFailed(f"{where}: path {node.path!r} uses a variable that has no value", retryable=False)
         target = Path(rendered) if Path(rendered).is_absolute() else self.ctx.project_root / rendered
@@ -797,7 +809,7 @@ class _Interpreter:
             shown = " -> ".join([*chain, str(target)])
             raise StepFailed(f"<invoke-workflow> at {self.source}:{node.line}: workflows invoke each other "
                              f"without end ({shown})", retryable=False)
-        params = {name: self.ctx.render(value) for name, value in node.params.items()}
+        params = {name: self._render(value) for name, value in node.params.items()}
 
         async def invoke(key: str) -> dict[str, Any]:
             child = await self._child_run(f"{key}/child", target, params, (*chain, str(target)))
