@@ -104,11 +104,17 @@ def _structural(ctx: StepContext) -> list[ValidationReport]:
 
 
 def _templates(ctx: StepContext) -> list[ValidationReport]:
-    """Every template section filled and no ``{{placeholder}}`` left, for steps that declare it."""
+    """Every template section filled and no ``{{placeholder}}`` left.
+
+    BMAD documents are filled section by section over several steps (template-output, micro-file steps), and
+    their readers list a step's templates for information only; so the check runs where a step asks for it
+    (``validation: template…``) or where a native step declares the template it fills (``templates:``).
+    """
     from stepline.tools import check_template_complete
 
     spec = ctx.spec
-    wants = bool(spec.templates) or "template" in (spec.validation or "").lower()
+    declared = bool(spec.templates) and ctx.run.workflow.format == "native"
+    wants = "template" in (spec.validation or "").lower() or declared
     if not wants or not ctx.written:
         return []
     template_text = ""
