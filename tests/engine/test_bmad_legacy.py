@@ -304,9 +304,10 @@ def test_a_crash_mid_step_resumes_in_place_without_repeating_requests(project: P
     first = CrashingRules(crash_at, answers={"colour": "b"})
     spec = load_workflow(project / "wf" / "flow", project_root=project)
     engine = Engine(project_root=project, executor=first, mode="yolo")
+    before = {p.name for p in engine.store.root.iterdir()}
     with pytest.raises(_Crash):
         asyncio.run(engine.start(spec))
-    run_id = max(p.name for p in engine.store.root.iterdir())
+    (run_id,) = {p.name for p in engine.store.root.iterdir()} - before
     second = RulesExecutor(decisions={"second look": [False]})
     resumed = Engine(project_root=project, executor=second)
     run = asyncio.run(resumed.resume(run_id))
