@@ -282,3 +282,20 @@ class TestCsv:
         bad.write_bytes(b"a,b\n\xff\xfe,1\n")
         with pytest.raises(ReaderError, match=r"bad\.csv"):
             load_csv_data(bad)
+
+
+def test_fences_follow_commonmark_and_a_next_step_in_an_open_fence_is_still_found(tmp_path: Path) -> None:
+    """A ```` block may quote ``` lines; a next-step line left inside an unclosed fence is followed, with a warning."""
+    from stepline.formats._bmad_microfile import load_bmad_microfile
+
+    folder = tmp_path / "wf"
+    (folder / "steps").mkdir(parents=True)
+    (folder / "workflow.md").write_text("---\nname: w\n---\nLoad `./steps/step-01-a.md`\n", encoding="utf-8")
+    (folder / "steps" / "step-01-a.md").write_text(
+        "# A\n\n````markdown\n```bash\necho hi\n```\n````\n\n```\nLoad `./step-02-b.md`\n", encoding="utf-8")
+    (folder / "steps" / "step-02-b.md").write_text("# B\n\nDone.\n", encoding="utf-8")
+    spec = load_bmad_microfile(folder, project_root=tmp_path)
+    assert [s.id for s in spec.steps] == ["step-01-a", "step-02-b"]
+    assert Path(spec.steps[0].meta["next"]).name == "step-02-b.md"
+    codes = [d["code"] for d in spec.meta["diagnostics"]]
+    assert "fenced-next-step" in codes

@@ -246,14 +246,24 @@ def _read(path: Path, wf: _Workflow) -> Frontmatter:
     return fm
 
 
-def _prose_lines(fm: Frontmatter) -> list[tuple[int, str]]:
-    """Return (1-based line, text) of the body outside fenced code blocks (examples are not instructions)."""
+_FENCE_RE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+
+
+def _prose_lines(fm: Frontmatter, *, include_fenced: bool = False) -> list[tuple[int, str]]:
+    """Return (1-based line, text) of the body outside fenced code blocks (examples are not instructions).
+
+    Fences follow CommonMark: a block opened by N backticks closes only at N or more of the same character,
+    so a ```` block may quote ``` lines.
+    """
     prose = []
-    fenced = False
+    fence = ""
     for offset, line in enumerate(fm.body.splitlines()):
-        if line.lstrip().startswith("```"):
-            fenced = not fenced
-        elif not fenced:
+        match = _FENCE_RE.match(line)
+        if match and not fence:
+            fence = match[1]
+        elif match and match[1][0] == fence[0] and len(match[1]) >= len(fence) and not line.strip()[len(match[1]):]:
+            fence = ""
+        elif not fence or include_fenced:
             prose.append((fm.body_line + offset, line))
     return prose
 
@@ -622,10 +632,26 @@ def _read_step(path: Path, base: Mapping[str, Any], wf: _Workflow) -> _Step:
     if not has_next_key and not _is_continuation(path) and len(forward) == 1:
         step.next = forward[0]
         prose_targets.remove(forward[0])
+    elif not has_next_key and not _is_continuation(path) and not forward:
+        step.next = _next_inside_fences(fm, path, env, wf)
     for target in prose_targets:
         step.branches.setdefault(target.stem, target)
     step.menu = _parse_menu(prose)
     return step
+
+
+def _next_inside_fences(fm: Frontmatter, path: Path, env: Mapping[str, Any], wf: _Workflow) -> Path | None:
+    """A step whose only "load the next step" line sits in a code block (an unbalanced fence upstream)."""
+    refs = [r for r in _prose_refs(_prose_lines(fm, include_fenced=True), path, env, path.parent, wf)
+            if r.path is not None and r.path.suffix == ".md" and r.path.is_file() and r.path != path
+            and _in_folders(r.path, wf.step_folders) and not _is_continuation(r.path)
+            and (r.path.parent != path.parent or r.path.name > path.name)]
+    targets = list(dict.fromkeys(r.path for r in refs if r.path is not None))
+    if len(targets) != 1:
+        return None
+    wf.report("warning", "fenced-next-step", f"the next step {targets[0].name!r} is named only inside a code "
+              "block (is a ``` fence left open?); following it", path, refs[0].line)
+    return targets[0]
 
 
 def _walk(wf: _Workflow, entries: list[Path], base: Mapping[str, Any]) -> None:
