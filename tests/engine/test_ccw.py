@@ -101,7 +101,9 @@ def test_parallel_session_with_containers_runs_in_dependency_order_and_writes_al
     order = executor.started
     assert "IMPL-1.1" not in order  # ticked before the run: it completes without its agent
     assert "IMPL-1" not in order  # a container never goes to an agent
-    assert order[0] == "IMPL-1.3"  # the critical path starts first
+    journal = (project / ".stepline" / "runs" / run.run_id / "journal.jsonl").read_text(encoding="utf-8")
+    started = [json.loads(line)["step_id"] for line in journal.splitlines() if '"WorkflowStepStarted"' in line]
+    assert started[:3] == ["IMPL-1.3", "IMPL-1.1", "IMPL-1.2"]  # critical path first, then document order
     assert order.index("IMPL-2") > max(order.index("IMPL-1.2"), order.index("IMPL-1.3"))
     assert order.index("IMPL-4") > max(order.index("IMPL-2"), order.index("IMPL-3"))
     assert not any({"IMPL-2", "IMPL-3"} <= running for running in executor.overlaps)  # serialization

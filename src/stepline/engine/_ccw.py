@@ -11,8 +11,8 @@
 * :func:`run_ccw_task` runs one task: its ``pre_analysis`` steps (``bash(...)``, plain commands, ``Read``,
   ``Glob``, ``Grep``/``Search``, with ``[var]`` substitution and ``on_error``), then one ``work`` request to
   the executor with the prompt built from the task JSON (read only now), then the completion as one
-  journaled change (:mod:`stepline.engine._ccw_state`). Completions that become ready in the same loop turn
-  share one journal fsync and one TODO_LIST.md write.
+  journaled change (:mod:`stepline.engine._ccw_state`). Completions that become ready together share one
+  journal fsync and one TODO_LIST.md write, done in a worker thread while the other tasks go on.
 * ``pre_analysis`` commands come from the plan, not from the agent, so they run through the tool pipeline
   with the configured allow/blocklist and timeout but without the risk gate (a ``bash(...)`` step would
   otherwise stop every task for approval). Their results are journaled; a resumed task replays them. A
@@ -226,30 +226,42 @@ class CcwFlow:
 
 @dataclass(slots=True)
 class _Committer:
-    """Per-run completion writer: completions ready in the same loop turn share one fsync and one write."""
+    """Per-run completion writer. Completions that arrive while a batch is being written, or in the same
+    loop turn, form the next batch: one journal fsync for its intents and one write of each file. The files
+    are written in a worker thread so that running tasks are not held up; the journal stays in the loop."""
 
     writer: SessionWriter
-    queue: list[tuple[StepContext, str, Completion, asyncio.Future[None]]] = field(default_factory=list)
+    queue: list[tuple[StepContext, str, Completion, bool, asyncio.Future[None]]] = field(default_factory=list)
+    flusher: asyncio.Task[None] | None = None
 
-    async def commit(self, ctx: StepContext, key: str, completion: Completion) -> None:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        self.queue.append((ctx, key, completion, future))
-        if len(self.queue) == 1:
-            loop.call_soon(self._flush)
+    async def commit(self, ctx: StepContext, key: str, completion: Completion, *, redo: bool = False) -> None:
+        """Journal ``completion`` (unless ``redo``: its intent is in the journal already), write it, journal done."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.queue.append((ctx, key, completion, redo, future))
+        if self.flusher is None:
+            self.flusher = asyncio.ensure_future(self._flush_all())
         await future
 
-    def _flush(self) -> None:
-        batch, self.queue = self.queue, []
+    async def _flush_all(self) -> None:
         try:
-            for number, (ctx, key, completion, _) in enumerate(batch, start=1):
+            while self.queue:
+                await asyncio.sleep(0)  # the tasks finishing in this loop turn join the batch
+                batch, self.queue = self.queue, []
+                await self._flush(batch)
+        finally:
+            self.flusher = None
+
+    async def _flush(self, batch: list[tuple[StepContext, str, Completion, bool, asyncio.Future[None]]]) -> None:
+        try:
+            fresh = [(ctx, key, completion) for ctx, key, completion, redo, _ in batch if not redo]
+            for number, (ctx, key, completion) in enumerate(fresh, start=1):
                 ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "ccw_complete",
                                                   "args": {"completion": completion.to_json()}},
-                         sync=number == len(batch))
-            self.writer.apply([completion for _, _, completion, _ in batch])
-            for ctx, key, completion, _ in batch:
+                         sync=number == len(fresh))
+            await asyncio.to_thread(self.writer.apply, [completion for _, _, completion, _, _ in batch])
+            for ctx, key, completion, redo, _ in batch:
                 ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": "ccw_complete",
-                                                   "args": {"task_id": completion.task_id},
+                                                   "args": {"task_id": completion.task_id, "redo": redo},
                                                    "result": completion.summary_path})
         except Exception as exc:
             for *_, future in batch:
@@ -282,21 +294,17 @@ async def run_ccw_task(ctx: StepContext) -> None:
         return
     started = calls.started.get(key)
     if started is not None:  # the intent made it to the journal, maybe not all three files: redo it
-        completion = Completion.from_json(started["args"]["completion"])
-        committer.writer.apply([completion])
-        ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": "ccw_complete",
-                                           "args": {"task_id": spec.id, "redo": True},
-                                           "result": completion.summary_path})
+        await committer.commit(ctx, key, Completion.from_json(started["args"]["completion"]), redo=True)
         ctx.step.summary = "completion redone after an interruption"
         return
     if spec.meta.get("status") == "completed":
         ctx.step.summary = "already completed in the session"
         return
     if spec.meta.get("container"):
-        completion = _container_completion(ctx, committer.writer)
+        completion = _container_completion(ctx)
         ctx.step.summary = "all subtasks completed"
     else:
-        completion = await _task_completion(ctx, committer.writer)
+        completion = await _task_completion(ctx)
     await committer.commit(ctx, key, completion)
 
 
@@ -314,7 +322,7 @@ def _history(from_status: object, started_at: str | None, now: str) -> tuple[dic
     return tuple(entries)
 
 
-def _container_completion(ctx: StepContext, writer: SessionWriter) -> Completion:
+def _container_completion(ctx: StepContext) -> Completion:
     spec = ctx.spec
     task_json = spec.meta.get("task_json")
     from_status: object = "container"
@@ -324,11 +332,10 @@ def _container_completion(ctx: StepContext, writer: SessionWriter) -> Completion
     history = ({"from": str(from_status), "to": "completed", "changed_at": now},)
     return Completion(task_id=spec.id, task_json=_session_relative(ctx, task_json) if task_json else None,
                       history=history, summary_path=f".summaries/{spec.id}-summary.md",
-                      summary=render_container_summary(spec.id, spec.name, spec.meta.get("children") or []),
-                      todo_line=writer.ticked_line(spec.id))
+                      summary=render_container_summary(spec.id, spec.name, spec.meta.get("children") or []))
 
 
-async def _task_completion(ctx: StepContext, writer: SessionWriter) -> Completion:
+async def _task_completion(ctx: StepContext) -> Completion:
     spec = ctx.spec
     paths: dict[str, Any] = ctx.run.workflow.meta["paths"]
     task_json = str(spec.meta["task_json"])
@@ -357,7 +364,7 @@ async def _task_completion(ctx: StepContext, writer: SessionWriter) -> Completio
     ctx.step.summary = next(iter((outcome.summary or "").strip().splitlines()), "")[:200] or None
     return Completion(task_id=spec.id, task_json=_session_relative(ctx, task_json),
                       history=_history(task.data.get("status"), ctx.step.started_at, time.now_iso()),
-                      summary_path=summary_path, summary=summary, todo_line=writer.ticked_line(spec.id))
+                      summary_path=summary_path, summary=summary)
 
 
 def _read_text(path: Path) -> str:

@@ -40,8 +40,8 @@ ARCHIVING_MARKER = ".archiving"
 class Completion:
     """One task's completion: what changes in each of the three files (paths relative to the session).
 
-    ``task_json`` is None for a container that has no task JSON; ``todo_line`` is the ticked line as it was
-    planned (for the audit: :meth:`SessionWriter.apply` re-renders it from the file it finds).
+    ``task_json`` is None for a container that has no task JSON. The TODO line is not part of it: the writer
+    ticks the task's line in the file it finds (a ``▸`` container line has no box and stays as it is).
     """
 
     task_id: str
@@ -49,19 +49,18 @@ class Completion:
     history: tuple[dict[str, str], ...]
     summary_path: str
     summary: str
-    todo_line: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The journal form of the intent."""
         return {"task_id": self.task_id, "task_json": self.task_json, "history": list(self.history),
-                "summary_path": self.summary_path, "summary": self.summary, "todo_line": self.todo_line}
+                "summary_path": self.summary_path, "summary": self.summary}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Completion:
         """Rebuild an intent read back from the journal."""
         return cls(task_id=raw["task_id"], task_json=raw.get("task_json"),
                    history=tuple(dict(entry) for entry in raw.get("history") or ()),
-                   summary_path=raw["summary_path"], summary=raw["summary"], todo_line=raw.get("todo_line"))
+                   summary_path=raw["summary_path"], summary=raw["summary"])
 
 
 def write_files(files: list[tuple[Path, bytes]]) -> None:
