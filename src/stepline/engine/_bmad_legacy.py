@@ -59,7 +59,6 @@ from stepline.formats._bmad_instructions import (
     TemplateOutput,
     Text,
     node_from_dict,
-    parse_instructions,
     walk,
 )
 from stepline.model import EventType, Run, RunStatus, StepStatus, WorkflowSpec
@@ -69,8 +68,6 @@ __all__ = ["LegacyFlow", "condition_counts", "run_legacy_step"]
 _HALT = re.compile(r"^\W*HALT\b(?!\s+if\b)", re.IGNORECASE)
 _STATIC_VAR = re.compile(r"\{\{\s*([A-Za-z_][\w.-]*)\s*\}\}|\{([A-Za-z_][\w-]*)\}")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_CONTROL_TAGS = ("step", "substep", "check", "if")
-_REPAIRS = ("unclosed-tag", "misnested-tag", "stray-close-tag")
 _MENU = ["a", "c", "p", "y"]
 _MAX_DEPTH = 8
 #: The workflows of the invoke-workflow chain being driven in this task (cycle and depth guard).
@@ -157,19 +154,6 @@ def _index(workflow: WorkflowSpec) -> tuple[dict[str, _Place], dict[str, _Place]
     return labels, anchors
 
 
-def _structure_problem(workflow: WorkflowSpec) -> str | None:
-    """The first repair of a control-flow tag the reader had to guess (the step structure is uncertain)."""
-    source = workflow.meta.get("instructions")
-    if not source or not Path(source).is_file():
-        return None
-    parsed = parse_instructions(Path(source).read_text(encoding="utf-8"), path=source)
-    for diag in parsed.diagnostics:
-        tag = re.match(r"</?([\w-]+)>", diag.message)
-        if diag.severity == "warning" and diag.code in _REPAIRS and tag and tag.group(1) in _CONTROL_TAGS:
-            return f"{diag.path}:{diag.line}: {diag.message}"
-    return None
-
-
 def _borrowed(executor: Executor) -> Executor:
     """The parent's executor for a child run, which must not close it when the child ends."""
 
@@ -213,11 +197,11 @@ class _Interpreter:
 
     # -- the step -------------------------------------------------------------------------------------------
     async def execute(self) -> None:
-        if "next" not in self.run.cursor:
-            problem = _structure_problem(self.workflow)
-            if problem is not None:
-                raise StepFailed(f"{problem} (the step structure is uncertain, so the workflow is not run)",
-                                 retryable=False)
+        problems = self.workflow.meta.get("structure_problems") or []
+        if "next" not in self.run.cursor and problems:
+            first = problems[0]
+            raise StepFailed(f"{first['path']}:{first['line']}: {first['message']} (the step structure is "
+                             "uncertain, so the workflow is not run)", retryable=False)
         if self.run.cursor.get("yolo"):
             self.run.mode = "yolo"
         start = await self._op("start", self._start, key="start")

@@ -95,7 +95,25 @@ def load_bmad_legacy(path: Path, *, project_root: Path, variables: dict[str, Any
     if errors or read.spec is None:
         first = errors[0]
         raise ReaderError(first.message, path=first.path, line=first.line)
+    read.spec.meta["structure_problems"] = [{"path": d.path, "line": d.line, "message": d.message}
+                                            for d in structure_repairs(read.diagnostics)]
     return read.spec
+
+
+#: Control-flow tags whose repaired nesting makes the step structure a guess, and the repairs that mean so.
+_CONTROL_TAGS = ("step", "substep", "check", "if")
+_REPAIRS = ("unclosed-tag", "misnested-tag", "stray-close-tag")
+
+
+def structure_repairs(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """The parse repairs of control-flow tags (``<check>`` closed by ``</step>``, …): where the reader had to
+    guess which instructions a condition or step governs, so running the workflow would be a guess too."""
+    found = []
+    for diag in diagnostics:
+        tag = re.match(r"</?([\w-]+)>", diag.message)
+        if diag.code in _REPAIRS and tag and tag.group(1) in _CONTROL_TAGS:
+            found.append(diag)
+    return found
 
 
 def lint_bmad_legacy(path: Path, project_root: Path) -> list[Diagnostic]:

@@ -55,6 +55,12 @@ def _load_other(fmt: str, path: Path, root: Path, variables: dict[str, Any], mod
 
         spec = load_bmad_legacy(path / "workflow.yaml" if path.is_dir() else path, project_root=root,
                                 variables=variables)
+        problems = spec.meta.get("structure_problems") or []
+        if problems:  # refuse to run what the reader had to guess (stepline validate lists every problem)
+            first = problems[0]
+            raise ReaderError(f"{first['message']}; the step structure is uncertain, so it is not run",
+                              path=first["path"], line=first["line"],
+                              hint="fix the tag nesting; `stepline validate` lists every problem")
         if spec.format != "bmad-hybrid":
             return spec
         # Hybrid (R-F4): config from the yaml, execution as a micro-file workflow.
