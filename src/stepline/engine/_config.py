@@ -9,11 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from stepline._yaml import find_yaml_line, load_yaml_text
 from stepline.errors import ConfigError
-from stepline.formats._yamlpos import find_yaml_line
 from stepline.guardrails import GuardrailPolicy
 from stepline.time import DEFAULT_TIMEZONE
 
@@ -95,12 +94,7 @@ def load_runtime_config(project_root: Path, path: Path | None = None) -> Runtime
     elif not path.is_file():
         raise ConfigError("config file not found", path=str(path), hint="pass an existing --config FILE")
     text = path.read_text(encoding="utf-8")
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(f"YAML error: {getattr(exc, 'problem', exc)}", path=str(path),
-                          line=mark.line + 1 if mark else None) from None
+    data = load_yaml_text(text, path=str(path), error=ConfigError) or {}
     if not isinstance(data, dict):
         raise ConfigError("the runtime config must be a mapping of sections", path=str(path), line=1)
     try:

@@ -22,8 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from stepline._yaml import load_yaml_text
 from stepline.errors import ExecutorError, ReaderError
 from stepline.executors._base import Executor
 from stepline.executors._dryrun import DryRunExecutor
@@ -40,12 +39,7 @@ def load_script(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ReaderError("script file not found", path=str(path), hint="pass an existing --script FILE") from None
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ReaderError(f"YAML error: {getattr(exc, 'problem', exc)}", path=str(path),
-                          line=mark.line + 1 if mark else None) from None
+    data = load_yaml_text(text, path=str(path)) or {}
     if not isinstance(data, dict) or not isinstance(data.get("steps", {}), dict):
         raise ReaderError("a script is a mapping with a 'steps' mapping of step id -> calls", path=str(path))
     for step_id, entry in (data.get("steps") or {}).items():

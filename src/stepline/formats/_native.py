@@ -10,9 +10,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from stepline._yaml import find_yaml_line, load_yaml_text
 from stepline.errors import ReaderError
 from stepline.formats._diagnostics import Diagnostic
-from stepline.formats._yamlpos import find_yaml_line
 from stepline.model import NativeWorkflowFile, SourceRef, WorkflowSpec
 
 __all__ = ["is_native_workflow", "lint_native", "load_native"]
@@ -42,12 +42,7 @@ def _parse(path: Path) -> tuple[Any, str]:
             return json.loads(text), text
         except json.JSONDecodeError as exc:
             raise ReaderError(f"JSON error: {exc.msg}", path=str(path), line=exc.lineno) from None
-    try:
-        return yaml.safe_load(text), text
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ReaderError(f"YAML error: {getattr(exc, 'problem', None) or exc}", path=str(path),
-                          line=mark.line + 1 if mark else None) from None
+    return load_yaml_text(text, path=str(path)), text
 
 
 def _step_lines(text: str) -> dict[int, int]:

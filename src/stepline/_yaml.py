@@ -1,4 +1,8 @@
-"""Finding the line of a YAML key, so schema errors can name file:line."""
+"""YAML with file:line errors: parsing user files and finding the line of a key for schema errors.
+
+Shared by the readers, the runtime config and the scripted executor, which all report a broken file the
+same way.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,19 @@ from typing import Any
 
 import yaml
 
-__all__ = ["find_yaml_line"]
+from stepline.errors import ReaderError
+
+__all__ = ["find_yaml_line", "load_yaml_text"]
+
+
+def load_yaml_text(text: str, *, path: str, error: type[ReaderError] = ReaderError) -> Any:
+    """Parse ``text`` (from ``path``); a syntax error raises ``error`` naming file:line and the problem."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise error(f"YAML error: {getattr(exc, 'problem', None) or exc}", path=path,
+                    line=mark.line + 1 if mark else None) from None
 
 
 def find_yaml_line(text: str, keys: tuple[Any, ...]) -> int | None:
