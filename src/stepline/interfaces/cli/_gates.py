@@ -31,11 +31,9 @@ def gates(
     """List the gates waiting for a person (approvals, high-risk tools, questions)."""
     from rich.table import Table
 
-    from stepline.engine import load_runtime_config
-    from stepline.store import RunStore
+    from stepline.interfaces.cli._runs import open_store
 
-    root = project_root.resolve()
-    store = RunStore(root / load_runtime_config(root, config).runtime.storage_root)
+    store = open_store(project_root, config)
     run_dirs = [store.open(run_id)] if run_id else [store.open(s.run_id) for s in store.summaries()]
     rows = []
     for run_dir in run_dirs:

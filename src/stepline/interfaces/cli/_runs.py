@@ -21,7 +21,7 @@ from stepline.interfaces.cli._render import (
 if TYPE_CHECKING:
     from stepline.engine import Engine
     from stepline.model import Run, RunMode
-    from stepline.store import RunDir
+    from stepline.store import RunDir, RunStore
 
 ExecutorOption = Annotated[str | None, typer.Option("--executor", "-e",
                                                     help="Who does the steps: dry-run, scripted, openai, "
@@ -158,6 +158,15 @@ def resume(
     _finish(result, as_json)
 
 
+def open_store(project_root: Path, config: Path | None) -> RunStore:
+    """The runs of the project (under its configured storage root)."""
+    from stepline.engine import load_runtime_config
+    from stepline.store import RunStore
+
+    root = project_root.resolve()
+    return RunStore(root / load_runtime_config(root, from_root(root, config)).runtime.storage_root)
+
+
 def load_run(project_root: Path, config: Path | None, run_id: str | None) -> Run:
     """The run with ``run_id`` (or the latest), rebuilt from its journal."""
     from stepline.engine import Engine, load_runtime_config
@@ -210,11 +219,7 @@ def list_runs(
 
     from rich.table import Table
 
-    from stepline.engine import load_runtime_config
-    from stepline.store import RunStore
-
-    root = project_root.resolve()
-    store = RunStore(root / load_runtime_config(root, config).runtime.storage_root)
+    store = open_store(project_root, config)
     rows = list(store.summaries())
     if as_json:
         print_json([asdict(r) for r in rows])
@@ -281,11 +286,7 @@ def show(
 
 
 def _run_dir(project_root: Path, config: Path | None, run_id: str) -> RunDir:
-    from stepline.engine import load_runtime_config
-    from stepline.store import RunStore
-
-    root = project_root.resolve()
-    return RunStore(root / load_runtime_config(root, config).runtime.storage_root).open(run_id)
+    return open_store(project_root, config).open(run_id)
 
 
 @app.command()
