@@ -84,3 +84,14 @@ def test_extra_patterns() -> None:
     """A policy can add shapes; a ``value`` group redacts only that part."""
     scanner = SecretScanner({"internal": r"corp-(?P<value>[0-9a-f]{8})"})
     assert scanner.redact("id corp-deadbeef") == "id corp-[REDACTED:internal]"
+
+
+def test_the_prefilter_passes_journal_records_without_secrets_and_catches_assignments() -> None:
+    """Ordinary journal text (a call 'key', token counts, an author) skips the full scan; assignments do not."""
+    from stepline.guardrails import SecretScanner
+
+    scanner = SecretScanner()
+    assert not scanner.may_contain('{"key":"s1/1/0/1","result":{"usage":{"input_tokens":3}}}')
+    assert not scanner.may_contain("author: bob")
+    for text in ("password = hunter22", "DB_PASSWORD: 'x'", '"api_key": "abc"', "Bearer abc", "sk-ant-x"):
+        assert scanner.may_contain(text), text

@@ -49,7 +49,9 @@ _SECRET_KEY = re.compile(r"(?i)(?:^|[_\-])(?:api[_\-]?key|secret(?:[_\-]?key)?|t
 #: ("secrets found"), so for them a small regex also wants a ``:``/``=`` right after the word.
 _MARKERS = ("-----begin", "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "akia", "asia", "xox",
             "bearer")
-_KEY_WORDS = ("key", "secret", "token", "passw", "pwd", "auth")
+#: The secret-ish key words of the generic pattern (a bare "key", as in the journal's own ``"key":``, is not one).
+_KEY_WORDS = ("api_key", "api-key", "apikey", "secret", "token", "password", "passwd", "pwd", "access_key",
+              "access-key", "accesskey", "private_key", "private-key", "privatekey", "auth")
 _ASSIGNMENT_AFTER = re.compile(r"[^\s,]{0,12}?[\\\"']?\s*[:=]")
 
 
@@ -71,10 +73,11 @@ class SecretScanner:
         lowered = text.lower()
         if any(marker in lowered for marker in _MARKERS):
             return True
-        for word in _KEY_WORDS:  # only where a key word occurs: is it followed by ':' or '='?
+        for word in _KEY_WORDS:  # only where a key word ends a key: is it followed by ':' or '='?
             at = lowered.find(word)
             while at != -1:
-                if _ASSIGNMENT_AFTER.match(lowered, at + len(word)):
+                end = at + len(word)
+                if (end == len(lowered) or not lowered[end].isalnum()) and _ASSIGNMENT_AFTER.match(lowered, end):
                     return True
                 at = lowered.find(word, at + 1)
         return False
