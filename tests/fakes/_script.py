@@ -1,10 +1,12 @@
-"""Scripted replies shared by the fake model servers: a queue of answers, faults and delays."""
+"""Scripted replies shared by the fake model servers: a queue of answers, faults and delays, and optionally a
+responder that builds the next answer from the request once the queue is empty."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,11 +22,17 @@ class Reply:
     delay: float = 0.0
 
 
+#: Builds the reply to one request body (a deterministic fake model); see :mod:`fakes.policy`.
+Responder = Callable[[dict[str, Any]], Reply]
+
+
 class Script:
     """The replies a fake server gives, in order, and every request it received."""
 
     def __init__(self) -> None:
         self.replies: deque[Reply] = deque()
+        #: Answers a request when no scripted reply is left (None: the exhausted script is a 400).
+        self.responder: Responder | None = None
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
@@ -33,6 +41,7 @@ class Script:
         """Forget the script and the requests (a server shared by several tests)."""
         with self._lock:
             self.replies.clear()
+            self.responder = None
             self.requests.clear()
             self.headers.clear()
 
@@ -42,11 +51,22 @@ class Script:
             self.replies.extend(replies)
 
     async def answer(self, body: dict[str, Any], headers: dict[str, str], error: Any) -> JSONResponse:
-        """Record the request and send the next reply; an exhausted script is a 400 naming the problem."""
+        """Record the request and send the next reply, else the responder's; with neither, a 400 naming the problem.
+
+        A responder that raises is answered with a 400 carrying its message, so the test sees why.
+        """
         with self._lock:
             self.requests.append(body)
             self.headers.append(headers)
-            reply = self.replies.popleft() if self.replies else Reply(400, error("fake: no scripted reply left"))
+            if self.replies:
+                reply = self.replies.popleft()
+            elif self.responder is not None:
+                try:
+                    reply = self.responder(body)
+                except Exception as exc:  # the fake model's own bug: report it to the client, not to uvicorn
+                    reply = Reply(400, error(f"fake: the responder failed: {type(exc).__name__}: {exc}"))
+            else:
+                reply = Reply(400, error("fake: no scripted reply left"))
         if reply.delay:
             await asyncio.sleep(reply.delay)
         return JSONResponse(reply.body, status_code=reply.status)

@@ -1,5 +1,6 @@
 """A fake Anthropic Messages server: ``POST /v1/messages`` (with ``tool_use`` content blocks and ``usage``) and
-``GET /v1/models``, answering from a script of replies, faults (429, 500, 529) and delays."""
+``GET /v1/models``, answering from a script of replies, faults (429, 500, 529) and delays, or from a fake model
+(:func:`responder`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from fakes._script import Reply, Script
+from fakes._script import Reply, Responder, Script
 from fakes._server import serve
+from fakes.policy import Conversation, Policy
 
 _ids = itertools.count(1)
 
@@ -39,6 +41,34 @@ def fault(status: int, message: str = "injected fault", delay: float = 0.0) -> R
     """An error answer (429 rate limit, 500 api error, 529 overloaded, 400 …)."""
     kind = {429: "rate_limit_error", 400: "invalid_request_error", 529: "overloaded_error"}.get(status, "api_error")
     return Reply(status, error_body(message, kind), delay)
+
+
+def responder(policy: Policy, usage: tuple[int, int] = (120, 30)) -> Responder:
+    """Answer each Messages request with the ``tool_use`` blocks ``policy`` makes for it (and ``usage``)."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        last = messages[-1]["content"] if len(messages) > 1 else []
+        if isinstance(last, str):  # a reminder: the last answer had no tool call
+            results = [f"error: {last}"]
+        else:
+            results = [("error: " if block.get("is_error") else "") + _text(block.get("content"))
+                       for block in last if block.get("type") == "tool_result"]
+        first = messages[0]["content"]
+        conversation = Conversation(
+            system=_text(body.get("system")), prompt=_text(first),
+            turns=sum(m["role"] == "assistant" for m in messages), results=results,
+            tools={t["name"]: t["input_schema"] for t in body.get("tools") or []})
+        return message(*policy(conversation), model=str(body.get("model") or "fake-claude"), usage=usage)
+
+    return respond
+
+
+def _text(content: Any) -> str:
+    """A content field as text: a string, or the text of its blocks."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    return "".join(block.get("text", "") for block in content if block.get("type") == "text")
 
 
 class FakeAnthropic(Script):

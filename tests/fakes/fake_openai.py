@@ -1,5 +1,6 @@
 """A fake OpenAI Chat Completions server: ``POST /v1/chat/completions`` (with ``tool_calls``) and
-``GET /v1/models``, answering from a script of replies, faults (429, 500) and delays."""
+``GET /v1/models``, answering from a script of replies, faults (429, 500) and delays, or from a fake model
+(:func:`responder`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from fakes._script import Reply, Script
+from fakes._script import Reply, Responder, Script
 from fakes._server import serve
+from fakes.policy import Conversation, Policy
 
 _ids = itertools.count(1)
 
@@ -43,6 +45,27 @@ def fault(status: int, message: str = "injected fault", delay: float = 0.0) -> R
     """An error answer (429 rate limit, 500, 400, …)."""
     kind = {429: "rate_limit_exceeded", 400: "invalid_request_error"}.get(status, "server_error")
     return Reply(status, error_body(message, kind), delay)
+
+
+def responder(policy: Policy, usage: tuple[int, int] = (100, 20)) -> Responder:
+    """Answer each Chat Completions request with the tool calls ``policy`` makes for it (and ``usage``)."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        trailing: list[str] = []
+        for message in reversed(messages):
+            if message["role"] != "tool":
+                if message["role"] == "user" and len(messages) > 2:  # a reminder: the last answer had no call
+                    trailing.append(f"error: {message['content']}")
+                break
+            trailing.insert(0, str(message["content"]))
+        conversation = Conversation(
+            system=messages[0]["content"], prompt=messages[1]["content"],
+            turns=sum(m["role"] == "assistant" for m in messages), results=trailing,
+            tools={t["function"]["name"]: t["function"]["parameters"] for t in body.get("tools") or []})
+        return completion(*policy(conversation), model=str(body.get("model") or "fake-gpt"), usage=usage)
+
+    return respond
 
 
 class FakeOpenAI(Script):
