@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -117,6 +116,8 @@ def execute(
         err_console.print(f"✓ Selected session: {chosen.name}")
     engine = build_engine(root, config, executor, script, "normal", quiet or as_json)
     engine.concurrency = concurrency
+    import asyncio  # here, not at the top: `stepline --help` imports every command module
+
     run = asyncio.run(execute_session(engine, chosen))
     archived = complete_session(chosen) if complete and run.status.value == "completed" else None
     if as_json:
@@ -143,9 +144,10 @@ def status(session: SessionArg, project_root: ProjectRoot = Path("."), as_json: 
     from stepline.formats._ccw import infer_agent, read_ccw_session
 
     found = read_ccw_session(_session_dir(_root(project_root), session))
-    rows: list[dict[str, Any]] = [{"id": task_id, "title": ref.title, "status": found.status[task_id], "group": ref.execution_group,
-             "agent": infer_agent(ref.agent, ref.type), "depends_on": list(ref.depends_on), "parent": ref.parent}
-            for task_id, ref in found.tasks.items()]
+    rows: list[dict[str, Any]] = [
+        {"id": task_id, "title": ref.title, "status": found.status[task_id], "group": ref.execution_group,
+         "agent": infer_agent(ref.agent, ref.type), "depends_on": list(ref.depends_on), "parent": ref.parent}
+        for task_id, ref in found.tasks.items()]
     leaves = [row for row in rows if row["id"] not in found.children or not found.children[row["id"]]]
     done = sum(1 for row in leaves if row["status"] == "completed")
     if as_json:
