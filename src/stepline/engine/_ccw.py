@@ -12,7 +12,8 @@
   ``Glob``, ``Grep``/``Search``, with ``[var]`` substitution and ``on_error``), then one ``work`` request to
   the executor with the prompt built from the task JSON (read only now), then the completion as one
   journaled change (:mod:`stepline.engine._ccw_state`). Completions that become ready together share one
-  journal fsync and one TODO_LIST.md write, done in a worker thread while the other tasks go on.
+  journal fsync; the task's slot is free once that intent is durable, and its files are written, flushed
+  and journaled done by a background writer, in batches (see :class:`_Committer`).
 * ``pre_analysis`` commands come from the plan, not from the agent, so they run through the tool pipeline
   with the configured allow/blocklist and timeout but without the risk gate (a ``bash(...)`` step would
   otherwise stop every task for approval). Their results are journaled; a resumed task replays them. A
@@ -26,12 +27,15 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import heapq
+import os
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from stepline import time
 from stepline.engine._ccw_prompt import TaskView, build_task_prompt, render_container_summary, render_summary
@@ -39,6 +43,7 @@ from stepline.engine._ccw_state import (
     Completion,
     SessionWriter,
     archive_session,
+    flush_files,
     mark_session_started,
     remove_stale_temp_files,
 )
@@ -58,6 +63,11 @@ if TYPE_CHECKING:
 __all__ = ["CcwFlow", "complete_session", "execute_session", "prepare_session", "run_ccw_task", "session_run"]
 
 _SEQUENTIAL = frozenset({"sequential", "tdd"})
+#: Written completions are flushed (made durable, then journaled done) when this many wait, after this long,
+#: or when the run settles.
+_FLUSH_COUNT, _FLUSH_SECONDS = 2000, 0.2
+#: A batch's task JSONs and summaries are written in pieces of about this many bytes.
+_CHUNK_BYTES = 1 << 20
 _LEAF, _START, _END, _BARRIER = 0, 1, 2, 3
 
 
@@ -224,69 +234,292 @@ class CcwFlow:
 # --- one task ------------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
 class _Committer:
-    """Per-run completion writer. Completions that arrive while a batch is being written, or in the same
-    loop turn, form the next batch: one journal fsync for its intents and one write of each file. The files
-    are written in a worker thread so that running tasks are not held up; the journal stays in the loop."""
+    """The run's completion pipeline, one per run (kept on the engine like its tool pipeline).
 
-    writer: SessionWriter
-    queue: list[tuple[StepContext, str, Completion, bool, asyncio.Future[None]]] = field(default_factory=list)
-    flusher: asyncio.Task[None] | None = None
+    1. **Intent**, group-committed in the loop: the completions that arrive in the same loop turn are
+       journaled together (``CallStarted`` with the whole :class:`Completion`) and made durable with one
+       journal fsync. The task's driver then returns, so its step completes and its concurrency slot is free
+       at once: from here on the completion is guaranteed, because every run of the session redoes each
+       intent that has no *done* record (:meth:`_seed` reads them from the journal when the run is opened,
+       whether or not the step itself was journaled as completed; :func:`settle` makes sure it happens even
+       when no task is left to run).
+    2. **Files**, in a worker thread in the background: the intents made durable since the last batch are
+       applied to the three files (each replaced atomically, temp + rename). Completions that arrive while a
+       batch is written form the next one, so batches grow with the load and TODO_LIST.md is rewritten once
+       per batch, not once per task.
+    3. **Flush**, in another worker thread, overlapping the next batch's writing: the written batches are
+       made durable with one :func:`flush_files`; only then are their *done* records (``CallRecorded``)
+       journaled. A *done* record therefore never names a file change that could still be lost.
 
-    async def commit(self, ctx: StepContext, key: str, completion: Completion, *, redo: bool = False) -> None:
-        """Journal ``completion`` (unless ``redo``: its intent is in the journal already), write it, journal done."""
+    Crash argument: a crash before an intent is journaled leaves the task running (it runs again, its agent
+    call replayed from the journal) and its files untouched, since nothing is written before the intent is
+    durable; a crash after it leaves each of the three files old or new, and the resumed run rewrites them
+    (idempotently) before the run can finish. The run does not finish before the pipeline is idle.
+
+    A task waits until the files of its dependencies (in sequential and phased sessions: of every earlier
+    completion) are written before its pre_analysis and its agent run, so they see them on disk as before.
+    """
+
+    def __init__(self, engine: Engine, run: Run) -> None:
+        from stepline.store import RunDir
+
+        self.engine = engine
+        self.run = run
+        self.writer = SessionWriter(Path(run.workflow.meta["paths"]["session_dir"]))
+        self.journal_path = RunDir(engine.store.root / run.run_id).journal_path
+        self.sequential = run.workflow.meta.get("execution_model") in (*_SEQUENTIAL, "phased")
+        self.intents: list[tuple[_Pending, asyncio.Future[None]]] = []
+        self.pending: dict[str, _Pending] = {}  # by task id: intent durable, done not yet journaled
+        self.unwritten: list[_Pending] = []
+        self.unflushed: list[tuple[list[_Pending], list[Path]]] = []
+        self.invisible: set[str] = set()  # task ids whose files are not written yet
+        self.tick: asyncio.Future[None] | None = None  # resolved after each written batch
+        self.error: BaseException | None = None
+        self.intent_task: asyncio.Task[None] | None = None
+        self.writer_task: asyncio.Task[None] | None = None
+        self.flush_task: asyncio.Task[None] | None = None
+        self.unflushed_count = 0
+        self.flush_kick: asyncio.Future[None] | None = None  # resolved to flush now (settling, or many waiting)
+        self.settling = False
+        self._seed()
+
+    # -- the pipeline ------------------------------------------------------------------------------------
+    def _seed(self) -> None:
+        """Queue every intent of this run without a done record (a crash came between the two)."""
+        try:
+            data = self.journal_path.read_bytes()
+        except FileNotFoundError:
+            return
+        if b'"ccw_complete"' not in data:
+            return
+        intents: dict[str, _Pending] = {}
+        for line in data.splitlines():
+            if b'"ccw_complete"' not in line:
+                continue
+            try:
+                event = orjson.loads(line)
+            except orjson.JSONDecodeError:  # a torn last line
+                continue
+            record = event.get("data") or {}
+            if record.get("op") != "ccw_complete":
+                continue
+            if event.get("type") == EventType.CALL_STARTED.value:
+                completion = Completion.from_json(record["args"]["completion"])
+                intents[record["key"]] = _Pending(str(event.get("step_id")), record["key"], completion, redo=True)
+            else:
+                intents.pop(record["key"], None)
+        if not intents:
+            return
+        # Redone at once, before any task of this process runs: a crash leaves few of them, and no task then
+        # waits for a file of the previous process (so an interrupted task goes on as it did before it).
+        _fsync_file(self.journal_path)  # read back maybe from the page cache of a killed process: durable first
+        batch = list(intents.values())
+        flush_files(self.writer.put(self.writer.prepare([item.completion for item in batch])))
+        self._done(batch)
+
+    async def commit(self, step_id: str, key: str, completion: Completion, *, journaled: bool = False) -> None:
+        """Return once ``completion`` is journaled durably (``journaled``: its intent is in the journal already);
+        its files are written and its done record journaled in the background."""
+        if self.error is not None:
+            raise self.error
+        if journaled and completion.task_id in self.pending:  # seeded from the journal: durable, queued
+            return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.queue.append((ctx, key, completion, redo, future))
-        if self.flusher is None:
-            self.flusher = asyncio.ensure_future(self._flush_all())
+        self.intents.append((_Pending(step_id, key, completion, redo=journaled), future))
+        if self.intent_task is None:
+            self.intent_task = asyncio.ensure_future(self._journal_intents())
         await future
 
-    async def _flush_all(self) -> None:
+    async def _journal_intents(self) -> None:
         try:
-            while self.queue:
+            while self.intents:
                 await asyncio.sleep(0)  # the tasks finishing in this loop turn join the batch
-                batch, self.queue = self.queue, []
-                await self._flush(batch)
+                batch, self.intents = self.intents, []
+                try:
+                    for item, _ in batch:
+                        if not item.redo:
+                            self.engine.emit(EventType.CALL_STARTED,
+                                             {"key": item.key, "op": "ccw_complete",
+                                              "args": {"completion": item.completion.to_json()}},
+                                             step_id=item.step_id)
+                    # One fsync for the batch (and for a redo read back), in a worker thread so the loop goes
+                    # on. It is an fsync of the journal file through a descriptor of its own: it makes every
+                    # record appended before it durable, whatever the journal's own bookkeeping says.
+                    await asyncio.to_thread(_fsync_file, self.journal_path)
+                except Exception as exc:
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                for item, future in batch:
+                    if item.completion.task_id not in self.pending:
+                        self._enqueue(item)
+                    if not future.done():
+                        future.set_result(None)
         finally:
-            self.flusher = None
+            self.intent_task = None
 
-    async def _flush(self, batch: list[tuple[StepContext, str, Completion, bool, asyncio.Future[None]]]) -> None:
+    def _enqueue(self, item: _Pending) -> None:
+        task_id = item.completion.task_id
+        self.pending[task_id] = item
+        self.invisible.add(task_id)
+        self.unwritten.append(item)
+        if self.writer_task is None and self.error is None:
+            self.writer_task = asyncio.ensure_future(self._write())
+
+    async def _write(self) -> None:
+        """Write the task JSONs and summaries of the intents made durable so far, batch after batch."""
         try:
-            fresh = [(ctx, key, completion) for ctx, key, completion, redo, _ in batch if not redo]
-            for number, (ctx, key, completion) in enumerate(fresh, start=1):
-                ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "ccw_complete",
-                                                  "args": {"completion": completion.to_json()}},
-                         sync=number == len(fresh))
-            await asyncio.to_thread(self.writer.apply, [completion for _, _, completion, _, _ in batch])
-            for ctx, key, completion, redo, _ in batch:
-                ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": "ccw_complete",
-                                                   "args": {"task_id": completion.task_id, "redo": redo},
-                                                   "result": completion.summary_path})
-        except Exception as exc:
-            for *_, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for *_, future in batch:
-            if not future.done():
-                future.set_result(None)
+            while self.unwritten and self.error is None:
+                batch, self.unwritten = self.unwritten, []
+                try:
+                    # The bytes are computed here: Python work holds the GIL wherever it runs, and in a thread
+                    # it would stall the loop for a switch interval at each of its system calls. The thread
+                    # only makes the system calls (open, write, rename), which release the GIL. A batch is
+                    # written in pieces of at most _CHUNK_BYTES, so memory does not grow with task JSON size.
+                    paths: list[Path] = []
+                    files: list[tuple[Path, bytes]] = []
+                    size = 0
+                    for number, item in enumerate(batch, start=1):
+                        more = self.writer.prepare([item.completion], todo=False)
+                        files += more
+                        size += sum(len(data) for _, data in more)
+                        if size >= _CHUNK_BYTES or number == len(batch):
+                            paths += await asyncio.to_thread(self.writer.put, files)
+                            files, size = [], 0
+                except Exception as exc:
+                    self._fail(exc)
+                    return
+                for item in batch:
+                    self.invisible.discard(item.completion.task_id)
+                self._wake()
+                self.unflushed.append((batch, paths))
+                self.unflushed_count += len(batch)
+                if self.unflushed_count >= _FLUSH_COUNT:
+                    self._kick_flush()
+                if self.flush_task is None:
+                    self.flush_task = asyncio.ensure_future(self._flush())
+        finally:
+            self.writer_task = None
+
+    async def _flush(self) -> None:
+        """Tick the written completions in TODO_LIST.md, make everything durable, journal the done records."""
+        try:
+            while self.unflushed and self.error is None:
+                if not self.settling and self.unflushed_count < _FLUSH_COUNT:
+                    # Task JSONs and summaries are on disk already; TODO_LIST.md and the done records wait, so
+                    # that one rewrite of TODO_LIST.md (O(tasks)) and one flush cover many batches, and flushes
+                    # do not keep holding up the intents' journal fsyncs.
+                    self.flush_kick = asyncio.get_running_loop().create_future()
+                    await asyncio.wait([self.flush_kick], timeout=_FLUSH_SECONDS)
+                    self.flush_kick = None
+                written, self.unflushed = self.unflushed, []
+                self.unflushed_count = 0
+                try:
+                    batches = [batch for batch, _ in written]
+                    todo = self.writer.prepare([item.completion for batch in batches for item in batch], files=False)
+                    paths = [path for _, paths in written for path in paths]
+                    paths += await asyncio.to_thread(self.writer.put, todo)
+                    await asyncio.to_thread(flush_files, paths)
+                    for batch in batches:
+                        self._done(batch)
+                except Exception as exc:
+                    self._fail(exc)
+                    return
+        finally:
+            self.flush_task = None
+
+    def _done(self, batch: list[_Pending]) -> None:
+        """Journal the done records of a batch whose files are durable."""
+        steps = self.run.steps
+        for item in batch:
+            self.engine.emit(EventType.CALL_RECORDED, {"key": item.key, "op": "ccw_complete",
+                                                       "args": {"task_id": item.completion.task_id, "redo": item.redo},
+                                                       "result": item.completion.summary_path}, step_id=item.step_id)
+            self.pending.pop(item.completion.task_id, None)
+            step = steps.get(item.step_id)
+            if step is not None and step.status == StepStatus.COMPLETED:
+                self.engine.calls.recorded.pop(item.key, None)  # finished: never replayed, no need to keep it
+
+    def _kick_flush(self) -> None:
+        if self.flush_kick is not None and not self.flush_kick.done():
+            self.flush_kick.set_result(None)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Stop the pipeline: the intents not done stay in the journal, for the next run to redo."""
+        self.error = exc
+        self._wake()
+
+    def _wake(self) -> None:
+        tick, self.tick = self.tick, None
+        if tick is not None and not tick.done():
+            tick.set_result(None)
+
+    # -- for tasks and the engine ------------------------------------------------------------------------
+    def summary_of(self, task_id: str) -> str | None:
+        """The summary of a completion not yet done (None when there is none)."""
+        item = self.pending.get(task_id)
+        return item.completion.summary if item is not None else None
+
+    async def visible(self, task_ids: tuple[str, ...] | list[str]) -> None:
+        """Wait until the files of ``task_ids`` (in sequential and phased sessions: of every completion so
+        far) are written."""
+        wanted = set(self.invisible) if self.sequential else {t for t in task_ids if t in self.invisible}
+        while wanted & self.invisible:
+            if self.error is not None:
+                raise self.error
+            if self.tick is None:
+                self.tick = asyncio.get_running_loop().create_future()
+            await self.tick
+
+    async def drain(self) -> None:
+        """Wait until every completion is written, durable and done; raise what stopped the pipeline."""
+        self.settling = True
+        self._kick_flush()
+        while True:
+            busy = [task for task in (self.intent_task, self.writer_task, self.flush_task) if task is not None]
+            if not busy:
+                break
+            await asyncio.wait(busy)
+        if self.error is not None:
+            raise self.error
 
 
-def _committer(ctx: StepContext) -> _Committer:
-    """The run's committer, kept on the engine like its tool pipeline (one run is driven at a time)."""
-    session_dir = Path(ctx.run.workflow.meta["paths"]["session_dir"])
-    cached: _Committer | None = getattr(ctx.engine, "_ccw_committer", None)
-    if cached is None or cached.writer.session_dir != session_dir:
-        cached = _Committer(SessionWriter(session_dir))
-        ctx.engine._ccw_committer = cached  # type: ignore[attr-defined]
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(slots=True, eq=False)
+class _Pending:
+    step_id: str
+    key: str
+    completion: Completion
+    redo: bool
+
+
+def _committer(engine: Engine, run: Run) -> _Committer:
+    """The run's committer (one run is driven at a time by an engine); a new one reads the run's journal."""
+    cached: _Committer | None = getattr(engine, "_ccw_committer", None)
+    if cached is None or cached.run is not run:
+        cached = _Committer(engine, run)
+        engine._ccw_committer = cached  # type: ignore[attr-defined]
     return cached
+
+
+async def settle(engine: Engine, run: Run) -> None:
+    """The engine's hook before a ccw run finishes: every completion written, durable and journaled done."""
+    await _committer(engine, run).drain()
 
 
 async def run_ccw_task(ctx: StepContext) -> None:
     """Run one CCW task (or complete one container), ending with its journaled completion."""
     spec = ctx.spec
-    committer = _committer(ctx)
+    committer = _committer(ctx.engine, ctx.run)
     key = f"{spec.id}/ccw/complete"
     calls = ctx.engine.calls
     if key in calls.recorded:
@@ -294,7 +527,7 @@ async def run_ccw_task(ctx: StepContext) -> None:
         return
     started = calls.started.get(key)
     if started is not None:  # the intent made it to the journal, maybe not all three files: redo it
-        await committer.commit(ctx, key, Completion.from_json(started["args"]["completion"]), redo=True)
+        await committer.commit(spec.id, key, Completion.from_json(started["args"]["completion"]), journaled=True)
         ctx.step.summary = "completion redone after an interruption"
         return
     if spec.meta.get("status") == "completed":
@@ -304,8 +537,8 @@ async def run_ccw_task(ctx: StepContext) -> None:
         completion = _container_completion(ctx)
         ctx.step.summary = "all subtasks completed"
     else:
-        completion = await _task_completion(ctx)
-    await committer.commit(ctx, key, completion)
+        completion = await _task_completion(ctx, committer)
+    await committer.commit(spec.id, key, completion)
 
 
 def _session_relative(ctx: StepContext, path: str) -> str:
@@ -335,15 +568,16 @@ def _container_completion(ctx: StepContext) -> Completion:
                       summary=render_container_summary(spec.id, spec.name, spec.meta.get("children") or []))
 
 
-async def _task_completion(ctx: StepContext) -> Completion:
+async def _task_completion(ctx: StepContext, committer: _Committer) -> Completion:
     spec = ctx.spec
     paths: dict[str, Any] = ctx.run.workflow.meta["paths"]
     task_json = str(spec.meta["task_json"])
     task = read_task_file(Path(task_json))  # lazily, now that the task runs
     view = TaskView(task.data)
+    await committer.visible(spec.depends_on)  # their files are on disk for pre_analysis and the agent
     flow_context = await _pre_analysis(ctx, view)
     summaries = Path(paths["summaries_dir"])
-    dependencies = {dep: _read_text(summaries / f"{dep}-summary.md") for dep in spec.depends_on}
+    dependencies = {dep: _dependency_summary(committer, summaries, dep) for dep in spec.depends_on}
     agent = str(spec.meta.get("agent"))
     prompt = build_task_prompt(view, task_id=spec.id, title=spec.name, agent=agent,
                                execution_group=spec.execution_group, paths=paths, task_json=task_json,
@@ -365,6 +599,11 @@ async def _task_completion(ctx: StepContext) -> Completion:
     return Completion(task_id=spec.id, task_json=_session_relative(ctx, task_json),
                       history=_history(task.data.get("status"), ctx.step.started_at, time.now_iso()),
                       summary_path=summary_path, summary=summary)
+
+
+def _dependency_summary(committer: _Committer, summaries: Path, task_id: str) -> str:
+    pending = committer.summary_of(task_id)
+    return pending if pending is not None else _read_text(summaries / f"{task_id}-summary.md")
 
 
 def _read_text(path: Path) -> str:
@@ -540,7 +779,7 @@ def _manual_intervention(ctx: StepContext, number: int, name: str, failure: str)
     raise StepBlocked(f"waiting for approval of gate {gate_id} ({reason})", gate_id)
 
 
-register_driver("ccw", run_ccw_task, CcwFlow)
+register_driver("ccw", run_ccw_task, CcwFlow, settle=settle, completion_durable=True)
 
 
 # --- a session as a whole ------------------------------------------------------------------------------

@@ -2,10 +2,17 @@
 
 A completion touches three files: the task JSON (``status`` + ``status_history``), TODO_LIST.md (the task's
 box ticked, with a link to its summary) and ``.summaries/<id>-summary.md``. Three files cannot change at
-once, so the engine journals a :class:`Completion` (synced) before touching any of them, writes each with
-:func:`write_files` (temp file, fsync, rename), then journals that it is done. A run resumed after a crash
-redoes a completion that has no *done*; :meth:`SessionWriter.apply` is idempotent (a part already on disk is
-left as it is), so once the run resumes the three files agree.
+once, so the engine journals a :class:`Completion` (synced) before touching any of them, writes the files,
+makes them durable, then journals that it is done. A run resumed after a crash redoes a completion that has
+no *done*; :meth:`SessionWriter.write` is idempotent (a part already on disk is left as it is), so once the
+run resumes the three files agree.
+
+Each file is replaced atomically (temp file, rename), so a crash leaves it old or new, never torn. The
+engine writes many completions' files as one batch and then makes the whole batch durable with one
+:func:`flush_files` (``syncfs(2)`` on Linux: every dirty page and every directory entry of the file system,
+renames included, is on disk when it returns), instead of one fsync per file and per folder: the durability
+is the same (everything the batch wrote is on disk before its *done* records are journaled), at one flush
+per batch instead of two or three per file.
 
 A completion holds the *change*, not whole files: TODO_LIST.md of a 10,000-task session is about 1 MB and a
 task JSON may be 100 KB, so it names the TODO line to tick, the history entries to append and the summary
@@ -16,9 +23,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from stepline.errors import ReaderError, RunStateError
 from stepline.formats._ccw_todo import TodoEntry, parse_todo_text, render_todo_line_completed, summary_href_for
@@ -27,6 +37,7 @@ __all__ = [
     "Completion",
     "SessionWriter",
     "archive_session",
+    "flush_files",
     "mark_session_started",
     "remove_stale_temp_files",
     "write_files",
@@ -63,9 +74,11 @@ class Completion:
                    summary_path=raw["summary_path"], summary=raw["summary"])
 
 
-def write_files(files: list[tuple[Path, bytes]]) -> None:
-    """Replace each file with its bytes: all temp files written and fsynced first, then renamed, then the
-    folders fsynced, so a crash leaves every file either old or new and a finished call is durable."""
+def write_files(files: list[tuple[Path, bytes]], *, durable: bool = True) -> None:
+    """Replace each file with its bytes: all temp files written first, then renamed, so a crash leaves every
+    file either old or new. With ``durable`` the temp files are fsynced before the renames and the folders
+    after them, so a finished call is durable; without it the caller makes the files durable later
+    (:func:`flush_files`) before anything that depends on them is journaled."""
     temps: list[tuple[Path, Path]] = []
     try:
         for target, data in files:
@@ -76,7 +89,8 @@ def write_files(files: list[tuple[Path, bytes]]) -> None:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
-                os.fsync(fd)
+                if durable:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
         for tmp, target in temps:
@@ -84,16 +98,89 @@ def write_files(files: list[tuple[Path, bytes]]) -> None:
     finally:
         for tmp, _ in temps:
             tmp.unlink(missing_ok=True)
-    for folder in dict.fromkeys(target.parent for target, _ in files):
-        dir_fd = os.open(folder, os.O_RDONLY)
+    if durable:
+        for folder in dict.fromkeys(target.parent for target, _ in files):
+            _fsync_path(folder)
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_syncfs: Any = None
+
+
+def _load_syncfs() -> Any:
+    global _syncfs
+    if _syncfs is None:
+        _syncfs = False
+        if sys.platform.startswith("linux"):
+            import ctypes
+
+            try:
+                function = ctypes.CDLL(None, use_errno=True).syncfs
+            except (OSError, AttributeError):
+                pass
+            else:
+                function.argtypes = [ctypes.c_int]
+                function.restype = ctypes.c_int
+                _syncfs = function
+    return _syncfs
+
+
+def flush_files(files: list[Path]) -> None:
+    """Make ``files`` (written and renamed with ``durable=False``) and their directory entries durable.
+
+    On Linux one ``syncfs(2)`` per file system involved: it returns once every dirty page and every metadata
+    change of that file system (the renames and created folders included) is on disk, so it covers the
+    whole batch at the cost of one flush. Elsewhere (no ``syncfs``), each file and each folder is fsynced.
+    """
+    if not files:
+        return
+    folders = list(dict.fromkeys(path.parent for path in files))
+    syncfs = _load_syncfs()
+    if not syncfs:
+        for path in files:
+            _fsync_path(path)
+        for folder in folders:
+            _fsync_path(folder)
+        return
+    devices: dict[int, Path] = {}
+    for folder in folders:
+        devices.setdefault(os.stat(folder).st_dev, folder)
+    for folder in devices.values():
+        fd = os.open(folder, os.O_RDONLY)
         try:
-            os.fsync(dir_fd)
+            if syncfs(fd) != 0:
+                error = _errno()
+                raise OSError(error, os.strerror(error), str(folder))
         finally:
-            os.close(dir_fd)
+            os.close(fd)
 
 
-def _json_bytes(data: Any) -> bytes:
-    # jq's layout (CCW edits task JSON with jq): two-space indent, UTF-8 kept, final newline.
+def _errno() -> int:
+    import ctypes
+
+    return ctypes.get_errno()
+
+
+def _json_bytes(data: Any, *, floats: bool = True) -> bytes:
+    """jq's layout (CCW edits task JSON with jq): two-space indent, UTF-8 kept, final newline.
+
+    Without ``floats`` (the caller knows ``data`` holds none), orjson writes it: the same bytes as
+    ``json.dumps(indent=2, ensure_ascii=False)``, in C (the standard encoder is pure Python as soon as it
+    indents). Floats are left to the standard encoder (orjson writes ``1e16`` for ``1e+16``, null for NaN),
+    and so is whatever orjson refuses (integers beyond 64 bits).
+    """
+    if not floats:
+        try:
+            return orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+        except TypeError:
+            pass
     return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
@@ -114,6 +201,7 @@ class SessionWriter:
         self.todo_path = self.session_dir / "TODO_LIST.md"
         self._lines: list[str] | None = None
         self._index: dict[str, int] = {}
+        self._entries: dict[str, TodoEntry] = {}
         self._signature: tuple[int, int] | None = None
 
     # -- TODO_LIST.md -----------------------------------------------------------------------------------
@@ -126,8 +214,8 @@ class SessionWriter:
         if self._lines is None or self._signature != (stat.st_size, stat.st_mtime_ns):
             text = self.todo_path.read_text(encoding="utf-8")
             self._lines = text.splitlines(keepends=True)
-            self._index = {entry.task_id: entry.line - 1
-                           for entry in parse_todo_text(text, self.todo_path).entries}
+            self._entries = {entry.task_id: entry for entry in parse_todo_text(text, self.todo_path).entries}
+            self._index = {task_id: entry.line - 1 for task_id, entry in self._entries.items()}
             self._signature = (stat.st_size, stat.st_mtime_ns)
         return self._lines
 
@@ -136,7 +224,10 @@ class SessionWriter:
         lines = self._todo_lines()
         if lines is None or task_id not in self._index:
             return None
-        entry = _line_entry(lines[self._index[task_id]])
+        line = lines[self._index[task_id]]
+        entry: TodoEntry | None = self._entries[task_id]
+        if entry is None or entry.text != line.rstrip("\r\n"):  # ticked since it was read: parse it again
+            entry = _line_entry(line)
         if entry is None or entry.task_id != task_id or entry.is_container:
             return None
         return render_todo_line_completed(entry, summary_href_for(task_id))
@@ -163,9 +254,14 @@ class SessionWriter:
         if completion.task_json is None:
             return None
         path = self.session_dir / completion.task_json
-        text = path.read_text(encoding="utf-8")
+        floats: list[str] = []
+
+        def parse_float(text: str) -> float:
+            floats.append(text)
+            return float(text)
+
         try:
-            data = json.loads(text)
+            data = json.loads(path.read_bytes(), parse_float=parse_float)
         except json.JSONDecodeError as exc:
             raise ReaderError(f"task JSON does not parse: {exc.msg}", path=str(path), line=exc.lineno) from exc
         history = data.get("status_history")
@@ -175,32 +271,54 @@ class SessionWriter:
             return None
         data["status"] = "completed"
         data["status_history"] = history + added
-        return _json_bytes(data)
+        return _json_bytes(data, floats=bool(floats))
 
     # -- all three --------------------------------------------------------------------------------------
-    def apply(self, completions: list[Completion]) -> None:
-        """Make every completion true on disk, writing each changed file once (idempotent)."""
-        files: list[tuple[Path, bytes]] = []
+    def prepare(self, completions: list[Completion], *, files: bool = True,
+                todo: bool = True) -> list[tuple[Path, bytes]]:
+        """The files that make every completion true on disk, each changed file once, with their new bytes
+        (empty when all of them are on disk already: re-applying is idempotent); ``files``: the task JSONs
+        and summaries, ``todo``: TODO_LIST.md. Pass them to :meth:`put` before preparing TODO_LIST.md again:
+        its lines are kept in memory between batches."""
+        out: list[tuple[Path, bytes]] = []
         try:
-            for completion in completions:
+            for completion in completions if files else ():
                 data = self._task_update(completion)
                 if data is not None:
-                    files.append((self.session_dir / completion.task_json, data))  # type: ignore[operator]
+                    out.append((self.session_dir / completion.task_json, data))  # type: ignore[operator]
                 summary = self.session_dir / completion.summary_path
                 content = completion.summary.encode("utf-8")
                 if not summary.is_file() or summary.read_bytes() != content:
                     summary.parent.mkdir(parents=True, exist_ok=True)
-                    files.append((summary, content))
-            todo = self._todo_update(completions)
-            if todo is not None:
-                files.append((self.todo_path, todo))
-            write_files(files)
+                    out.append((summary, content))
+            ticked = self._todo_update(completions) if todo else None
+            if ticked is not None:
+                out.append((self.todo_path, ticked))
         except BaseException:
             self._lines = None  # the cache may hold lines that never reached the disk
             raise
-        if todo is not None:
+        return out
+
+    def put(self, files: list[tuple[Path, bytes]]) -> list[Path]:
+        """Replace the files :meth:`prepare` returned, each atomically but not yet durably (:func:`flush_files`
+        does that); return their paths. Pure system calls, for a worker thread."""
+        try:
+            write_files(files, durable=False)
+        except BaseException:
+            self._lines = None
+            raise
+        if any(path == self.todo_path for path, _ in files):
             stat = self.todo_path.stat()
             self._signature = (stat.st_size, stat.st_mtime_ns)
+        return [path for path, _ in files]
+
+    def write(self, completions: list[Completion]) -> list[Path]:
+        """:meth:`prepare` and :meth:`put` in one call."""
+        return self.put(self.prepare(completions))
+
+    def apply(self, completions: list[Completion]) -> None:
+        """:meth:`write` the completions and make them durable before returning."""
+        flush_files(self.write(completions))
 
 
 # --- the session as a whole ------------------------------------------------------------------------------

@@ -59,16 +59,31 @@ EventListener = Callable[[Event], None]
 StepDriver = Callable[[StepContext], Awaitable[None]]
 #: Builds the flow (which step runs next) for a workflow format.
 FlowFactory = Callable[[WorkflowSpec, Run], Flow]
+#: Awaited before a run of a workflow format finishes (work its driver left running in the background).
+Settle = Callable[["Engine", Run], Awaitable[None]]
 
 _drivers: dict[str, StepDriver] = {}
 _flows: dict[str, FlowFactory] = {}
+_settles: dict[str, Settle] = {}
+_self_durable: set[str] = set()
 
 
-def register_driver(fmt: str, driver: StepDriver, flow: FlowFactory | None = None) -> None:
-    """Teach the engine to run steps of workflow format ``fmt`` (and, optionally, how to order them)."""
+def register_driver(fmt: str, driver: StepDriver, flow: FlowFactory | None = None, *, settle: Settle | None = None,
+                    completion_durable: bool = False) -> None:
+    """Teach the engine to run steps of workflow format ``fmt`` (and, optionally, how to order them).
+
+    ``settle`` is awaited once no step is left to run, before the run's last record. ``completion_durable``
+    says the driver has made the step's result durable in the journal itself (a synced record that a resumed
+    step replays), so its StepCompleted need not be fsynced on its own: lost, the step runs again and
+    replays that record.
+    """
     _drivers[fmt] = driver
     if flow is not None:
         _flows[fmt] = flow
+    if settle is not None:
+        _settles[fmt] = settle
+    if completion_durable:
+        _self_durable.add(fmt)
 
 
 async def run_native_step(ctx: StepContext) -> None:
@@ -359,6 +374,9 @@ class Engine:
                 blocked |= status == StepStatus.BLOCKED
                 failed |= status == StepStatus.FAILED
                 self._skip(run, flow, sid, status)
+        settle = _settles.get(workflow.format)
+        if settle is not None:
+            await settle(self, run)
         self._finish(run, blocked=blocked, failed=failed)
 
     def _skip(self, run: Run, flow: Flow, sid: str, status: StepStatus) -> None:
@@ -499,7 +517,8 @@ class Engine:
             assert self._dir is not None
             self._dir.write("artifacts.json", self._artifacts)
         ctx.emit(EventType.STEP_COMPLETED, {"outputs": outputs, "summary": ctx.step.summary,
-                                            "choice": ctx.step.choice, "guardrails": ctx.guardrails}, sync=True)
+                                            "choice": ctx.step.choice, "guardrails": ctx.guardrails},
+                 sync=ctx.run.workflow.format not in _self_durable)
 
     # -- executor and tools ---------------------------------------------------------------------------------
     async def invoke(self, ctx: StepContext, request: StepRequest, invocation: int) -> Outcome:
