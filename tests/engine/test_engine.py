@@ -265,3 +265,16 @@ def test_dag_runs_independent_steps_concurrently_and_skips_dependents_of_a_failu
     assert status["child"] == status["grandchild"] == "skipped"
     assert status["join"] == "completed" and status["bad"] == "failed"
     assert run.status.value == "failed"
+
+
+def test_rejected_gate_with_on_reject_skip_goes_on_without_the_step(project: Path) -> None:
+    """on_reject: skip completes the gated step without its work, and the run carries on."""
+    executor = FlakyExecutor(failures=0)
+    workflow = WorkflowSpec(id="w", steps=[StepSpec(id="b", human_gate="required", on_reject="skip"),
+                                           StepSpec(id="c")])
+    engine = Engine(project_root=project, executor=executor, mode="non-interactive")
+    run = _run(engine, workflow)
+    decide_gate(project, None, run.run_id, None, approved=False, by="grace", notes="not now")
+    resumed = asyncio.run(Engine(project_root=project, executor=executor).resume(run.run_id))
+    assert resumed.status.value == "completed" and executor.calls == 1  # only step c ran
+    assert "rejected by grace (on_reject: skip)" in (resumed.steps["b"].summary or "")

@@ -423,7 +423,9 @@ class Engine:
                                                    "inputs": spec.inputs or None}, step_id=spec.id)
             ctx = StepContext(self, run, spec, step, attempt)
             try:  # seed 004: the step is running (started_at set) when its human gate is enforced
-                await self._pass_gate(ctx)
+                if not await self._pass_gate(ctx):  # rejected, and the step says to go on without it
+                    self._complete(ctx)
+                    return StepStatus.COMPLETED
             except StepBlocked as blocked:
                 return self._block(spec, blocked)
             except StepFailed as rejected:
@@ -475,12 +477,15 @@ class Engine:
                   step_id=spec.id, sync=True)
         return StepStatus.BLOCKED
 
-    async def _pass_gate(self, ctx: StepContext) -> None:
-        """Block before a step does any work when its human gate and the HITL policy say so (R-G1)."""
+    async def _pass_gate(self, ctx: StepContext) -> bool:
+        """Block before a step does any work when its human gate and the HITL policy say so (R-G1).
+
+        Returns whether the step does its work: False when its gate was rejected and ``on_reject: skip``.
+        """
         spec = ctx.spec
         reason = gate_reason(spec, ctx.run.workflow.id, self.config.hitl.policy)
         if reason is None:
-            return
+            return True
         gate_id = f"step:{spec.id}"
         decision = self.calls.decisions.get(gate_id)
         if decision is None:
@@ -495,7 +500,11 @@ class Engine:
             self.record_decision(gate_id, approved=answer, by="terminal", notes=None)
             decision = self.calls.decisions[gate_id]
         if decision["decision"] == "rejected":
+            if spec.on_reject == "skip":
+                ctx.step.summary = f"not done: gate {gate_id} was rejected by {decision.get('by')} (on_reject: skip)"
+                return False
             raise StepFailed(f"gate {gate_id} was rejected by {decision.get('by')}", retryable=False)
+        return True
 
     def record_decision(self, gate_id: str, *, approved: bool, by: str, notes: str | None,
                         answer: str | None = None) -> None:

@@ -82,6 +82,9 @@ class StepSpec(_Model):
     validation: str | None = None
     evidence: str | None = None
     human_gate: HumanGate | None = None
+    on_reject: Literal["fail", "skip"] = Field(
+        default="fail", description="when a person rejects the step's gate: fail the step (and the run), or "
+                                    "skip its work and go on")
     retries: RetryPolicy | None = None
     timeout_seconds: float | None = Field(default=None, gt=0)
     depends_on: list[str] = Field(default_factory=list)
