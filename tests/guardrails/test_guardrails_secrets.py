@@ -93,5 +93,6 @@ def test_the_prefilter_passes_journal_records_without_secrets_and_catches_assign
     scanner = SecretScanner()
     assert not scanner.may_contain('{"key":"s1/1/0/1","result":{"usage":{"input_tokens":3}}}')
     assert not scanner.may_contain("author: bob")
-    for text in ("password = hunter22", "DB_PASSWORD: 'x'", '"api_key": "abc"', "Bearer abc", "sk-ant-x"):
+    for text in ("password = hunter22", "DB_PASSWORD: 'xyzxyz'", '"api_key": "abcdef"', "Bearer abcdefghijkl",
+                 "sk-ant-" + "a1" * 10):
         assert scanner.may_contain(text), text
