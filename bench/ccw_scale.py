@@ -3,8 +3,11 @@
 
 Usage: ``python bench/ccw_scale.py [--tasks 10000] [--concurrency 4] [--pad 100000]``
 
-Each case runs in a fresh interpreter, so its peak RSS is its own. Every completion is real: task JSON,
-TODO_LIST.md and summary written with fsync, journal intent and done records; only the agent is a no-op.
+Each case runs in a fresh interpreter, so its peak RSS is its own. Every completion is real: journal intent
+(fsynced, shared by the completions of one loop turn), task JSON, TODO_LIST.md and summary replaced
+atomically and made durable (one syncfs per flush) before the done record; only the agent is a no-op.
+One case alone: ``python bench/ccw_scale.py --case wait|plain|padded [--tasks N] [--concurrency C]``
+prints its figures as JSON.
 """
 
 from __future__ import annotations

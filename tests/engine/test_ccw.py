@@ -14,7 +14,7 @@ import pytest
 from stepline.engine import Engine
 from stepline.engine._ccw import complete_session, execute_session
 from stepline.engine._ccw_state import Completion, SessionWriter
-from stepline.errors import ReaderError
+from stepline.errors import ReaderError, RunStateError
 from stepline.executors import Executor, StepRequest, StepSession
 from stepline.model import Run
 
@@ -330,6 +330,70 @@ def test_session_writer_redo_is_idempotent_from_any_partial_state(tmp_path: Path
     SessionWriter(session_dir).apply([completion])
     assert _tree(session_dir) == done
     assert Completion.from_json(json.loads(json.dumps(completion.to_json()))) == completion
+
+
+def test_completions_whose_files_never_got_written_are_redone_when_the_run_resumes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task's step completes once its intent is durable; its files come later. If writing them fails (or the
+    process dies), the run stops before its last record and the next execute redoes every intent without a
+    done record, although no task is left to run, and the three files then agree."""
+    session_dir = _copy(tmp_path, "ccw", "sessions", "WFS-failing-deps")
+    tasks = ["IMPL-1", "IMPL-2", "IMPL-3", "IMPL-4", "IMPL-5.1", "IMPL-5.2", "IMPL-6"]
+    before = _tree(session_dir)
+
+    def broken(self: SessionWriter, files: list[tuple[Path, bytes]]) -> list[Path]:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(SessionWriter, "put", broken)
+    first = Recorder()
+    with pytest.raises(RunStateError, match=r"could not be written.*No space left"):
+        _run(tmp_path, session_dir, first)
+    monkeypatch.undo()
+    journal = next((tmp_path / ".stepline" / "runs").glob("*/journal.jsonl")).read_text(encoding="utf-8")
+    records = [json.loads(line) for line in journal.splitlines()]
+    assert {r["type"] for r in records}.isdisjoint({"WorkflowCompleted", "WorkflowFailed", "WorkflowStepFailed",
+                                                   "StepSkipped"})
+    intents = {r["step_id"] for r in records if r["type"] == "CallStarted" and r["data"].get("op") == "ccw_complete"}
+    assert intents and not any(r["type"] == "CallRecorded" and r["data"].get("op") == "ccw_complete" for r in records)
+    changed = {name for name, digest in _tree(session_dir).items() if before.get(name) != digest}
+    assert not {name for name in changed if name.startswith((".task/", ".summaries/", "TODO"))}, changed
+    second = Recorder()
+    run = _run(tmp_path, session_dir, second)
+    assert run.status.value == "completed"
+    assert not set(second.started) & intents  # completed steps are not run again, only their files redone
+    assert all(_agree(session_dir, tasks).values())
+
+
+def test_a_batch_of_completions_costs_one_journal_fsync_and_no_fsync_per_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ten tasks finishing together: their intents share journal fsyncs, their files are flushed together."""
+    import os
+
+    from stepline.engine import _ccw_state
+
+    session_dir = _copy(tmp_path, "ccw", "sessions", "WFS-failing-deps")
+    calls: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        calls.append(os.readlink(f"/proc/self/fd/{fd}") if os.path.exists(f"/proc/self/fd/{fd}") else "?")
+        real_fsync(fd)
+
+    flushed: list[list[Path]] = []
+    real_flush = _ccw_state.flush_files
+
+    def flush(paths: list[Path]) -> None:
+        flushed.append(paths)
+        real_flush(paths)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr("stepline.engine._ccw.flush_files", flush)
+    run = _run(tmp_path, session_dir, Recorder(delay=0.01), concurrency=10)
+    assert run.status.value == "completed"
+    assert not [c for c in calls if "/.task/" in c or "/.summaries/" in c or c.endswith("TODO_LIST.md")]
+    session_files = sum(len(paths) for paths in flushed)
+    assert session_files >= 7 * 2 and len(flushed) <= 3  # every file flushed, in a few flushes
+    assert sum(c.endswith("journal.jsonl") for c in calls) < 7 + 4  # fewer than one per task + the run's own
 
 
 @pytest.mark.parametrize("manifest", ["dict", "list", "none"])

@@ -5,9 +5,10 @@
   dependencies are, and the container completes (its step runs, without an agent) once all its subtasks
   have; ``sequential``/``tdd`` run one task at a time in document order; ``phased`` puts a barrier after
   each ``Phase N``; a serialization requirement lets one of its tasks run at a time. Ready tasks start
-  critical path first, then by execution group, then in document order. A failure returns the tasks that
-  really depend on the failed one (``depends_on`` and containment, never phases or serialization), which
-  the engine journals as skipped. Cost is O(1) per release, so a 10,000-task session schedules in linear time.
+  critical path first, then by execution group, then in document order; in a resumed run, the tasks a
+  crash interrupted start before all others. A failure returns the tasks that really depend on the failed
+  one (``depends_on`` and containment, never phases or serialization), which the engine journals as
+  skipped. Cost is O(1) per release, so a 10,000-task session schedules in linear time.
 * :func:`run_ccw_task` runs one task: its ``pre_analysis`` steps (``bash(...)``, plain commands, ``Read``,
   ``Glob``, ``Grep``/``Search``, with ``[var]`` substitution and ``on_error``), then one ``work`` request to
   the executor with the prompt built from the task JSON (read only now), then the completion as one
@@ -120,7 +121,11 @@ class CcwFlow:
         for position, step in enumerate(steps):
             if step.execution_group is not None:
                 group_first.setdefault(step.execution_group, position)
-        self.key = [(rank.get(sid, len(rank)) if not self.sequential else 0,
+        status = {sid: (run.steps[sid].status if sid in run.steps else StepStatus.PENDING) for sid in self.ids}
+        # Tasks a crash interrupted go first: each finishes (replaying its journal) before a new one starts, so
+        # no new task's effect lands between an interrupted effect and its redo.
+        self.key = [(0 if status[sid] == StepStatus.RUNNING else 1,
+                     rank.get(sid, len(rank)) if not self.sequential else 0,
                      group_first.get(steps[p].execution_group or "", p) if not self.sequential else p, p)
                     for p, sid in enumerate(self.ids)]
         self.exclusive: dict[int, int] = {}
@@ -132,10 +137,9 @@ class CcwFlow:
                             self.exclusive.setdefault(leaf, number)
         self.busy: set[int] = set()
         self.running = 0
-        self.ready: list[tuple[tuple[int, int, int], int]] = []
+        self.ready: list[tuple[tuple[int, int, int, int], int]] = []
         self.dead: set[int] = set()
         self.done_before = {p for p, step in enumerate(steps) if step.meta.get("status") == "completed"}
-        status = {sid: (run.steps[sid].status if sid in run.steps else StepStatus.PENDING) for sid in self.ids}
         self.finished_in_run = {p for p, sid in enumerate(self.ids)
                                 if status[sid] in (StepStatus.COMPLETED, StepStatus.SKIPPED)}
         self._resolve([node for node in range(len(self.kind)) if self.indegree[node] == 0])
@@ -177,7 +181,7 @@ class CcwFlow:
     def take_ready(self, limit: int) -> list[str]:
         """Up to ``limit`` task ids that may start now."""
         taken: list[str] = []
-        held: list[tuple[tuple[int, int, int], int]] = []
+        held: list[tuple[tuple[int, int, int, int], int]] = []
         while self.ready and len(taken) < limit:
             if self.sequential and self.running:
                 break
@@ -237,28 +241,35 @@ class CcwFlow:
 class _Committer:
     """The run's completion pipeline, one per run (kept on the engine like its tool pipeline).
 
-    1. **Intent**, group-committed in the loop: the completions that arrive in the same loop turn are
-       journaled together (``CallStarted`` with the whole :class:`Completion`) and made durable with one
-       journal fsync. The task's driver then returns, so its step completes and its concurrency slot is free
-       at once: from here on the completion is guaranteed, because every run of the session redoes each
-       intent that has no *done* record (:meth:`_seed` reads them from the journal when the run is opened,
-       whether or not the step itself was journaled as completed; :func:`settle` makes sure it happens even
-       when no task is left to run).
-    2. **Files**, in a worker thread in the background: the intents made durable since the last batch are
-       applied to the three files (each replaced atomically, temp + rename). Completions that arrive while a
-       batch is written form the next one, so batches grow with the load and TODO_LIST.md is rewritten once
-       per batch, not once per task.
-    3. **Flush**, in another worker thread, overlapping the next batch's writing: the written batches are
-       made durable with one :func:`flush_files`; only then are their *done* records (``CallRecorded``)
-       journaled. A *done* record therefore never names a file change that could still be lost.
+    1. **Intent** (group commit): the completions that arrive in the same loop turn, or while the previous
+       batch's fsync runs, are journaled together (``CallStarted`` with the whole :class:`Completion`) and
+       made durable with one fsync of the journal (in a worker thread). Then the task's driver returns: its
+       step completes and its concurrency slot is free. From here on the completion is guaranteed, because
+       a run redoes every intent that has no *done* record: :meth:`_seed` reads them from the journal when
+       the run's committer is made and writes them before any task of the new process goes on, whether or
+       not their steps were journaled as completed (:func:`settle` makes the committer even when no task
+       is left to run).
+    2. **Files**, in the background: the task JSONs and summaries of the intents made durable since the last
+       batch, each replaced atomically (temp file + rename), not yet fsynced. Completions that arrive while
+       a batch is written form the next one. A task that needs a dependency's files that no batch has taken
+       yet writes them itself, at once (:meth:`visible`).
+    3. **Flush**, every ``_FLUSH_SECONDS`` or ``_FLUSH_COUNT`` completions and when the run settles:
+       TODO_LIST.md is rewritten once for all the completions written since the last flush (it is O(tasks)
+       to rewrite, so never per task or per batch), everything is made durable with one :func:`flush_files`
+       (``syncfs``), and only then are the *done* records (``CallRecorded``) journaled. A *done* record
+       therefore never names a file change that could still be lost.
 
-    Crash argument: a crash before an intent is journaled leaves the task running (it runs again, its agent
-    call replayed from the journal) and its files untouched, since nothing is written before the intent is
-    durable; a crash after it leaves each of the three files old or new, and the resumed run rewrites them
-    (idempotently) before the run can finish. The run does not finish before the pipeline is idle.
+    Crash argument: nothing is written to the session before its intent is durable, so a crash before that
+    leaves the task running (it runs again, its agent call replayed from the journal) and its files as they
+    were; a crash after it leaves each of the three files old or new (never torn), and the next run rewrites
+    all three (idempotently) before any task of it goes on. The run's last record (completed, failed,
+    blocked) is journaled only once the pipeline is idle (:func:`settle`), so a finished run has no
+    completion left to redo. If the pipeline fails (a file or the journal cannot be written), the run stops
+    as a crash would (:class:`_Stopped`), rather than failing tasks, and resumes the same way.
 
-    A task waits until the files of its dependencies (in sequential and phased sessions: of every earlier
-    completion) are written before its pre_analysis and its agent run, so they see them on disk as before.
+    A task waits until the task JSONs and summaries of its dependencies (in sequential and phased sessions:
+    of every earlier completion) are on disk before its pre_analysis and its agent run, so they find them
+    there as before; TODO_LIST.md follows within a flush interval.
     """
 
     def __init__(self, engine: Engine, run: Run) -> None:
@@ -271,9 +282,9 @@ class _Committer:
         self.sequential = run.workflow.meta.get("execution_model") in (*_SEQUENTIAL, "phased")
         self.intents: list[tuple[_Pending, asyncio.Future[None]]] = []
         self.pending: dict[str, _Pending] = {}  # by task id: intent durable, done not yet journaled
-        self.unwritten: list[_Pending] = []
+        self.unwritten: dict[str, _Pending] = {}  # by task id: for the writer's next batch
+        self.writing: set[str] = set()  # task ids of the batch the writer is writing
         self.unflushed: list[tuple[list[_Pending], list[Path]]] = []
-        self.invisible: set[str] = set()  # task ids whose files are not written yet
         self.tick: asyncio.Future[None] | None = None  # resolved after each written batch
         self.error: BaseException | None = None
         self.intent_task: asyncio.Task[None] | None = None
@@ -322,7 +333,7 @@ class _Committer:
         """Return once ``completion`` is journaled durably (``journaled``: its intent is in the journal already);
         its files are written and its done record journaled in the background."""
         if self.error is not None:
-            raise self.error
+            raise _Stopped(self.error)
         if journaled and completion.task_id in self.pending:  # seeded from the journal: durable, queued
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -348,9 +359,10 @@ class _Committer:
                     # record appended before it durable, whatever the journal's own bookkeeping says.
                     await asyncio.to_thread(_fsync_file, self.journal_path)
                 except Exception as exc:
+                    self._fail(exc)  # the journal is in doubt: stop, as a crash would
                     for _, future in batch:
                         if not future.done():
-                            future.set_exception(exc)
+                            future.set_exception(_Stopped(exc))
                     continue
                 for item, future in batch:
                     if item.completion.task_id not in self.pending:
@@ -363,8 +375,7 @@ class _Committer:
     def _enqueue(self, item: _Pending) -> None:
         task_id = item.completion.task_id
         self.pending[task_id] = item
-        self.invisible.add(task_id)
-        self.unwritten.append(item)
+        self.unwritten[task_id] = item
         if self.writer_task is None and self.error is None:
             self.writer_task = asyncio.ensure_future(self._write())
 
@@ -372,7 +383,9 @@ class _Committer:
         """Write the task JSONs and summaries of the intents made durable so far, batch after batch."""
         try:
             while self.unwritten and self.error is None:
-                batch, self.unwritten = self.unwritten, []
+                batch = list(self.unwritten.values())
+                self.unwritten = {}
+                self.writing = set(item.completion.task_id for item in batch)
                 try:
                     # The bytes are computed here: Python work holds the GIL wherever it runs, and in a thread
                     # it would stall the loop for a switch interval at each of its system calls. The thread
@@ -391,17 +404,29 @@ class _Committer:
                 except Exception as exc:
                     self._fail(exc)
                     return
-                for item in batch:
-                    self.invisible.discard(item.completion.task_id)
+                finally:
+                    self.writing = set()
                 self._wake()
-                self.unflushed.append((batch, paths))
-                self.unflushed_count += len(batch)
-                if self.unflushed_count >= _FLUSH_COUNT:
-                    self._kick_flush()
-                if self.flush_task is None:
-                    self.flush_task = asyncio.ensure_future(self._flush())
+                self._written(batch, paths)
         finally:
             self.writer_task = None
+
+    def _write_now(self, batch: list[_Pending]) -> None:
+        """Write a few completions' task JSONs and summaries here and now (a task needs them on disk)."""
+        try:
+            paths = self.writer.put(self.writer.prepare([item.completion for item in batch], todo=False))
+        except Exception as exc:
+            self._fail(exc)
+            raise _Stopped(exc) from exc
+        self._written(batch, paths)
+
+    def _written(self, batch: list[_Pending], paths: list[Path]) -> None:
+        self.unflushed.append((batch, paths))
+        self.unflushed_count += len(batch)
+        if self.unflushed_count >= _FLUSH_COUNT:
+            self._kick_flush()
+        if self.flush_task is None and self.error is None:
+            self.flush_task = asyncio.ensure_future(self._flush())
 
     async def _flush(self) -> None:
         """Tick the written completions in TODO_LIST.md, make everything durable, journal the done records."""
@@ -465,10 +490,13 @@ class _Committer:
     async def visible(self, task_ids: tuple[str, ...] | list[str]) -> None:
         """Wait until the files of ``task_ids`` (in sequential and phased sessions: of every completion so
         far) are written."""
-        wanted = set(self.invisible) if self.sequential else {t for t in task_ids if t in self.invisible}
-        while wanted & self.invisible:
+        wanted = set(self.pending) if self.sequential else {t for t in task_ids if t in self.pending}
+        now = [self.unwritten.pop(t) for t in wanted if t in self.unwritten]
+        if now:  # not taken by the writer yet: written at once rather than waiting for its next batch
+            self._write_now(now)
+        while wanted & self.writing:
             if self.error is not None:
-                raise self.error
+                raise _Stopped(self.error)
             if self.tick is None:
                 self.tick = asyncio.get_running_loop().create_future()
             await self.tick
@@ -483,7 +511,21 @@ class _Committer:
                 break
             await asyncio.wait(busy)
         if self.error is not None:
-            raise self.error
+            raise _Stopped(self.error)
+
+
+class _Stopped(BaseException):
+    """The completion pipeline failed (the session's files or the journal could not be written).
+
+    Raised in the tasks and by :func:`settle`, it stops the run the way a crash would, rather than failing
+    the task (which would skip its dependents for good): the run stays resumable, and the next execute
+    redoes every completion that has no done record. Not an :class:`Exception`, so that the engine does not
+    take it for a failure of the task; :func:`execute_session` turns it into a :class:`RunStateError`.
+    """
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def _fsync_file(path: Path) -> None:
@@ -542,7 +584,10 @@ async def run_ccw_task(ctx: StepContext) -> None:
 
 
 def _session_relative(ctx: StepContext, path: str) -> str:
-    session_dir = Path(ctx.run.workflow.meta["paths"]["session_dir"])
+    session_dir = str(ctx.run.workflow.meta["paths"]["session_dir"])
+    prefix = session_dir.rstrip(os.sep) + os.sep
+    if path.startswith(prefix) and os.sep == "/":  # the common case, without building paths (per task)
+        return path[len(prefix):]
     return Path(path).relative_to(session_dir).as_posix()
 
 
@@ -576,8 +621,7 @@ async def _task_completion(ctx: StepContext, committer: _Committer) -> Completio
     view = TaskView(task.data)
     await committer.visible(spec.depends_on)  # their files are on disk for pre_analysis and the agent
     flow_context = await _pre_analysis(ctx, view)
-    summaries = Path(paths["summaries_dir"])
-    dependencies = {dep: _dependency_summary(committer, summaries, dep) for dep in spec.depends_on}
+    dependencies = {dep: _dependency_summary(committer, paths["summaries_dir"], dep) for dep in spec.depends_on}
     agent = str(spec.meta.get("agent"))
     prompt = build_task_prompt(view, task_id=spec.id, title=spec.name, agent=agent,
                                execution_group=spec.execution_group, paths=paths, task_json=task_json,
@@ -588,9 +632,9 @@ async def _task_completion(ctx: StepContext, committer: _Committer) -> Completio
                                context={"task": task.data, "task_json": task_json, "session": paths,
                                         "flow_context": flow_context, "dependencies": dependencies})
     summary_path = f".summaries/{spec.id}-summary.md"
-    own_summary = Path(paths["session_dir"]) / summary_path
+    own_summary = Path(paths["session_dir"]) / summary_path if outcome.written else None
     written = list(dict.fromkeys(outcome.written))
-    if any(ctx.project_root / rel == own_summary for rel in written):  # the agent wrote its own summary
+    if own_summary is not None and any(ctx.project_root / rel == own_summary for rel in written):  # agent wrote it
         summary = own_summary.read_text(encoding="utf-8")
     else:
         summary = render_summary(view, task_id=spec.id, title=spec.name, agent_summary=outcome.summary,
@@ -601,14 +645,15 @@ async def _task_completion(ctx: StepContext, committer: _Committer) -> Completio
                       summary_path=summary_path, summary=summary)
 
 
-def _dependency_summary(committer: _Committer, summaries: Path, task_id: str) -> str:
+def _dependency_summary(committer: _Committer, summaries: str, task_id: str) -> str:
     pending = committer.summary_of(task_id)
-    return pending if pending is not None else _read_text(summaries / f"{task_id}-summary.md")
+    return pending if pending is not None else _read_text(os.path.join(summaries, f"{task_id}-summary.md"))
 
 
-def _read_text(path: Path) -> str:
+def _read_text(path: Path | str) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as file:
+            return file.read()
     except (FileNotFoundError, UnicodeDecodeError):
         return ""
 
@@ -851,10 +896,15 @@ async def execute_session(engine: Engine, session_dir: Path) -> Run:
     session, spec = prepare_session(session_dir)
     previous = session_run(engine, session.session_dir)
     remove_stale_temp_files(session.session_dir)
-    if previous is not None and previous[1] in (RunStatus.RUNNING, RunStatus.BLOCKED):
-        return await engine.resume(previous[0])
-    mark_session_started(session.session_dir, time.now_iso())
-    return await engine.start(spec)
+    try:
+        if previous is not None and previous[1] in (RunStatus.RUNNING, RunStatus.BLOCKED):
+            return await engine.resume(previous[0])
+        mark_session_started(session.session_dir, time.now_iso())
+        return await engine.start(spec)
+    except _Stopped as stopped:
+        raise RunStateError(f"session {session.session_id}: its files could not be written ({stopped.cause}); "
+                            "the run stopped", hint="fix the cause and execute the session again: the run "
+                            "resumes and finishes the completions it had journaled") from stopped.cause
 
 
 def complete_session(session_dir: Path) -> dict[str, Any]:
