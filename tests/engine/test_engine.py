@@ -278,3 +278,20 @@ def test_rejected_gate_with_on_reject_skip_goes_on_without_the_step(project: Pat
     resumed = asyncio.run(Engine(project_root=project, executor=executor).resume(run.run_id))
     assert resumed.status.value == "completed" and executor.calls == 1  # only step c ran
     assert "rejected by grace (on_reject: skip)" in (resumed.steps["b"].summary or "")
+
+
+def test_redoing_an_interrupted_append_keeps_other_steps_lines(tmp_path: Path) -> None:
+    """A redo after a crash neither duplicates a finished append, nor erases later appends, nor keeps a torn one."""
+    from stepline.engine._session import _write_append
+
+    log = tmp_path / "effects.log"
+    log.write_text("a\n")
+    _write_append(log, "b\n", 2)  # first time: appended at the recorded size
+    log.write_text(log.read_text() + "c\n")  # another step appends after it
+    _write_append(log, "b\n", 2)  # redo of a write that had completed: nothing changes
+    assert log.read_text() == "a\nb\nc\n"
+    log.write_text("a\nb\nc\nd")  # the crash tore "d-line\n" at the end
+    _write_append(log, "d-line\n", 6)
+    assert log.read_text() == "a\nb\nc\nd-line\n"
+    _write_append(log, "eee\n", 13)  # never written before the crash: appended once
+    assert log.read_text() == "a\nb\nc\nd-line\neee\n"

@@ -228,12 +228,27 @@ def _fsync_write(target: Path, data: bytes, flags: int) -> None:
 
 
 def _write_append(target: Path, content: str, pre_size: int | None) -> None:
-    # Redo-safe append: cut the file back to the length it had before this call, then append.
-    if target.exists() and pre_size is not None and target.stat().st_size != pre_size:
-        os.truncate(target, pre_size)
-    elif pre_size is None and target.exists():
-        os.truncate(target, 0)
-    _fsync_write(target, content.encode("utf-8"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    """Append ``content``; redo-safe when the intent recorded the size the file had just before (``pre_size``).
+
+    The intent and the write happen with no await between them, so the write landed exactly at ``pre_size``.
+    On a redo after a crash the bytes there tell what happened: the content whole (done: write nothing), a
+    prefix of it at the very end (torn by the crash: cut it off and write again), or other steps' lines or
+    nothing (never written: append). Cutting the file back unconditionally would erase lines that other
+    steps of a parallel run appended after this one.
+    """
+    data = content.encode("utf-8")
+    start = pre_size or 0
+    if target.exists():
+        size = target.stat().st_size
+        if size > start:
+            with target.open("rb") as handle:
+                handle.seek(start)
+                found = handle.read(len(data))
+            if found == data:
+                return
+            if size - start < len(data) and data.startswith(found):
+                os.truncate(target, start)
+    _fsync_write(target, data, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 
 
 def _write_replace(target: Path, content: str) -> None:
