@@ -9,8 +9,9 @@ Names are imported on first use (PEP 562) so that ``stepline --help`` does not p
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from stepline._lazy import lazy_exports as _lazy_exports
 
 __version__ = "0.1.0"
 
@@ -42,14 +43,4 @@ if TYPE_CHECKING:
     from stepline.model import Run, RunStep, StepSpec, WorkflowSpec
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'stepline' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = _lazy_exports("stepline", globals(), _EXPORTS)

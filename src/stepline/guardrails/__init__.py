@@ -9,8 +9,9 @@ Names are loaded on first use: tool worker processes need :func:`confine_path` a
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from stepline._lazy import lazy_exports as _lazy_exports
 
 if TYPE_CHECKING:
     from stepline.guardrails._checks import (
@@ -50,14 +51,4 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Import the private module that defines ``name`` when it is first used (PEP 562)."""
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'stepline.guardrails' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"stepline.guardrails.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy_exports("stepline.guardrails", globals(), {k: "." + v for k, v in _EXPORTS.items()})

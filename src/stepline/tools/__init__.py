@@ -11,8 +11,9 @@ it starts without pydantic, jsonschema or the model.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from stepline._lazy import lazy_exports as _lazy_exports
 
 if TYPE_CHECKING:
     from stepline.tools._builtin_validation import (
@@ -92,14 +93,4 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Import the private module that defines ``name`` when it is first used (PEP 562)."""
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'stepline.tools' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"stepline.tools.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy_exports("stepline.tools", globals(), {k: "." + v for k, v in _EXPORTS.items()})
