@@ -388,11 +388,13 @@ def test_a_batch_of_completions_costs_one_journal_fsync_and_no_fsync_per_file(
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr("stepline.engine._ccw.flush_files", flush)
+    # Only the flush when the run settles, however slow the machine: the count below must not depend on timing.
+    monkeypatch.setattr("stepline.engine._ccw._FLUSH_SECONDS", 3600.0)
     run = _run(tmp_path, session_dir, Recorder(delay=0.01), concurrency=10)
     assert run.status.value == "completed"
     assert not [c for c in calls if "/.task/" in c or "/.summaries/" in c or c.endswith("TODO_LIST.md")]
     session_files = sum(len(paths) for paths in flushed)
-    assert session_files >= 7 * 2 and len(flushed) <= 3  # every file flushed, in a few flushes
+    assert session_files >= 7 * 2 and len(flushed) <= 2  # every file flushed, in one or two flushes, not per task
     assert sum(c.endswith("journal.jsonl") for c in calls) < 7 + 4  # fewer than one per task + the run's own
 
 
