@@ -139,3 +139,12 @@ def test_run_status_show_export_list(project: Path, finished_run: str, capsys: p
     assert run_cli(["export", finished_run, "-C", str(project), "-o", str(out)]) == 0
     exported = json.loads(out.read_text())
     assert exported["run"]["run_id"] == finished_run and len(exported["events"]) == len(types)
+
+
+def test_loading_the_cli_imports_nothing_heavy() -> None:
+    """`stepline --help` stays fast because registering the commands imports no engine, SDK or asyncio."""
+    code = ("import sys; from stepline.interfaces.cli import _commands; "
+            "print(sorted(m for m in ('asyncio', 'pydantic', 'rich.console', 'yaml', 'stepline.engine', 'openai', "
+            "'anthropic', 'mcp') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

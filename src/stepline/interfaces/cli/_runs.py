@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -138,6 +137,8 @@ def run(
     assert workflow_path is not None
     workflow = load_workflow(workflow_path, project_root=engine.project_root, variables=variables,
                              mode=workflow_mode)
+    import asyncio  # here, not at the top: `stepline --help` imports every command module
+
     result = asyncio.run(engine.start(workflow, variables))
     _finish(result, as_json)
 
@@ -154,6 +155,8 @@ def resume(
 ) -> None:
     """Continue a run from its first unfinished step; completed steps never run again."""
     engine = build_engine(project_root, config, executor, script, "normal", quiet or as_json)
+    import asyncio
+
     result = asyncio.run(engine.resume(run_id))
     _finish(result, as_json)
 
