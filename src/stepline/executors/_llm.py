@@ -21,6 +21,7 @@ import random
 import time
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -319,8 +320,22 @@ class LLMExecutor(Executor):
         """
 
     @abstractmethod
+    def translated(self) -> AbstractContextManager[None]:
+        """The provider's one boundary where SDK errors become :class:`ExecutorError` (retryable or not)."""
+
+    _client: Any = None
+
+    async def aclose(self) -> None:
+        """Close the SDK's HTTP connection pool."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
     async def list_models(self) -> list[str]:
         """Ids of the models the endpoint offers: the cheap request ``stepline providers --check`` sends."""
+        with self.translated():
+            page = await self.client().models.list()
+        return [model.id async for model in page]
 
     async def check(self) -> dict[str, Any]:
         """Ask the endpoint for its models once (no retries); a failure is raised as :class:`ExecutorError`."""

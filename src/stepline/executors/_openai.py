@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from stepline.errors import ExecutorError
@@ -39,17 +39,9 @@ class OpenAIExecutor(LLMExecutor):
                                               timeout=self.settings.timeout_seconds, max_retries=0)
         return self._client
 
-    async def aclose(self) -> None:
-        """Close the HTTP connection pool."""
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
-
-    async def list_models(self) -> list[str]:
-        """GET /models."""
-        with _translated(self.name, self.settings.timeout_seconds):
-            page = await self.client().models.list()
-        return [model.id async for model in page]
+    def translated(self) -> AbstractContextManager[None]:
+        """SDK errors become :class:`ExecutorError` here (see :func:`_translated`)."""
+        return _translated(self.name, self.settings.timeout_seconds)
 
     def start_messages(self, user: str) -> list[dict[str, Any]]:
         """A single user message; the system prompt goes first at send time."""
