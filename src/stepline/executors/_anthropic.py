@@ -9,12 +9,10 @@ API requires one) and the shared ones of :class:`~stepline.executors._llm.LLMSet
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from stepline.errors import ExecutorError
-from stepline.executors._llm import LLMExecutor, ToolCall, ToolResult, Turn, status_error, transport_error
+from stepline.executors._llm import LLMExecutor, ToolCall, ToolResult, Turn, sdk_errors
 
 if TYPE_CHECKING:
     import anthropic
@@ -41,8 +39,10 @@ class AnthropicExecutor(LLMExecutor):
         return self._client
 
     def translated(self) -> AbstractContextManager[None]:
-        """SDK errors become :class:`ExecutorError` here (see :func:`_translated`)."""
-        return _translated(self.name, self.settings.timeout_seconds)
+        """SDK errors become :class:`ExecutorError` here (see :func:`~stepline.executors._llm.sdk_errors`)."""
+        import anthropic
+
+        return sdk_errors(self.name, self.settings.timeout_seconds, anthropic, anthropic.AnthropicError)
 
     def start_messages(self, user: str) -> list[dict[str, Any]]:
         """A single user message; the system prompt is a separate request field."""
@@ -70,7 +70,7 @@ class AnthropicExecutor(LLMExecutor):
         extra: dict[str, Any] = {}
         if self.settings.temperature is not None:
             extra["temperature"] = self.settings.temperature
-        with _translated(self.name, self.settings.timeout_seconds):
+        with self.translated():
             response = await self.client().messages.create(
                 model=self.settings.model,
                 max_tokens=self.settings.max_tokens or self.default_max_tokens or 4096,
@@ -87,30 +87,3 @@ class AnthropicExecutor(LLMExecutor):
                     usage={"input_tokens": response.usage.input_tokens,
                            "output_tokens": response.usage.output_tokens,
                            "model": response.model or self.settings.model})
-
-
-@contextmanager
-def _translated(provider: str, timeout: float) -> Iterator[None]:
-    """The one place SDK errors become :class:`ExecutorError` (retryable or not)."""
-    import anthropic
-
-    try:
-        yield
-    except anthropic.APIStatusError as exc:
-        raise status_error(provider, exc.status_code, _message(exc)) from exc
-    except anthropic.APITimeoutError as exc:
-        raise transport_error(provider, str(exc), timeout=timeout) from exc
-    except anthropic.APIConnectionError as exc:
-        raise transport_error(provider, str(exc)) from exc
-    except anthropic.AnthropicError as exc:
-        raise ExecutorError(f"{provider}: {exc}") from exc
-
-
-def _message(exc: anthropic.APIStatusError) -> str:
-    """The server's error message (``{"type": "error", "error": {"message": …}}``), else the SDK's."""
-    body = exc.body
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])
-    return exc.message

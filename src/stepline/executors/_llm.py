@@ -20,8 +20,8 @@ import os
 import random
 import time
 from abc import abstractmethod
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -132,6 +132,35 @@ def transport_error(provider: str, message: str, *, timeout: float | None = None
         return ExecutorError(f"{provider}: no answer within {timeout:g}s", retryable=True,
                              hint="raise timeout_seconds if the model is slow")
     return ExecutorError(f"{provider}: connection failed: {message}", retryable=True, hint="check base_url")
+
+
+@contextmanager
+def sdk_errors(provider: str, timeout: float, sdk: Any, base: type[Exception]) -> Iterator[None]:
+    """The one place an official SDK's errors become :class:`ExecutorError` (retryable or not).
+
+    The openai and anthropic SDKs name their errors alike (``APIStatusError``, ``APITimeoutError``,
+    ``APIConnectionError``); ``sdk`` is the imported module and ``base`` its root error class.
+    """
+    try:
+        yield
+    except sdk.APIStatusError as exc:
+        raise status_error(provider, exc.status_code, _server_message(exc)) from exc
+    except sdk.APITimeoutError as exc:
+        raise transport_error(provider, str(exc), timeout=timeout) from exc
+    except sdk.APIConnectionError as exc:
+        raise transport_error(provider, str(exc)) from exc
+    except base as exc:
+        raise ExecutorError(f"{provider}: {exc}") from exc
+
+
+def _server_message(exc: Any) -> str:
+    """The server's error message (``{"error": {"message": …}}``, Anthropic's inside an envelope), else the SDK's."""
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+    return str(exc.message)
 
 
 # -- the turn record ---------------------------------------------------------------------------------------

@@ -8,13 +8,11 @@ shared ones of :class:`~stepline.executors._llm.LLMSettings`.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from stepline.errors import ExecutorError
-from stepline.executors._llm import LLMExecutor, ToolCall, ToolResult, Turn, status_error, transport_error
+from stepline.executors._llm import LLMExecutor, ToolCall, ToolResult, Turn, sdk_errors
 
 if TYPE_CHECKING:
     import openai
@@ -40,8 +38,10 @@ class OpenAIExecutor(LLMExecutor):
         return self._client
 
     def translated(self) -> AbstractContextManager[None]:
-        """SDK errors become :class:`ExecutorError` here (see :func:`_translated`)."""
-        return _translated(self.name, self.settings.timeout_seconds)
+        """SDK errors become :class:`ExecutorError` here (see :func:`~stepline.executors._llm.sdk_errors`)."""
+        import openai
+
+        return sdk_errors(self.name, self.settings.timeout_seconds, openai, openai.OpenAIError)
 
     def start_messages(self, user: str) -> list[dict[str, Any]]:
         """A single user message; the system prompt goes first at send time."""
@@ -71,7 +71,7 @@ class OpenAIExecutor(LLMExecutor):
             extra["max_tokens"] = self.settings.max_tokens
         if self.settings.temperature is not None:
             extra["temperature"] = self.settings.temperature
-        with _translated(self.name, self.settings.timeout_seconds):
+        with self.translated():
             response = await self.client().chat.completions.create(
                 model=self.settings.model,
                 messages=[{"role": "system", "content": system}, *messages],  # type: ignore[list-item]
@@ -88,30 +88,3 @@ class OpenAIExecutor(LLMExecutor):
                     usage={"input_tokens": usage.prompt_tokens if usage else 0,
                            "output_tokens": usage.completion_tokens if usage else 0,
                            "model": response.model or self.settings.model})
-
-
-@contextmanager
-def _translated(provider: str, timeout: float) -> Iterator[None]:
-    """The one place SDK errors become :class:`ExecutorError` (retryable or not)."""
-    import openai
-
-    try:
-        yield
-    except openai.APIStatusError as exc:
-        raise status_error(provider, exc.status_code, _message(exc)) from exc
-    except openai.APITimeoutError as exc:
-        raise transport_error(provider, str(exc), timeout=timeout) from exc
-    except openai.APIConnectionError as exc:
-        raise transport_error(provider, str(exc)) from exc
-    except openai.OpenAIError as exc:
-        raise ExecutorError(f"{provider}: {exc}") from exc
-
-
-def _message(exc: openai.APIStatusError) -> str:
-    """The server's error message (``{"error": {"message": …}}``), else the SDK's."""
-    body = exc.body
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])
-    return json.dumps(body) if body is not None else exc.message
