@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from stepline.guardrails import SecretScanner, find_secrets, redact, redact_obj
 
@@ -96,3 +98,21 @@ def test_the_prefilter_passes_journal_records_without_secrets_and_catches_assign
     for text in ("password = hunter22", "DB_PASSWORD: 'xyzxyz'", '"api_key": "abcdef"', "Bearer abcdefghijkl",
                  "sk-ant-" + "a1" * 10):
         assert scanner.may_contain(text), text
+
+
+_SECRETISH = st.sampled_from(["sk-", "sk-ant-", "ghp_", "github_pat_", "AKIA", "xoxb-", "Bearer ", "-----BEGIN ",
+                              "PRIVATE KEY-----", "-----END ", "api_key", "API-KEY", "Secret", "token", "passwd",
+                              "pwd", "auth", "Authorization", "=", ":", "\"", "'", "\\n", " ", ",", "_", "-"])
+
+
+@given(st.lists(st.one_of(_SECRETISH, st.sampled_from(list(FAKES.values())),
+                          st.text(alphabet="aAZ09_-=: \"'\\,.\n", max_size=24),
+                          st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", min_size=16, max_size=24)),
+                max_size=8))
+def test_the_prefilter_never_hides_what_the_full_scan_would_redact(parts: list[str]) -> None:
+    """Soundness: text the prefilter waves through is text the full patterns leave unchanged."""
+    text = "".join(parts)
+    prefiltered, full = SecretScanner(), SecretScanner()
+    full._prefilter = False  # the full scan, every pattern on every text
+    if not prefiltered.may_contain(text):
+        assert full.redact(text) == text
