@@ -99,7 +99,7 @@ class Run(BaseModel):
 
     run_id: str
     workflow: WorkflowSpec
-    status: RunStatus = RunStatus.RUNNING
+    status: RunStatus  # no default: the manifest leaves defaults out, and this field it must always show
     mode: RunMode = "normal"
     executor: str = "dry-run"
     executor_options: dict[str, Any] = Field(default_factory=dict)

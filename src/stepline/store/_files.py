@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from stepline.errors import JournalError
 
@@ -32,19 +33,19 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
-def atomic_write_json(path: Path, value: Any, *, indent: int | None = 2) -> None:
-    """Write ``value`` as JSON atomically (``indent=None`` uses the C encoder: for large documents)."""
-    text = json.dumps(value, indent=indent, ensure_ascii=False, default=str) + "\n"
-    atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_json(path: Path, value: Any, *, indent: bool = True) -> None:
+    """Write ``value`` as JSON atomically, indented by two spaces unless ``indent`` is false (large documents)."""
+    option = orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE | (orjson.OPT_INDENT_2 if indent else 0)
+    atomic_write_bytes(path, orjson.dumps(value, default=str, option=option))
 
 
 def read_json(path: Path, default: Any = None) -> Any:
     """Read JSON from ``path``; ``default`` when it does not exist; :class:`JournalError` when it is damaged."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         return default
     try:
-        return json.loads(text)
-    except ValueError as exc:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
         raise JournalError(f"{path}: not valid JSON ({exc})", hint="restore the file or delete the run") from exc

@@ -86,7 +86,7 @@ class RunDir:
 
     def write(self, name: str, value: Any, *, compact: bool = False) -> None:
         """Write one of the run's JSON documents atomically (the caller holds the lock)."""
-        atomic_write_json(self.path / name, value, indent=None if compact else 2)
+        atomic_write_json(self.path / name, value, indent=not compact)
 
     def write_text(self, name: str, text: str) -> None:
         """Write an already-serialised document atomically (a pydantic ``model_dump_json``, say)."""
