@@ -6,7 +6,7 @@ import json
 from importlib import resources
 from typing import Any
 
-from stepline.model._events import Event, EventType
+from stepline.model._events import Event, EventType, dump_data
 from stepline.model._records import (
     Approval,
     Artifact,
@@ -64,6 +64,7 @@ __all__ = [
     "WorkflowFormat",
     "WorkflowSpec",
     "build_workflow_schema",
+    "dump_data",
     "workflow_schema",
 ]
 
