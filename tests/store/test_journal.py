@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,100 @@ def test_unknown_run_suggests_a_close_one(tmp_path: Path) -> None:
     assert store.open("abcdef12").run_id == made.run_id  # a unique part is enough
     with pytest.raises(NotFoundError, match="did you mean run-20260101000000-abcdef12"):
         store.open("run-20260101000000-abcdef13")
+
+
+def test_the_file_grows_ahead_in_zeros_that_readers_skip_and_closing_cuts_off(tmp_path: Path) -> None:
+    """While a run is live (or after a crash) the journal ends in zeros: readers stop at them, a writer
+    appends where the records end, and closing leaves exactly the records."""
+    path = tmp_path / "j.jsonl"
+    journal = Journal(path)
+    for seq in range(1, 4):
+        journal.append(_event(seq))
+    assert path.stat().st_size == Journal.GROW_BY  # grown ahead, so a record's sync changes no size
+    assert [e.seq for e in read_journal(path)] == [1, 2, 3]
+    crashed = path.read_bytes()  # as a killed process leaves it
+    journal.close()
+    assert path.read_bytes() == crashed.rstrip(b"\0") and path.read_bytes().endswith(b"\n")
+    path.write_bytes(crashed + _event(4).to_bytes()[:20])  # a torn record after the zeros is not a record
+    reopened = Journal(path)
+    assert reopened.last_seq == 3
+    reopened.append(_event(4))
+    reopened.close()
+    assert [e.seq for e in read_journal(path)] == [1, 2, 3, 4]
+    assert b"\0" not in path.read_bytes()
+
+
+def test_a_torn_record_before_the_zeros_is_cut_off(tmp_path: Path) -> None:
+    """Killed halfway through a record: the part written, then zeros; the next writer starts over it."""
+    path = tmp_path / "j.jsonl"
+    whole = _event(2).to_bytes() + b"\n"
+    path.write_bytes(_event(1).to_bytes() + b"\n" + whole[: len(whole) // 2] + bytes(4096))
+    assert [e.seq for e in read_journal(path)] == [1]
+    journal = Journal(path)
+    journal.append(_event(2))
+    journal.close()
+    assert [e.seq for e in read_journal(path)] == [1, 2]
+
+
+def test_background_appends_move_their_fsync_to_a_helper_process_that_sync_waits_for(tmp_path: Path) -> None:
+    """Past ``HELPER_AFTER`` background appends a helper process syncs them; ``sync`` and ``close`` wait for
+    it, and it is gone once the journal is closed."""
+    path = tmp_path / "j.jsonl"
+    journal = Journal(path)
+    for seq in range(1, Journal.HELPER_AFTER + 11):
+        journal.append(_event(seq), sync="background")
+    flusher = journal._flusher
+    assert flusher is not None
+    journal.sync()
+    assert flusher.durable == journal._written  # the helper answered for every record appended
+    journal.append(_event(Journal.HELPER_AFTER + 11), sync="background")
+    journal.close()
+    assert flusher._process.returncode == 0
+    assert [e.seq for e in read_journal(path)] == list(range(1, Journal.HELPER_AFTER + 12))
+
+
+def test_a_failing_fsync_in_the_helper_is_an_error_in_the_writer() -> None:
+    """fsync on a pipe fails (EINVAL): the helper reports it rather than pretending the data is durable."""
+    from stepline.store._flusher import Flusher
+
+    read_end, write_end = os.pipe()
+    flusher = Flusher.start(write_end)
+    assert flusher is not None
+    try:
+        flusher.request(1)
+        with pytest.raises(OSError, match="Invalid argument"):
+            flusher.wait(1)
+    finally:
+        flusher.close()
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_the_helper_exits_when_its_writer_is_killed(tmp_path: Path) -> None:
+    """SIGKILL the process that drives a journal: its helper sees the pipe close and exits by itself."""
+    code = (
+        "import os, signal, sys\nfrom pathlib import Path\n"
+        "from stepline.model import Event\n"
+        "from stepline.store import Journal\n"
+        f"journal = Journal(Path({str(tmp_path / 'j.jsonl')!r}))\n"
+        "for seq in range(1, Journal.HELPER_AFTER + 3):\n"
+        "    journal.append(Event(seq=seq, type='T', run_id='r', time='t'), sync='background')\n"
+        "print(journal._flusher._process.pid, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert child.returncode == -9, child.stderr
+    helper = int(child.stdout.strip())
+    deadline = time.monotonic() + 30
+    while _alive(helper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(helper)
+    assert len(read_journal(tmp_path / "j.jsonl")) == Journal.HELPER_AFTER + 2
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited (its parent just never reaped it)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from stepline.executors import MenuOption, RequestKind, StepRequest
 from stepline.model import EventType, Run, RunStep, StepSpec
@@ -61,7 +61,8 @@ class StepContext:
         """Substitute the run's variables into ``text``."""
         return render_variables(text, self.run.variables)
 
-    def emit(self, kind: EventType, data: dict[str, Any] | None = None, *, sync: bool = False) -> None:
+    def emit(self, kind: EventType, data: dict[str, Any] | None = None, *,
+             sync: bool | Literal["background"] = False) -> None:
         """Journal an event about this step."""
         self.engine.emit(kind, data or {}, step_id=self.spec.id, sync=sync)
 

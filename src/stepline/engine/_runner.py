@@ -15,7 +15,7 @@ import random
 import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from stepline import time
 from stepline.engine._checks import check_step_inputs, check_step_outputs, run_validation_gates
@@ -48,6 +48,7 @@ from stepline.model import (
     StepSpec,
     StepStatus,
     WorkflowSpec,
+    dump_data,
 )
 from stepline.store import Journal, RunDir, RunLock, RunStore
 
@@ -175,8 +176,9 @@ class Engine:
         run_dir = self.store.create()
         self._events = []
         now = time.now_iso()
-        run = Run(run_id=run_dir.run_id, workflow=workflow, mode=self.mode, executor=self.executor_name,
-                  executor_options=_public_options(self.executor_options), project_root=str(self.project_root),
+        run = Run(run_id=run_dir.run_id, workflow=workflow, status=RunStatus.RUNNING, mode=self.mode,
+                  executor=self.executor_name, executor_options=_public_options(self.executor_options),
+                  project_root=str(self.project_root),
                   created_at=now, updated_at=now, parent_run_id=parent_run_id,
                   variables=self.redact({**workflow.variables, **(variables or {})}))
         for spec in workflow.steps:
@@ -263,17 +265,18 @@ class Engine:
         return gate.gate_id
 
     # -- journal --------------------------------------------------------------------------------------------
-    def emit(self, kind: EventType, data: dict[str, Any], *, step_id: str | None = None, sync: bool = False) -> Event:
+    def emit(self, kind: EventType, data: dict[str, Any], *, step_id: str | None = None,
+             sync: bool | Literal["background"] = False) -> Event:
         """Append an event to the journal, fold it into the run, and tell the listeners."""
         run, journal = self._run, self._journal
         assert run is not None and journal is not None, "no run is being driven"
         event = Event(seq=journal.last_seq + 1, type=kind.value, run_id=run.run_id, time=time.now_iso(),
                       step_id=step_id, data=data)
-        line = event.to_bytes()
-        if self._redact and self._scanner.may_contain(line.decode("utf-8")):
+        payload = dump_data(data)  # the envelope is the runtime's own: only the data can carry a secret
+        if self._redact and self._scanner.may_contain(payload.decode("utf-8")):
             event.data = self._scanner.redact_obj(data)  # secrets never reach the journal (R-S1)
-            line = event.to_bytes()
-        journal.append(event, sync=sync, line=line)
+            payload = dump_data(event.data)
+        journal.append(event, sync=sync, line=event.to_bytes(payload))
         apply(run, event, self.calls)
         self._events.append(event)
         if self.listeners and event.type in _PUBLIC:
@@ -284,9 +287,11 @@ class Engine:
     def _snapshot(self, run_dir: RunDir, run: Run) -> None:
         """Write manifest.json atomically, secrets redacted (the workflow spec and variables may carry some).
 
-        Redaction works on the serialised text: one pass, and its replacements never break the JSON.
+        Fields at their default are left out: a spec's steps are mostly defaults, and the manifest of a long
+        run would otherwise be several times larger, to write and to scan. Redaction works on the serialised
+        text: one pass, and its replacements never break the JSON.
         """
-        text = run.model_dump_json(indent=2)
+        text = run.model_dump_json(indent=2, exclude_defaults=True)
         run_dir.write_text("manifest.json", self._scanner.redact(text) if self._redact else text)
 
     def redacted_variables(self) -> dict[str, Any]:
@@ -527,7 +532,7 @@ class Engine:
             self._dir.write("artifacts.json", self._artifacts)
         ctx.emit(EventType.STEP_COMPLETED, {"outputs": outputs, "summary": ctx.step.summary,
                                             "choice": ctx.step.choice, "guardrails": ctx.guardrails},
-                 sync=ctx.run.workflow.format not in _self_durable)
+                 sync="background" if ctx.run.workflow.format not in _self_durable else False)
 
     # -- executor and tools ---------------------------------------------------------------------------------
     async def invoke(self, ctx: StepContext, request: StepRequest, invocation: int) -> Outcome:

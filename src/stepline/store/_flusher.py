@@ -1,0 +1,88 @@
+"""Makes a file durable from a helper process, so that its fsync overlaps the caller's work.
+
+A thread cannot do this in CPython: it needs the GIL to start the fsync and again to report it done, and the
+caller — busy with the next step's Python work — holds the GIL, so the handovers cost about what the overlap
+saves. A helper process shares no GIL. It is the journal's WAL writer: the parent writes records itself (their
+order is the journal's), then asks "make everything up to record N durable" over a pipe; the helper calls
+``fsync`` on its copy of the file descriptor and answers N. The helper exits when the pipe closes, so it never
+outlives a killed parent for long.
+
+Run as a script (``python -I -S _flusher.py FD REQUESTS ANSWERS``) it is the helper: nothing but the standard
+library, so it starts in a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+
+_MESSAGE = struct.Struct("<q")  # a record count, or minus an errno when fsync failed
+
+#: ``fdatasync`` where the platform has it (the journal's blocks are allocated ahead: data is all to sync).
+datasync = getattr(os, "fdatasync", os.fsync)
+
+
+class Flusher:
+    """The parent's end: ask for record counts to be made durable, wait for them."""
+
+    def __init__(self, process: subprocess.Popen[bytes], requests: int, answers: int) -> None:
+        self._process, self._req_w, self._ack_r = process, requests, answers
+        self.durable = 0  # every record up to this count is on disk
+
+    @classmethod
+    def start(cls, fd: int) -> Flusher | None:
+        """A helper for file descriptor ``fd``; None when no process can be started (fsync stays in place)."""
+        req_r, req_w = os.pipe()
+        ack_r, ack_w = os.pipe()
+        try:
+            process = subprocess.Popen([sys.executable, "-I", "-S", __file__, str(fd), str(req_r), str(ack_w)],
+                                       pass_fds=(fd, req_r, ack_w), stdin=subprocess.DEVNULL)
+        except OSError:
+            for end in (req_w, ack_r):
+                os.close(end)
+            return None
+        finally:
+            os.close(req_r)
+            os.close(ack_w)
+        return cls(process, req_w, ack_r)
+
+    def request(self, count: int) -> None:
+        """Ask for the first ``count`` records (already written) to be made durable."""
+        os.write(self._req_w, _MESSAGE.pack(count))
+
+    def wait(self, count: int) -> None:
+        """Return once the first ``count`` records are durable (an OSError if the fsync failed)."""
+        while self.durable < count:
+            data = os.read(self._ack_r, 8 * 1024)
+            if not data:
+                raise OSError(f"the journal's fsync helper (pid {self._process.pid}) exited")
+            answer = _MESSAGE.unpack_from(data, len(data) - _MESSAGE.size)[0]
+            if answer < 0:
+                raise OSError(-answer, os.strerror(-answer))
+            self.durable = answer
+
+    def close(self) -> None:
+        """Stop the helper (after the last answer it gave)."""
+        os.close(self._req_w)
+        self._process.wait()
+        os.close(self._ack_r)
+
+
+def _serve(fd: int, requests: int, answers: int) -> None:
+    while True:
+        data = os.read(requests, 8 * 1024)
+        if not data:
+            return  # the parent closed the pipe, or died
+        count = _MESSAGE.unpack_from(data, len(data) - _MESSAGE.size)[0]  # the latest request covers the rest
+        try:
+            datasync(fd)
+        except OSError as exc:
+            os.write(answers, _MESSAGE.pack(-(exc.errno or 5)))
+            return
+        os.write(answers, _MESSAGE.pack(count))
+
+
+if __name__ == "__main__":
+    _serve(*(int(arg) for arg in sys.argv[1:4]))
