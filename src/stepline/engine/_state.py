@@ -6,6 +6,7 @@ state after a crash is exactly the state the journal describes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,8 +32,9 @@ class CallLog:
         """Drop the calls of a finished step (they will never be replayed), keeping memory flat."""
         prefix = step_id + "/"
         for table in (self.started, self.recorded):
-            for key in [k for k in table if k.startswith(prefix)]:
-                del table[key]
+            if table:  # usually empty: a pure executor's steps journal no calls
+                for key in [k for k in table if k.startswith(prefix)]:
+                    del table[key]
 
 
 def stamp(run: Run, last: Event | None) -> None:
@@ -44,78 +46,157 @@ def stamp(run: Run, last: Event | None) -> None:
 
 def apply(run: Run, event: Event, calls: CallLog) -> None:
     """Fold one journal record into ``run`` (and the replay tables in ``calls``)."""
-    kind, data, sid = event.type, event.data, event.step_id
-    if kind == _E.CALL_RECORDED:
-        calls.recorded[data["key"]] = data
-        if data.get("op") == "set_var":
-            run.variables[data["args"]["name"]] = data["args"].get("value")
-            calls.variables_version += 1
-        return
-    if kind == _E.CALL_STARTED:
-        calls.started[data["key"]] = data
-        return
-    if kind in (_E.WORKFLOW_STARTED, _E.WORKFLOW_RESUMED):
-        run.status = RunStatus.RUNNING
-        run.blocked_reason = None
-        run.error = None
-    elif kind == _E.WORKFLOW_COMPLETED:
-        run.status = RunStatus.COMPLETED
-    elif kind == _E.WORKFLOW_FAILED:
-        run.status = RunStatus.FAILED
-        run.error = data.get("error")
-    elif kind == _E.WORKFLOW_BLOCKED:
-        run.status = RunStatus.BLOCKED
-        run.blocked_reason = data.get("reason")
-    elif kind == _E.VARIABLE_SET:
-        run.variables[data["name"]] = data.get("value")
+    fold = _FOLDS.get(event.type)
+    if fold is not None:
+        fold(run, event.data, event.step_id, event.time, calls)
+
+
+_Fold = Callable[[Run, dict[str, Any], "str | None", str, CallLog], None]
+
+
+def _call_recorded(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    calls.recorded[data["key"]] = data
+    if data.get("op") == "set_var":
+        run.variables[data["args"]["name"]] = data["args"].get("value")
         calls.variables_version += 1
-    elif kind == _E.CURSOR_MOVED:
-        run.cursor.update(data)
-    elif kind in (_E.ANSWER_GIVEN,):
-        calls.answers[data["gate_id"]] = str(data.get("answer", ""))
-    elif kind in (_E.HUMAN_GATE_APPROVED, _E.HUMAN_GATE_REJECTED):
-        calls.decisions[data["gate_id"]] = data
-    elif sid is not None:
-        _apply_step(run, kind, data, sid, event.time, calls)
 
 
-def _apply_step(run: Run, kind: str, data: dict[str, Any], sid: str, at: str, calls: CallLog) -> None:
+def _call_started(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    calls.started[data["key"]] = data
+
+
+def _run_running(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    run.status = RunStatus.RUNNING
+    run.blocked_reason = None
+    run.error = None
+
+
+def _run_completed(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    run.status = RunStatus.COMPLETED
+
+
+def _run_failed(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    run.status = RunStatus.FAILED
+    run.error = data.get("error")
+
+
+def _run_blocked(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    run.status = RunStatus.BLOCKED
+    run.blocked_reason = data.get("reason")
+
+
+def _variable_set(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    run.variables[data["name"]] = data.get("value")
+    calls.variables_version += 1
+
+
+def _cursor_moved(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    run.cursor.update(data)
+
+
+def _answer_given(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    calls.answers[data["gate_id"]] = str(data.get("answer", ""))
+
+
+def _gate_decided(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    calls.decisions[data["gate_id"]] = data
+
+
+def _step_started(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    if sid is None:
+        return
     step = run.step(sid)
-    if kind == _E.STEP_STARTED:
-        if step.status != StepStatus.RUNNING:
-            step.transition(StepStatus.RUNNING)
-        step.attempts = int(data.get("attempt", step.attempts + 1))
-        step.name = data.get("name", step.name)
-        if step.started_at is None or not data.get("resumed"):
-            step.started_at = at
-        step.ended_at = None
-        step.blocked_reason = None
-        if data.get("inputs") is not None:
-            step.inputs = data["inputs"]
-    elif kind == _E.STEP_COMPLETED:
-        step.transition(StepStatus.COMPLETED)
-        step.ended_at = at
-        step.error = None
-        step.outputs = list(data.get("outputs") or [])
-        step.summary = data.get("summary")
-        step.choice = data.get("choice")
-        step.guardrails = list(data.get("guardrails") or [])
-        calls.forget_step(sid)
-    elif kind == _E.STEP_FAILED:
-        step.transition(StepStatus.FAILED)
-        step.ended_at = at
-        step.error = data.get("error")
-    elif kind == _E.STEP_BLOCKED:
-        step.transition(StepStatus.BLOCKED)
-        step.blocked_reason = data.get("reason")
-    elif kind == _E.STEP_SKIPPED:
-        step.transition(StepStatus.SKIPPED)
-        step.ended_at = at
-        step.error = data.get("reason")
-    elif kind in (_E.TOOL_COMPLETED, _E.TOOL_FAILED):
-        step.tools.append(data)
-    elif kind == _E.ARTIFACT_READY:
-        if data.get("path") and data["path"] not in step.outputs:
-            step.outputs.append(data["path"])
-    elif kind == _E.VALIDATION_FAILED and data.get("guardrail"):
-        step.guardrails.append(data)
+    if step.status != StepStatus.RUNNING:
+        step.transition(StepStatus.RUNNING)
+    step.attempts = int(data.get("attempt", step.attempts + 1))
+    step.name = data.get("name", step.name)
+    if step.started_at is None or not data.get("resumed"):
+        step.started_at = at
+    step.ended_at = None
+    step.blocked_reason = None
+    if data.get("inputs") is not None:
+        step.inputs = data["inputs"]
+
+
+def _step_completed(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    if sid is None:
+        return
+    step = run.step(sid)
+    step.transition(StepStatus.COMPLETED)
+    step.ended_at = at
+    step.error = None
+    step.outputs = list(data.get("outputs") or [])
+    step.summary = data.get("summary")
+    step.choice = data.get("choice")
+    step.guardrails = list(data.get("guardrails") or [])
+    calls.forget_step(sid)
+
+
+def _step_failed(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    if sid is None:
+        return
+    step = run.step(sid)
+    step.transition(StepStatus.FAILED)
+    step.ended_at = at
+    step.error = data.get("error")
+
+
+def _step_blocked(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    if sid is None:
+        return
+    step = run.step(sid)
+    step.transition(StepStatus.BLOCKED)
+    step.blocked_reason = data.get("reason")
+
+
+def _step_skipped(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    if sid is None:
+        return
+    step = run.step(sid)
+    step.transition(StepStatus.SKIPPED)
+    step.ended_at = at
+    step.error = data.get("reason")
+
+
+def _tool_done(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    if sid is not None:
+        run.step(sid).tools.append(data)
+
+
+def _artifact_ready(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    if sid is None:
+        return
+    step = run.step(sid)
+    if data.get("path") and data["path"] not in step.outputs:
+        step.outputs.append(data["path"])
+
+
+def _validation_failed(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+    if sid is not None and data.get("guardrail"):
+        run.step(sid).guardrails.append(data)
+
+
+#: One fold per kind of record that changes state; every other kind is an audit record only.
+_FOLDS: dict[str, _Fold] = {
+    _E.CALL_RECORDED: _call_recorded,
+    _E.CALL_STARTED: _call_started,
+    _E.WORKFLOW_STARTED: _run_running,
+    _E.WORKFLOW_RESUMED: _run_running,
+    _E.WORKFLOW_COMPLETED: _run_completed,
+    _E.WORKFLOW_FAILED: _run_failed,
+    _E.WORKFLOW_BLOCKED: _run_blocked,
+    _E.VARIABLE_SET: _variable_set,
+    _E.CURSOR_MOVED: _cursor_moved,
+    _E.ANSWER_GIVEN: _answer_given,
+    _E.HUMAN_GATE_APPROVED: _gate_decided,
+    _E.HUMAN_GATE_REJECTED: _gate_decided,
+    _E.STEP_STARTED: _step_started,
+    _E.STEP_COMPLETED: _step_completed,
+    _E.STEP_FAILED: _step_failed,
+    _E.STEP_BLOCKED: _step_blocked,
+    _E.STEP_SKIPPED: _step_skipped,
+    _E.TOOL_COMPLETED: _tool_done,
+    _E.TOOL_FAILED: _tool_done,
+    _E.ARTIFACT_READY: _artifact_ready,
+    _E.VALIDATION_FAILED: _validation_failed,
+}

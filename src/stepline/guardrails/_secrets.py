@@ -47,11 +47,14 @@ _SECRET_KEY = re.compile(r"(?i)(?:^|[_\-])(?:api[_\-]?key|secret(?:[_\-]?key)?|t
 #: is returned as is. Substring tests cost a few microseconds where the seven patterns cost tens, and the
 #: journal redacts every record it writes. The generic ``key = value`` words are common in ordinary text
 #: ("secrets found"), so for them a small regex also wants a ``:``/``=`` right after the word.
-_MARKERS = ("-----begin", "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "akia", "asia", "xox",
-            "bearer")
-#: The secret-ish key words of the generic pattern (a bare "key", as in the journal's own ``"key":``, is not one).
-_KEY_WORDS = ("api_key", "api-key", "apikey", "secret", "token", "password", "passwd", "pwd", "access_key",
-              "access-key", "accesskey", "private_key", "private-key", "privatekey", "auth")
+_MARKERS = ("-----begin", "sk-", "github_pat_", "akia", "asia", "xox", "bearer")
+_GITHUB_TOKEN = re.compile(r"gh[pousr]_")  # one pass for five prefixes: a regex with a literal start is fast
+#: The secret-ish key words of the generic pattern (a bare "key", as in the journal's own ``"key":``, is not
+#: one), under the stem each starts with: the text is searched once per stem, not once per word.
+_KEY_WORDS = {"api": ("api_key", "api-key", "apikey"), "secret": ("secret",), "token": ("token",),
+              "passw": ("password", "passwd"), "pwd": ("pwd",),
+              "access": ("access_key", "access-key", "accesskey"),
+              "private": ("private_key", "private-key", "privatekey"), "auth": ("auth",)}
 _ASSIGNMENT_AFTER = re.compile(r"[^\s,]{0,12}?[\\\"']?\s*[:=]")
 
 
@@ -73,15 +76,20 @@ class SecretScanner:
         if len(text) < 10:  # the shortest built-in shape, "pwd=" + six characters, is ten long
             return False
         lowered = text.lower()
-        if any(marker in lowered for marker in _MARKERS):
+        for marker in _MARKERS:
+            if marker in lowered:
+                return True
+        if _GITHUB_TOKEN.search(lowered):
             return True
-        for word in _KEY_WORDS:  # only where a key word ends a key: is it followed by ':' or '='?
-            at = lowered.find(word)
+        for stem, words in _KEY_WORDS.items():  # only where a key word ends a key: is ':' or '=' next?
+            at = lowered.find(stem)
             while at != -1:
-                end = at + len(word)
-                if (end == len(lowered) or not lowered[end].isalnum()) and _ASSIGNMENT_AFTER.match(lowered, end):
-                    return True
-                at = lowered.find(word, at + 1)
+                for word in words:
+                    end = at + len(word)
+                    if lowered.startswith(word, at) and (end == len(lowered) or not lowered[end].isalnum()) \
+                            and _ASSIGNMENT_AFTER.match(lowered, end):
+                        return True
+                at = lowered.find(stem, at + 1)
         return False
 
     def find(self, text: str) -> dict[str, int]:
