@@ -186,7 +186,7 @@ class Engine:
         lock = run_dir.lock()
         lock.acquire()
         try:
-            self._snapshot(run_dir, run)
+            self._snapshot(run_dir, run, steps=False)
             self._open(run_dir, run)
             self.emit(EventType.WORKFLOW_STARTED, {"workflow": workflow.id, "format": workflow.format,
                                                    "mode": self.mode, "executor": self.executor_name}, sync=True)
@@ -284,14 +284,15 @@ class Engine:
                 listener(event)
         return event
 
-    def _snapshot(self, run_dir: RunDir, run: Run) -> None:
+    def _snapshot(self, run_dir: RunDir, run: Run, *, steps: bool = True) -> None:
         """Write manifest.json atomically, secrets redacted (the workflow spec and variables may carry some).
 
         Fields at their default are left out: a spec's steps are mostly defaults, and the manifest of a long
-        run would otherwise be several times larger, to write and to scan. Redaction works on the serialised
-        text: one pass, and its replacements never break the JSON.
+        run would otherwise be several times larger, to write and to scan. A new run's first manifest has no
+        step records (``steps=False``): every step is pending, as the spec says. Redaction works on the
+        serialised text: one pass, and its replacements never break the JSON.
         """
-        text = run.model_dump_json(indent=2, exclude_defaults=True)
+        text = run.model_dump_json(indent=2, exclude_defaults=True, exclude=None if steps else {"steps"})
         run_dir.write_text("manifest.json", self._scanner.redact(text) if self._redact else text)
 
     def redacted_variables(self) -> dict[str, Any]:

@@ -11,6 +11,11 @@ from stepline.store import RunDir
 __all__ = ["build_timeline", "write_timeline"]
 
 _HIDDEN = {EventType.CALL_STARTED.value, EventType.CURSOR_MOVED.value}
+# Plain strings, looked up once: the loop below runs once per journal record.
+_RECORDED = EventType.CALL_RECORDED.value
+_STARTED = EventType.STEP_STARTED.value
+_ENDED = {EventType.STEP_COMPLETED.value, EventType.STEP_FAILED.value, EventType.STEP_BLOCKED.value,
+          EventType.STEP_SKIPPED.value}
 
 
 def build_timeline(run_dir: RunDir, events: Iterable[Event] | None = None) -> dict[str, Any]:
@@ -22,29 +27,30 @@ def build_timeline(run_dir: RunDir, events: Iterable[Event] | None = None) -> di
     steps: dict[str, dict[str, Any]] = {}
     usage: dict[str, dict[str, float]] = {}
     for event in run_dir.events() if events is None else events:
-        if event.type == EventType.CALL_RECORDED.value:
+        kind, sid = event.type, event.step_id
+        if kind == _RECORDED:
             result = event.data.get("result")
             if str(event.data.get("op", "")).startswith("memo:") and isinstance(result, dict):
                 tokens = result.get("usage") or {}
-                bucket = usage.setdefault(event.step_id or "-", {"calls": 0, "input_tokens": 0,
+                bucket = usage.setdefault(sid or "-", {"calls": 0, "input_tokens": 0,
                                                                  "output_tokens": 0, "cost_usd": 0.0})
                 bucket["calls"] += 1
                 for name in ("input_tokens", "output_tokens", "cost_usd"):
                     bucket[name] += float(tokens.get(name) or 0)
             continue
-        if event.type in _HIDDEN:
+        if kind in _HIDDEN:
             continue
-        entries.append({"seq": event.seq, "time": event.time, "type": event.type, "step_id": event.step_id,
-                        "data": event.data})
-        if event.step_id:
-            span = steps.setdefault(event.step_id, {"step_id": event.step_id, "attempts": 0})
-            if event.type == EventType.STEP_STARTED.value:
+        entries.append({"seq": event.seq, "time": event.time, "type": kind, "step_id": sid, "data": event.data})
+        if sid:
+            span = steps.get(sid)
+            if span is None:
+                span = steps[sid] = {"step_id": sid, "attempts": 0}
+            if kind == _STARTED:
                 span.setdefault("started_at", event.time)
                 span["attempts"] = event.data.get("attempt", span["attempts"])
-            elif event.type in (EventType.STEP_COMPLETED.value, EventType.STEP_FAILED.value,
-                                EventType.STEP_BLOCKED.value, EventType.STEP_SKIPPED.value):
+            elif kind in _ENDED:
                 span["ended_at"] = event.time
-                span["status"] = event.type
+                span["status"] = kind
     return {
         "run_id": run_dir.run_id,
         "events": entries,
