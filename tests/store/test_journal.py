@@ -196,3 +196,24 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited (its parent just never reaped it)
+
+
+def test_a_journal_whose_helper_was_killed_syncs_in_place_and_loses_nothing(tmp_path: Path) -> None:
+    """The helper killed from outside (OOM killer, a stray kill): appends go on, synced by the writer."""
+    import signal
+
+    path = tmp_path / "j.jsonl"
+    journal = Journal(path)
+    total = Journal.HELPER_AFTER + 5
+    for seq in range(1, total + 1):
+        journal.append(_event(seq), sync="background")
+    flusher = journal._flusher
+    assert flusher is not None
+    os.kill(flusher._process.pid, signal.SIGKILL)
+    flusher._process.wait()
+    for seq in range(total + 1, total + 6):
+        journal.append(_event(seq), sync="background")
+    assert journal._flusher is None  # noticed, and syncing in place now
+    journal.append(_event(total + 6))
+    journal.close()
+    assert [e.seq for e in read_journal(path)] == list(range(1, total + 7))

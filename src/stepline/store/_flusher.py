@@ -24,6 +24,10 @@ _MESSAGE = struct.Struct("<q")  # a record count, or minus an errno when fsync f
 datasync = getattr(os, "fdatasync", os.fsync)
 
 
+class HelperGone(OSError):
+    """The helper process is no longer there (killed, out of memory): its writer syncs in place instead."""
+
+
 class Flusher:
     """The parent's end: ask for record counts to be made durable, wait for them."""
 
@@ -37,8 +41,9 @@ class Flusher:
         req_r, req_w = os.pipe()
         ack_r, ack_w = os.pipe()
         try:
+            # Its own session: a Ctrl-C at the terminal is for the parent, which closes the pipe when it exits.
             process = subprocess.Popen([sys.executable, "-I", "-S", __file__, str(fd), str(req_r), str(ack_w)],
-                                       pass_fds=(fd, req_r, ack_w), stdin=subprocess.DEVNULL)
+                                       pass_fds=(fd, req_r, ack_w), stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError:
             for end in (req_w, ack_r):
                 os.close(end)
@@ -50,14 +55,18 @@ class Flusher:
 
     def request(self, count: int) -> None:
         """Ask for the first ``count`` records (already written) to be made durable."""
-        os.write(self._req_w, _MESSAGE.pack(count))
+        try:
+            os.write(self._req_w, _MESSAGE.pack(count))
+        except BrokenPipeError as exc:
+            raise HelperGone(f"the journal's sync helper (pid {self._process.pid}) exited") from exc
 
     def wait(self, count: int) -> None:
-        """Return once the first ``count`` records are durable (an OSError if the fsync failed)."""
+        """Return once the first ``count`` records are durable: an OSError if the fsync failed, HelperGone if
+        the helper is gone."""
         while self.durable < count:
             data = os.read(self._ack_r, 8 * 1024)
             if not data:
-                raise OSError(f"the journal's fsync helper (pid {self._process.pid}) exited")
+                raise HelperGone(f"the journal's sync helper (pid {self._process.pid}) exited")
             answer = _MESSAGE.unpack_from(data, len(data) - _MESSAGE.size)[0]
             if answer < 0:
                 raise OSError(-answer, os.strerror(-answer))

@@ -21,7 +21,7 @@ import orjson
 
 from stepline.errors import JournalError
 from stepline.model import Event
-from stepline.store._flusher import Flusher, datasync
+from stepline.store._flusher import Flusher, HelperGone, datasync
 
 __all__ = ["Journal", "read_journal"]
 
@@ -115,19 +115,22 @@ class Journal:
     def append(self, event: Event, *, sync: bool | Literal["background"] = True, line: bytes | None = None) -> None:
         """Append ``event`` as one line (``line``: its JSON bytes, when the caller has them); ``sync`` says how
         durable it is when this returns (see the class)."""
-        flusher = self._flusher if sync == "background" else None
-        if flusher is not None:
-            flusher.wait(self._requested)  # one background fsync at a time: each such record gets its own
+        if sync == "background" and self._flusher is not None:
+            self._await_helper(self._requested)  # one background sync at a time: each such record gets its own
         data = (line or event.to_bytes()) + b"\n"
         if self._end + len(data) > self._size:
             self._grow(len(data))
+        flusher = self._flusher if sync == "background" else None
         os.pwrite(self._fd, data, self._end)
         self._end += len(data)
         self.last_seq = event.seq
         self._written += 1
         if flusher is not None:
-            flusher.request(self._written)
             self._requested = self._written
+            try:
+                flusher.request(self._written)
+            except HelperGone:
+                self._lose_helper()
         elif sync:
             self.sync()
             if sync == "background":
@@ -138,7 +141,7 @@ class Journal:
     def _grow(self, need: int) -> None:
         """Extend the file with zeros and make its new size durable, so later syncs are data-only."""
         if self._flusher is not None:
-            self._flusher.wait(self._requested)
+            self._await_helper(self._requested)
         grow = max(self.GROW_BY, need)
         os.pwrite(self._fd, bytes(grow), self._size)
         os.fsync(self._fd)  # the size changed: a full fsync, once per block
@@ -150,11 +153,26 @@ class Journal:
         target = self._written
         if self._durable >= target:
             return
-        if self._flusher is not None and self._requested >= target:  # the helper's fsync covers them
-            self._flusher.wait(target)
+        if self._flusher is not None and self._requested >= target:  # the helper's sync covers them
+            self._await_helper(target)
         else:
             datasync(self._fd)
         self._durable = target
+
+    def _await_helper(self, count: int) -> None:
+        assert self._flusher is not None
+        try:
+            self._flusher.wait(count)
+        except HelperGone:
+            self._lose_helper()
+
+    def _lose_helper(self) -> None:
+        """The helper died under us (it is never stopped but by :meth:`close`): sync here from now on."""
+        assert self._flusher is not None
+        flusher, self._flusher = self._flusher, None
+        flusher.close()
+        datasync(self._fd)  # covers whatever the helper was asked for and may not have synced
+        self._durable = self._written
 
     def close(self) -> None:
         """Sync, cut the zeros off and close the file."""
