@@ -55,6 +55,7 @@ from stepline.errors import ReaderError, RunLockedError, RunStateError, StepFail
 from stepline.formats._ccw import CcwSession, read_ccw_session
 from stepline.formats._ccw_task import read_task_file
 from stepline.model import EventType, Run, RunStatus, StepStatus, ToolCall, WorkflowSpec
+from stepline.store import datasync
 
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
@@ -241,14 +242,14 @@ class CcwFlow:
 class _Committer:
     """The run's completion pipeline, one per run (kept on the engine like its tool pipeline).
 
-    1. **Intent** (group commit): the completions that arrive in the same loop turn, or while the previous
-       batch's fsync runs, are journaled together (``CallStarted`` with the whole :class:`Completion`) and
-       made durable with one fsync of the journal (in a worker thread). Then the task's driver returns: its
-       step completes and its concurrency slot is free. From here on the completion is guaranteed, because
-       a run redoes every intent that has no *done* record: :meth:`_seed` reads them from the journal when
-       the run's committer is made and writes them before any task of the new process goes on, whether or
-       not their steps were journaled as completed (:func:`settle` makes the committer even when no task
-       is left to run).
+    1. **Intent** (group commit): :meth:`commit` journals the task's ``CallStarted`` with the whole
+       :class:`Completion` and returns, so the task's step completes (journaled behind its intent) and its
+       concurrency slot is free at once. The intents that arrive in the same loop turn, or while the previous
+       batch's fsync runs, are made durable with one fsync of the journal (in a worker thread). From then on
+       the completion is guaranteed, because a run redoes every intent that has no *done* record:
+       :meth:`_seed` reads them from the journal when the run's committer is made and writes them before any
+       task of the new process goes on, whether or not their steps were journaled as completed
+       (:func:`settle` makes the committer even when no task is left to run).
     2. **Files**, in the background: the task JSONs and summaries of the intents made durable since the last
        batch, each replaced atomically (temp file + rename), not yet fsynced. Completions that arrive while
        a batch is written form the next one. A task that needs a dependency's files that no batch has taken
@@ -260,11 +261,12 @@ class _Committer:
        therefore never names a file change that could still be lost.
 
     Crash argument: nothing is written to the session before its intent is durable, so a crash before that
-    leaves the task running (it runs again, its agent call replayed from the journal) and its files as they
-    were; a crash after it leaves each of the three files old or new (never torn), and the next run rewrites
-    all three (idempotently) before any task of it goes on. The run's last record (completed, failed,
-    blocked) is journaled only once the pipeline is idle (:func:`settle`), so a finished run has no
-    completion left to redo. If the pipeline fails (a file or the journal cannot be written), the run stops
+    leaves the session's files as they were, and the journal either without the intent (and then without
+    the step's completion, which comes after it: the task runs again, its agent call replayed from the
+    journal) or with it (redone); a crash after it leaves each of the three files old or new (never torn),
+    and the next run rewrites all three (idempotently) before any task of it goes on. The run's last record
+    (completed, failed, blocked) is journaled only once the pipeline is idle (:func:`settle`), so a finished
+    run has no completion left to redo. If the pipeline fails (a file or the journal cannot be written), the run stops
     as a crash would (:class:`_Stopped`), rather than failing tasks, and resumes the same way.
 
     A task waits until the task JSONs and summaries of its dependencies (in sequential and phased sessions:
@@ -280,7 +282,8 @@ class _Committer:
         self.writer = SessionWriter(Path(run.workflow.meta["paths"]["session_dir"]))
         self.journal_path = RunDir(engine.store.root / run.run_id).journal_path
         self.sequential = run.workflow.meta.get("execution_model") in (*_SEQUENTIAL, "phased")
-        self.intents: list[tuple[_Pending, asyncio.Future[None]]] = []
+        self.intents: list[_Pending] = []  # journaled, for the next fsync
+        self.committing: dict[str, _Pending] = {}  # by task id: intent journaled, not yet durable
         self.pending: dict[str, _Pending] = {}  # by task id: intent durable, done not yet journaled
         self.unwritten: dict[str, _Pending] = {}  # by task id: for the writer's next batch
         self.writing: set[str] = set()  # task ids of the batch the writer is writing
@@ -324,51 +327,52 @@ class _Committer:
             return
         # Redone at once, before any task of this process runs: a crash leaves few of them, and no task then
         # waits for a file of the previous process (so an interrupted task goes on as it did before it).
-        _fsync_file(self.journal_path)  # read back maybe from the page cache of a killed process: durable first
+        _sync_file(self.journal_path)  # read back maybe from the page cache of a killed process: durable first
         batch = list(intents.values())
         flush_files(self.writer.put(self.writer.prepare([item.completion for item in batch])))
         self._done(batch)
 
-    async def commit(self, step_id: str, key: str, completion: Completion, *, journaled: bool = False) -> None:
-        """Return once ``completion`` is journaled durably (``journaled``: its intent is in the journal already);
-        its files are written and its done record journaled in the background."""
+    def commit(self, step_id: str, key: str, completion: Completion, *, journaled: bool = False) -> None:
+        """Journal ``completion``'s intent (``journaled``: it is in the journal already) and return; the intent
+        is made durable, its files written and its done record journaled in the background.
+
+        The task's step is journaled completed after this, so behind its intent: no crash keeps the step's
+        completion and loses the intent. The task's slot is free at once; a task that needs this one's files
+        waits for them (:meth:`visible`).
+        """
         if self.error is not None:
             raise _Stopped(self.error)
         if journaled and completion.task_id in self.pending:  # seeded from the journal: durable, queued
             return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.intents.append((_Pending(step_id, key, completion, redo=journaled), future))
+        item = _Pending(step_id, key, completion, redo=journaled)
+        if not journaled:
+            self.engine.emit(EventType.CALL_STARTED, {"key": key, "op": "ccw_complete",
+                                                      "args": {"completion": completion.to_json()}}, step_id=step_id)
+        self.intents.append(item)
+        self.committing[completion.task_id] = item
         if self.intent_task is None:
             self.intent_task = asyncio.ensure_future(self._journal_intents())
-        await future
 
     async def _journal_intents(self) -> None:
         try:
-            while self.intents:
-                await asyncio.sleep(0)  # the tasks finishing in this loop turn join the batch
+            while self.intents and self.error is None:
+                await asyncio.sleep(0)  # the completions of this loop turn share the fsync
                 batch, self.intents = self.intents, []
                 try:
-                    for item, _ in batch:
-                        if not item.redo:
-                            self.engine.emit(EventType.CALL_STARTED,
-                                             {"key": item.key, "op": "ccw_complete",
-                                              "args": {"completion": item.completion.to_json()}},
-                                             step_id=item.step_id)
                     # One fsync for the batch (and for a redo read back), in a worker thread so the loop goes
-                    # on. It is an fsync of the journal file through a descriptor of its own: it makes every
-                    # record appended before it durable, whatever the journal's own bookkeeping says.
-                    await asyncio.to_thread(_fsync_file, self.journal_path)
+                    # on. It syncs the journal file through a descriptor of its own: that makes every record
+                    # appended before it durable, whatever the journal's own bookkeeping says.
+                    await asyncio.to_thread(_sync_file, self.journal_path)
                 except Exception as exc:
                     self._fail(exc)  # the journal is in doubt: stop, as a crash would
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(_Stopped(exc))
-                    continue
-                for item, future in batch:
-                    if item.completion.task_id not in self.pending:
+                    return
+                for item in batch:
+                    task_id = item.completion.task_id
+                    if self.committing.get(task_id) is item:
+                        del self.committing[task_id]
+                    if task_id not in self.pending:
                         self._enqueue(item)
-                    if not future.done():
-                        future.set_result(None)
+                self._wake()
         finally:
             self.intent_task = None
 
@@ -484,22 +488,35 @@ class _Committer:
     # -- for tasks and the engine ------------------------------------------------------------------------
     def summary_of(self, task_id: str) -> str | None:
         """The summary of a completion not yet done (None when there is none)."""
-        item = self.pending.get(task_id)
+        item = self.pending.get(task_id) or self.committing.get(task_id)
         return item.completion.summary if item is not None else None
 
     async def visible(self, task_ids: tuple[str, ...] | list[str]) -> None:
         """Wait until the files of ``task_ids`` (in sequential and phased sessions: of every completion so
         far) are written."""
-        wanted = set(self.pending) if self.sequential else {t for t in task_ids if t in self.pending}
+        while True:
+            if self.error is not None:
+                raise _Stopped(self.error)
+            if self.sequential:
+                wanted = set(self.pending) | set(self.committing)
+            else:
+                wanted = {t for t in task_ids if t in self.pending or t in self.committing}
+            if not wanted & self.committing.keys():
+                break
+            await self._tick()  # their intents are not durable yet: no file may be written before
         now = [self.unwritten.pop(t) for t in wanted if t in self.unwritten]
         if now:  # not taken by the writer yet: written at once rather than waiting for its next batch
             self._write_now(now)
         while wanted & self.writing:
             if self.error is not None:
                 raise _Stopped(self.error)
-            if self.tick is None:
-                self.tick = asyncio.get_running_loop().create_future()
-            await self.tick
+            await self._tick()
+
+    async def _tick(self) -> None:
+        """Wait for the pipeline's next step (an intent batch made durable, a batch written, a failure)."""
+        if self.tick is None:
+            self.tick = asyncio.get_running_loop().create_future()
+        await self.tick
 
     async def drain(self) -> None:
         """Wait until every completion is written, durable and done; raise what stopped the pipeline."""
@@ -528,10 +545,10 @@ class _Stopped(BaseException):
         self.cause = cause
 
 
-def _fsync_file(path: Path) -> None:
+def _sync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        datasync(fd)  # the journal grows ahead in fsync'd blocks: its data is all there is to sync
     finally:
         os.close(fd)
 
@@ -569,7 +586,7 @@ async def run_ccw_task(ctx: StepContext) -> None:
         return
     started = calls.started.get(key)
     if started is not None:  # the intent made it to the journal, maybe not all three files: redo it
-        await committer.commit(spec.id, key, Completion.from_json(started["args"]["completion"]), journaled=True)
+        committer.commit(spec.id, key, Completion.from_json(started["args"]["completion"]), journaled=True)
         ctx.step.summary = "completion redone after an interruption"
         return
     if spec.meta.get("status") == "completed":
@@ -580,7 +597,7 @@ async def run_ccw_task(ctx: StepContext) -> None:
         ctx.step.summary = "all subtasks completed"
     else:
         completion = await _task_completion(ctx, committer)
-    await committer.commit(spec.id, key, completion)
+    committer.commit(spec.id, key, completion)
 
 
 def _session_relative(ctx: StepContext, path: str) -> str:

@@ -20,8 +20,11 @@ import sys
 
 _MESSAGE = struct.Struct("<q")  # a record count, or minus an errno when fsync failed
 
-#: ``fdatasync`` where the platform has it (the journal's blocks are allocated ahead: data is all to sync).
-datasync = getattr(os, "fdatasync", os.fsync)
+
+
+def datasync(fd: int) -> None:
+    """``fdatasync`` where the platform has it (the journal's blocks are allocated ahead: data is all to sync)."""
+    getattr(os, "fdatasync", os.fsync)(fd)
 
 
 class HelperGone(OSError):
