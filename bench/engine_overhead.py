@@ -44,16 +44,15 @@ def preallocated_baseline(n: int, folder: Path) -> float:
     path = folder / "preallocated.jsonl"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     start = time.perf_counter()
-    os.pwrite(fd, bytes(256 * 1024), 0)
-    os.fsync(fd)
-    offset = 0
+    offset = size = 0
     for i in range(n):
         record = json.dumps({"seq": i, "type": "WorkflowStepCompleted", "run_id": "run-x", "step_id": f"s{i}",
                              "time": "2026-01-01T00:00:00.000000+00:00", "data": {}})
         line = (record + "\n").encode()
-        if offset + len(line) > os.fstat(fd).st_size:
-            os.pwrite(fd, bytes(256 * 1024), os.fstat(fd).st_size)
+        if offset + len(line) > size:
+            os.pwrite(fd, bytes(256 * 1024), size)
             os.fsync(fd)
+            size += 256 * 1024
         os.pwrite(fd, line, offset)
         offset += len(line)
         os.fdatasync(fd)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stepline.model import Event, EventType, Run, RunStatus, StepStatus
+from stepline.model import Event, EventType, Run, RunStatus, RunStep, StepStatus
 
 __all__ = ["CallLog", "apply", "stamp"]
 
@@ -46,66 +46,68 @@ def stamp(run: Run, last: Event | None) -> None:
 
 def apply(run: Run, event: Event, calls: CallLog) -> None:
     """Fold one journal record into ``run`` (and the replay tables in ``calls``)."""
-    fold = _FOLDS.get(event.type)
+    fold = _RUN_FOLDS.get(event.type)
     if fold is not None:
-        fold(run, event.data, event.step_id, event.time, calls)
+        fold(run, event.data, calls)
+        return
+    step_fold = _STEP_FOLDS.get(event.type)
+    if step_fold is not None and event.step_id is not None:
+        step_fold(run.step(event.step_id), event.data, event.time, calls)
 
 
-_Fold = Callable[[Run, dict[str, Any], "str | None", str, CallLog], None]
+_RunFold = Callable[[Run, dict[str, Any], CallLog], None]
+_StepFold = Callable[[RunStep, dict[str, Any], str, CallLog], None]
 
 
-def _call_recorded(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+def _call_recorded(run: Run, data: dict[str, Any], calls: CallLog) -> None:
     calls.recorded[data["key"]] = data
     if data.get("op") == "set_var":
         run.variables[data["args"]["name"]] = data["args"].get("value")
         calls.variables_version += 1
 
 
-def _call_started(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+def _call_started(run: Run, data: dict[str, Any], calls: CallLog) -> None:
     calls.started[data["key"]] = data
 
 
-def _run_running(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+def _run_running(run: Run, data: dict[str, Any], calls: CallLog) -> None:
     run.status = RunStatus.RUNNING
     run.blocked_reason = None
     run.error = None
 
 
-def _run_completed(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+def _run_completed(run: Run, data: dict[str, Any], calls: CallLog) -> None:
     run.status = RunStatus.COMPLETED
 
 
-def _run_failed(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+def _run_failed(run: Run, data: dict[str, Any], calls: CallLog) -> None:
     run.status = RunStatus.FAILED
     run.error = data.get("error")
 
 
-def _run_blocked(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+def _run_blocked(run: Run, data: dict[str, Any], calls: CallLog) -> None:
     run.status = RunStatus.BLOCKED
     run.blocked_reason = data.get("reason")
 
 
-def _variable_set(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+def _variable_set(run: Run, data: dict[str, Any], calls: CallLog) -> None:
     run.variables[data["name"]] = data.get("value")
     calls.variables_version += 1
 
 
-def _cursor_moved(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+def _cursor_moved(run: Run, data: dict[str, Any], calls: CallLog) -> None:
     run.cursor.update(data)
 
 
-def _answer_given(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+def _answer_given(run: Run, data: dict[str, Any], calls: CallLog) -> None:
     calls.answers[data["gate_id"]] = str(data.get("answer", ""))
 
 
-def _gate_decided(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
+def _gate_decided(run: Run, data: dict[str, Any], calls: CallLog) -> None:
     calls.decisions[data["gate_id"]] = data
 
 
-def _step_started(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
-    if sid is None:
-        return
-    step = run.step(sid)
+def _step_started(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:
     if step.status != StepStatus.RUNNING:
         step.transition(StepStatus.RUNNING)
     step.attempts = int(data.get("attempt", step.attempts + 1))
@@ -118,10 +120,7 @@ def _step_started(run: Run, data: dict[str, Any], sid: str | None, at: str, call
         step.inputs = data["inputs"]
 
 
-def _step_completed(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
-    if sid is None:
-        return
-    step = run.step(sid)
+def _step_completed(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:
     step.transition(StepStatus.COMPLETED)
     step.ended_at = at
     step.error = None
@@ -129,55 +128,43 @@ def _step_completed(run: Run, data: dict[str, Any], sid: str | None, at: str, ca
     step.summary = data.get("summary")
     step.choice = data.get("choice")
     step.guardrails = list(data.get("guardrails") or [])
-    calls.forget_step(sid)
+    calls.forget_step(step.step_id)
 
 
-def _step_failed(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
-    if sid is None:
-        return
-    step = run.step(sid)
+def _step_failed(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:
     step.transition(StepStatus.FAILED)
     step.ended_at = at
     step.error = data.get("error")
 
 
-def _step_blocked(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
-    if sid is None:
-        return
-    step = run.step(sid)
+def _step_blocked(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:
     step.transition(StepStatus.BLOCKED)
     step.blocked_reason = data.get("reason")
 
 
-def _step_skipped(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
-    if sid is None:
-        return
-    step = run.step(sid)
+def _step_skipped(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:
     step.transition(StepStatus.SKIPPED)
     step.ended_at = at
     step.error = data.get("reason")
 
 
-def _tool_done(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
-    if sid is not None:
-        run.step(sid).tools.append(data)
+def _tool_done(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:
+    step.tools.append(data)
 
 
-def _artifact_ready(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
-    if sid is None:
-        return
-    step = run.step(sid)
+def _artifact_ready(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:
     if data.get("path") and data["path"] not in step.outputs:
         step.outputs.append(data["path"])
 
 
-def _validation_failed(run: Run, data: dict[str, Any], sid: str | None, at: str, calls: CallLog) -> None:
-    if sid is not None and data.get("guardrail"):
-        run.step(sid).guardrails.append(data)
+def _validation_failed(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:
+    if data.get("guardrail"):
+        step.guardrails.append(data)
 
 
-#: One fold per kind of record that changes state; every other kind is an audit record only.
-_FOLDS: dict[str, _Fold] = {
+#: One fold per kind of record that changes the run or the replay tables, and one per kind that changes a
+#: step (records without a step id change nothing); every other kind is an audit record only.
+_RUN_FOLDS: dict[str, _RunFold] = {
     _E.CALL_RECORDED: _call_recorded,
     _E.CALL_STARTED: _call_started,
     _E.WORKFLOW_STARTED: _run_running,
@@ -190,6 +177,8 @@ _FOLDS: dict[str, _Fold] = {
     _E.ANSWER_GIVEN: _answer_given,
     _E.HUMAN_GATE_APPROVED: _gate_decided,
     _E.HUMAN_GATE_REJECTED: _gate_decided,
+}
+_STEP_FOLDS: dict[str, _StepFold] = {
     _E.STEP_STARTED: _step_started,
     _E.STEP_COMPLETED: _step_completed,
     _E.STEP_FAILED: _step_failed,
