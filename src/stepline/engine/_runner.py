@@ -21,6 +21,7 @@ from stepline import time
 from stepline.engine._checks import check_step_inputs, check_step_outputs, run_validation_gates
 from stepline.engine._config import RuntimeConfig
 from stepline.engine._context import StepContext, render_variables
+from stepline.engine._deadlines import Deadlines
 from stepline.engine._flow import Flow, make_schedule
 from stepline.engine._gates import GateBook, gate_reason
 from stepline.engine._human import HumanChannel
@@ -149,6 +150,7 @@ class Engine:
         self._tool_results: list[dict[str, Any]] = []
         self._events: list[Event] = []
         self._random = random.Random(0)
+        self._deadlines = Deadlines()
 
     # -- public API -----------------------------------------------------------------------------------------
     @property
@@ -333,6 +335,7 @@ class Engine:
         try:
             await self._drive(run)
         finally:
+            self._deadlines.close()
             self.journal_sync()
             stamp(run, self._events[-1] if self._events else None)
             self._snapshot(run_dir, run)
@@ -439,7 +442,7 @@ class Engine:
                           sync=True)
                 return StepStatus.FAILED
             try:
-                async with asyncio.timeout(timeout):  # cancels the step's work when time is up
+                with self._deadlines.limit(timeout):  # cancels the step's work when time is up
                     await self._attempt(ctx, driver)
             except StepBlocked as blocked:
                 return self._block(spec, blocked)
