@@ -96,8 +96,9 @@ def test_the_prefilter_passes_journal_records_without_secrets_and_catches_assign
     assert not scanner.may_contain('{"key":"s1/1/0/1","result":{"usage":{"input_tokens":3}}}')
     assert not scanner.may_contain("author: bob")
     for text in ("password = hunter22", "DB_PASSWORD: 'xyzxyz'", '"api_key": "abcdef"', "Bearer abcdefghijkl",
-                 "sk-ant-" + "a1" * 10):
-        assert scanner.may_contain(text), text
+                 "sk-ant-" + "a1" * 10, "accessecret=abcdefgh", "secretoken: abcdefgh"):
+        assert scanner.may_contain(text), text  # the last two: a key word starting inside another one
+        assert scanner.redact(text) != text
 
 
 _SECRETISH = st.sampled_from(["sk-", "sk-ant-", "ghp_", "github_pat_", "AKIA", "xoxb-", "Bearer ", "-----BEGIN ",
