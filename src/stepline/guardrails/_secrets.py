@@ -43,20 +43,18 @@ _SECRET_KEY = re.compile(r"(?i)(?:^|[_\-])(?:api[_\-]?key|secret(?:[_\-]?key)?|t
                          r"access[_\-]?key|private[_\-]?key|authorization|credentials?)$")
 
 
-#: Cheap first pass: every built-in pattern needs one of these (lower-cased) markers or key words, so text
-#: without any is returned as is. One regex search for all of them costs a couple of microseconds where the
-#: seven patterns cost tens, and the journal redacts every record it writes. The key words are common in
-#: ordinary text ("secrets found"), so where one is found it must also end a key (no letter or digit follows)
-#: with a ``:``/``=`` soon after. A bare "key", as in the journal's own ``"key":``, is not one.
+#: Cheap first pass: every built-in pattern needs one of these (lower-cased) substrings, so text without any
+#: is returned as is. Substring tests cost a few microseconds where the seven patterns cost tens, and the
+#: journal redacts every record it writes. The generic ``key = value`` words are common in ordinary text
+#: ("secrets found"), so for them a small regex also wants a ``:``/``=`` right after the word.
 _MARKERS = ("-----begin", "sk-", "github_pat_", "akia", "asia", "xox", "bearer")
-#: The key words, under the stem each starts with.
+_GITHUB_TOKEN = re.compile(r"gh[pousr]_")  # one pass for five prefixes: a regex with a literal start is fast
+#: The secret-ish key words of the generic pattern (a bare "key", as in the journal's own ``"key":``, is not
+#: one), under the stem each starts with: the text is searched once per stem, not once per word.
 _KEY_WORDS = {"api": ("api_key", "api-key", "apikey"), "secret": ("secret",), "token": ("token",),
               "passw": ("password", "passwd"), "pwd": ("pwd",),
               "access": ("access_key", "access-key", "accesskey"),
               "private": ("private_key", "private-key", "privatekey"), "auth": ("auth",)}
-#: Markers and stems in one alternation. No alternative is a prefix of another, so a match names the only one
-#: that starts there; searching again from the next character finds overlapping ones too ("accessecret").
-_FIRST_PASS = re.compile("|".join([*map(re.escape, _MARKERS), r"gh[pousr]_", *map(re.escape, _KEY_WORDS)]))
 _ASSIGNMENT_AFTER = re.compile(r"[^\s,]{0,12}?[\\\"']?\s*[:=]")
 
 
@@ -78,18 +76,20 @@ class SecretScanner:
         if len(text) < 10:  # the shortest built-in shape, "pwd=" + six characters, is ten long
             return False
         lowered = text.lower()
-        match = _FIRST_PASS.search(lowered)
-        while match is not None:
-            at = match.start()
-            words = _KEY_WORDS.get(match.group())
-            if words is None:  # a distinctive marker
+        for marker in _MARKERS:
+            if marker in lowered:
                 return True
-            for word in words:
-                end = at + len(word)
-                if lowered.startswith(word, at) and (end == len(lowered) or not lowered[end].isalnum()) \
-                        and _ASSIGNMENT_AFTER.match(lowered, end):
-                    return True
-            match = _FIRST_PASS.search(lowered, at + 1)
+        if _GITHUB_TOKEN.search(lowered):
+            return True
+        for stem, words in _KEY_WORDS.items():  # only where a key word ends a key: is ':' or '=' next?
+            at = lowered.find(stem)
+            while at != -1:
+                for word in words:
+                    end = at + len(word)
+                    if lowered.startswith(word, at) and (end == len(lowered) or not lowered[end].isalnum()) \
+                            and _ASSIGNMENT_AFTER.match(lowered, end):
+                        return True
+                at = lowered.find(stem, at + 1)
         return False
 
     def find(self, text: str) -> dict[str, int]:
