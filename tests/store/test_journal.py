@@ -31,6 +31,24 @@ def test_appended_records_read_back_in_order(tmp_path: Path) -> None:
     assert events[2].step_id == "s3"
 
 
+def test_a_deferred_record_is_written_with_the_next_one_or_by_a_sync(tmp_path: Path) -> None:
+    """``sync="deferred"`` holds a record back until the next append (in order, one write) or a sync."""
+    path = tmp_path / "j.jsonl"
+    journal = Journal(path)
+    journal.append(_event(1), sync="deferred")
+    assert journal.last_seq == 1
+    assert read_journal(path) == []  # not written yet: a crash now loses it, and only it
+    journal.append(_event(2), sync=False)
+    assert [e.seq for e in read_journal(path)] == [1, 2]
+    journal.append(_event(3), sync="deferred")
+    journal.sync()
+    assert [e.seq for e in read_journal(path)] == [1, 2, 3]
+    journal.append(_event(4), sync="deferred")
+    journal.append(_event(5), sync="deferred")
+    journal.close()
+    assert [e.seq for e in read_journal(path)] == [1, 2, 3, 4, 5]
+
+
 def test_torn_last_line_is_ignored_then_truncated_before_appending(tmp_path: Path) -> None:
     """A crash mid-write leaves a partial last line: readers skip it and the next writer cuts it off."""
     path = tmp_path / "j.jsonl"

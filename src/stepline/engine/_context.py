@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from stepline.executors import MenuOption, RequestKind, StepRequest
 from stepline.model import EventType, Run, RunStep, StepSpec
@@ -12,6 +12,7 @@ from stepline.model import EventType, Run, RunStep, StepSpec
 if TYPE_CHECKING:
     from stepline.engine._runner import Engine
     from stepline.engine._session import Outcome
+    from stepline.store import Durability
 
 __all__ = ["StepContext", "render_variables"]
 
@@ -62,7 +63,7 @@ class StepContext:
         return render_variables(text, self.run.variables)
 
     def emit(self, kind: EventType, data: dict[str, Any] | None = None, *,
-             sync: bool | Literal["background"] = False) -> None:
+             sync: Durability = False) -> None:
         """Journal an event about this step."""
         self.engine.emit(kind, data or {}, step_id=self.spec.id, sync=sync)
 

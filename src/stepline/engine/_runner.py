@@ -15,7 +15,7 @@ import random
 import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from stepline import time
 from stepline.engine._checks import check_step_inputs, check_step_outputs, run_validation_gates
@@ -51,7 +51,7 @@ from stepline.model import (
     WorkflowSpec,
     dump_data,
 )
-from stepline.store import Journal, RunDir, RunLock, RunStore
+from stepline.store import Durability, Journal, RunDir, RunLock, RunStore
 
 __all__ = ["Engine", "EventListener", "StepDriver", "register_driver"]
 
@@ -268,7 +268,7 @@ class Engine:
 
     # -- journal --------------------------------------------------------------------------------------------
     def emit(self, kind: EventType, data: dict[str, Any], *, step_id: str | None = None,
-             sync: bool | Literal["background"] = False) -> Event:
+             sync: Durability = False) -> Event:
         """Append an event to the journal, fold it into the run, and tell the listeners."""
         run, journal = self._run, self._journal
         assert run is not None and journal is not None, "no run is being driven"
@@ -428,8 +428,9 @@ class Engine:
                           step_id=spec.id)
             else:
                 attempt = step.attempts + 1
+                # Deferred: written with the step's next record, or before anything it does outside the process.
                 self.emit(EventType.STEP_STARTED, {"attempt": attempt, "name": spec.name,
-                                                   "inputs": spec.inputs or None}, step_id=spec.id)
+                                                   "inputs": spec.inputs or None}, step_id=spec.id, sync="deferred")
             ctx = StepContext(self, run, spec, step, attempt)
             try:  # seed 004: the step is running (started_at set) when its human gate is enforced
                 if not await self._pass_gate(ctx):  # rejected, and the step says to go on without it

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from stepline.store._files import atomic_write_bytes, atomic_write_json, read_json
 from stepline.store._flusher import datasync
-from stepline.store._journal import Journal, read_journal
+from stepline.store._journal import Durability, Journal, read_journal
 from stepline.store._lock import RunLock, lock_holder
 from stepline.store._rundir import DEFAULT_STORAGE_ROOT, RUN_FILES, RunDir, RunStore, RunSummary, new_run_id
 
 __all__ = [
     "DEFAULT_STORAGE_ROOT",
     "RUN_FILES",
+    "Durability",
     "Journal",
     "RunDir",
     "RunLock",

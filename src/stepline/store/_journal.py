@@ -23,7 +23,10 @@ from stepline.errors import JournalError
 from stepline.model import Event
 from stepline.store._flusher import Flusher, HelperGone, datasync
 
-__all__ = ["Journal", "read_journal"]
+__all__ = ["Durability", "Journal", "read_journal"]
+
+#: How durable an appended record is when :meth:`Journal.append` returns (see :class:`Journal`).
+Durability = bool | Literal["background", "deferred"]
 
 
 def _scan(data: bytes, path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -73,6 +76,9 @@ class Journal:
       fsync of its own — the next one waits for it — and :meth:`sync`, which every effect, snapshot and the
       end of a run goes through, waits for it too: nothing outside the process gets ahead of the journal.
     - ``sync=False``: made durable by whichever fsync comes next.
+    - ``sync="deferred"``: not even written until the next append or sync, which write it first (one write
+      where there would be two). For a record whose loss in a crash loses nothing: a step's start, which
+      anything the step does outside the process is preceded by a sync of.
 
     The file is grown ahead of the records in zero-filled blocks (as a database's write-ahead log is), so a
     record's sync is an ``fdatasync`` of data only: no change of size for the filesystem to journal, which
@@ -96,6 +102,7 @@ class Journal:
         self._requested = 0  # how many the helper was last asked to make durable
         self._background = 0
         self._flusher: Flusher | None = None
+        self._deferred: list[bytes] = []  # records not yet written (sync="deferred")
         self._repair_tail()
 
     def _repair_tail(self) -> None:
@@ -112,19 +119,18 @@ class Journal:
 
     last_seq: int = 0
 
-    def append(self, event: Event, *, sync: bool | Literal["background"] = True, line: bytes | None = None) -> None:
+    def append(self, event: Event, *, sync: Durability = True, line: bytes | None = None) -> None:
         """Append ``event`` as one line (``line``: its JSON bytes, when the caller has them); ``sync`` says how
         durable it is when this returns (see the class)."""
+        data = (line or event.to_bytes()) + b"\n"
+        self.last_seq = event.seq
+        if sync == "deferred":
+            self._deferred.append(data)
+            return
         if sync == "background" and self._flusher is not None:
             self._await_helper(self._requested)  # one background sync at a time: each such record gets its own
-        data = (line or event.to_bytes()) + b"\n"
-        if self._end + len(data) > self._size:
-            self._grow(len(data))
+        self._write(data)
         flusher = self._flusher if sync == "background" else None
-        os.pwrite(self._fd, data, self._end)
-        self._end += len(data)
-        self.last_seq = event.seq
-        self._written += 1
         if flusher is not None:
             self._requested = self._written
             try:
@@ -138,6 +144,19 @@ class Journal:
                 if self._background == self.HELPER_AFTER:
                     self._flusher = Flusher.start(self._fd)
 
+    def _write(self, data: bytes) -> None:
+        """Write ``data`` (one record, after any deferred ones) where the records end."""
+        records = 1
+        if self._deferred:
+            records += len(self._deferred)
+            data = b"".join((*self._deferred, data))
+            self._deferred.clear()
+        if self._end + len(data) > self._size:
+            self._grow(len(data))
+        os.pwrite(self._fd, data, self._end)
+        self._end += len(data)
+        self._written += records
+
     def _grow(self, need: int) -> None:
         """Extend the file with zeros and make its new size durable, so later syncs are data-only."""
         if self._flusher is not None:
@@ -150,6 +169,9 @@ class Journal:
 
     def sync(self) -> None:
         """Make every appended record durable."""
+        if self._deferred:
+            last = self._deferred.pop()
+            self._write(last)
         target = self._written
         if self._durable >= target:
             return
@@ -182,7 +204,7 @@ class Journal:
                 self._flusher.close()
                 self._flusher = None
             if self._size != self._end:
+                # Not synced: the records are, and zeros left after them by a crash are read past and cut off.
                 os.ftruncate(self._fd, self._end)
-                os.fsync(self._fd)
             os.close(self._fd)
             self._fd = -1
