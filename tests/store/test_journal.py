@@ -169,6 +169,64 @@ def test_background_appends_move_their_fsync_to_a_helper_process_that_sync_waits
     assert [e.seq for e in read_journal(path)] == list(range(1, Journal.HELPER_AFTER + 12))
 
 
+def test_the_helper_syncs_once_per_request_even_when_requests_queue_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each background record gets its own fsync: queued requests are not merged into one."""
+    import threading
+
+    from stepline.store import _flusher
+
+    synced: list[int] = []
+    monkeypatch.setattr(_flusher, "datasync", lambda fd: synced.append(fd))
+    req_r, req_w = os.pipe()
+    ack_r, ack_w = os.pipe()
+    for count in (1, 2, 3):  # all three waiting before the helper reads the first
+        os.write(req_w, _flusher._MESSAGE.pack(count))
+    os.close(req_w)
+    helper = threading.Thread(target=_flusher._serve, args=(7, req_r, ack_w))
+    helper.start()
+    helper.join(10)
+    answers = os.read(ack_r, 1024)
+    for end in (req_r, ack_r, ack_w):
+        os.close(end)
+    assert synced == [7, 7, 7]
+    assert [_flusher._MESSAGE.unpack_from(answers, i)[0] for i in range(0, len(answers), 8)] == [1, 2, 3]
+
+
+def test_at_most_depth_background_syncs_wait_in_the_helpers_queue(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer goes on while the helper syncs, but never more than ``DEPTH`` records ahead of it."""
+    from stepline.store import _journal
+
+    class SlowHelper:
+        """Answers a request only when the writer waits for it."""
+
+        def __init__(self) -> None:
+            self.durable = 0
+            self.requested: list[int] = []
+            self.most_unanswered = 0
+
+        def request(self, count: int) -> None:
+            self.requested.append(count)
+            self.most_unanswered = max(self.most_unanswered, sum(c > self.durable for c in self.requested))
+
+        def wait(self, count: int) -> None:
+            self.durable = max(self.durable, count)
+
+        def close(self) -> None:
+            pass
+
+    helper = SlowHelper()
+    monkeypatch.setattr(_journal.Flusher, "start", classmethod(lambda cls, fd: helper))
+    journal = Journal(tmp_path / "j.jsonl")
+    for seq in range(1, Journal.HELPER_AFTER + 20):
+        journal.append(_event(seq), sync="background")
+    assert helper.most_unanswered == Journal.DEPTH
+    journal.sync()
+    assert helper.durable == journal._written == Journal.HELPER_AFTER + 19
+    journal.close()
+
+
 def test_a_failing_fsync_in_the_helper_is_an_error_in_the_writer() -> None:
     """fsync on a pipe fails (EINVAL): the helper reports it rather than pretending the data is durable."""
     from stepline.store._flusher import Flusher

@@ -84,10 +84,10 @@ class Flusher:
 
 def _serve(fd: int, requests: int, answers: int) -> None:
     while True:
-        data = os.read(requests, 8 * 1024)
+        data = os.read(requests, _MESSAGE.size)  # one request, one sync (a pipe never splits 8 bytes)
         if not data:
             return  # the parent closed the pipe, or died
-        count = _MESSAGE.unpack_from(data, len(data) - _MESSAGE.size)[0]  # the latest request covers the rest
+        count = _MESSAGE.unpack(data)[0]
         try:
             datasync(fd)
         except OSError as exc:
