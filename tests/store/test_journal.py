@@ -157,16 +157,37 @@ def test_background_appends_move_their_fsync_to_a_helper_process_that_sync_waits
     it, and it is gone once the journal is closed."""
     path = tmp_path / "j.jsonl"
     journal = Journal(path)
-    for seq in range(1, Journal.HELPER_AFTER + 11):
+    for seq in range(1, Journal.HELPER_AFTER + 1):
         journal.append(_event(seq), sync="background")
     flusher = journal._flusher
     assert flusher is not None
+    deadline = time.monotonic() + 30
+    while not flusher.ready() and time.monotonic() < deadline:  # records are synced in place meanwhile
+        time.sleep(0.01)
+    for seq in range(Journal.HELPER_AFTER + 1, Journal.HELPER_AFTER + 11):
+        journal.append(_event(seq), sync="background")
     journal.sync()
-    assert flusher.durable == journal._written  # the helper answered for every record appended
+    assert flusher.durable == journal._written  # the helper answered for every record appended since
     journal.append(_event(Journal.HELPER_AFTER + 11), sync="background")
     journal.close()
     assert flusher._process.returncode == 0
     assert [e.seq for e in read_journal(path)] == list(range(1, Journal.HELPER_AFTER + 12))
+
+
+def test_a_helper_started_up_front_syncs_the_first_background_append(tmp_path: Path) -> None:
+    """``start_helper`` (a long run of pure steps ahead): no waiting for ``HELPER_AFTER`` appends."""
+    journal = Journal(tmp_path / "j.jsonl")
+    journal.start_helper()
+    flusher = journal._flusher
+    assert flusher is not None
+    deadline = time.monotonic() + 30
+    while not flusher.ready() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    journal.append(_event(1), sync="background")
+    assert journal._requested == 1  # handed to the helper, not synced in place
+    journal.close()
+    assert flusher.durable == 1
+    assert [e.seq for e in read_journal(tmp_path / "j.jsonl")] == [1]
 
 
 def test_the_helper_syncs_once_per_request_even_when_requests_queue_up(
@@ -190,12 +211,13 @@ def test_the_helper_syncs_once_per_request_even_when_requests_queue_up(
     for end in (req_r, ack_r, ack_w):
         os.close(end)
     assert synced == [7, 7, 7]
-    assert [_flusher._MESSAGE.unpack_from(answers, i)[0] for i in range(0, len(answers), 8)] == [1, 2, 3]
+    assert [_flusher._MESSAGE.unpack_from(answers, i)[0] for i in range(0, len(answers), 8)] == [0, 1, 2, 3]
 
 
 def test_at_most_depth_background_syncs_wait_in_the_helpers_queue(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The writer goes on while the helper syncs, but never more than ``DEPTH`` records ahead of it."""
+    """The writer goes on while the helper syncs, but never more than ``DEPTH`` records ahead of it; before the
+    helper says it is ready, records are synced in place."""
     from stepline.store import _journal
 
     class SlowHelper:
@@ -205,6 +227,10 @@ def test_at_most_depth_background_syncs_wait_in_the_helpers_queue(
             self.durable = 0
             self.requested: list[int] = []
             self.most_unanswered = 0
+            self.started = False
+
+        def ready(self) -> bool:
+            return self.started
 
         def request(self, count: int) -> None:
             self.requested.append(count)
@@ -219,11 +245,15 @@ def test_at_most_depth_background_syncs_wait_in_the_helpers_queue(
     helper = SlowHelper()
     monkeypatch.setattr(_journal.Flusher, "start", classmethod(lambda cls, fd: helper))
     journal = Journal(tmp_path / "j.jsonl")
-    for seq in range(1, Journal.HELPER_AFTER + 20):
+    for seq in range(1, Journal.HELPER_AFTER + 5):
+        journal.append(_event(seq), sync="background")
+    assert helper.requested == [] and journal._durable == journal._written  # not ready: synced in place
+    helper.started = True
+    for seq in range(Journal.HELPER_AFTER + 5, Journal.HELPER_AFTER + 25):
         journal.append(_event(seq), sync="background")
     assert helper.most_unanswered == Journal.DEPTH
     journal.sync()
-    assert helper.durable == journal._written == Journal.HELPER_AFTER + 19
+    assert helper.durable == journal._written == Journal.HELPER_AFTER + 24
     journal.close()
 
 

@@ -333,6 +333,9 @@ class Engine:
         run, run_dir = self._run, self._dir
         assert run is not None and run_dir is not None
         try:
+            if self.executor.pure and run.workflow.format not in _self_durable and \
+                    len(run.workflow.steps) >= Journal.HELPER_AFTER:
+                self._journal.start_helper()  # type: ignore[union-attr]  # (opened with the run)
             await self._drive(run)
         finally:
             self._deadlines.close()

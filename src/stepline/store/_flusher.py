@@ -14,9 +14,15 @@ library, so it starts in a few milliseconds.
 from __future__ import annotations
 
 import os
+import select
 import struct
-import subprocess
 import sys
+
+# As a script the helper imports nothing it does not use (subprocess or typing alone take ~20 ms to import,
+# which a run waits out syncing in place); this is what typing.TYPE_CHECKING would say.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
 
 _MESSAGE = struct.Struct("<q")  # a record count, or minus an errno when fsync failed
 
@@ -37,10 +43,13 @@ class Flusher:
     def __init__(self, process: subprocess.Popen[bytes], requests: int, answers: int) -> None:
         self._process, self._req_w, self._ack_r = process, requests, answers
         self.durable = 0  # every record up to this count is on disk
+        self._ready = False
 
     @classmethod
     def start(cls, fd: int) -> Flusher | None:
         """A helper for file descriptor ``fd``; None when no process can be started (fsync stays in place)."""
+        import subprocess
+
         req_r, req_w = os.pipe()
         ack_r, ack_w = os.pipe()
         try:
@@ -55,6 +64,13 @@ class Flusher:
             os.close(req_r)
             os.close(ack_w)
         return cls(process, req_w, ack_r)
+
+    def ready(self) -> bool:
+        """Whether the helper has started and said so (it answers 0 first); never blocks. Until then its
+        writer syncs in place, so the helper's start-up (tens of ms on a busy machine) costs no one a wait."""
+        if not self._ready and select.select([self._ack_r], [], [], 0)[0]:
+            self._ready = True  # its first answer, or the end of the pipe, which wait() reports
+        return self._ready
 
     def request(self, count: int) -> None:
         """Ask for the first ``count`` records (already written) to be made durable."""
@@ -78,11 +94,14 @@ class Flusher:
     def close(self) -> None:
         """Stop the helper (after the last answer it gave)."""
         os.close(self._req_w)
+        if not self.ready():
+            self._process.kill()  # asked for nothing yet: no need to wait for its start-up just to see it go
         self._process.wait()
         os.close(self._ack_r)
 
 
 def _serve(fd: int, requests: int, answers: int) -> None:
+    os.write(answers, _MESSAGE.pack(0))  # ready
     while True:
         data = os.read(requests, _MESSAGE.size)  # one request, one sync (a pipe never splits 8 bytes)
         if not data:

@@ -88,8 +88,9 @@ class Journal:
     crashed run.
     """
 
-    #: Background appends fsync'd in place before the helper process is started (it costs a few ms to start).
-    HELPER_AFTER = 64
+    #: Background appends fsync'd in place before the helper process is started (about a millisecond, then
+    #: its own start-up, during which records go on being synced in place).
+    HELPER_AFTER = 16
     #: Background syncs the helper may have queued. Two, so that the helper finds the next request waiting when
     #: it finishes a sync, instead of the writer and the helper each waking the other once per record (about
     #: 80 µs a record on a VM). Each record still gets its own fsync.
@@ -134,10 +135,12 @@ class Journal:
         if sync == "deferred":
             self._deferred.append(data)
             return
-        if sync == "background" and self._flusher is not None and len(self._in_flight) == self.DEPTH:
+        flusher = self._flusher if sync == "background" else None
+        if flusher is not None and not flusher.ready():
+            flusher = None  # still starting up: sync in place meanwhile
+        if flusher is not None and len(self._in_flight) == self.DEPTH:
             self._await_helper(self._in_flight.popleft())
         self._write(data)
-        flusher = self._flusher if sync == "background" else None
         if flusher is not None:
             self._requested = self._written
             self._in_flight.append(self._written)
@@ -150,7 +153,14 @@ class Journal:
             if sync == "background":
                 self._background += 1
                 if self._background == self.HELPER_AFTER:
-                    self._flusher = Flusher.start(self._fd)
+                    self.start_helper()
+
+    def start_helper(self) -> None:
+        """Start the sync helper now, when the caller knows many background appends are coming (a long run
+        of pure steps): its start-up then overlaps the caller's own. Otherwise it starts by itself after
+        :attr:`HELPER_AFTER` of them."""
+        if self._flusher is None:
+            self._flusher = Flusher.start(self._fd)
 
     def _write(self, data: bytes) -> None:
         """Write ``data`` (one record, after any deferred ones) where the records end."""
