@@ -376,6 +376,22 @@ def test_session_writer_redo_is_idempotent_from_any_partial_state(tmp_path: Path
     assert Completion.from_json(json.loads(json.dumps(completion.to_json()))) == completion
 
 
+@pytest.mark.parametrize("extra", [{}, {"estimate_hours": 1.5, "weight": 1e16}, {"big": 2 ** 70},
+                                   {"note": "caf\u00e9 \u2014 \u2713"}])
+def test_a_completed_task_json_is_written_in_jqs_layout(tmp_path: Path, extra: dict[str, object]) -> None:
+    """The task JSON gets status and history, laid out as jq writes it, whatever numbers and text it holds."""
+    session_dir = _copy(tmp_path, "ccw", "project-active", ".workflow", "active", "WFS-payment-module")
+    path = session_dir / ".task" / "IMPL-2.json"
+    data = {**json.loads(path.read_text(encoding="utf-8")), **extra}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    history = ({"from": "active", "to": "completed", "changed_at": "2026-01-01T00:00:00"},)
+    SessionWriter(session_dir).apply([Completion(task_id="IMPL-2", task_json=".task/IMPL-2.json", history=history,
+                                                 summary_path=".summaries/IMPL-2-summary.md", summary="# IMPL-2\n")])
+    expected = {**data, "status": "completed",
+                "status_history": [*(data.get("status_history") or []), *history]}
+    assert path.read_bytes() == (json.dumps(expected, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
 def test_completions_whose_files_never_got_written_are_redone_when_the_run_resumes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A task's step completes once its intent is durable; its files come later. If writing them fails (or the

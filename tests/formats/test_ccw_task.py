@@ -94,6 +94,16 @@ def test_syntax_error_names_file_and_line(tmp_path: Path) -> None:
         scan_task_file(path)
 
 
+def test_a_task_file_that_is_not_utf8_is_a_clear_error(tmp_path: Path) -> None:
+    """Latin-1 bytes in a task file: one ReaderError naming the file, not a decoding traceback."""
+    path = tmp_path / "IMPL-1.json"
+    path.write_bytes('{"id": "IMPL-1", "title": "caf\u00e9"}'.encode("latin-1"))
+    with pytest.raises(ReaderError, match=r"IMPL-1\.json: task JSON is not UTF-8 text"):
+        scan_task_file(path)
+    with pytest.raises(ReaderError, match="save the file as UTF-8"):
+        read_task_file(path)
+
+
 def test_unknown_status_is_an_error_with_its_line(tmp_path: Path) -> None:
     """An unknown status spelling stops the scan at the line of the status key."""
     path = _write(tmp_path, {"id": "IMPL-1", "title": "t", "status": "someday", "meta": {}, "context": {},

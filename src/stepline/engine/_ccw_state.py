@@ -184,6 +184,17 @@ def _json_bytes(data: Any, *, floats: bool = True) -> bytes:
     return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
+def _has_float(value: Any) -> bool:
+    """Whether parsed JSON holds a float anywhere (then :func:`_json_bytes` leaves it to the standard encoder)."""
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(_has_float(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_has_float(item) for item in value)
+    return False
+
+
 def _line_entry(text: str) -> TodoEntry | None:
     parsed = parse_todo_text(text, Path("TODO_LIST.md")).entries
     return parsed[0] if parsed else None
@@ -203,6 +214,7 @@ class SessionWriter:
         self._index: dict[str, int] = {}
         self._entries: dict[str, TodoEntry] = {}
         self._signature: tuple[int, int] | None = None
+        self._folders: set[Path] = set()  # summary folders known to exist
 
     # -- TODO_LIST.md -----------------------------------------------------------------------------------
     def _todo_lines(self) -> list[str] | None:
@@ -254,16 +266,18 @@ class SessionWriter:
         if completion.task_json is None:
             return None
         path = self.session_dir / completion.task_json
-        floats: list[str] = []
-
-        def parse_float(text: str) -> float:
-            floats.append(text)
-            return float(text)
-
+        raw = path.read_bytes()
         try:
-            data = json.loads(path.read_bytes(), parse_float=parse_float)
-        except json.JSONDecodeError as exc:
-            raise ReaderError(f"task JSON does not parse: {exc.msg}", path=str(path), line=exc.lineno) from exc
+            data = orjson.loads(raw)
+            floats = _has_float(data)
+        except orjson.JSONDecodeError:
+            floats = True  # what orjson refuses but Python reads (NaN), or the error
+        if floats:  # Python's parser: orjson reads an integer beyond 64 bits as a float
+            try:
+                data = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise ReaderError(f"task JSON does not parse: {exc.msg}", path=str(path),
+                                  line=exc.lineno) from exc
         history = data.get("status_history")
         history = list(history) if isinstance(history, list) else []
         added = list(completion.history)
@@ -271,7 +285,7 @@ class SessionWriter:
             return None
         data["status"] = "completed"
         data["status_history"] = history + added
-        return _json_bytes(data, floats=bool(floats))
+        return _json_bytes(data, floats=floats)
 
     # -- all three --------------------------------------------------------------------------------------
     def prepare(self, completions: list[Completion], *, files: bool = True,
@@ -289,7 +303,9 @@ class SessionWriter:
                 summary = self.session_dir / completion.summary_path
                 content = completion.summary.encode("utf-8")
                 if not summary.is_file() or summary.read_bytes() != content:
-                    summary.parent.mkdir(parents=True, exist_ok=True)
+                    if summary.parent not in self._folders:  # made once per run, not stat'ed per task
+                        summary.parent.mkdir(parents=True, exist_ok=True)
+                        self._folders.add(summary.parent)
                     out.append((summary, content))
             ticked = self._todo_update(completions) if todo else None
             if ticked is not None:
