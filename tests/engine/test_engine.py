@@ -295,3 +295,32 @@ def test_redoing_an_interrupted_append_keeps_other_steps_lines(tmp_path: Path) -
     assert log.read_text() == "a\nb\nc\nd-line\n"
     _write_append(log, "eee\n", 13)  # never written before the crash: appended once
     assert log.read_text() == "a\nb\nc\nd-line\neee\n"
+
+
+def _append_intent(seq: int, key: str, path: str, pre_size: int | None, *, recorded: bool) -> list[Any]:
+    from stepline.model import Event
+
+    args = {"path": path, "mode": "append", "section": None}
+    events = [Event(seq=seq, type="CallStarted", run_id="r", time="t", step_id=key.split("/")[0],
+                    data={"key": key, "op": "write_output", "args": {**args, "pre_size": pre_size}})]
+    if recorded:
+        events.append(Event(seq=seq + 1, type="CallRecorded", run_id="r", time="t", step_id=key.split("/")[0],
+                            data={"key": key, "op": "write_output", "args": args, "result": path}))
+    return events
+
+
+def test_resume_cuts_off_an_append_the_crash_tore_before_any_step_appends_again(tmp_path: Path) -> None:
+    """The last append intent of a file without a record tore it: cut back to its size. An earlier
+    unrecorded intent is not the last write to the file, so what follows it is other steps' lines."""
+    from stepline.engine._session import repair_torn_appends
+
+    (tmp_path / "log.txt").write_text("a\nb\nIMPL", encoding="utf-8")  # b's step appended, then c's was torn
+    (tmp_path / "other.txt").write_text("x\ny\n", encoding="utf-8")  # x's intent unrecorded, but y's came after
+    events = [*_append_intent(1, "a/1/0/1", "log.txt", None, recorded=True),
+              *_append_intent(3, "b/1/0/1", "log.txt", 2, recorded=True),
+              *_append_intent(5, "c/1/0/1", "log.txt", 4, recorded=False),
+              *_append_intent(6, "x/1/0/1", "other.txt", 0, recorded=False),
+              *_append_intent(7, "y/1/0/1", "other.txt", 2, recorded=True)]
+    repair_torn_appends(events, tmp_path)
+    assert (tmp_path / "log.txt").read_text(encoding="utf-8") == "a\nb\n"
+    assert (tmp_path / "other.txt").read_text(encoding="utf-8") == "x\ny\n"

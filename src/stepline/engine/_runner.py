@@ -26,7 +26,7 @@ from stepline.engine._flow import Flow, make_schedule
 from stepline.engine._gates import GateBook, gate_reason
 from stepline.engine._human import HumanChannel
 from stepline.engine._retry import retry_delay
-from stepline.engine._session import JournaledSession, Outcome, sha256_file
+from stepline.engine._session import JournaledSession, Outcome, repair_torn_appends, sha256_file
 from stepline.engine._signals import StepBlocked
 from stepline.engine._state import CallLog, apply, stamp
 from stepline.errors import (
@@ -211,6 +211,7 @@ class Engine:
                 self.executor_name = run.executor
                 self.executor_options = {**run.executor_options, **self.executor_options}
                 self._executor = None
+            repair_torn_appends(self._events, self.project_root)
             self._open(run_dir, run)
             self.emit(EventType.WORKFLOW_RESUMED, {"from_status": run.status.value}, sync=True)
             return await self._drive_and_close(lock)
@@ -361,35 +362,68 @@ class Engine:
         specs = {spec.id: spec for spec in workflow.steps}
         dag = workflow.meta.get("scheduling") == "dag"  # a DAG skips a failed step's dependents at any limit
         limit = self.concurrency if dag else 1
-        running: dict[asyncio.Task[StepStatus], str] = {}
-        blocked = failed = False
+        ended: set[StepStatus] = set()
         while not dag:  # sequential: no tasks to juggle, one step at a time in flow order
             ready = flow.take_ready(1)
-            if not ready or failed:
+            if not ready or StepStatus.FAILED in ended:
                 break
             sid = ready[0]
             status = await self._run_step(run, specs.get(sid) or self._dynamic_spec(workflow, sid), driver)
-            blocked |= status == StepStatus.BLOCKED
-            failed |= status == StepStatus.FAILED
+            ended.add(status)
             if status != StepStatus.FAILED:  # later steps of a failed sequence stay pending: resume retries
                 self._skip(run, flow, sid, status)
-        while dag:
-            for sid in flow.take_ready(max(0, limit - len(running))):
-                spec = specs.get(sid) or self._dynamic_spec(workflow, sid)
-                running[asyncio.ensure_future(self._run_step(run, spec, driver))] = sid
-            if not running:
-                break
-            done, _ = await asyncio.wait(list(running), return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                sid = running.pop(task)
-                status = task.result()
-                blocked |= status == StepStatus.BLOCKED
-                failed |= status == StepStatus.FAILED
-                self._skip(run, flow, sid, status)
+        if dag:
+            await self._run_dag(run, flow, specs, driver, limit, ended)
         settle = _settles.get(workflow.format)
         if settle is not None:
             await settle(self, run)
-        self._finish(run, blocked=blocked, failed=failed)
+        self._finish(run, blocked=StepStatus.BLOCKED in ended, failed=StepStatus.FAILED in ended)
+
+    async def _run_dag(self, run: Run, flow: Flow, specs: dict[str, StepSpec], driver: StepDriver, limit: int,
+                       ended: set[StepStatus]) -> None:
+        """Run the flow's steps as they become ready, at most ``limit`` at a time.
+
+        One worker per slot, each taking the next ready step as soon as its own ends: the next step starts
+        in the same turn of the loop as the last one ended, ahead of the background work that ending
+        queued (a task per step, collected with ``asyncio.wait``, started it several turns later). A worker
+        with nothing ready waits for another to end a step; all leave once nothing is ready or running.
+        """
+        running = 0
+        change: asyncio.Future[None] | None = None
+
+        async def worker() -> None:
+            nonlocal running, change
+            while True:
+                ready = flow.take_ready(1)
+                if not ready:
+                    if running == 0:
+                        return
+                    if change is None:
+                        change = asyncio.get_running_loop().create_future()
+                    await asyncio.shield(change)  # another worker ends a step: maybe something is ready
+                    continue
+                sid = ready[0]
+                running += 1
+                try:
+                    status = await self._run_step(run, specs.get(sid) or self._dynamic_spec(run.workflow, sid),
+                                                  driver)
+                finally:
+                    running -= 1
+                ended.add(status)
+                self._skip(run, flow, sid, status)
+                waiting, change = change, None
+                if waiting is not None:
+                    waiting.set_result(None)
+
+        workers = [asyncio.ensure_future(worker()) for _ in range(max(1, limit))]
+        try:
+            done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # a step's driver raised: that ends the run here, as a crash would
+        finally:
+            for task in workers:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
 
     def _skip(self, run: Run, flow: Flow, sid: str, status: StepStatus) -> None:
         """Tell the flow how ``sid`` ended and skip the steps that can never run because it failed."""

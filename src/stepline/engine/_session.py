@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stepline.errors import NondeterminismError, StepFailed, ToolError, UsageError
 from stepline.executors import StepRequest, StepSession, WriteMode
-from stepline.model import EventType
+from stepline.model import Event, EventType
 
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
 
-__all__ = ["JournaledSession", "Outcome", "confine"]
+__all__ = ["JournaledSession", "Outcome", "confine", "repair_torn_appends"]
 
 
 @dataclass(slots=True)
@@ -249,6 +249,34 @@ def _write_append(target: Path, content: str, pre_size: int | None) -> None:
             if size - start < len(data) and data.startswith(found):
                 os.truncate(target, start)
     _fsync_write(target, data, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+
+
+def repair_torn_appends(events: Iterable[Event], project_root: Path) -> None:
+    """Before a resumed run does anything, cut off the append a crash tore, if any.
+
+    An append's intent, with the file's size before it, is synced before the bytes are written, and nothing
+    awaits in between; so the last append intent journaled for a file names the last write to it. If that
+    intent has no record, the bytes past its size are that write's, whole or torn: they are cut off, and the
+    replayed step writes them again. It has to be done before any step runs: in a parallel run another
+    step's append would otherwise land after the torn bytes and glue them to the front of its own line.
+    """
+    last: dict[str, dict[str, Any]] = {}
+    recorded: set[str] = set()
+    for event in events:
+        data = event.data
+        if data.get("op") != "write_output":
+            continue
+        if event.type == EventType.CALL_STARTED.value and data["args"].get("mode") == "append":
+            last[data["args"]["path"]] = data
+        elif event.type == EventType.CALL_RECORDED.value:
+            recorded.add(data["key"])
+    for rel, intent in last.items():
+        if intent["key"] in recorded:
+            continue
+        target = confine(project_root, rel)
+        size = intent["args"].get("pre_size") or 0
+        if target.is_file() and target.stat().st_size > size:
+            os.truncate(target, size)
 
 
 def _write_replace(target: Path, content: str) -> None:
