@@ -183,11 +183,13 @@ def test_a_helper_started_up_front_syncs_the_first_background_append(tmp_path: P
     deadline = time.monotonic() + 30
     while not flusher.ready() and time.monotonic() < deadline:
         time.sleep(0.01)
-    journal.append(_event(1), sync="background")
-    assert journal._requested == 1  # handed to the helper, not synced in place
+    journal.append(_event(1), sync="background")  # the file's first block: its fsync covers the record
+    assert journal._requested == 0 and journal._durable == 1
+    journal.append(_event(2), sync="background")
+    assert journal._requested == 2  # handed to the helper, not synced in place
     journal.close()
-    assert flusher.durable == 1
-    assert [e.seq for e in read_journal(tmp_path / "j.jsonl")] == [1]
+    assert flusher.durable == 2
+    assert [e.seq for e in read_journal(tmp_path / "j.jsonl")] == [1, 2]
 
 
 def test_the_helper_syncs_once_per_request_even_when_requests_queue_up(

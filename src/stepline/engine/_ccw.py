@@ -443,6 +443,9 @@ class _Committer:
                     self.flush_kick = asyncio.get_running_loop().create_future()
                     await asyncio.wait([self.flush_kick], timeout=_FLUSH_SECONDS)
                     self.flush_kick = None
+                while self.settling and (upstream := [task for task in (self.intent_task, self.writer_task)
+                                                      if task is not None]):
+                    await asyncio.wait(upstream)  # the run's last completions: all in one flush
                 written, self.unflushed = self.unflushed, []
                 self.unflushed_count = 0
                 try:
@@ -914,9 +917,9 @@ async def execute_session(engine: Engine, session_dir: Path) -> Run:
     previous = session_run(engine, session.session_dir)
     remove_stale_temp_files(session.session_dir)
     try:
+        mark_session_started(session.session_dir, time.now_iso())
         if previous is not None and previous[1] in (RunStatus.RUNNING, RunStatus.BLOCKED):
             return await engine.resume(previous[0])
-        mark_session_started(session.session_dir, time.now_iso())
         return await engine.start(spec)
     except _Stopped as stopped:
         raise RunStateError(f"session {session.session_id}: its files could not be written ({stopped.cause}); "

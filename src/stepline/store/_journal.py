@@ -141,19 +141,20 @@ class Journal:
         if flusher is not None and len(self._in_flight) == self.DEPTH:
             self._await_helper(self._in_flight.popleft())
         self._write(data)
-        if flusher is not None:
-            self._requested = self._written
-            self._in_flight.append(self._written)
-            try:
-                flusher.request(self._written)
-            except HelperGone:
-                self._lose_helper()
-        elif sync:
-            self.sync()
-            if sync == "background":
-                self._background += 1
-                if self._background == self.HELPER_AFTER:
-                    self.start_helper()
+        if self._durable < self._written:  # else the fsync of a new block covered it
+            if flusher is not None:
+                self._requested = self._written
+                self._in_flight.append(self._written)
+                try:
+                    flusher.request(self._written)
+                except HelperGone:
+                    self._lose_helper()
+            elif sync:
+                self.sync()
+        if sync == "background" and self._flusher is None:
+            self._background += 1
+            if self._background == self.HELPER_AFTER:
+                self.start_helper()
 
     def start_helper(self) -> None:
         """Start the sync helper now, when the caller knows many background appends are coming (a long run
@@ -169,21 +170,23 @@ class Journal:
             records += len(self._deferred)
             data = b"".join((*self._deferred, data))
             self._deferred.clear()
-        if self._end + len(data) > self._size:
+        grow = self._end + len(data) > self._size
+        if grow:
             self._grow(len(data))
         os.pwrite(self._fd, data, self._end)
         self._end += len(data)
         self._written += records
+        if grow:
+            os.fsync(self._fd)  # the size changed: a full fsync, once per block, which covers the records too
+            self._durable = self._written
 
     def _grow(self, need: int) -> None:
-        """Extend the file with zeros and make its new size durable, so later syncs are data-only."""
+        """Extend the file with zeros (the caller fsyncs the new size), so later syncs are data-only."""
         if self._flusher is not None:
             self._await_helper(self._requested)
         grow = max(self.GROW_BY, need)
         os.pwrite(self._fd, bytes(grow), self._size)
-        os.fsync(self._fd)  # the size changed: a full fsync, once per block
         self._size += grow
-        self._durable = self._written
 
     def sync(self) -> None:
         """Make every appended record durable."""
