@@ -109,8 +109,8 @@ def main() -> None:
     print(f"fsync'd append baseline:  {baseline_us:8.1f} µs/step")
     print(f"ratio engine/baseline:    {engine_us / baseline_us:8.2f}x   (target <= 1.5x)")
     print(f"  for reference, fdatasync into a file grown ahead (the journal's way): "
-          f"{statistics.median(preallocated_times) / n * 1e6:.1f} µs/step; the rest of the gap is the engine's "
-          f"own work, overlapped with the sync of the step before")
+          f"{statistics.median(preallocated_times) / n * 1e6:.1f} µs/step; the engine's own work overlaps the "
+          f"syncs, which a helper process makes (one per step, up to two queued)")
     print(f"run directory:            {statistics.median(sizes) / n:8.0f} bytes/step")
     help_s, pass_s = cli_help_seconds(5)
     print(f"stepline --help:          {help_s * 1000:8.0f} ms   "
