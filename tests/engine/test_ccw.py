@@ -504,3 +504,16 @@ def test_legacy_session_completes_and_loses_its_active_marker(tmp_path: Path) ->
     complete_session(session_dir)
     assert not (project / ".workflow" / ".active-WFS-user-auth").exists()
     assert (project / ".workflow" / "archives" / "WFS-user-auth" / "TODO_LIST.md").is_file()
+
+
+def test_a_waiting_dependent_and_the_end_of_the_run_do_not_wait_for_the_intent_batch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Intents are batched until the completions stop coming; a task waiting for a dependency's files, and
+    the run settling, have them made durable at once (here the batch would otherwise wait an hour)."""
+    monkeypatch.setattr("stepline.engine._ccw._INTENT_QUIET", 3600.0)
+    monkeypatch.setattr("stepline.engine._ccw._INTENT_MAX", 3600.0)
+    session_dir = _generated(tmp_path, 8, seed=3, max_deps=2)
+    engine = Engine(project_root=tmp_path, executor=Recorder(), concurrency=4)
+    run = asyncio.run(asyncio.wait_for(execute_session(engine, session_dir), 60))
+    assert run.status.value == "completed"
+    assert all(_agree(session_dir, [f"IMPL-{i}" for i in range(1, 9)]).values())

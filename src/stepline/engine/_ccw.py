@@ -68,6 +68,11 @@ _SEQUENTIAL = frozenset({"sequential", "tdd"})
 #: Written completions are flushed (made durable, then journaled done) when this many wait, after this long,
 #: or when the run settles.
 _FLUSH_COUNT, _FLUSH_SECONDS = 2000, 0.2
+#: Journaled intents are made durable together once none has come for this long (at most _INTENT_MAX after the
+#: first), or at once when a task waits for a dependency's files or the run settles. Completions come in
+#: bursts (the agents of a wave end together); the pipeline's work then runs in the quiet after the burst,
+#: not in the middle of the next one, where it would delay the tasks starting.
+_INTENT_QUIET, _INTENT_MAX = 0.005, 0.05
 #: A batch's task JSONs and summaries are written in pieces of about this many bytes.
 _CHUNK_BYTES = 1 << 20
 _LEAF, _START, _END, _BARRIER = 0, 1, 2, 3
@@ -291,11 +296,14 @@ class _Committer:
         self.tick: asyncio.Future[None] | None = None  # resolved after each written batch
         self.error: BaseException | None = None
         self.intent_task: asyncio.Task[None] | None = None
+        self.intent_kick: asyncio.Future[None] | None = None  # resolved to sync the intents now
+        self.intent_last = 0.0  # loop time of the latest intent
         self.writer_task: asyncio.Task[None] | None = None
         self.flush_task: asyncio.Task[None] | None = None
         self.unflushed_count = 0
         self.flush_kick: asyncio.Future[None] | None = None  # resolved to flush now (settling, or many waiting)
         self.settling = False
+        self.wanted = 0  # tasks waiting for the intents of their dependencies to be durable
         self._seed()
 
     # -- the pipeline ------------------------------------------------------------------------------------
@@ -349,14 +357,24 @@ class _Committer:
             self.engine.emit(EventType.CALL_STARTED, {"key": key, "op": "ccw_complete",
                                                       "args": {"completion": completion.to_json()}}, step_id=step_id)
         self.intents.append(item)
+        self.intent_last = asyncio.get_running_loop().time()
         self.committing[completion.task_id] = item
         if self.intent_task is None:
             self.intent_task = asyncio.ensure_future(self._journal_intents())
 
     async def _journal_intents(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while self.intents and self.error is None:
-                await asyncio.sleep(0)  # the completions of this loop turn share the fsync
+                await asyncio.sleep(0)  # at least the completions of this loop turn share the fsync
+                deadline = loop.time() + _INTENT_MAX
+                while not (self.settling or self.wanted) and self.error is None:
+                    quiet = self.intent_last + _INTENT_QUIET
+                    if quiet >= deadline or loop.time() >= quiet:
+                        break
+                    self.intent_kick = loop.create_future()
+                    await asyncio.wait([self.intent_kick], timeout=quiet - loop.time())
+                    self.intent_kick = None
                 batch, self.intents = self.intents, []
                 try:
                     # One fsync for the batch (and for a redo read back), in a worker thread so the loop goes
@@ -474,6 +492,10 @@ class _Committer:
             if step is not None and step.status == StepStatus.COMPLETED:
                 self.engine.calls.recorded.pop(item.key, None)  # finished: never replayed, no need to keep it
 
+    def _kick_intents(self) -> None:
+        if self.intent_kick is not None and not self.intent_kick.done():
+            self.intent_kick.set_result(None)
+
     def _kick_flush(self) -> None:
         if self.flush_kick is not None and not self.flush_kick.done():
             self.flush_kick.set_result(None)
@@ -506,7 +528,12 @@ class _Committer:
                 wanted = {t for t in task_ids if t in self.pending or t in self.committing}
             if not wanted & self.committing.keys():
                 break
-            await self._tick()  # their intents are not durable yet: no file may be written before
+            self.wanted += 1  # their intents are not durable yet (no file may be written before): now
+            self._kick_intents()
+            try:
+                await self._tick()
+            finally:
+                self.wanted -= 1
         now = [self.unwritten.pop(t) for t in wanted if t in self.unwritten]
         if now:  # not taken by the writer yet: written at once rather than waiting for its next batch
             self._write_now(now)
@@ -524,6 +551,7 @@ class _Committer:
     async def drain(self) -> None:
         """Wait until every completion is written, durable and done; raise what stopped the pipeline."""
         self.settling = True
+        self._kick_intents()
         self._kick_flush()
         while True:
             busy = [task for task in (self.intent_task, self.writer_task, self.flush_task) if task is not None]
