@@ -331,12 +331,12 @@ class Engine:
         lock.release()
 
     async def _drive_and_close(self, lock: RunLock) -> Run:
-        run, run_dir = self._run, self._dir
-        assert run is not None and run_dir is not None
+        run, run_dir, journal = self._run, self._dir, self._journal
+        assert run is not None and run_dir is not None and journal is not None
         try:
             if self.executor.pure and run.workflow.format not in _self_durable and \
                     len(run.workflow.steps) >= Journal.HELPER_AFTER:
-                self._journal.start_helper()  # type: ignore[union-attr]  # (opened with the run)
+                journal.start_helper()  # many background syncs ahead: its start-up overlaps the run's
             await self._drive(run)
         finally:
             self._deadlines.close()
