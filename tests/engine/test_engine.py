@@ -324,3 +324,69 @@ def test_resume_cuts_off_an_append_the_crash_tore_before_any_step_appends_again(
     repair_torn_appends(events, tmp_path)
     assert (tmp_path / "log.txt").read_text(encoding="utf-8") == "a\nb\n"
     assert (tmp_path / "other.txt").read_text(encoding="utf-8") == "x\ny\n"
+
+
+class _ManifestWatcher(Executor):
+    """Notes, at each call, whether the run's manifest exists yet; then waits a little and finishes."""
+
+    name = "manifest-watcher"
+    pure = True
+
+    def __init__(self, store_root: Path) -> None:
+        self.store_root = store_root
+        self.seen: list[bool] = []
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        self.seen.append(any(self.store_root.glob("*/manifest.json")))
+        await asyncio.sleep(0.01)
+        await session.finish(summary="ok")
+
+
+def _watch_journal_writes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The journals written to while their run had no manifest yet (filled in as runs go)."""
+    from stepline.store import Journal
+
+    written_without_manifest: list[Path] = []
+    real_write = Journal._write
+
+    def write(self: Journal, data: bytes) -> None:
+        if not (self.path.parent / "manifest.json").is_file():
+            written_without_manifest.append(self.path)
+        real_write(self, data)
+
+    monkeypatch.setattr(Journal, "_write", write)
+    return written_without_manifest
+
+
+@pytest.mark.parametrize("dag", [False, True])
+def test_a_new_runs_first_steps_start_before_its_manifest_but_nothing_is_journaled_before_it(
+        project: Path, monkeypatch: pytest.MonkeyPatch, dag: bool) -> None:
+    """The first manifest is written once the first steps wait (it costs them no time), and in any case
+    before the first journal bytes reach the file: no record is on disk in a run that could not be loaded."""
+    written_without_manifest = _watch_journal_writes(monkeypatch)
+    steps = [StepSpec(id=f"s{i}", depends_on=[] if dag or i == 0 else [f"s{i - 1}"]) for i in range(6)]
+    workflow = WorkflowSpec(id="w", steps=steps, meta={"scheduling": "dag"} if dag else {})
+    engine = Engine(project_root=project, executor=_ManifestWatcher(project / ".stepline" / "runs"), concurrency=2)
+    watcher = engine.executor
+    assert isinstance(watcher, _ManifestWatcher)
+    run = _run(engine, workflow)
+    assert run.status.value == "completed"
+    assert not written_without_manifest
+    assert watcher.seen[0] is False  # the first step did not wait for the manifest
+    assert watcher.seen[-1] is True  # written while the first steps waited
+    manifest = json.loads((engine.store.root / run.run_id / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["workflow"]["id"] == "w"
+
+
+def test_a_run_that_stops_before_its_first_step_waits_still_leaves_a_loadable_run(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step failing at once (no wait) journals its failure before the deferred manifest's moment: the
+    manifest is written first all the same, and the run loads."""
+    written_without_manifest = _watch_journal_writes(monkeypatch)
+    workflow = WorkflowSpec(id="w", steps=[StepSpec(id="only", retries=RetryPolicy(max=0))])
+    engine = Engine(project_root=project, executor=FlakyExecutor(failures=99))
+    run = _run(engine, workflow)
+    assert run.status.value == "failed"
+    assert not written_without_manifest
+    loaded = engine.load(engine.store.open(run.run_id))
+    assert loaded.status.value == "failed" and loaded.workflow.id == "w"

@@ -145,6 +145,7 @@ class Engine:
         self._run: Run | None = None
         self._dir: RunDir | None = None
         self._journal: Journal | None = None
+        self._manifest_due = False  # a new run's first manifest is not written yet (see start)
         self._gates: GateBook | None = None
         self._artifacts: list[dict[str, Any]] = []
         self._tool_results: list[dict[str, Any]] = []
@@ -188,10 +189,14 @@ class Engine:
         lock = run_dir.lock()
         lock.acquire()
         try:
-            self._snapshot(run_dir, run, steps=False)
             self._open(run_dir, run)
+            # The first manifest and the journal's first sync (together some milliseconds) wait until the
+            # first steps are under way (_start_durably); anything written to the journal before then
+            # writes the manifest first, so no record is on disk in a run that could not be loaded.
+            self._manifest_due = True
             self.emit(EventType.WORKFLOW_STARTED, {"workflow": workflow.id, "format": workflow.format,
-                                                   "mode": self.mode, "executor": self.executor_name}, sync=True)
+                                                   "mode": self.mode, "executor": self.executor_name},
+                      sync="deferred")
             return await self._drive_and_close(lock)
         except BaseException:
             self._close(lock)
@@ -273,6 +278,8 @@ class Engine:
         """Append an event to the journal, fold it into the run, and tell the listeners."""
         run, journal = self._run, self._journal
         assert run is not None and journal is not None, "no run is being driven"
+        if self._manifest_due and sync != "deferred":
+            self._write_first_manifest()
         event = Event(seq=journal.last_seq + 1, type=kind.value, run_id=run.run_id, time=time.now_iso(),
                       step_id=step_id, data=data)
         payload = dump_data(data)  # the envelope is the runtime's own: only the data can carry a secret
@@ -313,8 +320,22 @@ class Engine:
 
     def journal_sync(self) -> None:
         """Make every journaled record durable (before an effect leaves the process)."""
+        if self._manifest_due:
+            self._write_first_manifest()
         if self._journal is not None:
             self._journal.sync()
+
+    def _write_first_manifest(self) -> None:
+        """Write a new run's first manifest (no step records: every step is pending, as the spec says)."""
+        assert self._dir is not None and self._run is not None
+        self._manifest_due = False
+        self._snapshot(self._dir, self._run, steps=False)
+
+    def _start_durably(self) -> None:
+        """Schedule the new run's first manifest and journal sync for when its first steps are under way
+        (each has run until it waits, for its executor, say): they then cost the run no time."""
+        if self._manifest_due:
+            asyncio.get_running_loop().call_soon(self.journal_sync)
 
     def _open(self, run_dir: RunDir, run: Run) -> None:
         self._dir, self._run = run_dir, run
@@ -325,10 +346,14 @@ class Engine:
         self._random = random.Random(int(hashlib.sha256(run.run_id.encode()).hexdigest()[:8], 16))
 
     def _close(self, lock: RunLock) -> None:
-        if self._journal is not None:
-            self._journal.close()
-            self._journal = None
-        lock.release()
+        try:
+            if self._manifest_due:  # a run that stopped before its first step waited
+                self._write_first_manifest()
+        finally:
+            if self._journal is not None:
+                self._journal.close()
+                self._journal = None
+            lock.release()
 
     async def _drive_and_close(self, lock: RunLock) -> Run:
         run, run_dir, journal = self._run, self._dir, self._journal
@@ -363,6 +388,8 @@ class Engine:
         dag = workflow.meta.get("scheduling") == "dag"  # a DAG skips a failed step's dependents at any limit
         limit = self.concurrency if dag else 1
         ended: set[StepStatus] = set()
+        if not dag:
+            self._start_durably()  # runs once the first step waits
         while not dag:  # sequential: no tasks to juggle, one step at a time in flow order
             ready = flow.take_ready(1)
             if not ready or StepStatus.FAILED in ended:
@@ -416,6 +443,7 @@ class Engine:
                     waiting.set_result(None)
 
         workers = [asyncio.ensure_future(worker()) for _ in range(max(1, limit))]
+        self._start_durably()  # runs after each worker's first step has run until it waits
         try:
             done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
