@@ -517,3 +517,87 @@ def test_a_waiting_dependent_and_the_end_of_the_run_do_not_wait_for_the_intent_b
     run = asyncio.run(asyncio.wait_for(execute_session(engine, session_dir), 60))
     assert run.status.value == "completed"
     assert all(_agree(session_dir, [f"IMPL-{i}" for i in range(1, 9)]).values())
+
+
+class _WaitsForFirst(Executor):
+    """IMPL-1 finishes at once; IMPL-2 finishes only once IMPL-1's task JSON on disk says completed."""
+
+    name = "waits-for-first"
+    pure = True
+
+    def __init__(self, session_dir: Path) -> None:
+        self.task_json = session_dir / ".task" / "IMPL-1.json"
+        self.saw_first_written = False
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        if request.step_id != "IMPL-1":
+            for _ in range(2000):  # at most 20 s, when the feature is broken; a few ms when it works
+                if json.loads(self.task_json.read_text(encoding="utf-8"))["status"] == "completed":
+                    self.saw_first_written = True
+                    break
+                await asyncio.sleep(0.01)
+        await session.finish(summary="done")
+
+
+def test_once_no_task_is_left_to_start_a_completion_is_written_without_waiting_for_quiet(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Intents wait for a quiet moment while tasks are starting (here: an hour). Once a slot finds no task
+    to start, the run's last tasks are running and nothing is starting to delay: a completion is made
+    durable and its files written at once, while the other tasks still run, not when the run settles."""
+    monkeypatch.setattr("stepline.engine._ccw._INTENT_QUIET", 3600.0)
+    monkeypatch.setattr("stepline.engine._ccw._INTENT_MAX", 3600.0)
+    session_dir = _generated(tmp_path, 2, seed=1, max_deps=0)
+    executor = _WaitsForFirst(session_dir)
+    run = _run(tmp_path, session_dir, executor, concurrency=2)
+    assert run.status.value == "completed"
+    assert executor.saw_first_written
+    assert all(_agree(session_dir, ["IMPL-1", "IMPL-2"]).values())
+
+
+def test_write_files_renames_spare_files_made_ahead_and_discard_leaves_none(tmp_path: Path) -> None:
+    """A replacement writes into a spare temp file made ahead and renames it (no file is created then);
+    discarding deletes the unused ones and stops any further filling."""
+    from stepline.engine._ccw_state import SpareFiles, write_files
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "a.json").write_text("old", encoding="utf-8")
+    spares = SpareFiles({folder: 3, tmp_path / "missing": 2})
+    spares.fill()
+    made = {path.stat().st_ino for path in folder.glob(".stepline-spare-*.tmp")}
+    assert len(made) == 3 and not (tmp_path / "missing").exists()
+    write_files([(folder / "a.json", b"new"), (folder / "b.md", b"text")], durable=False, spares=spares)
+    assert (folder / "a.json").read_bytes() == b"new" and (folder / "b.md").read_bytes() == b"text"
+    assert {(folder / "a.json").stat().st_ino, (folder / "b.md").stat().st_ino} < made
+    assert len(list(folder.glob("*.tmp"))) == 1
+    spares.fill()
+    assert len(list(folder.glob("*.tmp"))) == 3
+    spares.discard()
+    spares.fill()
+    assert not list(folder.glob("*.tmp"))
+
+
+def test_a_run_writes_its_completions_through_spare_files_and_leaves_none_behind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's writer uses the spare files it keeps ready in .task/, .summaries/ and the session folder,
+    and deletes those left over when it settles; a crashed process's spares go at the next execute."""
+    from stepline.engine._ccw_state import SpareFiles
+
+    session_dir = _generated(tmp_path, 12, seed=2, max_deps=1)
+    stale = session_dir / ".task" / ".stepline-spare-7.999999999.tmp"  # no such process
+    stale.write_bytes(b"")
+    used: list[Path] = []
+    real_take = SpareFiles.take
+
+    def take(self: SpareFiles, folder: Path) -> Path | None:
+        spare = real_take(self, folder)
+        if spare is not None:
+            used.append(folder)
+        return spare
+
+    monkeypatch.setattr(SpareFiles, "take", take)
+    run = _run(tmp_path, session_dir, Recorder(delay=0.02), concurrency=3)
+    assert run.status.value == "completed"
+    assert {folder.name for folder in used} >= {".task", ".summaries"}
+    assert not [path for path in session_dir.rglob("*.tmp")]
+    assert all(_agree(session_dir, [f"IMPL-{i}" for i in range(1, 13)]).values())

@@ -43,6 +43,7 @@ from stepline.engine._ccw_prompt import TaskView, build_task_prompt, render_cont
 from stepline.engine._ccw_state import (
     Completion,
     SessionWriter,
+    SpareFiles,
     archive_session,
     flush_files,
     mark_session_started,
@@ -70,9 +71,9 @@ _T = TypeVar("_T")
 #: or when the run settles.
 _FLUSH_COUNT, _FLUSH_SECONDS = 2000, 0.2
 #: Journaled intents are made durable together once none has come for this long (at most _INTENT_MAX after the
-#: first), or at once when a task waits for a dependency's files or the run settles. Completions come in
-#: bursts (the agents of a wave end together); the pipeline's work then runs in the quiet after the burst,
-#: not in the middle of the next one, where it would delay the tasks starting.
+#: first), or at once when a task waits for a dependency's files, a slot has no task to start, or the run
+#: settles. Completions come in bursts (the agents of a wave end together); the pipeline's work then runs in
+#: the quiet after the burst, not in the middle of the next one, where it would delay the tasks starting.
 _INTENT_QUIET, _INTENT_MAX = 0.005, 0.05
 #: A batch's task JSONs and summaries are written in pieces of about this many bytes.
 _CHUNK_BYTES = 1 << 20
@@ -257,9 +258,13 @@ class _Committer:
        task of the new process goes on, whether or not their steps were journaled as completed
        (:func:`settle` makes the committer even when no task is left to run).
     2. **Files**, in the background: the task JSONs and summaries of the intents made durable since the last
-       batch, each replaced atomically (temp file + rename), not yet fsynced. Completions that arrive while
-       a batch is written form the next one. A task that needs a dependency's files that no batch has taken
-       yet writes them itself, at once (:meth:`visible`).
+       batch, each replaced atomically (temp file + rename), not yet fsynced. The temp files are made ahead
+       (:class:`SpareFiles`, in a worker thread while the agents run): creating a file is the costly part.
+       Completions that arrive while a batch is written form the next one. A task that needs a dependency's
+       files that no batch has taken yet writes them itself, at once (:meth:`visible`). Once a slot finds
+       no task to start (:func:`slot_idle`), nothing is starting that the pipeline could delay: intents are
+       then made durable at once instead of after the quiet, so the run's last completions are written as
+       they come rather than all after its last agent.
     3. **Flush**, every ``_FLUSH_SECONDS`` or ``_FLUSH_COUNT`` completions and when the run settles:
        TODO_LIST.md is rewritten once for all the completions written since the last flush (it is O(tasks)
        to rewrite, so never per task or per batch), everything is made durable with one :func:`flush_files`
@@ -285,7 +290,13 @@ class _Committer:
 
         self.engine = engine
         self.run = run
-        self.writer = SessionWriter(Path(run.workflow.meta["paths"]["session_dir"]))
+        paths = run.workflow.meta["paths"]
+        self.writer = SessionWriter(Path(paths["session_dir"]))
+        # Enough for the completions of every slot at once, and for TODO_LIST.md.
+        self.spares = self.writer.spares = SpareFiles({Path(paths["task_dir"]): engine.concurrency,
+                                                       Path(paths["summaries_dir"]): engine.concurrency,
+                                                       Path(paths["session_dir"]): 1})
+        self.spare_task: asyncio.Future[None] | None = None
         self.journal_path = RunDir(engine.store.root / run.run_id).journal_path
         self.sequential = run.workflow.meta.get("execution_model") in (*_SEQUENTIAL, "phased")
         self.intents: list[_Pending] = []  # journaled, for the next fsync
@@ -305,7 +316,9 @@ class _Committer:
         self.flush_kick: asyncio.Future[None] | None = None  # resolved to flush now (settling, or many waiting)
         self.settling = False
         self.wanted = 0  # tasks waiting for the intents of their dependencies to be durable
+        self.hurried = False  # a slot had no task to start: the next intents are made durable at once
         self._seed()
+        self._refill()
 
     # -- the pipeline ------------------------------------------------------------------------------------
     def _seed(self) -> None:
@@ -369,7 +382,7 @@ class _Committer:
             while self.intents and self.error is None:
                 await asyncio.sleep(0)  # at least the completions of this loop turn share the fsync
                 deadline = loop.time() + _INTENT_MAX
-                while not (self.settling or self.wanted) and self.error is None:
+                while not (self.settling or self.wanted or self.hurried) and self.error is None:
                     quiet = self.intent_last + _INTENT_QUIET
                     if quiet >= deadline or loop.time() >= quiet:
                         break
@@ -377,6 +390,7 @@ class _Committer:
                     await asyncio.wait([self.intent_kick], timeout=quiet - loop.time())
                     self.intent_kick = None
                 batch, self.intents = self.intents, []
+                self.hurried = False
                 try:
                     # One fsync for the batch (and for a redo read back), in a worker thread so the loop goes
                     # on. It syncs the journal file through a descriptor of its own: that makes every record
@@ -431,6 +445,7 @@ class _Committer:
                     self.writing = set()
                 self._wake()
                 self._written(batch, paths)
+                self._refill()
         finally:
             self.writer_task = None
 
@@ -501,6 +516,31 @@ class _Committer:
             return call(*args)
         return await asyncio.to_thread(call, *args)
 
+    def _refill(self) -> None:
+        """Make spare temp files for the next completions, in a worker thread (not once the run settles: no
+        completion is left to use them)."""
+        if self.spare_task is None and not self.settling and self.error is None:
+            self.spare_task = asyncio.ensure_future(asyncio.to_thread(self.spares.fill))
+            self.spare_task.add_done_callback(self._refilled)
+
+    def discard_spares(self) -> None:
+        """Delete the spare temp files not used (the run has settled, or stopped)."""
+        self.spares.discard()
+
+    def _refilled(self, task: asyncio.Future[None]) -> None:
+        self.spare_task = None
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            self._fail(error)
+
+    def hurry(self) -> None:
+        """Make the intents journaled so far durable now, not after the quiet: no task is starting to delay
+        (a slot found none ready), and the run's last completions then reach the disk as they come rather
+        than all at the end."""
+        if self.intents:
+            self.hurried = True
+            self._kick_intents()
+
     def _kick_intents(self) -> None:
         if self.intent_kick is not None and not self.intent_kick.done():
             self.intent_kick.set_result(None)
@@ -567,6 +607,7 @@ class _Committer:
             if not busy:
                 break
             await asyncio.wait(busy)
+        self.discard_spares()
         if self.error is not None:
             raise _Stopped(self.error)
 
@@ -608,6 +649,11 @@ def _committer(engine: Engine, run: Run) -> _Committer:
         cached = _Committer(engine, run)
         engine._ccw_committer = cached  # type: ignore[attr-defined]
     return cached
+
+
+def slot_idle(engine: Engine, run: Run) -> None:
+    """The engine's hook when a slot finds no task to start: the pending intents need not wait."""
+    _committer(engine, run).hurry()
 
 
 async def settle(engine: Engine, run: Run) -> None:
@@ -881,7 +927,7 @@ def _manual_intervention(ctx: StepContext, number: int, name: str, failure: str)
     raise StepBlocked(f"waiting for approval of gate {gate_id} ({reason})", gate_id)
 
 
-register_driver("ccw", run_ccw_task, CcwFlow, settle=settle, completion_durable=True)
+register_driver("ccw", run_ccw_task, CcwFlow, settle=settle, slot_idle=slot_idle, completion_durable=True)
 
 
 # --- a session as a whole ------------------------------------------------------------------------------
@@ -962,6 +1008,10 @@ async def execute_session(engine: Engine, session_dir: Path) -> Run:
         raise RunStateError(f"session {session.session_id}: its files could not be written ({stopped.cause}); "
                             "the run stopped", hint="fix the cause and execute the session again: the run "
                             "resumes and finishes the completions it had journaled") from stopped.cause
+    finally:
+        committer: _Committer | None = getattr(engine, "_ccw_committer", None)
+        if committer is not None:
+            committer.discard_spares()  # a run that stopped before it settled
 
 
 def complete_session(session_dir: Path) -> dict[str, Any]:

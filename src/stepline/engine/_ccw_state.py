@@ -21,9 +21,12 @@ text; re-applying it to the old or the new file gives the same bytes.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
+import threading
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,7 @@ from stepline.formats._ccw_todo import TodoEntry, parse_todo_text, render_todo_l
 __all__ = [
     "Completion",
     "SessionWriter",
+    "SpareFiles",
     "archive_session",
     "flush_files",
     "mark_session_started",
@@ -74,15 +78,69 @@ class Completion:
                    summary_path=raw["summary_path"], summary=raw["summary"])
 
 
-def write_files(files: list[tuple[Path, bytes]], *, durable: bool = True) -> None:
+class SpareFiles:
+    """Empty temp files made ahead, per folder, for :func:`write_files` to write into and rename.
+
+    Creating a file (a new inode) can cost a few hundred µs on a VM's disk, ten times a rename, and every
+    completion creates two: its task JSON's temp file and its summary's. Made ahead in a worker thread while
+    the agents run (:meth:`fill`), they are there when the completions come, so the run's last completions,
+    written after its last agent has finished, do not pay for them. Named like every temp file of this
+    process (``.<name>.<pid>.tmp``), so those a crash leaves are removed by :func:`remove_stale_temp_files`.
+    """
+
+    def __init__(self, counts: dict[Path, int]) -> None:
+        self.counts = counts  # how many to keep ready, by folder
+        self._free: dict[Path, deque[Path]] = {folder: deque() for folder in counts}  # deque: thread-safe
+        self._numbers = itertools.count()
+        self._lock = threading.Lock()  # fill runs in a worker thread; discard may come while it does
+        self._discarded = False
+
+    def take(self, folder: Path) -> Path | None:
+        """An empty temp file in ``folder``, or None when there is none ready (the caller creates one)."""
+        free = self._free.get(folder)
+        try:
+            return free.popleft() if free is not None else None
+        except IndexError:
+            return None
+
+    def fill(self) -> None:
+        """Top every existing folder up to its count (system calls: for a worker thread). A folder where no
+        file can be made gets none: the write that needed it reports why."""
+        pid = os.getpid()
+        for folder, free in self._free.items():
+            try:
+                while len(free) < self.counts[folder] and folder.is_dir():
+                    with self._lock:
+                        if self._discarded:
+                            return
+                        path = folder / f".stepline-spare-{next(self._numbers)}.{pid}.tmp"
+                        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+                        free.append(path)
+            except OSError:
+                continue
+
+    def discard(self) -> None:
+        """Delete the spare files not used, and make no more."""
+        with self._lock:
+            self._discarded = True
+            for free in self._free.values():
+                while free:
+                    free.popleft().unlink(missing_ok=True)
+
+
+def write_files(files: list[tuple[Path, bytes]], *, durable: bool = True, spares: SpareFiles | None = None) -> None:
     """Replace each file with its bytes: all temp files written first, then renamed, so a crash leaves every
     file either old or new. With ``durable`` the temp files are fsynced before the renames and the folders
     after them, so a finished call is durable; without it the caller makes the files durable later
-    (:func:`flush_files`) before anything that depends on them is journaled."""
+    (:func:`flush_files`) before anything that depends on them is journaled. ``spares``: temp files made
+    ahead, used where there is one."""
     temps: list[tuple[Path, Path]] = []
+    renamed = 0
     try:
         for target, data in files:
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            tmp = spares.take(target.parent) if spares is not None else None
+            if tmp is None:
+                tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             temps.append((tmp, target))
             try:
@@ -95,8 +153,9 @@ def write_files(files: list[tuple[Path, bytes]], *, durable: bool = True) -> Non
                 os.close(fd)
         for tmp, target in temps:
             os.replace(tmp, target)
+            renamed += 1
     finally:
-        for tmp, _ in temps:
+        for tmp, _ in temps[renamed:]:  # an error stopped the batch: no temp file is left behind
             tmp.unlink(missing_ok=True)
     if durable:
         for folder in dict.fromkeys(target.parent for target, _ in files):
@@ -215,6 +274,7 @@ class SessionWriter:
         self._entries: dict[str, TodoEntry] = {}
         self._signature: tuple[int, int] | None = None
         self._folders: set[Path] = set()  # summary folders known to exist
+        self.spares: SpareFiles | None = None  # temp files made ahead, for put
 
     # -- TODO_LIST.md -----------------------------------------------------------------------------------
     def _todo_lines(self) -> list[str] | None:
@@ -319,7 +379,7 @@ class SessionWriter:
         """Replace the files :meth:`prepare` returned, each atomically but not yet durably (:func:`flush_files`
         does that); return their paths. Pure system calls, for a worker thread."""
         try:
-            write_files(files, durable=False)
+            write_files(files, durable=False, spares=self.spares)
         except BaseException:
             self._lines = None
             raise
