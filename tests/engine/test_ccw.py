@@ -184,6 +184,20 @@ def test_phased_model_puts_a_barrier_after_each_phase(tmp_path: Path) -> None:
                    for overlap in executor.overlaps)
 
 
+def test_phases_that_contradict_the_dependencies_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    """IMPL-1 (phase 1) depending on IMPL-5 (phase 3) can never run: a load-time error, no file touched."""
+    session_dir = _copy(tmp_path, "ccw_run", "WFS-phased")
+    task = session_dir / ".task" / "IMPL-1.json"
+    data = json.loads(task.read_text(encoding="utf-8"))
+    data["context"]["depends_on"] = ["IMPL-5"]
+    task.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    before = _tree(session_dir)
+    executor = Recorder()
+    with pytest.raises(ReaderError, match=r"phases contradict the dependencies"):
+        _run(tmp_path, session_dir, executor)
+    assert not executor.started and _tree(session_dir) == before
+
+
 def test_failed_task_skips_its_dependents_and_the_rest_completes(tmp_path: Path) -> None:
     """IMPL-1 fails: its dependents (also through a subtask, its container and the container's dependent)
     are skipped and stay unticked; independent tasks still complete."""

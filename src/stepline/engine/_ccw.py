@@ -948,7 +948,8 @@ def prepare_session(session_dir: Path) -> tuple[CcwSession, WorkflowSpec]:
                               path=str(session.session_dir / name),
                               hint="re-run CCW's /workflow:plan, or `stepline ccw check` for every problem")
     spec = session.to_workflow_spec()
-    plan_workflow_waves(spec)
+    if spec.meta.get("execution_model") == "phased" and spec.meta.get("phases"):
+        plan_workflow_waves(spec)  # the one check the reader has not made: phases against dependencies
     spec.meta["scheduling"] = "dag"
     return session, spec
 

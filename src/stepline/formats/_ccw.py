@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,9 +229,14 @@ class CcwSession:
 
 def _scan_tasks(task_dir: Path) -> dict[str, TaskRef]:
     refs: dict[str, TaskRef] = {}
-    if not task_dir.is_dir():
+    try:
+        # scandir, not glob: the same names (``*.json``, no dotfiles) at a fraction of the cost per file.
+        with os.scandir(task_dir) as entries:
+            names = [entry.name for entry in entries if entry.name.endswith(".json") and entry.name[0] != "."]
+    except (FileNotFoundError, NotADirectoryError):
         return refs
-    for path in sorted(task_dir.glob("*.json"), key=lambda p: natural_key(p.name)):
+    for name in sorted(names, key=natural_key):
+        path = task_dir / name
         ref = scan_task_file(path)
         if ref.id in refs:
             raise ReaderError(f"task id {ref.id} is also used by {refs[ref.id].path}", path=str(path),

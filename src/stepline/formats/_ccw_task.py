@@ -15,6 +15,7 @@ it is about to run.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -62,12 +63,17 @@ _AGENT_BY_TYPE = {
 DEFAULT_AGENT = "@code-developer"
 
 
+_SEPARATORS = re.compile(r"[\s-]+")
+
+
 def normalize_status(value: object) -> TaskStatus | None:
     """Return the canonical spelling of a task status (``active`` → ``in_progress``), None when unknown."""
     if not isinstance(value, str):
         return None
-    key = re.sub(r"[\s-]+", "_", value.strip().lower())
-    return _STATUS_SPELLINGS.get(key)
+    known = _STATUS_SPELLINGS.get(value)  # nearly always spelled as is: no normalising needed
+    if known is not None:
+        return known
+    return _STATUS_SPELLINGS.get(_SEPARATORS.sub("_", value.strip().lower()))
 
 
 def infer_agent(agent: str | None, task_type: str | None) -> str:
@@ -217,15 +223,28 @@ def ref_from_data(data: Mapping[str, Any], path: Path, text: str | bytes) -> Tas
     )
 
 
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, by system calls alone: every task file is read at each load, and io's file objects
+    double the cost of reading a small one."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def scan_task_file(path: Path) -> TaskRef:
     """Read one task file for the session index: keep the scheduling fields, drop everything else."""
-    text = path.read_bytes()  # bytes: orjson needs no str, and decoding is half the cost of a small read
+    text = _read_bytes(path)  # bytes: orjson needs no str, and decoding is half the cost of a small read
     return ref_from_data(parse_task_text(text, path), path, text)
 
 
 def read_task_file(path: Path) -> CcwTask:
     """Read and validate a whole task JSON (when its task is about to run)."""
-    text = path.read_bytes()
+    text = _read_bytes(path)
     data = parse_task_text(text, path)
     problems = validate_task_data(data, text)
     if problems:
