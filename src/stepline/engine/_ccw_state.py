@@ -21,6 +21,7 @@ text; re-applying it to the old or the new file gives the same bytes.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import os
@@ -91,6 +92,7 @@ class SpareFiles:
     def __init__(self, counts: dict[Path, int]) -> None:
         self.counts = counts  # how many to keep ready, by folder
         self._free: dict[Path, deque[Path]] = {folder: deque() for folder in counts}  # deque: thread-safe
+        self._used: dict[Path, deque[Path]] = {folder: deque() for folder in counts}  # holding old files
         self._numbers = itertools.count()
         self._lock = threading.Lock()  # fill runs in a worker thread; discard may come while it does
         self._discarded = False
@@ -103,12 +105,31 @@ class SpareFiles:
         except IndexError:
             return None
 
+    def recycle(self, path: Path) -> None:
+        """Take back a temp file that an exchange left holding a replaced file, to empty and reuse."""
+        used = self._used.get(path.parent)
+        if used is None:
+            path.unlink(missing_ok=True)
+        else:
+            used.append(path)
+
     def fill(self) -> None:
-        """Top every existing folder up to its count (system calls: for a worker thread). A folder where no
-        file can be made gets none: the write that needed it reports why."""
+        """Top every existing folder up to its count, emptying recycled files first (system calls: for a
+        worker thread). A folder where no file can be made gets none: the write that needed it says why."""
         pid = os.getpid()
         for folder, free in self._free.items():
+            used = self._used[folder]
             try:
+                while used:
+                    with self._lock:
+                        if self._discarded:
+                            return
+                        path = used.popleft()
+                        if len(free) < self.counts[folder]:
+                            os.truncate(path, 0)  # frees the old file's blocks, here rather than in a rename
+                            free.append(path)
+                        else:
+                            path.unlink(missing_ok=True)
                 while len(free) < self.counts[folder] and folder.is_dir():
                     with self._lock:
                         if self._discarded:
@@ -123,9 +144,9 @@ class SpareFiles:
         """Delete the spare files not used, and make no more."""
         with self._lock:
             self._discarded = True
-            for free in self._free.values():
-                while free:
-                    free.popleft().unlink(missing_ok=True)
+            for files in (*self._free.values(), *self._used.values()):
+                while files:
+                    files.popleft().unlink(missing_ok=True)
 
 
 def write_files(files: list[tuple[Path, bytes]], *, durable: bool = True, spares: SpareFiles | None = None) -> None:
@@ -152,7 +173,10 @@ def write_files(files: list[tuple[Path, bytes]], *, durable: bool = True, spares
             finally:
                 os.close(fd)
         for tmp, target in temps:
-            os.replace(tmp, target)
+            if spares is not None and _exchange(tmp, target):
+                spares.recycle(tmp)  # now holding the old file: emptied in the background for reuse
+            else:
+                os.replace(tmp, target)
             renamed += 1
     finally:
         for tmp, _ in temps[renamed:]:  # an error stopped the batch: no temp file is left behind
@@ -170,25 +194,45 @@ def _fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-_syncfs: Any = None
+_libc_functions: dict[str, Any] = {}
 
 
-def _load_syncfs() -> Any:
-    global _syncfs
-    if _syncfs is None:
-        _syncfs = False
+def _libc(name: str, signature: str) -> Any:
+    """The C library's function ``name`` (Linux, through ctypes), or None where there is none; ``signature``
+    spells its argument types: ``i`` int, ``I`` unsigned int, ``s`` a path as bytes."""
+    if name not in _libc_functions:
+        function = None
         if sys.platform.startswith("linux"):
             import ctypes
 
             try:
-                function = ctypes.CDLL(None, use_errno=True).syncfs
+                function = getattr(ctypes.CDLL(None, use_errno=True), name)
             except (OSError, AttributeError):
-                pass
+                function = None
             else:
-                function.argtypes = [ctypes.c_int]
+                kinds = {"i": ctypes.c_int, "I": ctypes.c_uint, "s": ctypes.c_char_p}
+                function.argtypes = [kinds[code] for code in signature]
                 function.restype = ctypes.c_int
-                _syncfs = function
-    return _syncfs
+        _libc_functions[name] = function
+    return _libc_functions[name]
+
+
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+
+
+def _exchange(tmp: Path, target: Path) -> bool:
+    """Swap ``tmp`` and ``target`` in one atomic step (``renameat2`` with ``RENAME_EXCHANGE``): the target
+    gets the new file, and ``tmp`` the old one, whose blocks are not freed now (freeing them is most of what
+    a replacing rename costs on some disks). False where that cannot be done (no such call or a file system
+    without it, or no target yet): the caller renames as usual."""
+    renameat2 = _libc("renameat2", "isisI")
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(target), _RENAME_EXCHANGE) == 0:
+        return True
+    if _errno() in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        _libc_functions["renameat2"] = None  # not here: plain renames from now on
+    return False
 
 
 def flush_files(files: list[Path]) -> None:
@@ -201,7 +245,7 @@ def flush_files(files: list[Path]) -> None:
     if not files:
         return
     folders = list(dict.fromkeys(path.parent for path in files))
-    syncfs = _load_syncfs()
+    syncfs = _libc("syncfs", "i")
     if not syncfs:
         for path in files:
             _fsync_path(path)
