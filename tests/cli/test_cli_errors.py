@@ -141,6 +141,22 @@ def test_run_status_show_export_list(project: Path, finished_run: str, capsys: p
     assert exported["run"]["run_id"] == finished_run and len(exported["events"]) == len(types)
 
 
+def test_export_rebuilds_the_timeline_a_power_cut_may_have_left_empty(
+        project: Path, finished_run: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """timeline.json is written without fsync (it is derived): readers rebuild it, so an empty one (what a
+    power cut can leave on some file systems) does not break an export."""
+    import json
+
+    run_dir = next((project / ".stepline" / "runs").glob(f"{finished_run}"))
+    (run_dir / "timeline.json").write_bytes(b"")
+    assert run_cli(["show", finished_run, "-C", str(project), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    out = project / "export.json"
+    assert run_cli(["export", finished_run, "-C", str(project), "-o", str(out)]) == 0
+    exported = json.loads(out.read_text())
+    assert exported["timeline"]["events"] == shown["events"] and shown["events"]
+
+
 def test_loading_the_cli_imports_nothing_heavy() -> None:
     """`stepline --help` stays fast because registering the commands imports no engine, SDK or asyncio."""
     code = ("import sys; from stepline.interfaces.cli import _commands; "

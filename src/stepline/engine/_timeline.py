@@ -66,5 +66,9 @@ def build_timeline(run_dir: RunDir, events: Iterable[Event] | None = None) -> di
 
 
 def write_timeline(run_dir: RunDir, events: Iterable[Event] | None = None) -> None:
-    """Rebuild and write ``timeline.json`` atomically."""
-    run_dir.write("timeline.json", build_timeline(run_dir, events), compact=True)
+    """Rebuild and write ``timeline.json`` atomically.
+
+    Not synced: it is derived from the journal and the other documents, and whoever reads a run's timeline
+    (``stepline show``, ``export``) rebuilds it from them; its two fsyncs were a seventh of a short run's end.
+    """
+    run_dir.write("timeline.json", build_timeline(run_dir, events), compact=True, durable=False)

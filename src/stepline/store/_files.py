@@ -13,8 +13,12 @@ from stepline.errors import JournalError
 __all__ = ["atomic_write_bytes", "atomic_write_json", "read_json"]
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file, never a mix."""
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file, never a mix.
+
+    ``durable=False`` skips the two fsyncs (the file's and its folder's), for a file derived from others and
+    rebuilt from them: a power cut may then lose the new version, or on some file systems leave it empty.
+    """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -22,10 +26,13 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -33,10 +40,11 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
-def atomic_write_json(path: Path, value: Any, *, indent: bool = True) -> None:
-    """Write ``value`` as JSON atomically, indented by two spaces unless ``indent`` is false (large documents)."""
+def atomic_write_json(path: Path, value: Any, *, indent: bool = True, durable: bool = True) -> None:
+    """Write ``value`` as JSON atomically, indented by two spaces unless ``indent`` is false (large documents);
+    ``durable`` as for :func:`atomic_write_bytes`."""
     option = orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE | (orjson.OPT_INDENT_2 if indent else 0)
-    atomic_write_bytes(path, orjson.dumps(value, default=str, option=option))
+    atomic_write_bytes(path, orjson.dumps(value, default=str, option=option), durable=durable)
 
 
 def read_json(path: Path, default: Any = None) -> Any:

@@ -84,9 +84,10 @@ class RunDir:
         """Read one of the run's JSON documents."""
         return read_json(self.path / name, default)
 
-    def write(self, name: str, value: Any, *, compact: bool = False) -> None:
-        """Write one of the run's JSON documents atomically (the caller holds the lock)."""
-        atomic_write_json(self.path / name, value, indent=not compact)
+    def write(self, name: str, value: Any, *, compact: bool = False, durable: bool = True) -> None:
+        """Write one of the run's JSON documents atomically (the caller holds the lock); ``durable=False``
+        only for a document derived from the others (see :func:`atomic_write_bytes`)."""
+        atomic_write_json(self.path / name, value, indent=not compact, durable=durable)
 
     def write_text(self, name: str, text: str) -> None:
         """Write an already-serialised document atomically (a pydantic ``model_dump_json``, say)."""

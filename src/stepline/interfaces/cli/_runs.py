@@ -303,6 +303,7 @@ def export(
     import json
     from dataclasses import asdict
 
+    from stepline.engine import build_timeline
     from stepline.store import RUN_FILES
 
     found = load_run(project_root, config, run_id)
@@ -310,8 +311,9 @@ def export(
     document: dict[str, Any] = {"run": found.model_dump(mode="json"),
                                 "events": [asdict(event) for event in run_dir.events()]}
     for name in RUN_FILES:
-        if name != "manifest.json":
+        if name not in ("manifest.json", "timeline.json"):
             document[name.removesuffix(".json")] = run_dir.read(name, None)
+    document["timeline"] = build_timeline(run_dir)  # derived: rebuilt, never read from a maybe stale file
     text = json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n"
     if output is None:
         print(text, end="")
