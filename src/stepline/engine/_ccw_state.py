@@ -475,10 +475,15 @@ def mark_session_started(session_dir: Path, now: str) -> None:
 def remove_stale_temp_files(session_dir: Path) -> None:
     """Delete temp files a killed writer left (``.<name>.<pid>.tmp`` of a process that no longer exists)."""
     for folder in (session_dir, session_dir / ".task", session_dir / ".summaries"):
-        for tmp in folder.glob(".*.tmp") if folder.is_dir() else ():
-            pid = tmp.name.rsplit(".", 2)[-2]
+        try:
+            with os.scandir(folder) as entries:  # not glob: this runs at every execute, on big folders too
+                names = [entry.name for entry in entries if entry.name[0] == "." and entry.name.endswith(".tmp")]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for name in names:
+            pid = name.rsplit(".", 2)[-2]
             if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-                tmp.unlink(missing_ok=True)
+                (folder / name).unlink(missing_ok=True)
 
 
 def _alive(pid: int) -> bool:
