@@ -597,6 +597,30 @@ def test_write_files_renames_spare_files_made_ahead_and_discard_leaves_none(tmp_
     assert not list(folder.glob("*.tmp"))
 
 
+def test_replacing_a_linked_file_through_spares_leaves_its_other_names_intact(tmp_path: Path) -> None:
+    """A file with a second hard link, or a symlink, is replaced as a rename replaces it: the link's other
+    name keeps the old content (the swapped-out file is never emptied through another name)."""
+    from stepline.engine._ccw_state import SpareFiles, write_files
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "hard.json").write_text("old hard", encoding="utf-8")
+    (tmp_path / "other-name.json").hardlink_to(folder / "hard.json")
+    (tmp_path / "real.json").write_text("old real", encoding="utf-8")
+    (folder / "soft.json").symlink_to(tmp_path / "real.json")
+    spares = SpareFiles({folder: 2})
+    spares.fill()
+    write_files([(folder / "hard.json", b"new hard"), (folder / "soft.json", b"new soft")], durable=False,
+                spares=spares)
+    spares.fill()
+    assert (folder / "hard.json").read_bytes() == b"new hard" and (folder / "soft.json").read_bytes() == b"new soft"
+    assert not (folder / "soft.json").is_symlink()
+    assert (tmp_path / "other-name.json").read_text(encoding="utf-8") == "old hard"
+    assert (tmp_path / "real.json").read_text(encoding="utf-8") == "old real"
+    spares.discard()
+    assert not list(folder.glob("*.tmp"))
+
+
 def test_a_run_writes_its_completions_through_spare_files_and_leaves_none_behind(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The run's writer uses the spare files it keeps ready in .task/, .summaries/ and the session folder,

@@ -25,6 +25,7 @@ import errno
 import itertools
 import json
 import os
+import stat
 import sys
 import threading
 from collections import deque
@@ -125,8 +126,7 @@ class SpareFiles:
                         if self._discarded:
                             return
                         path = used.popleft()
-                        if len(free) < self.counts[folder]:
-                            os.truncate(path, 0)  # frees the old file's blocks, here rather than in a rename
+                        if len(free) < self.counts[folder] and _empty(path):
                             free.append(path)
                         else:
                             path.unlink(missing_ok=True)
@@ -147,6 +147,23 @@ class SpareFiles:
             for files in (*self._free.values(), *self._used.values()):
                 while files:
                     files.popleft().unlink(missing_ok=True)
+
+
+def _empty(path: Path) -> bool:
+    """Empty a swapped-out file for reuse (freeing its blocks, here rather than in a rename); False when it is
+    not a plain file with this one name, which is then left alone."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            return False
+        os.ftruncate(fd, 0)
+        return True
+    finally:
+        os.close(fd)
 
 
 def write_files(files: list[tuple[Path, bytes]], *, durable: bool = True, spares: SpareFiles | None = None) -> None:
@@ -228,6 +245,12 @@ def _exchange(tmp: Path, target: Path) -> bool:
     renameat2 = _libc("renameat2", "isisI")
     if renameat2 is None:
         return False
+    try:
+        info = os.lstat(target)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        return False  # a link, a folder, or a file with other names: what a plain rename does to it instead
     if renameat2(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(target), _RENAME_EXCHANGE) == 0:
         return True
     if _errno() in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
