@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -642,6 +643,9 @@ def test_a_run_writes_its_completions_through_spare_files_and_leaves_none_behind
     monkeypatch.setattr(SpareFiles, "take", take)
     run = _run(tmp_path, session_dir, Recorder(delay=0.02), concurrency=3)
     assert run.status.value == "completed"
+    for thread in [t for t in threading.enumerate() if t.name.startswith("stepline-ccw")]:
+        thread.join(timeout=10)  # the pipeline's pool is let go when the run settles: its threads end
+        assert not thread.is_alive()
     assert {folder.name for folder in used} >= {".task", ".summaries"}
     assert not [path for path in session_dir.rglob("*.tmp")]
     assert all(_agree(session_dir, [f"IMPL-{i}" for i in range(1, 13)]).values())

@@ -32,6 +32,7 @@ import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -297,6 +298,9 @@ class _Committer:
                                                        Path(paths["summaries_dir"]): engine.concurrency,
                                                        Path(paths["session_dir"]): 1})
         self.spare_task: asyncio.Future[None] | None = None
+        # The pipeline's system calls run in a pool of its own, let go when the run settles: the loop's
+        # default pool would grow to six threads, and closing the loop joins them one by one (about 1 ms).
+        self.pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="stepline-ccw")
         self.journal_path = RunDir(engine.store.root / run.run_id).journal_path
         self.sequential = run.workflow.meta.get("execution_model") in (*_SEQUENTIAL, "phased")
         self.intents: list[_Pending] = []  # journaled, for the next fsync
@@ -514,18 +518,20 @@ class _Committer:
         wake-up that costs a few hundred µs on a VM)."""
         if self.settling:
             return call(*args)
-        return await asyncio.to_thread(call, *args)
+        return await asyncio.get_running_loop().run_in_executor(self.pool, call, *args)
 
     def _refill(self) -> None:
         """Make spare temp files for the next completions, in a worker thread (not once the run settles: no
         completion is left to use them)."""
         if self.spare_task is None and not self.settling and self.error is None:
-            self.spare_task = asyncio.ensure_future(asyncio.to_thread(self.spares.fill))
+            self.spare_task = asyncio.get_running_loop().run_in_executor(self.pool, self.spares.fill)
             self.spare_task.add_done_callback(self._refilled)
 
-    def discard_spares(self) -> None:
-        """Delete the spare temp files not used (the run has settled, or stopped)."""
+    def close(self) -> None:
+        """Delete the spare temp files not used and let the pool's threads go (the run has settled, or
+        stopped); its threads end by themselves, nobody waits for them."""
         self.spares.discard()
+        self.pool.shutdown(wait=False)
 
     def _refilled(self, task: asyncio.Future[None]) -> None:
         self.spare_task = None
@@ -607,7 +613,7 @@ class _Committer:
             if not busy:
                 break
             await asyncio.wait(busy)
-        self.discard_spares()
+        self.close()
         if self.error is not None:
             raise _Stopped(self.error)
 
@@ -1012,7 +1018,7 @@ async def execute_session(engine: Engine, session_dir: Path) -> Run:
     finally:
         committer: _Committer | None = getattr(engine, "_ccw_committer", None)
         if committer is not None:
-            committer.discard_spares()  # a run that stopped before it settled
+            committer.close()  # a run that stopped before it settled
 
 
 def complete_session(session_dir: Path) -> dict[str, Any]:
