@@ -86,8 +86,11 @@ class SpareFiles:
     Creating a file (a new inode) can cost a few hundred µs on a VM's disk, ten times a rename, and every
     completion creates two: its task JSON's temp file and its summary's. Made ahead in a worker thread while
     the agents run (:meth:`fill`), they are there when the completions come, so the run's last completions,
-    written after its last agent has finished, do not pay for them. Named like every temp file of this
-    process (``.<name>.<pid>.tmp``), so those a crash leaves are removed by :func:`remove_stale_temp_files`.
+    written after its last agent has finished, do not pay for them. A replacement swaps its temp file into
+    place (:func:`_exchange`), which leaves the replaced version under the temp name: it comes back through
+    :meth:`recycle`, and the next fill empties it and keeps it as a spare. Named like every temp file of
+    this process (``.<name>.<pid>.tmp``), so those a crash leaves are removed by
+    :func:`remove_stale_temp_files`.
     """
 
     def __init__(self, counts: dict[Path, int]) -> None:
@@ -141,12 +144,16 @@ class SpareFiles:
                 continue
 
     def discard(self) -> None:
-        """Delete the spare files not used, and make no more."""
+        """Delete the spare files not used, and make no more. Best effort: the run's work is done, and a
+        file that cannot be deleted is left for :func:`remove_stale_temp_files` at the next execute."""
         with self._lock:
             self._discarded = True
             for files in (*self._free.values(), *self._used.values()):
                 while files:
-                    files.popleft().unlink(missing_ok=True)
+                    try:
+                        files.popleft().unlink(missing_ok=True)
+                    except OSError:
+                        continue
 
 
 def _empty(path: Path) -> bool:
