@@ -390,3 +390,20 @@ def test_a_run_that_stops_before_its_first_step_waits_still_leaves_a_loadable_ru
     assert not written_without_manifest
     loaded = engine.load(engine.store.open(run.run_id))
     assert loaded.status.value == "failed" and loaded.workflow.id == "w"
+
+
+def test_the_manifest_is_the_runs_whole_dump_redacted_with_the_spec_scanned_once(project: Path) -> None:
+    """The manifest is written from the spec's text and the rest's, the spec redacted once per run: the
+    bytes are still those of the whole run dumped and redacted, and a secret in the spec never lands."""
+    from stepline.guardrails import redact
+
+    secret = "sk-proj-" + "a1b2c3d4e5f6g7h8i9j0"
+    workflow = WorkflowSpec(id="w", variables={"who": "ada"},
+                            steps=[StepSpec(id="a", body=f"call with api_key = {secret}"), StepSpec(id="b")])
+    engine = Engine(project_root=project, executor=FlakyExecutor(failures=0))
+    run = _run(engine, workflow)
+    assert run.status.value == "completed"
+    text = (engine.store.root / run.run_id / "manifest.json").read_text(encoding="utf-8")
+    assert text == redact(run.model_dump_json(indent=2, exclude_defaults=True))
+    assert secret not in text and "[REDACTED:openai]" in text
+    assert json.loads(text)["workflow"]["steps"][0]["id"] == "a"

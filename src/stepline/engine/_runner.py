@@ -146,6 +146,7 @@ class Engine:
         self.store = RunStore(self.project_root / self.config.runtime.storage_root)
         self._redact = self.config.guardrails.redact_secrets
         self._variables_view: tuple[Any, dict[str, Any]] = (None, {})
+        self._redacted_spec = ("", "")  # (a workflow spec's text, the same redacted): see _manifest_text
         self._scanner = self.config.guardrails.scanner()
         # Per-run state, set by _open.
         self.calls = CallLog()
@@ -309,8 +310,24 @@ class Engine:
         step records (``steps=False``): every step is pending, as the spec says. Redaction works on the
         serialised text: one pass, and its replacements never break the JSON.
         """
-        text = run.model_dump_json(indent=2, exclude_defaults=True, exclude=None if steps else {"steps"})
-        run_dir.write_text("manifest.json", self._scanner.redact(text) if self._redact else text)
+        run_dir.write_text("manifest.json", self._manifest_text(run, steps=steps))
+
+    def _manifest_text(self, run: Run, *, steps: bool) -> str:
+        """The manifest's text: the same bytes as ``run.model_dump_json(indent=2, exclude_defaults=True)``,
+        redacted. The workflow spec, most of the text and the same in every snapshot of a run, is serialised
+        on its own and redacted only when its text differs from the last one redacted (a 100-task spec's scan
+        was a millisecond of each run's end), then put back where the whole dump has it: after ``run_id``."""
+        spec = run.workflow.model_dump_json(indent=2, exclude_defaults=True)
+        rest = run.model_dump_json(indent=2, exclude_defaults=True,
+                                   exclude={"workflow"} if steps else {"workflow", "steps"})
+        if self._redact:
+            if self._redacted_spec[0] != spec:
+                self._redacted_spec = (spec, self._scanner.redact(spec))
+            spec = self._redacted_spec[1]
+            rest = self._scanner.redact(rest)
+        nested = spec.replace("\n", "\n  ")  # one level deeper (JSON strings hold no raw newline)
+        after_run_id = rest.index("\n", 2) + 1  # rest is '{\n  "run_id": "…",\n  "status": …'
+        return f'{rest[:after_run_id]}  "workflow": {nested},\n{rest[after_run_id:]}'
 
     def redacted_variables(self) -> dict[str, Any]:
         """The run's variables as executors may see them (secrets redacted), recomputed only when they change."""
