@@ -527,17 +527,17 @@ class _Committer:
             self.spare_task = asyncio.get_running_loop().run_in_executor(self.pool, self.spares.fill)
             self.spare_task.add_done_callback(self._refilled)
 
-    def close(self) -> None:
-        """Delete the spare temp files not used and let the pool's threads go (the run has settled, or
-        stopped); its threads end by themselves, nobody waits for them."""
-        self.spares.discard()
-        self.pool.shutdown(wait=False)
-
     def _refilled(self, task: asyncio.Future[None]) -> None:
         self.spare_task = None
         error = None if task.cancelled() else task.exception()
         if error is not None:
             self._fail(error)
+
+    def close(self) -> None:
+        """Delete the spare temp files not used and let the pool's threads go (the run has settled, or
+        stopped); its threads end by themselves, nobody waits for them."""
+        self.spares.discard()
+        self.pool.shutdown(wait=False)
 
     def hurry(self) -> None:
         """Make the intents journaled so far durable now, not after the quiet: no task is starting to delay
