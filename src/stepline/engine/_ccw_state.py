@@ -37,6 +37,7 @@ import orjson
 
 from stepline.errors import ReaderError, RunStateError
 from stepline.formats._ccw_todo import TodoEntry, parse_todo_text, render_todo_line_completed, summary_href_for
+from stepline.store import fsync_path
 
 __all__ = [
     "Completion",
@@ -207,15 +208,7 @@ def write_files(files: list[tuple[Path, bytes]], *, durable: bool = True, spares
             tmp.unlink(missing_ok=True)
     if durable:
         for folder in dict.fromkeys(target.parent for target, _ in files):
-            _fsync_path(folder)
-
-
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+            fsync_path(folder)
 
 
 _libc_functions: dict[str, Any] = {}
@@ -278,9 +271,9 @@ def flush_files(files: list[Path]) -> None:
     syncfs = _libc("syncfs", "i")
     if not syncfs:
         for path in files:
-            _fsync_path(path)
+            fsync_path(path)
         for folder in folders:
-            _fsync_path(folder)
+            fsync_path(folder)
         return
     devices: dict[int, Path] = {}
     for folder in folders:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stepline.store._files import atomic_write_bytes, atomic_write_json, read_json
+from stepline.store._files import atomic_write_bytes, atomic_write_json, fsync_path, read_json
 from stepline.store._flusher import datasync
 from stepline.store._journal import Durability, Journal, read_journal
 from stepline.store._lock import RunLock, lock_holder
@@ -20,6 +20,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "datasync",
+    "fsync_path",
     "lock_holder",
     "new_run_id",
     "read_journal",

@@ -31,13 +31,17 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    if not durable:
-        return
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    if durable:
+        fsync_path(path.parent)
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or a folder by its path (a folder: so that the names in it are durable)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
+        os.fsync(fd)
     finally:
-        os.close(dir_fd)
+        os.close(fd)
 
 
 def atomic_write_json(path: Path, value: Any, *, indent: bool = True, durable: bool = True) -> None:
