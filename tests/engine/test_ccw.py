@@ -649,3 +649,36 @@ def test_a_run_writes_its_completions_through_spare_files_and_leaves_none_behind
     assert {folder.name for folder in used} >= {".task", ".summaries"}
     assert not [path for path in session_dir.rglob("*.tmp")]
     assert all(_agree(session_dir, [f"IMPL-{i}" for i in range(1, 13)]).values())
+
+
+def test_the_final_manifest_is_the_whole_run_dumped_once_the_spec_text_is_reused(tmp_path: Path) -> None:
+    """The spec's manifest text is made once per run (at the first manifest) and reused at the end: the bytes
+    are still those of the whole run, steps done, dumped and redacted."""
+    from stepline.guardrails import redact
+
+    project = _copy(tmp_path, "ccw", "project-active")
+    engine = Engine(project_root=project, executor=Recorder(), concurrency=4)
+    run = asyncio.run(execute_session(engine, project / ".workflow" / "active" / "WFS-auth-system"))
+    assert run.status.value == "completed"
+    text = (engine.store.root / run.run_id / "manifest.json").read_text(encoding="utf-8")
+    assert text == redact(run.model_dump_json(indent=2, exclude_defaults=True))
+    assert json.loads(text)["steps"]["IMPL-4"]["status"] == "completed"
+
+
+def test_the_writer_reuses_the_index_parse_of_todo_list_but_not_after_a_hand_edit(tmp_path: Path) -> None:
+    """The writer takes TODO_LIST.md's lines from the parse the session index made; a hand edit after the
+    index read the file is kept when the writer ticks a box (it re-reads the new version)."""
+    from stepline.formats._ccw import read_ccw_session
+
+    project = _copy(tmp_path, "ccw", "project-active")
+    session_dir = project / ".workflow" / "active" / "WFS-auth-system"
+    read_ccw_session(session_dir)  # the index's read, as execute makes before the run
+    todo = session_dir / "TODO_LIST.md"
+    todo.write_text(todo.read_text(encoding="utf-8") + "\nA note added by hand.\n", encoding="utf-8")
+    history = ({"from": "pending", "to": "in_progress", "changed_at": "2026-01-01T00:00:00+00:00"},
+               {"from": "in_progress", "to": "completed", "changed_at": "2026-01-01T00:01:00+00:00"})
+    SessionWriter(session_dir).apply([Completion(task_id="IMPL-2", task_json=".task/IMPL-2.json", history=history,
+                                                 summary_path=".summaries/IMPL-2-summary.md", summary="done\n")])
+    text = todo.read_text(encoding="utf-8")
+    assert text.endswith("\nA note added by hand.\n")
+    assert "- [x] **IMPL-2**" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -316,3 +317,15 @@ def test_hybrid_workflow_runs_as_micro_file(tmp_path: Path) -> None:
     assert run.status.value == "completed" and run.steps["step-01-start"].status.value == "completed"
     assert run.variables["user_name"] == "Ada"
     assert any("Say hello." in r.content for r in recorder.requests)
+
+
+def test_the_final_manifest_holds_the_step_the_flow_added(project: Path) -> None:
+    """The flow puts the initialisation step into the spec as it is built; the manifest's spec text, made once
+    per run after that, is still the whole run dumped (redacted) at the end."""
+    from stepline.guardrails import redact
+
+    engine, run = start(project, "menus")
+    assert run.status.value == "completed"
+    text = (engine.store.root / run.run_id / "manifest.json").read_text(encoding="utf-8")
+    assert text == redact(run.model_dump_json(indent=2, exclude_defaults=True))
+    assert microfile.INIT_STEP in [step["id"] for step in json.loads(text)["workflow"]["steps"]]

@@ -10,6 +10,7 @@ from stepline.errors import ReaderError
 from stepline.formats._ccw_todo import (
     mark_todo_completed,
     parse_todo_text,
+    read_todo_file,
     read_todo_list,
     render_todo_line_completed,
 )
@@ -108,3 +109,26 @@ def test_line_without_links_gets_an_arrow_link() -> None:
     """A bare task line gets ``→ [✅](…)`` so it keeps the TODO_LIST link shape."""
     text = "- [ ] **IMPL-1**: bare\n"
     assert mark_todo_completed(text, "IMPL-1") == "- [x] **IMPL-1**: bare → [✅](./.summaries/IMPL-1-summary.md)\n"
+
+
+def test_a_version_read_before_is_not_parsed_again_and_an_edit_is(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session index and the run's writer read the same TODO_LIST.md: the second read of an unchanged
+    file reuses the parse; any edit (here one of the same size, in place) is a new version, parsed anew."""
+    import stepline.formats._ccw_todo as todo_module
+
+    path = tmp_path / "TODO_LIST.md"
+    path.write_text("- [ ] **IMPL-1**: One\n- [ ] **IMPL-2**: Two\n", encoding="utf-8")
+    parses: list[str] = []
+    real = todo_module.parse_todo_text
+    monkeypatch.setattr(todo_module, "parse_todo_text", lambda text, p: parses.append(text) or real(text, p))
+    first = read_todo_file(path)
+    assert read_todo_file(path)[1] is first[1] and len(parses) == 1
+    import os
+
+    stat = path.stat()
+    with open(path, "r+", encoding="utf-8") as file:
+        file.write("- [x]")  # same size, same inode: only the mtime tells
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    text, todo, _ = read_todo_file(path)
+    assert len(parses) == 2 and todo.by_id["IMPL-1"].state == "completed" and text.startswith("- [x]")

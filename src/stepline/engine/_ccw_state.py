@@ -36,7 +36,14 @@ from typing import Any
 import orjson
 
 from stepline.errors import ReaderError, RunStateError
-from stepline.formats._ccw_todo import TodoEntry, parse_todo_text, render_todo_line_completed, summary_href_for
+from stepline.formats._ccw_todo import (
+    TodoEntry,
+    parse_todo_text,
+    read_todo_file,
+    render_todo_line_completed,
+    summary_href_for,
+)
+from stepline.formats._files import FileVersion, file_version, read_file
 from stepline.store import fsync_path
 
 __all__ = [
@@ -311,13 +318,19 @@ def _json_bytes(data: Any, *, floats: bool = True) -> bytes:
 
 
 def _has_float(value: Any) -> bool:
-    """Whether parsed JSON holds a float anywhere (then :func:`_json_bytes` leaves it to the standard encoder)."""
-    if isinstance(value, float):
-        return True
-    if isinstance(value, dict):
-        return any(_has_float(item) for item in value.values())
-    if isinstance(value, list):
-        return any(_has_float(item) for item in value)
+    """Whether parsed JSON holds a float anywhere (then :func:`_json_bytes` leaves it to the standard encoder).
+    A loop over exact types, not recursion: parsers make plain dicts, lists and floats, and this runs for
+    every completion."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is float:
+            return True
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
     return False
 
 
@@ -329,7 +342,7 @@ def _line_entry(text: str) -> TodoEntry | None:
 class SessionWriter:
     """Applies completions to one session folder; keeps TODO_LIST.md's lines in memory between batches.
 
-    The cached lines are re-read whenever the file's size or mtime is not what this writer left, so a
+    The cached lines are re-read whenever the file (inode, size, mtime) is not what this writer left, so a
     hand edit during a run is picked up rather than overwritten.
     """
 
@@ -339,23 +352,27 @@ class SessionWriter:
         self._lines: list[str] | None = None
         self._index: dict[str, int] = {}
         self._entries: dict[str, TodoEntry] = {}
-        self._signature: tuple[int, int] | None = None
+        self._version: FileVersion | None = None  # of the TODO_LIST.md the lines are
         self._folders: set[Path] = set()  # summary folders known to exist
         self.spares: SpareFiles | None = None  # temp files made ahead, for put
 
     # -- TODO_LIST.md -----------------------------------------------------------------------------------
     def _todo_lines(self) -> list[str] | None:
         try:
-            stat = self.todo_path.stat()
+            version = file_version(os.stat(self.todo_path))
         except FileNotFoundError:
             self._lines = None
             return None
-        if self._lines is None or self._signature != (stat.st_size, stat.st_mtime_ns):
-            text = self.todo_path.read_text(encoding="utf-8")
+        if self._lines is None or self._version != version:
+            try:
+                text, todo, version = read_todo_file(self.todo_path)  # parsed already when the index read it
+            except FileNotFoundError:
+                self._lines = None
+                return None
             self._lines = text.splitlines(keepends=True)
-            self._entries = {entry.task_id: entry for entry in parse_todo_text(text, self.todo_path).entries}
+            self._entries = todo.by_id
             self._index = {task_id: entry.line - 1 for task_id, entry in self._entries.items()}
-            self._signature = (stat.st_size, stat.st_mtime_ns)
+            self._version = version
         return self._lines
 
     def ticked_line(self, task_id: str) -> str | None:
@@ -393,7 +410,7 @@ class SessionWriter:
         if completion.task_json is None:
             return None
         path = self.session_dir / completion.task_json
-        raw = path.read_bytes()
+        raw = read_file(path)[0]
         try:
             data = orjson.loads(raw)
             floats = _has_float(data)
@@ -451,8 +468,7 @@ class SessionWriter:
             self._lines = None
             raise
         if any(path == self.todo_path for path, _ in files):
-            stat = self.todo_path.stat()
-            self._signature = (stat.st_size, stat.st_mtime_ns)
+            self._version = file_version(os.stat(self.todo_path))
         return [path for path, _ in files]
 
     def write(self, completions: list[Completion]) -> list[Path]:

@@ -146,7 +146,7 @@ class Engine:
         self.store = RunStore(self.project_root / self.config.runtime.storage_root)
         self._redact = self.config.guardrails.redact_secrets
         self._variables_view: tuple[Any, dict[str, Any]] = (None, {})
-        self._redacted_spec = ("", "")  # (a workflow spec's text, the same redacted): see _manifest_text
+        self._spec_text: tuple[WorkflowSpec | None, str | None] = (None, None)  # see _manifest_text
         self._scanner = self.config.guardrails.scanner()
         # Per-run state, set by _open.
         self.calls = CallLog()
@@ -314,16 +314,21 @@ class Engine:
 
     def _manifest_text(self, run: Run, *, steps: bool) -> str:
         """The manifest's text: the same bytes as ``run.model_dump_json(indent=2, exclude_defaults=True)``,
-        redacted. The workflow spec, most of the text and the same in every snapshot of a run, is serialised
-        on its own and redacted only when its text differs from the last one redacted (a 100-task spec's scan
-        was a millisecond of each run's end), then put back where the whole dump has it: after ``run_id``."""
-        spec = run.workflow.model_dump_json(indent=2, exclude_defaults=True)
+        redacted. The workflow spec, most of the text, is serialised and redacted on its own, then put back
+        where the whole dump has it: after ``run_id``. Once the run's flow is built the spec no longer
+        changes (:meth:`_drive`), so its text is made once per run: dumping and scanning a 100-task spec
+        were two milliseconds of each run's end."""
+        fixed, spec_text = self._spec_text
+        if fixed is not run.workflow or spec_text is None:
+            spec_text = run.workflow.model_dump_json(indent=2, exclude_defaults=True)
+            if self._redact:
+                spec_text = self._scanner.redact(spec_text)
+            if fixed is run.workflow:
+                self._spec_text = (fixed, spec_text)
+        spec = spec_text
         rest = run.model_dump_json(indent=2, exclude_defaults=True,
                                    exclude={"workflow"} if steps else {"workflow", "steps"})
         if self._redact:
-            if self._redacted_spec[0] != spec:
-                self._redacted_spec = (spec, self._scanner.redact(spec))
-            spec = self._redacted_spec[1]
             rest = self._scanner.redact(rest)
         nested = spec.replace("\n", "\n  ")  # one level deeper (JSON strings hold no raw newline)
         after_run_id = rest.index("\n", 2) + 1  # rest is '{\n  "run_id": "…",\n  "status": …'
@@ -405,6 +410,7 @@ class Engine:
         workflow = run.workflow
         flow_factory = _flows.get(workflow.format)
         flow: Flow = flow_factory(workflow, run) if flow_factory else make_schedule(workflow, run)
+        self._spec_text = (workflow, None)  # a flow may add steps as it is built (micro-file), never after
         driver = _drivers.get(workflow.format)
         if driver is None:
             raise RunStateError(f"no engine support for workflow format {workflow.format!r}")

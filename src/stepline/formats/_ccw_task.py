@@ -15,7 +15,6 @@ it is about to run.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any, Literal
 import orjson
 
 from stepline.errors import ReaderError
+from stepline.formats._files import read_file
 
 TaskStatus = Literal["pending", "in_progress", "completed", "blocked", "container", "failed", "skipped"]
 TaskSchema = Literal["six-field", "flat"]
@@ -223,28 +223,15 @@ def ref_from_data(data: Mapping[str, Any], path: Path, text: str | bytes) -> Tas
     )
 
 
-def _read_bytes(path: Path) -> bytes:
-    """The file's bytes, by system calls alone: every task file is read at each load, and io's file objects
-    double the cost of reading a small one."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks)
-
-
 def scan_task_file(path: Path) -> TaskRef:
     """Read one task file for the session index: keep the scheduling fields, drop everything else."""
-    text = _read_bytes(path)  # bytes: orjson needs no str, and decoding is half the cost of a small read
+    text = read_file(path)[0]  # bytes: orjson needs no str, and decoding is half the cost of a small read
     return ref_from_data(parse_task_text(text, path), path, text)
 
 
 def read_task_file(path: Path) -> CcwTask:
     """Read and validate a whole task JSON (when its task is about to run)."""
-    text = _read_bytes(path)
+    text = read_file(path)[0]
     data = parse_task_text(text, path)
     problems = validate_task_data(data, text)
     if problems:

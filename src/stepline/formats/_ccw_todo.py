@@ -19,16 +19,19 @@ from pathlib import Path
 from typing import Literal
 
 from stepline.errors import ReaderError
+from stepline.formats._files import FileVersion, read_file
 
 TodoState = Literal["pending", "in_progress", "completed", "container"]
 
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+# The body is greedy and stripped afterwards: a lazy body tried the end of the line at every character.
 _TASK_LINE = re.compile(
-    r"^(?P<indent>[ \t]*)(?:(?:[-*+]\s+)?(?P<container>▸)|[-*+]\s+\[(?P<mark>[ xX~/-])\])\s+(?P<body>.*?)\s*$"
+    r"^(?P<indent>[ \t]*)(?:(?:[-*+]\s+)?(?P<container>▸)|[-*+]\s+\[(?P<mark>[ xX~/-])\])\s+(?P<body>.*)$"
 )
 _BOLD_ID = re.compile(r"^\*\*(?P<id>[^*\s]+?)\*\*\s*:?\s*(?P<rest>.*)$")
 _PLAIN_ID = re.compile(r"^(?P<id>[A-Za-z][\w.-]*)\s*:\s*(?P<rest>.*)$")
 _LINK = re.compile(r"\[(?P<label>[^\]]*)\]\((?P<href>[^)\s]+)\)")
+_TITLE_END = re.compile(r"\s+(?:→|->)\s+|\s+\[(?:📋|✅)\]")
 _MARK_STATE: dict[str, TodoState] = {" ": "pending", "x": "completed", "X": "completed", "~": "in_progress",
                                      "/": "in_progress", "-": "in_progress"}
 
@@ -93,7 +96,7 @@ def _parse_body(body: str) -> tuple[str, str, str | None, str | None] | None:
             summary_href = summary_href or href
         elif ".task/" in href or "📋" in label:
             task_href = task_href or href
-    title = re.split(r"\s+(?:→|->)\s+|\s+\[(?:📋|✅)\]", rest, maxsplit=1)[0].strip()
+    title = _TITLE_END.split(rest, maxsplit=1)[0].strip()
     return match["id"], title, task_href, summary_href
 
 
@@ -117,7 +120,7 @@ def parse_todo_text(text: str, path: Path) -> TodoList:
             section, top = heading[2], None
             continue
         match = _TASK_LINE.match(raw) if stripped[:1] in ("-", "*", "+", "▸") else None
-        parsed = _parse_body(match["body"]) if match else None
+        parsed = _parse_body(match["body"].rstrip()) if match else None
         if match is None or parsed is None:
             continue
         task_id, title, task_href, summary_href = parsed
@@ -142,7 +145,28 @@ def parse_todo_text(text: str, path: Path) -> TodoList:
 
 def read_todo_list(path: Path) -> TodoList:
     """Read and parse a TODO_LIST.md file."""
-    return parse_todo_text(path.read_text(encoding="utf-8"), path)
+    return read_todo_file(path)[1]
+
+
+#: The last version read of each TODO_LIST.md, by path: ``(version, text, parsed)``. A run reads its session's
+#: twice (the index, then its writer), and parsing costs ~20 µs a line.
+_read: dict[Path, tuple[FileVersion, str, TodoList]] = {}
+_READ_KEPT = 8
+
+
+def read_todo_file(path: Path) -> tuple[str, TodoList, FileVersion]:
+    """Read and parse a TODO_LIST.md file; return its text, the parse and the file's version. A version read
+    before is not parsed again."""
+    data, version = read_file(path)
+    known = _read.get(path)
+    if known is not None and known[0] == version:
+        return known[1], known[2], version
+    text = data.decode("utf-8")
+    todo = parse_todo_text(text, path)
+    if len(_read) >= _READ_KEPT:
+        _read.pop(next(iter(_read)))
+    _read[path] = (version, text, todo)
+    return text, todo, version
 
 
 def summary_href_for(task_id: str) -> str:
