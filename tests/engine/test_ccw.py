@@ -682,3 +682,62 @@ def test_the_writer_reuses_the_index_parse_of_todo_list_but_not_after_a_hand_edi
     text = todo.read_text(encoding="utf-8")
     assert text.endswith("\nA note added by hand.\n")
     assert "- [x] **IMPL-2**" in text
+
+
+def test_spares_are_made_only_up_to_the_limit_and_a_spare_written_to_is_emptied_first(tmp_path: Path) -> None:
+    """The writer bounds the spares by the completions left to write (none are made for nobody); a spare is
+    written without O_TRUNC, so one that somehow holds bytes is emptied before the new content goes in."""
+    from stepline.engine._ccw_state import SpareFiles, write_files
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    spares = SpareFiles({folder: 5})
+    spares.limit = 2
+    spares.fill()
+    made = sorted(folder.glob(".stepline-spare-*.tmp"))
+    assert len(made) == 2
+    made[0].write_bytes(b"a much longer leftover than the new content")
+    made[1].write_bytes(b"another leftover, also longer")
+    write_files([(folder / "a.json", b"new"), (folder / "b.json", b"two")], durable=False, spares=spares)
+    assert (folder / "a.json").read_bytes() == b"new" and (folder / "b.json").read_bytes() == b"two"
+    spares.limit = 0
+    spares.fill()
+    assert not list(folder.glob(".stepline-spare-*.tmp"))
+
+
+class _WaitsForDone(Executor):
+    """IMPL-1 and IMPL-2 finish at once; IMPL-3 finishes only once the journal holds their done records."""
+
+    name = "waits-for-done"
+    pure = True
+
+    def __init__(self) -> None:
+        self.saw_done = False
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        if request.step_id == "IMPL-3":
+            runs = Path(request.context["project_root"]) / ".stepline" / "runs"
+            for _ in range(2000):  # at most 20 s, when the feature is broken; a few ms when it works
+                lines = [line for path in runs.glob("*/journal.jsonl")
+                         for line in path.read_text(encoding="utf-8").split("\n") if line.startswith("{")]
+                done = {record["data"]["args"]["task_id"] for record in map(json.loads, lines)
+                        if record["type"] == "CallRecorded" and record["data"].get("op") == "ccw_complete"}
+                if {"IMPL-1", "IMPL-2"} <= done:
+                    self.saw_done = True
+                    break
+                await asyncio.sleep(0.01)
+        await session.finish(summary="done")
+
+
+def test_a_burst_of_completions_is_flushed_in_the_quiet_after_it(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Completions that came together are made durable and journaled done once they are written and no more
+    come, not at the next flush by time (here: an hour) nor when the run settles."""
+    monkeypatch.setattr("stepline.engine._ccw._FLUSH_SECONDS", 3600.0)
+    session_dir = _generated(tmp_path, 3, seed=1, max_deps=0)
+    executor = _WaitsForDone()
+    run = asyncio.run(asyncio.wait_for(execute_session(Engine(project_root=tmp_path, executor=executor,
+                                                              concurrency=3), session_dir), 60))
+    assert run.status.value == "completed"
+    assert executor.saw_done
+    assert all(_agree(session_dir, ["IMPL-1", "IMPL-2", "IMPL-3"]).values())

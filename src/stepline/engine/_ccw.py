@@ -69,8 +69,11 @@ __all__ = ["CcwFlow", "complete_session", "execute_session", "prepare_session", 
 _SEQUENTIAL = frozenset({"sequential", "tdd"})
 _T = TypeVar("_T")
 #: Written completions are flushed (made durable, then journaled done) when this many wait, after this long,
-#: or when the run settles.
+#: once a burst of them is written (see _Committer._burst_written), or when the run settles.
 _FLUSH_COUNT, _FLUSH_SECONDS = 2000, 0.2
+#: A flush after a burst needs one completion to flush per this many lines of TODO_LIST.md: rewriting the file
+#: is O(tasks), and a burst too small for a large session waits for the flush by time or count.
+_FLUSH_LINES_PER_COMPLETION = 10
 #: Journaled intents are made durable together once none has come for this long (at most _INTENT_MAX after the
 #: first), or at once when a task waits for a dependency's files, a slot has no task to start, or the run
 #: settles. Completions come in bursts (the agents of a wave end together); the pipeline's work then runs in
@@ -266,9 +269,11 @@ class _Committer:
        no task to start (:func:`slot_idle`), nothing is starting that the pipeline could delay: intents are
        then made durable at once instead of after the quiet, so the run's last completions are written as
        they come rather than all after its last agent.
-    3. **Flush**, every ``_FLUSH_SECONDS`` or ``_FLUSH_COUNT`` completions and when the run settles:
+    3. **Flush**, every ``_FLUSH_SECONDS`` or ``_FLUSH_COUNT`` completions, in the quiet after a burst of them
+       (:meth:`_burst_written`: then the run's end is left only its last burst) and when the run settles:
        TODO_LIST.md is rewritten once for all the completions written since the last flush (it is O(tasks)
-       to rewrite, so never per task or per batch), everything is made durable with one :func:`flush_files`
+       to rewrite: never per task, and after a burst only for one completion per ten lines at least),
+       everything is made durable with one :func:`flush_files`
        (``syncfs``), and only then are the *done* records (``CallRecorded``) journaled. A *done* record
        therefore never names a file change that could still be lost.
 
@@ -318,7 +323,12 @@ class _Committer:
         self.flush_task: asyncio.Task[None] | None = None
         self.unflushed_count = 0
         self.flush_kick: asyncio.Future[None] | None = None  # resolved to flush now (settling, or many waiting)
+        self.flush_due = False  # flush without waiting (many waiting, or a burst written)
         self.settling = False
+        #: Completions this run may still commit: the tasks not done yet (an upper bound; spares beyond what
+        #: is left to write are not made).
+        self.remaining = sum(step.status not in (StepStatus.COMPLETED, StepStatus.SKIPPED)
+                             for step in run.steps.values())
         self.wanted = 0  # tasks waiting for the intents of their dependencies to be durable
         self.hurried = False  # a slot had no task to start: the next intents are made durable at once
         self._seed()
@@ -371,6 +381,7 @@ class _Committer:
         if journaled and completion.task_id in self.pending:  # seeded from the journal: durable, queued
             return
         item = _Pending(step_id, key, completion, redo=journaled)
+        self.remaining -= 1
         if not journaled:
             self.engine.emit(EventType.CALL_STARTED, {"key": key, "op": "ccw_complete",
                                                       "args": {"completion": completion.to_json()}}, step_id=step_id)
@@ -465,16 +476,26 @@ class _Committer:
     def _written(self, batch: list[_Pending], paths: list[Path]) -> None:
         self.unflushed.append((batch, paths))
         self.unflushed_count += len(batch)
-        if self.unflushed_count >= _FLUSH_COUNT:
+        if self.unflushed_count >= _FLUSH_COUNT or self._burst_written():
+            self.flush_due = True
             self._kick_flush()
         if self.flush_task is None and self.error is None:
             self.flush_task = asyncio.ensure_future(self._flush())
+
+    def _burst_written(self) -> bool:
+        """Whether the completions that came together are all written now: none is on its way to the writer
+        and none has come for a quiet interval (completions that keep coming are flushed by time or count).
+        Flushed then, in the quiet before the next burst, they are not left for the run's end to make durable
+        and journal done; at most so often that TODO_LIST.md's rewrites stay a small part of the loop's time."""
+        return not (self.unwritten or self.committing) and \
+            asyncio.get_running_loop().time() - self.intent_last >= _INTENT_QUIET and \
+            self.unflushed_count * _FLUSH_LINES_PER_COMPLETION >= self.writer.todo_lines
 
     async def _flush(self) -> None:
         """Tick the written completions in TODO_LIST.md, make everything durable, journal the done records."""
         try:
             while self.unflushed and self.error is None:
-                if not self.settling and self.unflushed_count < _FLUSH_COUNT:
+                if not (self.settling or self.flush_due):
                     # Task JSONs and summaries are on disk already; TODO_LIST.md and the done records wait, so
                     # that one rewrite of TODO_LIST.md (O(tasks)) and one flush cover many batches, and flushes
                     # do not keep holding up the intents' journal fsyncs.
@@ -486,6 +507,7 @@ class _Committer:
                     await asyncio.wait(upstream)  # the run's last completions: all in one flush
                 written, self.unflushed = self.unflushed, []
                 self.unflushed_count = 0
+                self.flush_due = False
                 try:
                     batches = [batch for batch, _ in written]
                     todo = self.writer.prepare([item.completion for batch in batches for item in batch], files=False)
@@ -524,6 +546,7 @@ class _Committer:
         """Make spare temp files for the next completions, in a worker thread (not once the run settles: no
         completion is left to use them)."""
         if self.spare_task is None and not self.settling and self.error is None:
+            self.spares.limit = max(self.remaining, 0) + len(self.unwritten) + len(self.committing)
             self.spare_task = asyncio.get_running_loop().run_in_executor(self.pool, self.spares.fill)
             self.spare_task.add_done_callback(self._refilled)
 
@@ -606,6 +629,7 @@ class _Committer:
     async def drain(self) -> None:
         """Wait until every completion is written, durable and done; raise what stopped the pipeline."""
         self.settling = True
+        self.spares.limit = 0  # a fill under way makes no more: the spares there are enough for what is left
         self._kick_intents()
         self._kick_flush()
         while True:

@@ -108,6 +108,9 @@ class SpareFiles:
         self._numbers = itertools.count()
         self._lock = threading.Lock()  # fill runs in a worker thread; discard may come while it does
         self._discarded = False
+        #: No folder is filled beyond this many (the completions still to write), when set: spares nobody
+        #: will use cost a file's creation now and its deletion at the end.
+        self.limit: int | None = None
 
     def take(self, folder: Path) -> Path | None:
         """An empty temp file in ``folder``, or None when there is none ready (the caller creates one)."""
@@ -137,11 +140,11 @@ class SpareFiles:
                         if self._discarded:
                             return
                         path = used.popleft()
-                        if len(free) < self.counts[folder] and _empty(path):
+                        if len(free) < self._wanted(folder) and _empty(path):
                             free.append(path)
                         else:
                             path.unlink(missing_ok=True)
-                while len(free) < self.counts[folder] and folder.is_dir():
+                while len(free) < self._wanted(folder) and folder.is_dir():
                     with self._lock:
                         if self._discarded:
                             return
@@ -150,6 +153,10 @@ class SpareFiles:
                         free.append(path)
             except OSError:
                 continue
+
+    def _wanted(self, folder: Path) -> int:
+        limit = self.limit  # read once: the loop's thread may change it
+        return self.counts[folder] if limit is None else min(self.counts[folder], limit)
 
     def discard(self) -> None:
         """Delete the spare files not used, and make no more. Best effort: the run's work is done, and a
@@ -194,9 +201,15 @@ def write_files(files: list[tuple[Path, bytes]], *, durable: bool = True, spares
             tmp = spares.take(target.parent) if spares is not None else None
             if tmp is None:
                 tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            else:
+                # A spare is empty, so no O_TRUNC: on ext4 that flag also makes close() allocate the file's
+                # blocks at once (its guard for truncate-and-rewrite), which waits behind any fsync under way.
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o644)
             temps.append((tmp, target))
             try:
+                if os.fstat(fd).st_size:  # a spare someone wrote to after all: emptied, as O_TRUNC would
+                    os.ftruncate(fd, 0)
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
@@ -374,6 +387,11 @@ class SessionWriter:
             self._index = {task_id: entry.line - 1 for task_id, entry in self._entries.items()}
             self._version = version
         return self._lines
+
+    @property
+    def todo_lines(self) -> int:
+        """How many lines TODO_LIST.md had when last read or written (0 before that)."""
+        return len(self._lines) if self._lines is not None else 0
 
     def ticked_line(self, task_id: str) -> str | None:
         """The task's TODO line once ticked, or None when the task has no checkbox line (``▸`` containers)."""
