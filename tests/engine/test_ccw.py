@@ -729,11 +729,15 @@ class _WaitsForDone(Executor):
         await session.finish(summary="done")
 
 
-def test_a_burst_of_completions_is_flushed_in_the_quiet_after_it(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("quiet", [None, 0.05])
+def test_a_burst_of_completions_is_flushed_in_the_quiet_after_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 quiet: float | None) -> None:
     """Completions that came together are made durable and journaled done once they are written and no more
-    come, not at the next flush by time (here: an hour) nor when the run settles."""
+    come, not at the next flush by time (here: an hour) nor when the run settles; also when their files are
+    written before the quiet is over (a long quiet here)."""
     monkeypatch.setattr("stepline.engine._ccw._FLUSH_SECONDS", 3600.0)
+    if quiet is not None:
+        monkeypatch.setattr("stepline.engine._ccw._INTENT_QUIET", quiet)
     session_dir = _generated(tmp_path, 3, seed=1, max_deps=0)
     executor = _WaitsForDone()
     run = asyncio.run(asyncio.wait_for(execute_session(Engine(project_root=tmp_path, executor=executor,

@@ -69,7 +69,7 @@ __all__ = ["CcwFlow", "complete_session", "execute_session", "prepare_session", 
 _SEQUENTIAL = frozenset({"sequential", "tdd"})
 _T = TypeVar("_T")
 #: Written completions are flushed (made durable, then journaled done) when this many wait, after this long,
-#: once a burst of them is written (see _Committer._burst_written), or when the run settles.
+#: once a burst of them is written (see _Committer._until_flush), or when the run settles.
 _FLUSH_COUNT, _FLUSH_SECONDS = 2000, 0.2
 #: A flush after a burst needs one completion to flush per this many lines of TODO_LIST.md: rewriting the file
 #: is O(tasks), and a burst too small for a large session waits for the flush by time or count.
@@ -270,7 +270,7 @@ class _Committer:
        then made durable at once instead of after the quiet, so the run's last completions are written as
        they come rather than all after its last agent.
     3. **Flush**, every ``_FLUSH_SECONDS`` or ``_FLUSH_COUNT`` completions, in the quiet after a burst of them
-       (:meth:`_burst_written`: then the run's end is left only its last burst) and when the run settles:
+       (:meth:`_until_flush`: then the run's end is left only its last burst) and when the run settles:
        TODO_LIST.md is rewritten once for all the completions written since the last flush (it is O(tasks)
        to rewrite: never per task, and after a burst only for one completion per ten lines at least),
        everything is made durable with one :func:`flush_files`
@@ -476,32 +476,41 @@ class _Committer:
     def _written(self, batch: list[_Pending], paths: list[Path]) -> None:
         self.unflushed.append((batch, paths))
         self.unflushed_count += len(batch)
-        if self.unflushed_count >= _FLUSH_COUNT or self._burst_written():
+        if self.unflushed_count >= _FLUSH_COUNT:
             self.flush_due = True
-            self._kick_flush()
+        self._kick_flush()  # the flusher looks again: due, or a burst all written
         if self.flush_task is None and self.error is None:
             self.flush_task = asyncio.ensure_future(self._flush())
 
-    def _burst_written(self) -> bool:
-        """Whether the completions that came together are all written now: none is on its way to the writer
-        and none has come for a quiet interval (completions that keep coming are flushed by time or count).
-        Flushed then, in the quiet before the next burst, they are not left for the run's end to make durable
-        and journal done; at most so often that TODO_LIST.md's rewrites stay a small part of the loop's time."""
-        return not (self.unwritten or self.committing) and \
-            asyncio.get_running_loop().time() - self.intent_last >= _INTENT_QUIET and \
-            self.unflushed_count * _FLUSH_LINES_PER_COMPLETION >= self.writer.todo_lines
+    async def _until_flush(self) -> None:
+        """Wait until the written completions are to be flushed: ``_FLUSH_SECONDS`` after the first, when
+        ``_FLUSH_COUNT`` wait, when the run settles, or once a burst of them is all written (none is on its
+        way to the writer) and no intent has come for ``_INTENT_QUIET``. Flushed then, in the quiet before the
+        next burst, they are not left for the run's end to make durable and journal done. A burst flushes
+        only with one completion per ``_FLUSH_LINES_PER_COMPLETION`` lines of TODO_LIST.md, which is
+        rewritten whole; completions that keep coming are flushed by time or count."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _FLUSH_SECONDS
+        while not (self.settling or self.flush_due) and self.error is None:
+            now = loop.time()
+            wake = deadline
+            if not (self.unwritten or self.committing) and \
+                    self.unflushed_count * _FLUSH_LINES_PER_COMPLETION >= self.writer.todo_lines:
+                wake = min(wake, self.intent_last + _INTENT_QUIET)
+            if now >= wake:
+                return
+            self.flush_kick = loop.create_future()
+            await asyncio.wait([self.flush_kick], timeout=wake - now)
+            self.flush_kick = None
 
     async def _flush(self) -> None:
         """Tick the written completions in TODO_LIST.md, make everything durable, journal the done records."""
         try:
             while self.unflushed and self.error is None:
-                if not (self.settling or self.flush_due):
-                    # Task JSONs and summaries are on disk already; TODO_LIST.md and the done records wait, so
-                    # that one rewrite of TODO_LIST.md (O(tasks)) and one flush cover many batches, and flushes
-                    # do not keep holding up the intents' journal fsyncs.
-                    self.flush_kick = asyncio.get_running_loop().create_future()
-                    await asyncio.wait([self.flush_kick], timeout=_FLUSH_SECONDS)
-                    self.flush_kick = None
+                # Task JSONs and summaries are on disk already; TODO_LIST.md and the done records wait, so that
+                # one rewrite of TODO_LIST.md (O(tasks)) and one flush cover many batches, and flushes do not
+                # keep holding up the intents' journal fsyncs.
+                await self._until_flush()
                 while self.settling and (upstream := [task for task in (self.intent_task, self.writer_task)
                                                       if task is not None]):
                     await asyncio.wait(upstream)  # the run's last completions: all in one flush

@@ -52,7 +52,7 @@ from stepline.formats._ccw_todo import (
     render_todo_line_completed,
     summary_href_for,
 )
-from stepline.model import SourceRef, StepSpec, WorkflowSpec
+from stepline.model import WorkflowSpec
 
 __all__ = [
     "CcwSession",
@@ -173,19 +173,20 @@ class CcwSession:
     def to_workflow_spec(self) -> WorkflowSpec:
         """Return the session as a ``ccw`` WorkflowSpec: one step per task, in TODO_LIST.md order."""
         todo_entries = self.todo.by_id if self.todo else {}
-        steps = []
+        steps: list[dict[str, Any]] = []  # validated with the spec, in one call: per-step models cost twice
         for task_id, ref in self.tasks.items():
             entry = todo_entries.get(task_id)
             phase = self.strategy.phases.get(task_id)
-            steps.append(StepSpec(
-                id=task_id,
-                name=ref.title or (entry.title if entry else ""),
-                phase=f"Phase {phase}" if phase else "",
-                depends_on=list(ref.depends_on),
-                execution_group=ref.execution_group,
-                source=SourceRef(path=str(ref.path)) if ref.path else None,
-                meta={
-                    "task_json": str(ref.path) if ref.path else None,
+            path = str(ref.path) if ref.path else None
+            steps.append({
+                "id": task_id,
+                "name": ref.title or (entry.title if entry else ""),
+                "phase": f"Phase {phase}" if phase else "",
+                "depends_on": list(ref.depends_on),
+                "execution_group": ref.execution_group,
+                "source": {"path": path} if path else None,
+                "meta": {
+                    "task_json": path,
                     "schema": ref.schema,
                     "container": task_id in self.children,
                     "parent": ref.parent,
@@ -198,16 +199,16 @@ class CcwSession:
                     "todo_line": entry.line if entry else None,
                     "module": entry.section if entry else None,
                 },
-            ))
+            })
         strategy = self.strategy
-        return WorkflowSpec(
-            id=self.session_id,
-            name=str(self.session.get("project") or self.session.get("description") or self.session_id),
-            format="ccw",
-            source=SourceRef(path=str(self.session_dir / SESSION_FILE)),
-            root=str(self.project_root or self.session_dir),
-            steps=steps,
-            meta={
+        return WorkflowSpec.model_validate({
+            "id": self.session_id,
+            "name": str(self.session.get("project") or self.session.get("description") or self.session_id),
+            "format": "ccw",
+            "source": {"path": str(self.session_dir / SESSION_FILE)},
+            "root": str(self.project_root or self.session_dir),
+            "steps": steps,
+            "meta": {
                 "session_id": self.session_id,
                 "layout": self.layout,
                 "task_schema": self.task_schema,
@@ -224,7 +225,7 @@ class CcwSession:
                 "status_conflicts": list(self.conflicts),
                 "paths": self.paths(),
             },
-        )
+        })
 
 
 def _scan_tasks(task_dir: Path) -> dict[str, TaskRef]:
