@@ -745,3 +745,40 @@ def test_a_burst_of_completions_is_flushed_in_the_quiet_after_it(tmp_path: Path,
     assert run.status.value == "completed"
     assert executor.saw_done
     assert all(_agree(session_dir, ["IMPL-1", "IMPL-2", "IMPL-3"]).values())
+
+
+def test_the_session_is_marked_active_even_when_no_task_is_left_to_run(tmp_path: Path) -> None:
+    """The session is marked once the first tasks are under way, or when the run settles: a session whose
+    tasks are all done already is marked too."""
+    session_dir = _generated(tmp_path, 3, seed=1, max_deps=0)
+    assert _run(tmp_path, session_dir, Recorder()).status.value == "completed"
+    meta_path = session_dir / "workflow-session.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta_path.write_text(json.dumps({**meta, "status": "planning"}), encoding="utf-8")
+    executor = Recorder()
+    assert _run(tmp_path, session_dir, executor).status.value == "completed"
+    assert executor.started == []
+    assert json.loads(meta_path.read_text(encoding="utf-8"))["status"] == "active"
+
+
+class _BreaksSessionFile(Executor):
+    """Each task breaks workflow-session.json before it finishes (after the index read it)."""
+
+    name = "breaks-session-file"
+    pure = True
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        path = Path(request.context["session"]["workflow_session"])
+        path.write_text("{not json", encoding="utf-8")
+        await asyncio.sleep(0.01)
+        await session.finish(summary="done")
+
+
+def test_a_session_file_that_cannot_be_marked_stops_the_run_with_one_clear_error(tmp_path: Path) -> None:
+    """Marking the session is part of the run's writes: when it fails, the run stops as a failed write
+    does (resumable), and the error names the session and the file."""
+    session_dir = _generated(tmp_path, 2, seed=1, max_deps=0)
+    with pytest.raises(RunStateError) as caught:
+        _run(tmp_path, session_dir, _BreaksSessionFile(), concurrency=2)
+    message = str(caught.value)
+    assert "could not be written" in message and "workflow-session.json" in message

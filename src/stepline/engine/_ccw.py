@@ -333,6 +333,8 @@ class _Committer:
         self.hurried = False  # a slot had no task to start: the next intents are made durable at once
         self._seed()
         self._refill()
+        self.session_marked = False
+        asyncio.get_running_loop().call_soon(self.mark_session)  # once the first tasks wait for their agents
 
     # -- the pipeline ------------------------------------------------------------------------------------
     def _seed(self) -> None:
@@ -598,6 +600,20 @@ class _Committer:
             tick.set_result(None)
 
     # -- for tasks and the engine ------------------------------------------------------------------------
+    def mark_session(self) -> None:
+        """Mark the session active (``execution_started_at`` the first time) and delete the temp files a
+        killed writer left. Run once the first tasks wait for their agents, not before the first starts
+        (it was a millisecond of every start), and at the latest when the run settles; failing, it stops the
+        run as a failed write does."""
+        if self.session_marked or self.error is not None:
+            return
+        self.session_marked = True
+        try:
+            remove_stale_temp_files(self.writer.session_dir)
+            mark_session_started(self.writer.session_dir, time.now_iso())
+        except Exception as exc:
+            self._fail(exc)
+
     def summary_of(self, task_id: str) -> str | None:
         """The summary of a completion not yet done (None when there is none)."""
         item = self.pending.get(task_id) or self.committing.get(task_id)
@@ -639,6 +655,7 @@ class _Committer:
         """Wait until every completion is written, durable and done; raise what stopped the pipeline."""
         self.settling = True
         self.spares.limit = 0  # a fill under way makes no more: the spares there are enough for what is left
+        self.mark_session()
         self._kick_intents()
         self._kick_flush()
         while True:
@@ -1038,9 +1055,8 @@ async def execute_session(engine: Engine, session_dir: Path) -> Run:
     """
     session, spec = prepare_session(session_dir)
     previous = session_run(engine, session.session_dir)
-    remove_stale_temp_files(session.session_dir)
     try:
-        mark_session_started(session.session_dir, time.now_iso())
+        # The session is marked active by the run's committer, once the first tasks are under way.
         if previous is not None and previous[1] in (RunStatus.RUNNING, RunStatus.BLOCKED):
             return await engine.resume(previous[0])
         return await engine.start(spec)
