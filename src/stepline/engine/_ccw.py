@@ -331,9 +331,9 @@ class _Committer:
                              for step in run.steps.values())
         self.wanted = 0  # tasks waiting for the intents of their dependencies to be durable
         self.hurried = False  # a slot had no task to start: the next intents are made durable at once
+        self.session_marked = False
         self._seed()
         self._refill()
-        self.session_marked = False
         asyncio.get_running_loop().call_soon(self.mark_session)  # once the first tasks wait for their agents
 
     # -- the pipeline ------------------------------------------------------------------------------------

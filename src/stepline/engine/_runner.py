@@ -318,14 +318,13 @@ class Engine:
         where the whole dump has it: after ``run_id``. Once the run's flow is built the spec no longer
         changes (:meth:`_drive`), so its text is made once per run: dumping and scanning a 100-task spec
         were two milliseconds of each run's end."""
-        fixed, spec_text = self._spec_text
-        if fixed is not run.workflow or spec_text is None:
-            spec_text = run.workflow.model_dump_json(indent=2, exclude_defaults=True)
+        fixed, spec = self._spec_text
+        if fixed is not run.workflow or spec is None:
+            spec = run.workflow.model_dump_json(indent=2, exclude_defaults=True)
             if self._redact:
-                spec_text = self._scanner.redact(spec_text)
+                spec = self._scanner.redact(spec)
             if fixed is run.workflow:
-                self._spec_text = (fixed, spec_text)
-        spec = spec_text
+                self._spec_text = (fixed, spec)
         rest = run.model_dump_json(indent=2, exclude_defaults=True,
                                    exclude={"workflow"} if steps else {"workflow", "steps"})
         if self._redact:
