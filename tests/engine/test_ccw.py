@@ -353,7 +353,8 @@ def test_pre_analysis_manual_intervention_blocks_until_a_person_approves(tmp_pat
 
 
 def test_task_json_is_read_only_when_its_task_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Preparing a session reads no task body; each task's JSON is read once, just before its agent runs."""
+    """Preparing a session reads no task body; each task's JSON is read once, as its task starts or shortly
+    ahead of it (the next tasks, in the quiet while a task runs: never more than twice the concurrency)."""
     import stepline.engine._ccw as ccw
 
     reads: list[str] = []
@@ -369,7 +370,7 @@ def test_task_json_is_read_only_when_its_task_runs(tmp_path: Path, monkeypatch: 
     ccw.prepare_session(session_dir)
     assert reads == []
     _run(tmp_path, session_dir, executor)
-    assert reads == ["IMPL-1@0", "IMPL-2@1", "IMPL-3@2"]
+    assert [read.split("@")[0] for read in reads] == ["IMPL-1", "IMPL-2", "IMPL-3"]
 
 
 def test_session_writer_redo_is_idempotent_from_any_partial_state(tmp_path: Path) -> None:
@@ -782,3 +783,51 @@ def test_a_session_file_that_cannot_be_marked_stops_the_run_with_one_clear_error
         _run(tmp_path, session_dir, _BreaksSessionFile(), concurrency=2)
     message = str(caught.value)
     assert "could not be written" in message and "workflow-session.json" in message
+
+
+class _EditsNextTask(Executor):
+    """IMPL-1's agent, once the next task's JSON has been read ahead, rewrites it (new requirements)."""
+
+    name = "edits-next-task"
+    pure = True
+
+    def __init__(self, session_dir: Path, events: list[str]) -> None:
+        self.task_json = session_dir / ".task" / "IMPL-2.json"
+        self.events = events
+        self.prompts: dict[str, str] = {}
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        self.events.append(f"start {request.step_id}")
+        self.prompts[request.step_id] = request.content
+        if request.step_id == "IMPL-1":
+            for _ in range(2000):  # at most 20 s, when the feature is broken; a few ms when it works
+                if "read IMPL-2" in self.events:
+                    break
+                await asyncio.sleep(0.01)
+            data = json.loads(self.task_json.read_text(encoding="utf-8"))
+            data["context"]["requirements"] = ["Do the edited thing, which is longer than before"]
+            self.task_json.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        await session.finish(summary="done")
+
+
+def test_task_json_read_ahead_in_the_quiet_is_used_only_while_the_file_is_unchanged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next tasks' JSONs are read while the running agents work; a task whose file changed since (here
+    IMPL-2, rewritten by IMPL-1's agent) is read again when it starts, and one unchanged (IMPL-3) is not."""
+    from stepline.engine import _ccw
+
+    session_dir = _generated(tmp_path, 3, seed=1, max_deps=0)
+    events: list[str] = []
+    real_read = _ccw.read_task_file
+
+    def read(path: Path) -> Any:
+        events.append(f"read {path.stem}")
+        return real_read(path)
+
+    monkeypatch.setattr(_ccw, "read_task_file", read)
+    executor = _EditsNextTask(session_dir, events)
+    run = _run(tmp_path, session_dir, executor, concurrency=1)
+    assert run.status.value == "completed"
+    assert events.count("read IMPL-2") == 2  # read ahead while IMPL-1 ran, and again when it started: changed
+    assert "Do the edited thing" in executor.prompts["IMPL-2"]
+    assert events.count("read IMPL-3") == 1 and events.index("read IMPL-3") < events.index("start IMPL-3")

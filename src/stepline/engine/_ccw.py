@@ -11,7 +11,8 @@
   skipped. Cost is O(1) per release, so a 10,000-task session schedules in linear time.
 * :func:`run_ccw_task` runs one task: its ``pre_analysis`` steps (``bash(...)``, plain commands, ``Read``,
   ``Glob``, ``Grep``/``Search``, with ``[var]`` substitution and ``on_error``), then one ``work`` request to
-  the executor with the prompt built from the task JSON (read only now), then the completion as one
+  the executor with the prompt built from the task JSON (read now, or just before while the tasks ahead of
+  it ran, if the file is unchanged since: :meth:`_Committer.task`), then the completion as one
   journaled change (:mod:`stepline.engine._ccw_state`). Completions that become ready together share one
   journal fsync; the task's slot is free once that intent is durable, and its files are written, flushed
   and journaled done by a background writer, in batches (see :class:`_Committer`).
@@ -53,9 +54,10 @@ from stepline.engine._ccw_state import (
 from stepline.engine._dag import plan_workflow_waves
 from stepline.engine._runner import register_driver
 from stepline.engine._signals import StepBlocked
-from stepline.errors import ReaderError, RunLockedError, RunStateError, StepFailed
+from stepline.errors import ReaderError, RunLockedError, RunStateError, StepFailed, SteplineError
 from stepline.formats._ccw import CcwSession, read_ccw_session
-from stepline.formats._ccw_task import read_task_file
+from stepline.formats._ccw_task import CcwTask, read_task_file
+from stepline.formats._files import file_version
 from stepline.model import EventType, Run, RunStatus, StepStatus, ToolCall, WorkflowSpec
 from stepline.store import datasync
 
@@ -213,6 +215,12 @@ class CcwFlow:
             heapq.heappush(self.ready, item)
         return taken
 
+    def upcoming(self, limit: int) -> list[str]:
+        """The next ``limit`` ready task ids in the order they would start (no state changes; for reading
+        ahead, which asks in a quiet moment: O(ready))."""
+        return [self.ids[self.owner[node]] for _, node in heapq.nsmallest(limit, self.ready)
+                if self.owner[node] not in self.dead]
+
     def finished(self, step_id: str, status: StepStatus) -> list[str]:
         """Record how a task ended; a failed task's dependents are returned (to be skipped)."""
         position = self.index[step_id]
@@ -331,6 +339,10 @@ class _Committer:
                              for step in run.steps.values())
         self.wanted = 0  # tasks waiting for the intents of their dependencies to be durable
         self.hurried = False  # a slot had no task to start: the next intents are made durable at once
+        # Task JSONs read in the quiet ahead of their tasks, by path (see read_ahead).
+        self.task_paths = {step.id: step.meta.get("task_json") for step in run.workflow.steps}
+        self.ahead: dict[str, CcwTask] = {}
+        self.ahead_timer: asyncio.TimerHandle | None = None
         self.session_marked = False
         self._seed()
         self._refill()
@@ -599,6 +611,42 @@ class _Committer:
         if tick is not None and not tick.done():
             tick.set_result(None)
 
+    # -- reading task JSONs ahead -----------------------------------------------------------------------
+    def read_ahead_later(self) -> None:
+        """Read the task JSONs of the next tasks once no task has started for ``_INTENT_QUIET`` (tasks start
+        in bursts, as the agents of a wave end together): in the quiet, where the reading delays nothing, and
+        not as each task starts, when it delays every slot's hand-over behind it."""
+        if self.ahead_timer is not None:
+            self.ahead_timer.cancel()
+        self.ahead_timer = asyncio.get_running_loop().call_later(_INTENT_QUIET, self._read_ahead)
+
+    def _read_ahead(self) -> None:
+        self.ahead_timer = None
+        flow = self.engine.flow
+        if self.settling or self.error is not None or not isinstance(flow, CcwFlow):
+            return
+        for task_id in flow.upcoming(self.engine.concurrency):
+            path = self.task_paths.get(task_id)
+            if path and path not in self.ahead:
+                try:
+                    self.ahead[path] = read_task_file(Path(path))
+                except (OSError, SteplineError):
+                    continue  # the task reads it itself when it starts, and reports what is wrong
+        while len(self.ahead) > 2 * self.engine.concurrency:  # those whose tasks did not start after all
+            self.ahead.pop(next(iter(self.ahead)))
+
+    def task(self, path: str) -> CcwTask:
+        """The task JSON at ``path``, read and validated: the copy read ahead if the file is still the
+        version read (inode, size, mtime), else read now."""
+        known = self.ahead.pop(path, None)
+        if known is not None:
+            try:
+                if file_version(os.stat(path)) == known.version:
+                    return known
+            except OSError:
+                pass
+        return read_task_file(Path(path))
+
     # -- for tasks and the engine ------------------------------------------------------------------------
     def mark_session(self) -> None:
         """Mark the session active (``execution_started_at`` the first time) and delete the temp files a
@@ -776,7 +824,8 @@ async def _task_completion(ctx: StepContext, committer: _Committer) -> Completio
     spec = ctx.spec
     paths: dict[str, Any] = ctx.run.workflow.meta["paths"]
     task_json = str(spec.meta["task_json"])
-    task = read_task_file(Path(task_json))  # lazily, now that the task runs
+    task = committer.task(task_json)  # lazily, now that the task runs (or in the quiet just before)
+    committer.read_ahead_later()
     view = TaskView(task.data)
     await committer.visible(spec.depends_on)  # their files are on disk for pre_analysis and the agent
     flow_context = await _pre_analysis(ctx, view)

@@ -154,6 +154,7 @@ class Engine:
         self._dir: RunDir | None = None
         self._journal: Journal | None = None
         self._manifest_due = False  # a new run's first manifest is not written yet (see start)
+        self.flow: Flow | None = None  # of the run being driven: format drivers may ask it what comes next
         self._gates: GateBook | None = None
         self._artifacts: list[dict[str, Any]] = []
         self._tool_results: list[dict[str, Any]] = []
@@ -410,6 +411,7 @@ class Engine:
         flow_factory = _flows.get(workflow.format)
         flow: Flow = flow_factory(workflow, run) if flow_factory else make_schedule(workflow, run)
         self._spec_text = (workflow, None)  # a flow may add steps as it is built (micro-file), never after
+        self.flow = flow
         driver = _drivers.get(workflow.format)
         if driver is None:
             raise RunStateError(f"no engine support for workflow format {workflow.format!r}")

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import orjson
 
 from stepline.errors import ReaderError
-from stepline.formats._files import read_file
+from stepline.formats._files import FileVersion, read_file
 
 TaskStatus = Literal["pending", "in_progress", "completed", "blocked", "container", "failed", "skipped"]
 TaskSchema = Literal["six-field", "flat"]
@@ -121,10 +121,12 @@ class TaskRef:
 
 @dataclass(frozen=True, slots=True)
 class CcwTask:
-    """A whole task JSON, read when the task runs; ``data`` is the parsed file as written."""
+    """A whole task JSON, read when the task runs; ``data`` is the parsed file as written, ``version`` that
+    of the file it was read from."""
 
     ref: TaskRef
     data: dict[str, Any]
+    version: FileVersion | None = None
 
     @property
     def id(self) -> str:
@@ -231,7 +233,7 @@ def scan_task_file(path: Path) -> TaskRef:
 
 def read_task_file(path: Path) -> CcwTask:
     """Read and validate a whole task JSON (when its task is about to run)."""
-    text = read_file(path)[0]
+    text, version = read_file(path)
     data = parse_task_text(text, path)
     problems = validate_task_data(data, text)
     if problems:
@@ -239,7 +241,7 @@ def read_task_file(path: Path) -> CcwTask:
         more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
         raise ReaderError(message + more, path=str(path), line=line,
                           hint="`stepline ccw check` lists every problem of the session")
-    return CcwTask(ref=ref_from_data(data, path, text), data=data)
+    return CcwTask(ref=ref_from_data(data, path, text), data=data, version=version)
 
 
 def _expect(problems: list[tuple[str, int | None]], text: str | bytes, data: Mapping[str, Any], key: str,
