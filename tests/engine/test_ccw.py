@@ -831,3 +831,68 @@ def test_task_json_read_ahead_in_the_quiet_is_used_only_while_the_file_is_unchan
     assert events.count("read IMPL-2") == 2  # read ahead while IMPL-1 ran, and again when it started: changed
     assert "Do the edited thing" in executor.prompts["IMPL-2"]
     assert events.count("read IMPL-3") == 1 and events.index("read IMPL-3") < events.index("start IMPL-3")
+
+
+class _Prompts(Executor):
+    """Records each task's prompt; the first wave's agents take a while, so the next tasks are read ahead."""
+
+    name = "prompts"
+    pure = True
+
+    def __init__(self) -> None:
+        self.prompts: dict[str, str] = {}
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        self.prompts[request.step_id] = request.content
+        await asyncio.sleep(0.03)
+        await session.finish(summary=f"did {request.step_id}")
+
+
+def test_a_prompt_made_ahead_is_the_prompt_made_when_the_task_starts(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tasks read ahead get their prompts made in the quiet (dependency summaries included, secrets
+    redacted): the very prompts the tasks make when they start, as a run without reading ahead shows."""
+    from stepline.engine import _ccw
+
+    secret = "sk-proj-" + "a1b2c3d4e5f6g7h8i9j0"
+    real_prompt = _ccw._task_prompt
+    real_later = _ccw._Committer.read_ahead_later
+    real_read_ahead = _ccw._Committer._read_ahead
+
+    def run(name: str, ahead: bool) -> tuple[dict[str, str], list[str]]:
+        session_dir = _generated(tmp_path / name, 6, seed=4, max_deps=2)
+        task = session_dir / ".task" / "IMPL-5.json"
+        data = json.loads(task.read_text(encoding="utf-8"))
+        data["context"]["requirements"] = [f"call the API with api_key = {secret}", "x" * 600]
+        task.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        executor = _Prompts()
+        made_ahead: list[str] = []
+        reading_ahead: list[bool] = []
+
+        def read_ahead(committer: Any) -> None:
+            reading_ahead.append(True)
+            try:
+                real_read_ahead(committer)
+            finally:
+                reading_ahead.pop()
+
+        def task_prompt(committer: Any, spec: Any, view: Any, flow_context: dict[str, str]) -> Any:
+            if reading_ahead:
+                made_ahead.append(spec.id)
+            return real_prompt(committer, spec, view, flow_context)
+
+        monkeypatch.setattr(_ccw, "_task_prompt", task_prompt)
+        monkeypatch.setattr(_ccw._Committer, "_read_ahead", read_ahead)
+        monkeypatch.setattr(_ccw._Committer, "read_ahead_later", real_later if ahead else lambda self: None)
+        assert _run(tmp_path / name, session_dir, executor, concurrency=2).status.value == "completed"
+        prompts = {sid: text.replace(str(session_dir), "<session>") for sid, text in executor.prompts.items()}
+        for sid, text in prompts.items():
+            depends_on = json.loads((session_dir / ".task" / f"{sid}.json").read_text())["context"]["depends_on"]
+            assert all(f"did {dep}" in text for dep in depends_on)
+        return prompts, made_ahead
+
+    with_ahead, made = run("ahead", True)
+    without, _ = run("now", False)
+    assert made  # some prompts were made ahead of their tasks
+    assert secret not in with_ahead["IMPL-5"] and "[REDACTED:openai]" in with_ahead["IMPL-5"]
+    assert with_ahead == without

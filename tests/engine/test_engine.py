@@ -407,3 +407,20 @@ def test_the_manifest_is_the_runs_whole_dump_redacted_with_the_spec_scanned_once
     assert text == redact(run.model_dump_json(indent=2, exclude_defaults=True))
     assert secret not in text and "[REDACTED:openai]" in text
     assert json.loads(text)["workflow"]["steps"][0]["id"] == "a"
+
+
+def test_a_long_texts_redaction_is_kept_and_still_redacted(project: Path) -> None:
+    """Engine.redact keeps the redaction of long texts (a prompt made ahead is scanned once): asked again,
+    the same text comes back redacted, and the kept texts stay few."""
+    from stepline.engine import _runner
+
+    secret = "sk-proj-" + "a1b2c3d4e5f6g7h8i9j0"
+    engine = Engine(project_root=project, executor=FlakyExecutor(failures=0))
+    text = f"use api_key = {secret}\\n" + "padding " * 100
+    first = engine.redact(text)
+    assert secret not in first and "[REDACTED:openai]" in first
+    assert engine.redact(text) is first
+    for number in range(_runner._REDACTED_KEPT + 10):
+        engine.redact(f"{number} " + "more text " * 60)
+    assert len(engine._redacted) == _runner._REDACTED_KEPT
+    assert engine.redact("short sk-proj-" + "z9" * 10) == "short [REDACTED:openai]"

@@ -34,7 +34,7 @@ import re
 import shlex
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -58,7 +58,7 @@ from stepline.errors import ReaderError, RunLockedError, RunStateError, StepFail
 from stepline.formats._ccw import CcwSession, read_ccw_session
 from stepline.formats._ccw_task import CcwTask, read_task_file
 from stepline.formats._files import file_version
-from stepline.model import EventType, Run, RunStatus, StepStatus, ToolCall, WorkflowSpec
+from stepline.model import EventType, Run, RunStatus, StepSpec, StepStatus, ToolCall, WorkflowSpec
 from stepline.store import datasync
 
 if TYPE_CHECKING:
@@ -339,9 +339,9 @@ class _Committer:
                              for step in run.steps.values())
         self.wanted = 0  # tasks waiting for the intents of their dependencies to be durable
         self.hurried = False  # a slot had no task to start: the next intents are made durable at once
-        # Task JSONs read in the quiet ahead of their tasks, by path (see read_ahead).
-        self.task_paths = {step.id: step.meta.get("task_json") for step in run.workflow.steps}
-        self.ahead: dict[str, CcwTask] = {}
+        # Task JSONs read in the quiet ahead of their tasks, by path (see read_ahead_later).
+        self.specs = {step.id: step for step in run.workflow.steps}
+        self.ahead: dict[str, _Ahead] = {}
         self.ahead_timer: asyncio.TimerHandle | None = None
         self.session_marked = False
         self._seed()
@@ -615,7 +615,8 @@ class _Committer:
     def read_ahead_later(self) -> None:
         """Read the task JSONs of the next tasks once no task has started for ``_INTENT_QUIET`` (tasks start
         in bursts, as the agents of a wave end together): in the quiet, where the reading delays nothing, and
-        not as each task starts, when it delays every slot's hand-over behind it."""
+        not as each task starts, when it delays every slot's hand-over behind it. A task without
+        ``pre_analysis`` gets its prompt made (and scanned for secrets) then too."""
         if self.ahead_timer is not None:
             self.ahead_timer.cancel()
         self.ahead_timer = asyncio.get_running_loop().call_later(_INTENT_QUIET, self._read_ahead)
@@ -626,26 +627,35 @@ class _Committer:
         if self.settling or self.error is not None or not isinstance(flow, CcwFlow):
             return
         for task_id in flow.upcoming(self.engine.concurrency):
-            path = self.task_paths.get(task_id)
-            if path and path not in self.ahead:
-                try:
-                    self.ahead[path] = read_task_file(Path(path))
-                except (OSError, SteplineError):
-                    continue  # the task reads it itself when it starts, and reports what is wrong
+            spec = self.specs.get(task_id)
+            path = spec.meta.get("task_json") if spec is not None else None
+            if spec is None or not path or path in self.ahead or spec.meta.get("container"):
+                continue
+            try:
+                task = read_task_file(Path(path))
+            except (OSError, SteplineError):
+                continue  # the task reads it itself when it starts, and reports what is wrong
+            view = TaskView(task.data)
+            if view.pre_analysis:  # the prompt holds their outputs: made when the task has run them
+                self.ahead[path] = _Ahead(task)
+                continue
+            prompt, dependencies = _task_prompt(self, spec, view, {})
+            self.engine.redact(prompt)  # the engine keeps the redacted text: the task's request finds it
+            self.ahead[path] = _Ahead(task, prompt, dependencies)
         while len(self.ahead) > 2 * self.engine.concurrency:  # those whose tasks did not start after all
             self.ahead.pop(next(iter(self.ahead)))
 
-    def task(self, path: str) -> CcwTask:
-        """The task JSON at ``path``, read and validated: the copy read ahead if the file is still the
+    def task(self, path: str) -> _Ahead:
+        """The task JSON at ``path``, read and validated: what was read ahead if the file is still the
         version read (inode, size, mtime), else read now."""
         known = self.ahead.pop(path, None)
         if known is not None:
             try:
-                if file_version(os.stat(path)) == known.version:
+                if file_version(os.stat(path)) == known.task.version:
                     return known
             except OSError:
                 pass
-        return read_task_file(Path(path))
+        return _Ahead(read_task_file(Path(path)))
 
     # -- for tasks and the engine ------------------------------------------------------------------------
     def mark_session(self) -> None:
@@ -746,6 +756,15 @@ class _Pending:
     redo: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _Ahead:
+    """A task JSON read ahead of its task, with the prompt made from it (None: made when the task runs)."""
+
+    task: CcwTask
+    prompt: str | None = None
+    dependencies: dict[str, str] = field(default_factory=dict)
+
+
 def _committer(engine: Engine, run: Run) -> _Committer:
     """The run's committer (one run is driven at a time by an engine); a new one reads the run's journal."""
     cached: _Committer | None = getattr(engine, "_ccw_committer", None)
@@ -824,16 +843,17 @@ async def _task_completion(ctx: StepContext, committer: _Committer) -> Completio
     spec = ctx.spec
     paths: dict[str, Any] = ctx.run.workflow.meta["paths"]
     task_json = str(spec.meta["task_json"])
-    task = committer.task(task_json)  # lazily, now that the task runs (or in the quiet just before)
+    ahead = committer.task(task_json)  # lazily, now that the task runs (or in the quiet just before)
     committer.read_ahead_later()
+    task = ahead.task
     view = TaskView(task.data)
     await committer.visible(spec.depends_on)  # their files are on disk for pre_analysis and the agent
     flow_context = await _pre_analysis(ctx, view)
-    dependencies = {dep: _dependency_summary(committer, paths["summaries_dir"], dep) for dep in spec.depends_on}
+    if ahead.prompt is not None and not flow_context:
+        prompt, dependencies = ahead.prompt, ahead.dependencies
+    else:
+        prompt, dependencies = _task_prompt(committer, spec, view, flow_context)
     agent = str(spec.meta.get("agent"))
-    prompt = build_task_prompt(view, task_id=spec.id, title=spec.name, agent=agent,
-                               execution_group=spec.execution_group, paths=paths, task_json=task_json,
-                               dependencies=dependencies, flow_context=flow_context)
     outcome = await ctx.invoke("work", title=f"{spec.id}: {spec.name}", content=prompt,
                                hints={"agent": agent, "task_id": spec.id, "execution_group": spec.execution_group,
                                       "format": "ccw"},
@@ -851,6 +871,18 @@ async def _task_completion(ctx: StepContext, committer: _Committer) -> Completio
     return Completion(task_id=spec.id, task_json=_session_relative(ctx, task_json),
                       history=_history(task.data.get("status"), ctx.step.started_at, time.now_iso()),
                       summary_path=summary_path, summary=summary)
+
+
+def _task_prompt(committer: _Committer, spec: StepSpec, view: TaskView,
+                 flow_context: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """The agent's prompt for a task, and the summaries of its dependencies that it holds."""
+    paths: dict[str, Any] = committer.run.workflow.meta["paths"]
+    dependencies = {dep: _dependency_summary(committer, paths["summaries_dir"], dep) for dep in spec.depends_on}
+    prompt = build_task_prompt(view, task_id=spec.id, title=spec.name, agent=str(spec.meta.get("agent")),
+                               execution_group=spec.execution_group, paths=paths,
+                               task_json=str(spec.meta["task_json"]), dependencies=dependencies,
+                               flow_context=flow_context)
+    return prompt, dependencies
 
 
 def _dependency_summary(committer: _Committer, summaries: str, task_id: str) -> str:

@@ -71,6 +71,8 @@ _flows: dict[str, FlowFactory] = {}
 _settles: dict[str, Settle] = {}
 _slot_idles: dict[str, SlotIdle] = {}
 _self_durable: set[str] = set()
+#: Texts at least this long have their redaction kept, the last this many (see Engine.redact).
+_REDACTED_MIN, _REDACTED_KEPT = 512, 64
 
 
 def register_driver(fmt: str, driver: StepDriver, flow: FlowFactory | None = None, *, settle: Settle | None = None,
@@ -147,6 +149,7 @@ class Engine:
         self._redact = self.config.guardrails.redact_secrets
         self._variables_view: tuple[Any, dict[str, Any]] = (None, {})
         self._spec_text: tuple[WorkflowSpec | None, str | None] = (None, None)  # see _manifest_text
+        self._redacted: dict[str, str] = {}  # long texts and their redaction: see redact
         self._scanner = self.config.guardrails.scanner()
         # Per-run state, set by _open.
         self.calls = CallLog()
@@ -344,8 +347,20 @@ class Engine:
         return dict(self._variables_view[1])
 
     def redact(self, value: Any) -> Any:
-        """``value`` with secrets replaced, when the guardrail policy redacts (for prompts, files, snapshots)."""
-        return self._scanner.redact_obj(value) if self._redact else value
+        """``value`` with secrets replaced, when the guardrail policy redacts (for prompts, files, snapshots).
+
+        A long text's redaction is kept (the last ``_REDACTED_KEPT``): a prompt made ahead of its step is
+        scanned in a quiet moment, and its step's request, which redacts it again, finds it done."""
+        if not self._redact:
+            return value
+        if isinstance(value, str) and len(value) >= _REDACTED_MIN:
+            known = self._redacted.get(value)
+            if known is None:
+                known = self._redacted[value] = self._scanner.redact(value)
+                if len(self._redacted) > _REDACTED_KEPT:
+                    del self._redacted[next(iter(self._redacted))]
+            return known
+        return self._scanner.redact_obj(value)
 
     def journal_sync(self) -> None:
         """Make every journaled record durable (before an effect leaves the process)."""
