@@ -584,6 +584,8 @@ class _Committer:
         stopped); its threads end by themselves, nobody waits for them."""
         self.spares.discard()
         self.pool.shutdown(wait=False)
+        if self.ahead_timer is not None:
+            self.ahead_timer.cancel()
 
     def hurry(self) -> None:
         """Make the intents journaled so far durable now, not after the quiet: no task is starting to delay
