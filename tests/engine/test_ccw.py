@@ -896,3 +896,23 @@ def test_a_prompt_made_ahead_is_the_prompt_made_when_the_task_starts(tmp_path: P
     assert made  # some prompts were made ahead of their tasks
     assert secret not in with_ahead["IMPL-5"] and "[REDACTED:openai]" in with_ahead["IMPL-5"]
     assert with_ahead == without
+
+
+def test_a_temp_file_made_when_no_spare_was_ready_never_becomes_a_spare_twice(tmp_path: Path) -> None:
+    """With no spare ready, a write uses its own temp file (named after the target). That file must not join
+    the spares: the next such write reuses the name, and the one path would be handed out twice, two files
+    of one batch written through it (a.json getting b.json's bytes)."""
+    from stepline.engine._ccw_state import SpareFiles, write_files
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for name in ("a.json", "b.json"):
+        (folder / name).write_text("old " + name, encoding="utf-8")
+    spares = SpareFiles({folder: 4})  # none made yet: both writes below use their own temp file
+    write_files([(folder / "a.json", b"a1")], durable=False, spares=spares)
+    write_files([(folder / "a.json", b"a2")], durable=False, spares=spares)
+    spares.fill()
+    write_files([(folder / "a.json", b"a3"), (folder / "b.json", b"b3")], durable=False, spares=spares)
+    assert (folder / "a.json").read_bytes() == b"a3" and (folder / "b.json").read_bytes() == b"b3"
+    spares.discard()
+    assert not list(folder.glob(".*.tmp"))

@@ -194,11 +194,12 @@ def write_files(files: list[tuple[Path, bytes]], *, durable: bool = True, spares
     after them, so a finished call is durable; without it the caller makes the files durable later
     (:func:`flush_files`) before anything that depends on them is journaled. ``spares``: temp files made
     ahead, used where there is one."""
-    temps: list[tuple[Path, Path]] = []
+    temps: list[tuple[Path, Path, bool]] = []  # (temp file, target, whether the temp file is a spare)
     renamed = 0
     try:
         for target, data in files:
             tmp = spares.take(target.parent) if spares is not None else None
+            spare = tmp is not None
             if tmp is None:
                 tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -206,7 +207,7 @@ def write_files(files: list[tuple[Path, bytes]], *, durable: bool = True, spares
                 # A spare is empty, so no O_TRUNC: on ext4 that flag also makes close() allocate the file's
                 # blocks at once (its guard for truncate-and-rewrite), which waits behind any fsync under way.
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o644)
-            temps.append((tmp, target))
+            temps.append((tmp, target, spare))
             try:
                 if os.fstat(fd).st_size:  # a spare someone wrote to after all: emptied, as O_TRUNC would
                     os.ftruncate(fd, 0)
@@ -217,14 +218,16 @@ def write_files(files: list[tuple[Path, bytes]], *, durable: bool = True, spares
                     os.fsync(fd)
             finally:
                 os.close(fd)
-        for tmp, target in temps:
-            if spares is not None and _exchange(tmp, target):
+        for tmp, target, spare in temps:
+            # Only a spare is swapped in and taken back: a temp file named after its target would join the
+            # spares under a name the next write without a spare uses again, and be handed out twice.
+            if spares is not None and spare and _exchange(tmp, target):
                 spares.recycle(tmp)  # now holding the old file: emptied in the background for reuse
             else:
                 os.replace(tmp, target)
             renamed += 1
     finally:
-        for tmp, _ in temps[renamed:]:  # an error stopped the batch: no temp file is left behind
+        for tmp, _, _ in temps[renamed:]:  # an error stopped the batch: no temp file is left behind
             tmp.unlink(missing_ok=True)
     if durable:
         for folder in dict.fromkeys(target.parent for target, _ in files):
