@@ -209,7 +209,7 @@ def write_files(files: list[tuple[Path, bytes]], *, durable: bool = True, spares
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o644)
             temps.append((tmp, target, spare))
             try:
-                if os.fstat(fd).st_size:  # a spare someone wrote to after all: emptied, as O_TRUNC would
+                if spare and os.fstat(fd).st_size:  # a spare someone wrote to after all: emptied, as O_TRUNC would
                     os.ftruncate(fd, 0)
                 view = memoryview(data)
                 while view:
