@@ -21,7 +21,7 @@ import random
 from pathlib import Path
 from typing import Any, Literal
 
-from stepline.engine._dag import DagTask
+from stepline.ccw._waves import DagTask
 
 __all__ = ["generate_session", "random_dag", "write_session"]
 

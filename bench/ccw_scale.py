@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ccw_gen import generate_session
 
-from stepline.engine import Engine
-from stepline.engine._ccw import execute_session
+from stepline import Engine
+from stepline.ccw._driver import execute_session
 from stepline.executors import Executor, StepRequest, StepSession
 
 

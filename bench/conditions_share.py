@@ -4,7 +4,7 @@ Usage: .venv/bin/python bench/conditions_share.py [CORPUS_DIR]
 
 Every condition of the corpus (``<step if>``, ``<substep if>``, ``<action if>``, ``<check if>``, ``<ask if>``,
 ``<output if>``, ``<if selection|response>``) in the legacy instructions files and the micro-file step files is
-parsed and classified; the share that :func:`stepline.formats._bmad_conditions.classify` turns into a
+parsed and classified; the share that :func:`stepline.bmad._conditions.classify` turns into a
 structured, deterministic form is printed, overall and by kind, with the most common undecided ones.
 """
 
@@ -14,8 +14,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from stepline.formats._bmad_conditions import classify
-from stepline.formats._bmad_instructions import parse_instructions, walk
+from stepline.bmad._conditions import classify
+from stepline.bmad._instructions import parse_instructions, walk
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
 

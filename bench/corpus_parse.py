@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from stepline.formats._bmad_legacy import lint_bmad_legacy, load_bmad_legacy
-from stepline.install import install_bmad
+from stepline.bmad import install_bmad
+from stepline.bmad._legacy import lint_bmad_legacy, load_bmad_legacy
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
 

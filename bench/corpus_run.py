@@ -16,10 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from stepline.engine import Engine
-from stepline.engine._bmad_legacy import condition_counts
+from stepline import Engine
+from stepline.bmad._legacy_driver import condition_counts
 from stepline.errors import SteplineError
-from stepline.formats import load_workflow
+from stepline.families import load_workflow
 from stepline.interfaces.cli._app import run_cli
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from stepline.engine import Engine
+from stepline import Engine
 from stepline.model import StepSpec, WorkflowSpec
 
 

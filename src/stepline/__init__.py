@@ -16,7 +16,7 @@ from stepline._lazy import lazy_exports as _lazy_exports
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Engine": "stepline.engine",
+    "Engine": "stepline._api",
     "Executor": "stepline.executors",
     "Run": "stepline.model",
     "RunStep": "stepline.model",
@@ -26,20 +26,35 @@ _EXPORTS = {
     "StepSpec": "stepline.model",
     "SteplineError": "stepline.errors",
     "WorkflowSpec": "stepline.model",
-    "load_workflow": "stepline.formats",
+    "load_workflow": "stepline.families",
     "register_executor": "stepline.executors",
     "resume_run": "stepline._api",
     "run_workflow": "stepline._api",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Engine",
+    "Executor",
+    "Run",
+    "RunStep",
+    "RuntimeConfig",
+    "StepRequest",
+    "StepSession",
+    "StepSpec",
+    "SteplineError",
+    "WorkflowSpec",
+    "load_workflow",
+    "register_executor",
+    "resume_run",
+    "run_workflow",
+]
 
 if TYPE_CHECKING:
-    from stepline._api import resume_run, run_workflow
-    from stepline.engine import Engine, RuntimeConfig
+    from stepline._api import Engine, resume_run, run_workflow
+    from stepline.engine import RuntimeConfig
     from stepline.errors import SteplineError
     from stepline.executors import Executor, StepRequest, StepSession, register_executor
-    from stepline.formats import load_workflow
+    from stepline.families import load_workflow
     from stepline.model import Run, RunStep, StepSpec, WorkflowSpec
 
 

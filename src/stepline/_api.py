@@ -1,4 +1,8 @@
-"""The Python API: load a workflow, run it, resume it — the same operations the CLI performs."""
+"""The Python API: load a workflow, run it, resume it — the same operations the CLI performs.
+
+Importing it registers every family's step drivers, so an :class:`Engine` taken from here (or from
+``stepline.Engine``) can drive a workflow of any family.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,12 @@ from typing import Any
 
 from stepline.engine import Engine, RuntimeConfig, load_runtime_config
 from stepline.executors import Executor
-from stepline.formats import load_workflow
+from stepline.families import load_workflow, register_drivers
 from stepline.model import Run, RunMode
 
-__all__ = ["resume_run", "run_workflow"]
+__all__ = ["Engine", "resume_run", "run_workflow"]
+
+register_drivers()
 
 
 def _engine(project_root: Path | str | None, config: RuntimeConfig | Path | str | None,

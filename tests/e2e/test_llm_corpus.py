@@ -21,10 +21,11 @@ from fakes import fake_anthropic, fake_openai
 from fakes._script import Script
 from fakes.policy import Policy
 from fakes.runs import memo_records, run_dir
-from stepline.engine import Engine, build_timeline
-from stepline.formats import load_workflow
+from stepline import Engine
+from stepline.bmad import install_bmad
+from stepline.engine import build_timeline
+from stepline.families import load_workflow
 from stepline.formats._frontmatter import read_frontmatter
-from stepline.install import install_bmad
 from stepline.model import Run
 
 BMAD = CORPUS / "bmad" / "v6.0.0-alpha.23"

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from stepline.engine import Engine, RuntimeConfig
-from stepline.formats import load_workflow
+from stepline import Engine
+from stepline.engine import RuntimeConfig
+from stepline.families import load_workflow
 
 FAKE_KEY = "sk-proj-4f9XyZ8kLmN2pQ7rS3tUvW1x"
 FAKE_GITHUB = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"

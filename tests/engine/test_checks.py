@@ -9,8 +9,9 @@ from typing import Any
 
 import yaml
 
-from stepline.engine import Engine, HumanChannel, RuntimeConfig
-from stepline.formats import load_workflow
+from stepline import Engine
+from stepline.engine import HumanChannel, RuntimeConfig
+from stepline.families import load_workflow
 from stepline.time import frozen
 
 

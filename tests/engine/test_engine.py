@@ -10,11 +10,12 @@ from typing import Any, ClassVar
 
 import pytest
 
-from stepline.engine import Engine, RuntimeConfig
+from stepline import Engine
+from stepline.engine import RuntimeConfig
 from stepline.engine._config import HitlPolicy
 from stepline.errors import RunStateError
 from stepline.executors import Executor, StepRequest, StepSession
-from stepline.formats import load_workflow
+from stepline.families import load_workflow
 from stepline.interfaces.cli._gates import decide_gate
 from stepline.model import RetryPolicy, StepSpec, WorkflowSpec
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the
 
 from fakes.fake_anthropic import FakeAnthropic, fault, message
 from fakes.runs import OUTPUT, greeting_workflow, memo_records, run_dir, truncate_after_first
-from stepline.engine import Engine
+from stepline import Engine
 from stepline.executors._anthropic import AnthropicExecutor
 from stepline.executors._protocol import StepRequest
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the
 
 from fakes.fake_openai import FakeOpenAI, completion, fault
 from fakes.runs import OUTPUT, greeting_workflow, memo_records, outputs_digest
-from stepline.engine import Engine
+from stepline import Engine
 from stepline.errors import ExecutorError, ReaderError
 from stepline.executors import ScriptedExecutor, create_executor
 from stepline.executors._cassette import ReplayExecutor, wrap_recording

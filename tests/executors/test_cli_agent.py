@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from stepline.engine import Engine, HumanChannel
+from stepline import Engine
+from stepline.engine import HumanChannel
 from stepline.errors import ExecutorError
 from stepline.executors import StepRequest, StepSession, create_executor
-from stepline.formats import load_workflow
+from stepline.families import load_workflow
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes" / "bin"
 

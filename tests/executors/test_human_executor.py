@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from stepline.engine import Engine, HumanChannel
+from stepline import Engine
+from stepline.engine import HumanChannel
 from stepline.errors import ExecutorError
 from stepline.executors import MenuOption, StepRequest, StepSession
 from stepline.executors._human import HumanExecutor
-from stepline.formats import load_workflow
+from stepline.families import load_workflow
 
 WORKFLOW = """\
 id: pair

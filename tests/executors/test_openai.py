@@ -14,7 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the
 
 from fakes.fake_openai import FakeOpenAI, completion, fault
 from fakes.runs import OUTPUT, greeting_workflow, memo_records, run_dir, truncate_after_first
-from stepline.engine import Engine, build_timeline
+from stepline import Engine
+from stepline.engine import build_timeline
 from stepline.errors import ExecutorError
 from stepline.executors._openai import OpenAIExecutor
 from stepline.executors._reliability import CircuitOpenError

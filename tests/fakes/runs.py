@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from stepline.engine import Engine
+from stepline import Engine
 from stepline.model import Run, StepSpec, WorkflowSpec
 from stepline.store import RunDir
 

@@ -1,8 +1,11 @@
-"""The engine: the only code that changes run state (step loop, resume, gates, the step protocol)."""
+"""The engine: the only code that changes run state (step loop, resume, gates, the step protocol).
+
+It knows no workflow family: each family registers its step driver (and flow) with :func:`register_driver`,
+and :func:`stepline.families.register_drivers` imports them all.
+"""
 
 from __future__ import annotations
 
-from stepline.engine import _formats  # noqa: F401 - registers the format drivers
 from stepline.engine._config import RuntimeConfig, load_runtime_config
 from stepline.engine._context import StepContext, render_variables
 from stepline.engine._gates import GateBook, gate_reason

@@ -97,16 +97,6 @@ def register_driver(fmt: str, driver: StepDriver, flow: FlowFactory | None = Non
         _self_durable.add(fmt)
 
 
-async def run_native_step(ctx: StepContext) -> None:
-    """Native steps: hand the rendered body to the executor as one ``work`` request."""
-    outcome = await ctx.invoke("work", content=ctx.render(ctx.spec.body),
-                               hints={"output": bool(ctx.spec.outputs), "outputs": ctx.spec.outputs})
-    ctx.step.summary = outcome.summary
-    ctx.step.choice = outcome.choice
-
-
-register_driver("native", run_native_step)
-
 _PUBLIC = frozenset(e.value for e in EventType) - {
     EventType.CALL_STARTED.value, EventType.CALL_RECORDED.value, EventType.CURSOR_MOVED.value}
 
@@ -429,7 +419,8 @@ class Engine:
         self.flow = flow
         driver = _drivers.get(workflow.format)
         if driver is None:
-            raise RunStateError(f"no engine support for workflow format {workflow.format!r}")
+            raise RunStateError(f"no step driver registered for workflow format {workflow.format!r}",
+                                hint="import stepline.families and call register_drivers() before driving runs")
         specs = {spec.id: spec for spec in workflow.steps}
         dag = workflow.meta.get("scheduling") == "dag"  # a DAG skips a failed step's dependents at any limit
         limit = self.concurrency if dag else 1

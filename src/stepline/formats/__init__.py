@@ -1,9 +1,11 @@
-"""Readers: one module per workflow format, each turning files into a WorkflowSpec. Readers never write."""
+"""What every family's readers share: diagnostics with file:line, front matter, small files and their version.
+
+The readers themselves live with their family (:mod:`stepline.native`, :mod:`stepline.bmad`,
+:mod:`stepline.ccw`); :mod:`stepline.families` picks the one for a path. Nothing here reads a workflow format.
+"""
 
 from __future__ import annotations
 
-from stepline.formats._detect import detect_format, lint_path, load_workflow
 from stepline.formats._diagnostics import Diagnostic, Severity
-from stepline.formats._native import load_native
 
-__all__ = ["Diagnostic", "Severity", "detect_format", "lint_path", "load_native", "load_workflow"]
+__all__ = ["Diagnostic", "Severity"]

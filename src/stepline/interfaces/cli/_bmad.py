@@ -44,7 +44,7 @@ def install(
     as_json: JsonOutput = False,
 ) -> None:
     """Install the BMAD modules under SRC into PROJECT/_bmad/ and write each module's config.yaml."""
-    from stepline.install import install_bmad
+    from stepline.bmad import install_bmad
     from stepline.interfaces.cli._runs import parse_vars
 
     settings = parse_vars(setting or [])

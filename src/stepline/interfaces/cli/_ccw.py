@@ -11,7 +11,7 @@ from stepline.interfaces.cli._app import EXIT_INVALID, ConfigOption, JsonOutput,
 from stepline.interfaces.cli._render import console, err_console, print_json
 
 if TYPE_CHECKING:
-    from stepline.formats._ccw import SessionInfo
+    from stepline.ccw._session import SessionInfo
 
 ccw_app = typer.Typer(name="ccw", help="Run Claude-Code-Workflow sessions (.workflow/active/WFS-*).",
                       no_args_is_help=True)
@@ -31,7 +31,7 @@ def _root(project_root: Path) -> Path:
 
 def _session_dir(root: Path, session: str) -> Path:
     """A session folder from an id, a unique part of one, or a path."""
-    from stepline.formats._ccw import find_session
+    from stepline.ccw._session import find_session
 
     as_path = Path(session) if Path(session).is_absolute() else root / session
     if (as_path / "workflow-session.json").is_file() or (as_path / "TODO_LIST.md").is_file():
@@ -54,7 +54,7 @@ def sessions(
     """List the project's active sessions: id | project | done/total | %."""
     from rich.table import Table
 
-    from stepline.formats._ccw import discover_sessions
+    from stepline.ccw._session import discover_sessions
 
     found = discover_sessions(_root(project_root), include_inactive=include_all)
     if as_json:
@@ -104,8 +104,8 @@ def execute(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
 ) -> None:
     """Execute a session's tasks in dependency order, concurrently; resume it after an interruption."""
-    from stepline.engine._ccw import complete_session, execute_session
-    from stepline.formats._ccw import discover_sessions
+    from stepline.ccw._driver import complete_session, execute_session
+    from stepline.ccw._session import discover_sessions
     from stepline.interfaces.cli._render import run_exit_code, run_summary
     from stepline.interfaces.cli._runs import build_engine
 
@@ -141,7 +141,7 @@ def status(session: SessionArg, project_root: ProjectRoot = Path("."), as_json: 
     """Show a session's tasks: status, execution group, agent, dependencies."""
     from rich.table import Table
 
-    from stepline.formats._ccw import infer_agent, read_ccw_session
+    from stepline.ccw._session import infer_agent, read_ccw_session
 
     found = read_ccw_session(_session_dir(_root(project_root), session))
     rows: list[dict[str, Any]] = [
@@ -167,7 +167,7 @@ def status(session: SessionArg, project_root: ProjectRoot = Path("."), as_json: 
 @ccw_app.command("complete")
 def complete(session: SessionArg, project_root: ProjectRoot = Path("."), as_json: JsonOutput = False) -> None:
     """Mark every task completed and archive the session to .workflow/archives/ (manifest.json appended)."""
-    from stepline.engine._ccw import complete_session
+    from stepline.ccw._driver import complete_session
 
     entry = complete_session(_session_dir(_root(project_root), session))
     if as_json:
@@ -181,7 +181,7 @@ def check(session: SessionArg, project_root: ProjectRoot = Path("."), as_json: J
     """Report every problem of a session (R-E8b) with file:line; exit 10 when any is an error."""
     from dataclasses import asdict
 
-    from stepline.formats._ccw_check import check_ccw_session
+    from stepline.ccw._check import check_ccw_session
 
     diagnostics = check_ccw_session(_session_dir(_root(project_root), session))
     errors = sum(1 for d in diagnostics if d.severity == "error")

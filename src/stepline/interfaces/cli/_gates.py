@@ -14,7 +14,8 @@ from stepline.interfaces.cli._render import console, print_json
 def decide_gate(project_root: Path, config: Path | None, run_id: str, gate_id: str | None, *, approved: bool,
                 by: str, notes: str | None, answer: str | None = None) -> str:
     """Decide a gate of a blocked run from the command line; return the gate id."""
-    from stepline.engine import Engine, load_runtime_config
+    from stepline import Engine
+    from stepline.engine import load_runtime_config
 
     root = project_root.resolve()
     engine = Engine(project_root=root, config=load_runtime_config(root, config))

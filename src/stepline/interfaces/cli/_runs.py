@@ -18,7 +18,7 @@ from stepline.interfaces.cli._render import (
 )
 
 if TYPE_CHECKING:
-    from stepline.engine import Engine
+    from stepline import Engine
     from stepline.model import Run, RunMode
     from stepline.store import RunDir, RunStore
 
@@ -46,7 +46,8 @@ def parse_vars(pairs: list[str]) -> dict[str, str]:
 def build_engine(project_root: Path, config: Path | None, executor: str | None, script: Path | None,
                  mode: RunMode, quiet: bool, extra_options: dict[str, Any] | None = None) -> Engine:
     """The engine for a CLI command, with the progress display attached."""
-    from stepline.engine import Engine, load_runtime_config
+    from stepline import Engine
+    from stepline.engine import load_runtime_config
     from stepline.errors import NotFoundError, UsageError
 
     root = project_root.resolve()
@@ -117,7 +118,7 @@ def run(
 ) -> None:
     """Run a workflow from its first step until it completes, fails or waits for a person."""
     from stepline.errors import UsageError
-    from stepline.formats import load_workflow
+    from stepline.families import load_workflow
 
     if yolo and non_interactive:
         raise UsageError("--yolo and --non-interactive exclude each other")
@@ -172,7 +173,8 @@ def open_store(project_root: Path, config: Path | None) -> RunStore:
 
 def load_run(project_root: Path, config: Path | None, run_id: str | None) -> Run:
     """The run with ``run_id`` (or the latest), rebuilt from its journal."""
-    from stepline.engine import Engine, load_runtime_config
+    from stepline import Engine
+    from stepline.engine import load_runtime_config
     from stepline.errors import NotFoundError
 
     root = project_root.resolve()

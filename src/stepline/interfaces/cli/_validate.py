@@ -20,7 +20,7 @@ def validate(
     """Report every problem in a workflow (or every workflow under a folder); exit 10 on errors."""
     from dataclasses import asdict
 
-    from stepline.formats import lint_path
+    from stepline.families import lint_path
 
     diagnostics = lint_path(path, project_root=project_root.resolve())
     errors = sum(1 for d in diagnostics if d.severity == "error")

@@ -22,7 +22,8 @@ from stepline.executors._mcp_bridge import McpBridgeExecutor, StepBridge, add_st
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-    from stepline.engine import Engine, RuntimeConfig
+    from stepline import Engine
+    from stepline.engine import RuntimeConfig
     from stepline.model import Event, Run, RunMode
 
 __all__ = ["RunHost", "build_server", "find_workflows", "serve_stdio"]
@@ -33,8 +34,8 @@ _MODES = ("normal", "yolo", "non-interactive")
 
 
 def find_workflows(root: Path, *, limit: int = 500) -> list[dict[str, str]]:
-    """Every workflow under ``root`` that :func:`stepline.formats.detect_format` recognises, by relative path."""
-    from stepline.formats import detect_format
+    """Every workflow under ``root`` that :func:`stepline.families.detect_format` recognises, by relative path."""
+    from stepline.families import detect_format
 
     found: list[dict[str, str]] = []
     for folder, dirs, files in os.walk(root):
@@ -79,7 +80,8 @@ class RunHost:
 
     # -- driving --------------------------------------------------------------------------------------------
     def _engine(self, mode: RunMode) -> Engine:
-        from stepline.engine import Engine, HumanChannel
+        from stepline import Engine
+        from stepline.engine import HumanChannel
 
         return Engine(project_root=self.project_root, config=self.config,
                       executor=McpBridgeExecutor({"bridge": self.bridge}), mode=mode,
@@ -111,7 +113,7 @@ class RunHost:
 
     async def start(self, path: str, variables: dict[str, Any] | None = None, mode: str = "normal") -> dict[str, Any]:
         """Start a run of the workflow at ``path`` (relative to the project root)."""
-        from stepline.formats import load_workflow
+        from stepline.families import load_workflow
 
         self._check_idle()
         if mode not in _MODES:
@@ -147,7 +149,7 @@ class RunHost:
 
     # -- inspecting -----------------------------------------------------------------------------------------
     def _load(self, run_id: str | None) -> Run:
-        from stepline.engine import Engine
+        from stepline import Engine
 
         engine = Engine(project_root=self.project_root, config=self.config)
         if run_id is None:
@@ -187,7 +189,7 @@ class RunHost:
     def decide_gate(self, run_id: str, gate_id: str | None, *, approve: bool, by: str, notes: str | None,
                     answer: str | None) -> dict[str, Any]:
         """Approve, reject or answer a pending gate of a run that is not being driven."""
-        from stepline.engine import Engine
+        from stepline import Engine
 
         if self._task is not None and not self._task.done() and self.run_id and run_id in self.run_id:
             raise RunStateError(f"run {self.run_id} is being driven; its gates are decided once it blocks")

@@ -1,0 +1,40 @@
+"""Load any BMAD workflow — legacy, hybrid or micro-file — from its file or folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from stepline.errors import ReaderError
+from stepline.model import WorkflowSpec
+
+__all__ = ["load_bmad_workflow"]
+
+
+def load_bmad_workflow(path: Path, *, project_root: Path, variables: dict[str, Any] | None = None,
+                       mode: str | None = None) -> WorkflowSpec:
+    """Read the BMAD workflow at ``path`` (``workflow.yaml``, ``workflow*.md`` or a folder holding one)."""
+    variables = variables or {}
+    legacy = path / "workflow.yaml" if path.is_dir() else path
+    if legacy.name != "workflow.yaml" or not legacy.is_file():
+        from stepline.bmad._microfile import load_bmad_microfile
+
+        return load_bmad_microfile(path, project_root=project_root, variables=variables, mode=mode)
+    from stepline.bmad._legacy import load_bmad_legacy
+
+    spec = load_bmad_legacy(legacy, project_root=project_root, variables=variables)
+    problems = spec.meta.get("structure_problems") or []
+    if problems:  # refuse to run what the reader had to guess (stepline validate lists every problem)
+        first = problems[0]
+        raise ReaderError(f"{first['message']}; the step structure is uncertain, so it is not run",
+                          path=first["path"], line=first["line"],
+                          hint="fix the tag nesting; `stepline validate` lists every problem")
+    if spec.format != "bmad-hybrid":
+        return spec
+    # Hybrid (R-F4): config from the yaml, execution as a micro-file workflow.
+    from stepline.bmad._microfile import load_bmad_microfile
+
+    hybrid = load_bmad_microfile(Path(spec.meta["workflow_md"]), project_root=project_root,
+                                 variables={**spec.variables, **variables}, mode=mode)
+    hybrid.meta["hybrid_yaml"] = str(path)
+    return hybrid.model_copy(update={"id": spec.id or hybrid.id})

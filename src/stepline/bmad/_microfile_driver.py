@@ -1,0 +1,505 @@
+"""Running BMAD micro-file (and hybrid) workflows (SPEC R-F3, R-F4): the runtime walks the step files.
+
+What the model was told to do in prose, the runtime does:
+
+* **Initialisation** is a step of its own, ``workflow-init`` (workflow.md's "INITIALIZATION SEQUENCE"): it
+  fixes ``{{date}}``, asks the tri-modal router's ``[C]/[V]/[E]`` question when no ``--mode`` was given, and
+  does ``step-01b-continue``'s job: when the output document's frontmatter lists ``stepsCompleted``, the
+  steps it names are skipped and the run starts at the step after the furthest one.
+* **Just-in-time**: a step's file is read when that step runs, never earlier, and only it is handed to the
+  executor (variables substituted). Each hand-over is journaled (path, sha256 of the file and of what was
+  sent) so an audit can show that no later step leaked.
+* **Menus** are presented and acted on by the runtime (:mod:`stepline.bmad._menus`); an answer that is not
+  an option is asked again.
+* **State**: on continue, the runtime appends the step to the document's ``stepsCompleted`` (numbers or
+  names, in the document's style), sets ``lastStep`` and adds the files the executor read to
+  ``inputDocuments``. The update is journaled as an intent before the file is written and is idempotent, so
+  a crash at any instant is repaired on resume and the journal and the frontmatter agree.
+
+Revisited steps (a "go back" option, a loop) run as visits named ``<step>@<n>``; more visits than
+``runtime.max_step_visits`` fail the step with the loop's diagnostic instead of running forever.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+from stepline import time
+from stepline.bmad._menus import Option, Route, build_menu, match_answer, menu_text
+from stepline.bmad._microfile import Progress, completed_step_index, load_csv_data, read_progress
+from stepline.engine._context import StepContext, render_variables
+from stepline.engine._runner import register_driver
+from stepline.engine._session import sha256_file
+from stepline.engine._signals import StepBlocked
+from stepline.errors import NotFoundError, ReaderError, StepFailed
+from stepline.formats._frontmatter import mark_step_completed, read_frontmatter, update_frontmatter
+from stepline.model import EventType, Run, StepSpec, StepStatus, WorkflowSpec
+from stepline.store import atomic_write_bytes
+
+__all__ = ["INIT_STEP", "MicrofileFlow", "run_microfile_step"]
+
+#: Id of the step that does workflow.md's initialisation (mode, continuation) before the first step file.
+INIT_STEP = "workflow-init"
+_ELICITATION = "{project-root}/_bmad/core/workflows/advanced-elicitation/workflow.xml"
+_PARTY_MODE = "{project-root}/_bmad/core/workflows/party-mode/workflow.md"
+_PLACEHOLDER_RE = re.compile(r"\{\{?\s*[A-Za-z_][\w\-]*\s*\}?\}")
+_RUNTIME_VAR_RE = re.compile(r"\{\{\s*([A-Za-z_][\w.-]*)\s*\}\}")
+_STEP_NUMBER_RE = re.compile(r"(?:^|-)(\d+)([a-z]?)(?=-|$)")
+_STYLE_RE = re.compile(r"stepsCompleted:?\**\s*\[\s*(['\"]?)(\d?)")
+_OPEN = (StepStatus.RUNNING, StepStatus.BLOCKED, StepStatus.FAILED)
+
+
+# ------------------------------------------------------------------------------------------------------ flow
+
+
+def _ensure_init_step(workflow: WorkflowSpec) -> None:
+    """Put the initialisation step first (once: a resumed run's manifest may already hold it)."""
+    if any(spec.id == INIT_STEP for spec in workflow.steps):
+        return
+    workflow.steps.insert(0, StepSpec(
+        id=INIT_STEP, name="initialise the workflow",
+        description="choose the mode, fix {{date}}, continue from the output document's stepsCompleted",
+        source=workflow.source, meta={"init": True, "file": workflow.meta.get("workflow_file")}))
+
+
+class MicrofileFlow:
+    """The step order of a micro-file run: one step at a time, where the last completed step's choice led.
+
+    The position is the run's state, not the flow's: a step that is running, blocked or failed is continued;
+    otherwise the run's cursor (set by the driver before a step completes) names the next visit.
+    """
+
+    def __init__(self, workflow: WorkflowSpec, run: Run) -> None:
+        _ensure_init_step(workflow)
+        if INIT_STEP not in run.steps:  # listed first, as it runs first
+            run.steps = {INIT_STEP: run.step(INIT_STEP), **run.steps}
+        self.run = run
+        self.current = self._position()
+
+    def _position(self) -> str | None:
+        for sid, step in self.run.steps.items():
+            if step.status in _OPEN:
+                return sid
+        if "next" in self.run.cursor:
+            return str(self.run.cursor["next"]) if self.run.cursor["next"] else None
+        init = self.run.steps.get(INIT_STEP)
+        return INIT_STEP if init is None or init.status == StepStatus.PENDING else None
+
+    def take_ready(self, limit: int) -> list[str]:
+        """The one step that runs next, if any."""
+        if self.current is None or limit < 1:
+            return []
+        sid, self.current = self.current, None
+        return [sid]
+
+    def finished(self, step_id: str, status: StepStatus) -> list[str]:
+        """After a completed step, go where its choice led; a blocked or failed step stops the run."""
+        if status == StepStatus.COMPLETED:
+            following = self.run.cursor.get("next")
+            self.current = str(following) if following else None
+        return []
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+
+
+def _base(sid: str) -> str:
+    return sid.split("@", 1)[0]
+
+
+def _visit_id(run: Run, base: str) -> str:
+    """``base`` for a first visit, else ``base@n`` for the n-th."""
+    first = run.steps.get(base)
+    if first is None or first.status == StepStatus.PENDING:
+        return base
+    return f"{base}@{2 + sum(1 for sid in run.steps if sid.startswith(base + '@'))}"
+
+
+def _step_for_file(workflow: WorkflowSpec, file: str) -> StepSpec | None:
+    return next((s for s in workflow.steps if s.meta.get("file") == file and not s.meta.get("init")), None)
+
+
+def _diagnostics_for(workflow: WorkflowSpec, file: str, codes: tuple[str, ...] | None = None) -> list[str]:
+    return [f"{d['path']}:{d['line'] or 1}: {d['message']}" for d in workflow.meta.get("diagnostics", [])
+            if d.get("path") == file and (codes is None or d.get("code") in codes)]
+
+
+def _render_runtime_vars(text: str, variables: dict[str, Any]) -> str:
+    """Substitute known ``{{var}}`` only: a template's other braces (``date: { system-date }``) stay as written."""
+
+    def sub(match: re.Match[str]) -> str:
+        value = variables.get(match[1])
+        return match[0] if value is None or isinstance(value, dict | list) else str(value)
+
+    return _RUNTIME_VAR_RE.sub(sub, text)
+
+
+def _output_path(ctx: StepContext, spec: StepSpec) -> Path | None:
+    """The step's ``outputFile`` once every variable in it is known (else None: nothing to track)."""
+    if not spec.outputs:
+        return None
+    rendered = render_variables(spec.outputs[0], ctx.variables)
+    if _PLACEHOLDER_RE.search(rendered):
+        return None
+    path = Path(rendered)
+    return path if path.is_absolute() else ctx.project_root / path
+
+
+def _record(ctx: StepContext, key: str, op: str, args: dict[str, Any], result: Any) -> None:
+    ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": op, "args": args, "result": result})
+
+
+def _hand_over(ctx: StepContext, role: str, path: Path, raw: str, sent: str, **extra: Any) -> None:
+    """Journal what the executor is about to receive (once per invocation, also across a resume)."""
+    key = f"{ctx.spec.id}/{ctx.attempt}/handover/{ctx.invocations}"
+    entry = {"role": role, "path": str(path), "sha256": hashlib.sha256(raw.encode("utf-8")).hexdigest(),
+             "sent_sha256": hashlib.sha256(sent.encode("utf-8")).hexdigest(), **extra}
+    ctx.handed_over.append(entry)
+    if key not in ctx.engine.calls.recorded:
+        _record(ctx, key, "handover", {"path": str(path), "role": role}, entry)
+
+
+def _skip_pending(ctx: StepContext, reason: str, only: set[str] | None = None) -> None:
+    for spec in ctx.run.workflow.steps:
+        step = ctx.run.steps.get(spec.id)
+        if spec.id != ctx.spec.id and (step is None or step.status == StepStatus.PENDING) and (
+                only is None or spec.id in only):
+            ctx.engine.emit(EventType.STEP_SKIPPED, {"reason": reason}, step_id=spec.id)
+
+
+async def _ask(ctx: StepContext, options: list[Option], *, executor: bool, round_no: int, note: str = "",
+               proposal: str | None = None) -> str | None:
+    """One round of a menu: the executor's proposal, a ``choose`` request, or the human channel."""
+    question = (note + " " if note else "") + menu_text(options)
+    if executor:
+        if proposal is not None:
+            return proposal
+        outcome = await ctx.invoke("choose", question=question, menu=[o.as_menu_option() for o in options],
+                                   content=question)
+        return outcome.choice
+    key = f"{ctx.spec.id}/{ctx.attempt}/menu/{round_no}"
+    return await ctx.engine.human.ask(ctx, question, [o.key for o in options], key)
+
+
+# ------------------------------------------------------------------------------------------------------ init
+
+
+async def _choose_mode(ctx: StepContext) -> tuple[str | None, str]:
+    """The mode and entry step: the one loaded, or the router's answer (yolo: the executor's)."""
+    workflow = ctx.run.workflow
+    first = workflow.meta.get("first_step")
+    if first:
+        return workflow.meta.get("mode"), str(first)
+    router = workflow.meta.get("router")
+    chosen_mode = workflow.meta.get("mode")
+    if router and chosen_mode:  # --mode named a mode whose entry step is missing
+        return chosen_mode, _entry(workflow, router, chosen_mode)
+    if not router:
+        steps = [s.id for s in workflow.steps if not s.meta.get("init")]
+        if not steps:
+            raise ReaderError("the workflow has no step to run", path=workflow.meta.get("workflow_file"), line=1)
+        return None, steps[0]
+    raw = router["options"]
+    options = [Option(str(o["key"] or i), str(o["label"] or o["mode"]), Route("goto", o["entry"]), default=i == 1)
+               for i, o in enumerate(raw, start=1)]
+    chosen: Option | None = None
+    note = ""
+    round_no = 0
+    while chosen is None:
+        _check_rounds(ctx, round_no)
+        answer = await _ask(ctx, options, executor=False, round_no=round_no, note=note)
+        chosen = match_answer(answer, options)
+        note = f"{answer!r} is not one of the options."
+        round_no += 1
+    mode = str(raw[options.index(chosen)]["mode"])
+    return mode, _entry(workflow, router, mode)
+
+
+def _entry(workflow: WorkflowSpec, router: dict[str, Any], mode: str) -> str:
+    option = next(o for o in router["options"] if o["mode"] == mode)
+    if option["entry"] is None:
+        found = [d["message"] for d in workflow.meta.get("diagnostics", [])
+                 if d.get("path") == router["file"] and d.get("line") == option["line"]]
+        raise ReaderError(f"mode {mode!r} has no first step file" + (f": {found[0]}" if found else ""),
+                          path=router["file"], line=option["line"], hint="choose another mode or fix the router")
+    return str(option["entry"])
+
+
+def _mode_steps(workflow: WorkflowSpec, mode: str | None) -> list[StepSpec]:
+    return [s for s in workflow.steps
+            if not s.meta.get("init") and not s.meta.get("is_continuation") and (mode is None or
+                                                                                  s.meta.get("mode") in (mode, None))]
+
+
+def _chain_output(ctx: StepContext, entry: str) -> Path | None:
+    """The document the chain from ``entry`` keeps its state in: the first ``outputFile`` along ``next``."""
+    workflow = ctx.run.workflow
+    seen: set[str] = set()
+    spec: StepSpec | None = workflow.step(entry)
+    while spec is not None and spec.id not in seen:
+        seen.add(spec.id)
+        path = _output_path(ctx, spec)
+        if path is not None:
+            return path
+        following = spec.meta.get("next")
+        spec = _step_for_file(workflow, following) if following else None
+    return None
+
+
+async def _initialise(ctx: StepContext) -> None:
+    workflow = ctx.run.workflow
+    if "date" not in ctx.variables:
+        ctx.emit(EventType.VARIABLE_SET, {"name": "date", "value": time.now().date().isoformat()})
+    mode, entry = await _choose_mode(ctx)
+    document = _chain_output(ctx, entry)
+    start: str | None = entry
+    summary = f"starting at {entry}" + (f" (mode {mode})" if mode else "")
+    progress = read_progress(document) if document is not None and document.is_file() else Progress()
+    if progress.steps_completed or progress.last_step is not None:
+        steps = _mode_steps(workflow, mode)
+        index = completed_step_index(progress, steps)
+        if index >= 0:
+            done = {s.id for s in steps if completed_step_index(progress, [s]) == 0} | {steps[index].id}
+            _skip_pending(ctx, f"completed in {document} (stepsCompleted)", done)
+            following = steps[index].meta.get("next")
+            target = _step_for_file(workflow, following) if following else None
+            start = target.id if target is not None else None
+            summary = (f"continuing {document} at {start}" if start else
+                       f"{document} is already complete (stepsCompleted {list(progress.steps_completed)})")
+    ctx.emit(EventType.CURSOR_MOVED, {"next": start, "mode": mode, "document": str(document) if document else None})
+    if start is None:
+        _skip_pending(ctx, "not on the path this run took")
+    ctx.step.summary = summary
+    ctx.step.choice = mode
+
+
+# ------------------------------------------------------------------------------------------------------ steps
+
+
+def _check_visits(ctx: StepContext) -> None:
+    visit = int(ctx.spec.id.split("@", 1)[1]) if "@" in ctx.spec.id else 1
+    limit = ctx.engine.config.runtime.max_step_visits
+    if visit > limit:
+        why = _diagnostics_for(ctx.run.workflow, str(ctx.spec.meta["file"]), ("self-loop",))
+        raise StepFailed(f"step {_base(ctx.spec.id)!r} would run a {visit}th time (runtime.max_step_visits is "
+                         f"{limit}): the workflow loops without reaching an end"
+                         + (f"; {'; '.join(why)}" if why else ""), retryable=False,
+                         hint="fix the step's nextStepFile/menu, or raise runtime.max_step_visits")
+
+
+def _check_rounds(ctx: StepContext, round_no: int) -> None:
+    limit = ctx.engine.config.runtime.max_step_visits
+    if round_no >= limit:
+        raise StepFailed(f"step {ctx.spec.id!r}: {round_no} menu rounds without moving on "
+                         f"(runtime.max_step_visits is {limit})", retryable=False,
+                         hint="the executor keeps choosing options that return to the menu")
+
+
+def _read_step(ctx: StepContext, path: Path) -> tuple[str, list[str]]:
+    """The step file's text (read now, just in time) and its frontmatter warnings; unusable frontmatter fails."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NotFoundError(f"{path}: step file not found", hint="the workflow changed since the run started") from None
+    fm = read_frontmatter(text, path=str(path))
+    fatal = [d for d in fm.diagnostics if d.code != "yaml-syntax"]
+    if fatal:
+        raise ReaderError(f"the step's frontmatter is broken: {fatal[0].message}", path=str(path), line=fatal[0].line,
+                          hint="fix the step file, then `stepline resume` the run")
+    return text, [f"{d.path}:{d.line}: {d.message}" for d in fm.diagnostics]
+
+
+def _check_target(ctx: StepContext, target: str, text: str) -> None:
+    """Fail, naming file:line, when the step file a step leads to does not exist."""
+    if Path(target).is_file():
+        return
+    meta = ctx.spec.meta
+    fm = read_frontmatter(text, path=str(meta["file"]))
+    raw = dict(meta["frontmatter"])
+    key = next((k for k, v in raw.items() if v == target), None)
+    line = fm.line_of(key) if key else None
+    what = f"{key} {fm.data.get(key)!r}" if key else "the next step"
+    raise ReaderError(f"{what} names a step file that does not exist ({target})", path=str(meta["file"]),
+                      line=line, hint="fix the path in the step file")
+
+
+def _load_data(ctx: StepContext, path: Path, text: str) -> dict[str, list[dict[str, str]]]:
+    """CSV data files the step's frontmatter references, loaded now for this step only.
+
+    A CSV shipped with the workflow (under ``_bmad/`` or the workflow folder) must exist; one elsewhere (a
+    results file the workflow keeps in the project) is handed over when it exists and is the step's to create.
+    """
+    fm = read_frontmatter(text, path=str(path))
+    data: dict[str, list[dict[str, str]]] = {}
+    shipped = (ctx.project_root / "_bmad", Path(ctx.run.workflow.root or path.parent))
+    for key, value in ctx.spec.meta["frontmatter"].items():
+        if isinstance(value, str) and value.lower().endswith(".csv"):
+            rendered = Path(render_variables(value, ctx.variables))
+            csv_path = rendered if rendered.is_absolute() else path.parent / rendered
+            if csv_path.is_file() or any(csv_path.is_relative_to(root) for root in shipped):
+                data[key] = load_csv_data(csv_path, referenced_from=f"{path}:{fm.line_of(key) or 1} ({key})")
+    return data
+
+
+def _create_document(ctx: StepContext, document: Path) -> None:
+    """Create the output document from the step's template the first time a step needs it (journaled)."""
+    key = f"{ctx.spec.id}/{ctx.attempt}/document"
+    templates = [Path(render_variables(t, ctx.variables)) for t in ctx.spec.templates]
+    template = next((t for t in templates if t.is_file()), None)
+    if document.exists() or template is None or key in ctx.engine.calls.recorded:
+        return
+    args = {"path": str(document), "template": str(template)}
+    ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "create_document", "args": args}, sync=True)
+    document.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(document, _render_runtime_vars(template.read_text(encoding="utf-8"),
+                                                      ctx.variables).encode("utf-8"))
+    _record(ctx, key, "create_document", args, {"sha256": sha256_file(document)})
+
+
+def _marker(ctx: StepContext, document_text: str, step_text: str) -> int | str:
+    """How this step is written in ``stepsCompleted``: its number, or its name, as the document does it."""
+    stem = Path(str(ctx.spec.meta["file"])).stem
+    existing = read_frontmatter(document_text).data.get("stepsCompleted") or []
+    if isinstance(existing, list) and existing:
+        names = any(isinstance(x, str) and not x.isdigit() for x in existing)
+    else:
+        style = _STYLE_RE.search(step_text)
+        names = bool(style and style[1] and not style[2])
+    number = _STEP_NUMBER_RE.search(stem)
+    if names or number is None or number[2]:
+        return stem
+    return int(number[1])
+
+
+def _save_state(ctx: StepContext, document: Path, step_text: str) -> None:
+    """Record the step in the document's frontmatter: intent journaled first, idempotent redo after a crash."""
+    calls = ctx.engine.calls
+    key = f"{ctx.spec.id}/{ctx.attempt}/state"
+    if key in calls.recorded:
+        return
+    started = calls.started.get(key)
+    if started is not None:
+        args = dict(started["args"])
+    else:
+        text = document.read_text(encoding="utf-8") if document.exists() else ""
+        prefix = f"{ctx.spec.id}/{ctx.attempt}/"
+        read = [str(c["args"]["path"]) for k, c in calls.recorded.items()
+                if k.startswith(prefix) and c.get("op") == "read" and (c.get("result") or {}).get("found")]
+        args = {"path": str(document), "step": _marker(ctx, text, step_text),
+                "input_documents": [p for p in dict.fromkeys(read) if Path(p).name != document.name]}
+        ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "document_state", "args": args}, sync=True)
+    text = document.read_text(encoding="utf-8") if document.exists() else ""
+    updated = mark_step_completed(text, args["step"], last_step=args["step"])
+    if args["input_documents"]:
+        current = read_frontmatter(updated).data.get("inputDocuments")
+        known = [str(d) for d in current] if isinstance(current, list) else []
+        merged = list(dict.fromkeys([*known, *args["input_documents"]]))
+        if merged != known:
+            updated = update_frontmatter(updated, {"inputDocuments": merged})
+    document.parent.mkdir(parents=True, exist_ok=True)
+    if updated != text:
+        atomic_write_bytes(document, updated.encode("utf-8"))
+    _record(ctx, key, "document_state", args, {"sha256": sha256_file(document)})
+
+
+async def _side_trip(ctx: StepContext, option: Option, env: dict[str, Any]) -> None:
+    """``[A]``/``[P]``: hand the executor the advanced-elicitation or party-mode workflow, then come back."""
+    elicit = option.route.kind == "elicit"
+    raw = env.get("advancedElicitationTask" if elicit else "partyModeWorkflow") or (
+        _ELICITATION if elicit else _PARTY_MODE)
+    path = Path(render_variables(str(raw), {**env, "project-root": str(ctx.project_root)}))
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    content = text or f"{option.label}: {option.handler}"
+    _hand_over(ctx, "advanced-elicitation" if elicit else "party-mode", path, text, content)
+    await ctx.invoke("work", title=f"{option.label} — {ctx.spec.name or ctx.spec.id}", content=content,
+                     context={"invoked_from": ctx.spec.meta["file"], "workflow": str(path), "handler": option.handler})
+
+
+async def _settle(ctx: StepContext, options: list[Option], *, executor: bool, proposal: str | None,
+                  env: dict[str, Any]) -> Option:
+    """Present the menu until an option that moves on is chosen; act on the others and ask again."""
+    note = ""
+    round_no = 0
+    while True:
+        _check_rounds(ctx, round_no)
+        answer = await _ask(ctx, options, executor=executor, round_no=round_no, note=note,
+                            proposal=proposal if round_no == 0 else None)
+        chosen = match_answer(answer, options)
+        round_no += 1
+        note = ""
+        if chosen is None:
+            note = f"{answer!r} is not one of the options."
+            continue
+        kind = chosen.route.kind
+        if kind == "goto":
+            return chosen
+        if kind in ("elicit", "party"):
+            await _side_trip(ctx, chosen, env)
+        elif kind == "local":
+            await ctx.invoke("work", title=f"[{chosen.key}] {chosen.label}",
+                             content=f"The user chose [{chosen.key}] {chosen.label}. {chosen.handler}".strip(),
+                             context={"step_file": ctx.spec.meta["file"]})
+        else:
+            key = f"{ctx.spec.id}/{ctx.attempt}/exit/{round_no}"
+            if key not in ctx.engine.calls.recorded:  # a resumed run shows the menu again instead
+                _record(ctx, key, "exit", {"choice": chosen.key}, None)
+                raise StepBlocked(f"exited at [{chosen.key}] {chosen.label}; `stepline resume "
+                                  f"{ctx.run.run_id}` (or running the workflow again) continues here")
+
+
+async def _run_step_file(ctx: StepContext) -> None:
+    spec, meta = ctx.spec, ctx.spec.meta
+    _check_visits(ctx)
+    path = Path(str(meta["file"]))
+    text, warnings = _read_step(ctx, path)
+    if meta.get("next"):
+        _check_target(ctx, str(meta["next"]), text)
+    data = _load_data(ctx, path, text)
+    output = _output_path(ctx, spec)
+    document = output if output is not None and output.suffix == ".md" else None
+    if document is not None:
+        _create_document(ctx, document)
+    env = {**ctx.variables, **meta["frontmatter"]}
+    content = render_variables(text, env)
+    visited = frozenset(str(s.meta.get("file")) for s in ctx.run.workflow.steps
+                        if ctx.run.steps.get(s.id) is not None and ctx.run.steps[s.id].status != StepStatus.PENDING)
+    options, authored = build_menu(meta, env, visited)
+    _hand_over(ctx, "step", path, text, content, warnings=warnings, data=sorted(data))
+    outcome = await ctx.invoke(
+        "work", content=content, menu=[o.as_menu_option() for o in options],
+        context={"step_file": str(path), "data": data, "output": str(output) if output else None,
+                 "warnings": warnings},
+        hints={"output": output is not None, "outputs": [str(output)] if output else []})
+    ctx.step.summary = outcome.summary
+    target: str | None = meta.get("next")
+    if options:
+        chosen = await _settle(ctx, options, executor=ctx.run.mode == "yolo" or not authored,
+                               proposal=outcome.choice, env=env)
+        ctx.step.choice = chosen.key
+        target = chosen.route.target
+    following: StepSpec | None = None
+    if target is not None:
+        _check_target(ctx, target, text)
+        following = _step_for_file(ctx.run.workflow, target)
+        if following is None:
+            raise ReaderError(f"{target} is not a step of this workflow", path=str(path))
+    if document is not None:
+        _save_state(ctx, document, text)
+    visit = _visit_id(ctx.run, following.id) if following is not None else None
+    ctx.emit(EventType.CURSOR_MOVED, {"next": visit, "from": spec.id, "choice": ctx.step.choice})
+    if visit is None:
+        _skip_pending(ctx, "not on the path this run took")
+
+
+async def run_microfile_step(ctx: StepContext) -> None:
+    """Run one step of a micro-file workflow: the initialisation step, or one step file (see the module doc)."""
+    if ctx.spec.meta.get("init"):
+        await _initialise(ctx)
+    else:
+        await _run_step_file(ctx)
+
+
+register_driver("bmad-microfile", run_microfile_step, MicrofileFlow)

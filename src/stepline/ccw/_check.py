@@ -1,0 +1,197 @@
+"""``stepline ccw check``: every problem of a CCW session folder, one Diagnostic (file:line) each.
+
+Unlike :func:`stepline.ccw._session.read_ccw_session`, which stops at the first problem, the check reads
+everything it can and reports all of it. It never repairs anything.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from stepline.ccw._graph import task_cycle
+from stepline.ccw._session import SESSION_FILE, natural_key
+from stepline.ccw._task import TaskRef, line_of, ref_from_data, validate_task_data
+from stepline.ccw._todo import TodoList, read_todo_list
+from stepline.errors import NotFoundError, ReaderError
+from stepline.formats._diagnostics import Diagnostic, Severity
+
+__all__ = ["check_ccw_session"]
+
+
+class _Report:
+    def __init__(self) -> None:
+        self.items: list[Diagnostic] = []
+        #: Ids (file stems) of task files already reported as unreadable, not to be reported again as missing.
+        self.unreadable: set[str] = set()
+
+    def add(self, severity: Severity, code: str, message: str, path: Path, line: int | None = None) -> None:
+        self.items.append(Diagnostic(severity, code, message, str(path), line))
+
+
+def _read_json(report: _Report, path: Path) -> tuple[object, str] | None:
+    text = path.read_text(encoding="utf-8")
+    try:
+        return json.loads(text), text
+    except json.JSONDecodeError as exc:
+        report.add("error", "json-syntax", f"{path.name} does not parse: {exc.msg}", path, exc.lineno)
+        return None
+
+
+def _check_session_file(report: _Report, session_dir: Path) -> None:
+    path = session_dir / SESSION_FILE
+    if not path.is_file():
+        report.add("error", "missing-session-file",
+                   f"{SESSION_FILE} is missing (recreate it with session_id \"{session_dir.name}\" "
+                   "and status \"active\")", path)
+        return
+    parsed = _read_json(report, path)
+    if parsed is None:
+        return
+    data, text = parsed
+    if not isinstance(data, dict):
+        report.add("error", "json-syntax", f"{SESSION_FILE} must be a JSON object", path, 1)
+    elif isinstance(data.get("session_id"), str) and data["session_id"] != session_dir.name:
+        report.add("warning", "session-id-mismatch",
+                   f"session_id {data['session_id']!r} differs from the folder name {session_dir.name!r}",
+                   path, line_of(text, "session_id"))
+
+
+def _check_tasks(report: _Report, task_dir: Path) -> dict[str, TaskRef]:
+    refs: dict[str, TaskRef] = {}
+    paths = sorted(task_dir.glob("*.json"), key=lambda p: natural_key(p.name)) if task_dir.is_dir() else []
+    for path in paths:
+        parsed = _read_json(report, path)
+        data, text = parsed if parsed is not None else (None, "")
+        if not isinstance(data, dict):
+            if parsed is not None:
+                report.add("error", "task-schema", "task JSON must be an object", path, 1)
+            report.unreadable.add(path.stem)
+            continue
+        for message, line in validate_task_data(data, text):
+            report.add("error", "task-schema", message, path, line)
+        try:
+            ref = ref_from_data(data, path, text)
+        except ReaderError:  # the schema problems above already describe it
+            report.unreadable.add(path.stem)
+            continue
+        if ref.id in refs:
+            report.add("error", "duplicate-task", f"task id {ref.id} is also used by {refs[ref.id].path}",
+                       path, line_of(text, "id"))
+            continue
+        if path.stem != ref.id:
+            report.add("warning", "id-mismatch", f"file name {path.name} does not match task id {ref.id}",
+                       path, line_of(text, "id"))
+        refs[ref.id] = ref
+    return refs
+
+
+def _check_todo(report: _Report, todo: TodoList, refs: dict[str, TaskRef]) -> None:
+    for dup in todo.duplicates:
+        report.add("error", "duplicate-task",
+                   f"task {dup.task_id} is listed twice (first at line {todo.by_id[dup.task_id].line})",
+                   todo.path, dup.line)
+    containers = todo.containers
+    for entry in todo.entries:
+        ref = refs.get(entry.task_id)
+        if ref is None and entry.task_id in report.unreadable:
+            continue
+        if ref is None:
+            if entry.task_id in containers:
+                if entry.task_href:
+                    report.add("warning", "todo-missing-task",
+                               f"container {entry.task_id} links to a task JSON that does not exist",
+                               todo.path, entry.line)
+            else:
+                report.add("error", "todo-missing-task",
+                           f"TODO_LIST.md names task {entry.task_id}, which has no task JSON in .task/",
+                           todo.path, entry.line)
+            continue
+        if not entry.is_container and (entry.state == "completed") != (ref.status == "completed"):
+            report.add("warning", "status-mismatch",
+                       f"task {entry.task_id} is {'ticked' if entry.state == 'completed' else 'not ticked'} "
+                       f"here but {ref.status!r} in {ref.path.name if ref.path else 'its JSON'}",
+                       todo.path, entry.line)
+    for task_id in refs.keys() - todo.by_id.keys():
+        ref = refs[task_id]
+        report.add("warning", "task-not-in-todo", f"task {task_id} is not listed in TODO_LIST.md",
+                   ref.path or todo.path)
+
+
+def _check_graph(report: _Report, refs: dict[str, TaskRef], todo: TodoList | None) -> None:
+    parent = {task_id: ref.parent or (todo.by_id[task_id].parent if todo and task_id in todo.by_id else None)
+              for task_id, ref in refs.items()}
+    if todo is not None:
+        for entry in todo.entries:
+            parent.setdefault(entry.task_id, entry.parent)
+    known = parent.keys()
+    dangling = False
+    for ref in refs.values():
+        text = ref.path.read_text(encoding="utf-8") if ref.path else ""
+        for dep in ref.depends_on:
+            if dep not in known:
+                dangling = True
+                report.add("error", "missing-dependency",
+                           f"task {ref.id} depends on {dep}, which is not a task of this session",
+                           ref.path or Path(ref.id), line_of(text, dep))
+        if ref.parent and ref.parent not in known:
+            dangling = True
+            report.add("error", "missing-parent",
+                       f"task {ref.id} names parent {ref.parent}, which does not exist",
+                       ref.path or Path(ref.id), line_of(text, ref.parent))
+    if dangling:
+        return
+    order = sorted(known, key=natural_key)
+    cycle = task_cycle(order, {task_id: ref.depends_on for task_id, ref in refs.items()}, parent)
+    if cycle:
+        first = refs.get(cycle[0])
+        report.add("error", "dependency-cycle", f"dependency cycle: {' → '.join(cycle)}",
+                   first.path if first and first.path else Path(order[0]))
+
+
+def _check_plan_json(report: _Report, path: Path, refs: dict[str, TaskRef]) -> None:
+    parsed = _read_json(report, path)
+    if parsed is None:
+        return
+    data, text = parsed
+    if not isinstance(data, dict):
+        report.add("error", "json-syntax", "plan.json must be a JSON object", path, 1)
+        return
+    task_ids = data.get("task_ids")
+    for task_id in task_ids if isinstance(task_ids, list) else ():
+        if isinstance(task_id, str) and task_id not in refs:
+            report.add("warning", "plan-missing-task",
+                       f"plan.json lists task {task_id}, which has no task JSON", path,
+                       line_of(text, task_id))
+
+
+def check_ccw_session(session_dir: Path) -> list[Diagnostic]:
+    """Report every problem of a CCW session folder (R-E8b), errors and warnings, each with file:line.
+
+    Raises:
+        NotFoundError: ``session_dir`` is not a folder.
+    """
+    session_dir = Path(session_dir).resolve()
+    if not session_dir.is_dir():
+        raise NotFoundError(f"no CCW session folder at {session_dir}")
+    report = _Report()
+    _check_session_file(report, session_dir)
+    if not (session_dir / "IMPL_PLAN.md").is_file():
+        report.add("warning", "missing-impl-plan",
+                   "IMPL_PLAN.md is missing; the execution model falls back to the task dependencies",
+                   session_dir / "IMPL_PLAN.md")
+    refs = _check_tasks(report, session_dir / ".task")
+    todo_path = session_dir / "TODO_LIST.md"
+    todo = read_todo_list(todo_path) if todo_path.is_file() else None
+    if todo is None:
+        report.add("warning", "missing-todo-list", "TODO_LIST.md is missing; tasks run in task-id order",
+                   todo_path)
+    else:
+        _check_todo(report, todo, refs)
+    if not refs and not (todo and todo.entries):
+        report.add("error", "no-tasks", "session has no tasks (.task/ holds no task JSON)",
+                   session_dir / ".task")
+    _check_graph(report, refs, todo)
+    if (session_dir / "plan.json").is_file():
+        _check_plan_json(report, session_dir / "plan.json", refs)
+    return report.items

@@ -1,0 +1,135 @@
+"""The workflow families stepline runs, in one place: native, BMAD (legacy, hybrid, micro-file) and CCW.
+
+Each family is a package holding its readers and its step drivers; the engine knows none of them. This module
+is the only one that names them all: it picks the reader for a path (:func:`load_workflow`,
+:func:`lint_path`) and registers every family's drivers with the engine (:func:`register_drivers`). A new
+family is one new package plus its lines here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from stepline.errors import NotFoundError, ReaderError
+from stepline.formats import Diagnostic
+from stepline.model import WorkflowSpec
+from stepline.native import is_native_workflow, lint_native, load_native
+
+__all__ = ["detect_format", "lint_path", "load_workflow", "register_drivers"]
+
+#: The modules that register each family's step drivers (and flows) with the engine when imported.
+_DRIVERS = (
+    "stepline.native._driver",  # native (R-F1)
+    "stepline.bmad._legacy_driver",  # bmad-legacy (R-E2..R-E5)
+    "stepline.bmad._microfile_driver",  # bmad-microfile and hybrid
+    "stepline.ccw._driver",  # CCW sessions (R-E7, R-E8)
+)
+
+
+def register_drivers() -> None:
+    """Register every family's step drivers with the engine (idempotent: a module registers once)."""
+    for module in _DRIVERS:
+        importlib.import_module(module)
+
+
+def detect_format(path: Path) -> str:
+    """Name the format of the workflow at ``path`` (a file or a folder holding one)."""
+    if path.is_dir():
+        if (path / "workflow.yaml").is_file() and is_native_workflow(path / "workflow.yaml"):
+            return "native"
+        if (path / "workflow.yaml").is_file():
+            return "bmad-legacy"
+        if any(path.glob("workflow*.md")):
+            return "bmad-microfile"
+        if path.name.startswith("WFS-") or (path / "workflow-session.json").is_file():
+            return "ccw"
+        raise ReaderError("no workflow here (expected workflow.yaml, workflow.md, a WFS-* session or a "
+                          "native .yaml/.json file)", path=str(path))
+    if is_native_workflow(path):
+        return "native"
+    if path.name == "workflow.yaml":
+        return "bmad-legacy"
+    if path.suffix == ".md" and path.name.startswith("workflow"):
+        return "bmad-microfile"
+    raise ReaderError("not a workflow file (expected workflow.yaml, workflow*.md, or a native .yaml/.json "
+                      "file with steps:)", path=str(path))
+
+
+def load_workflow(path: Path | str, *, project_root: Path | str | None = None,
+                  variables: dict[str, Any] | None = None, mode: str | None = None) -> WorkflowSpec:
+    """Read the workflow at ``path`` into the canonical model, whatever its format."""
+    path = Path(path)
+    if not path.exists():
+        raise NotFoundError(f"{path}: no such file or folder", hint="check the path")
+    root = Path(project_root) if project_root is not None else Path.cwd()
+    fmt = detect_format(path)
+    if fmt == "native":
+        return load_native(path / "workflow.yaml" if path.is_dir() else path)
+    return _load_other(fmt, path, root.resolve(), variables or {}, mode)
+
+
+def _load_other(fmt: str, path: Path, root: Path, variables: dict[str, Any], mode: str | None) -> WorkflowSpec:
+    if fmt in ("bmad-legacy", "bmad-microfile"):
+        from stepline.bmad._load import load_bmad_workflow
+
+        return load_bmad_workflow(path, project_root=root, variables=variables, mode=mode)
+    from stepline.ccw import load_ccw_session
+
+    return load_ccw_session(path)
+
+
+def _lint_one(fmt: str, path: Path, root: Path) -> list[Diagnostic]:
+    if fmt == "native":
+        return lint_native(path / "workflow.yaml" if path.is_dir() else path)
+    if fmt == "bmad-legacy":
+        from stepline.bmad._legacy import lint_bmad_legacy
+
+        return lint_bmad_legacy(path / "workflow.yaml" if path.is_dir() else path, root)
+    if fmt == "bmad-microfile":
+        from stepline.bmad._microfile import lint_bmad_microfile
+
+        return lint_bmad_microfile(path, root)
+    from stepline.ccw._check import check_ccw_session
+
+    return check_ccw_session(path)
+
+
+def lint_path(path: Path, *, project_root: Path | None = None) -> list[Diagnostic]:
+    """Every problem in the workflow at ``path``, or in every workflow found under a folder."""
+    if not path.exists():
+        raise NotFoundError(f"{path}: no such file or folder", hint="check the path")
+    root = (project_root or Path.cwd()).resolve()
+    try:
+        return _lint_one(detect_format(path), path, root)
+    except ReaderError:
+        if path.is_file():
+            raise
+    diagnostics: list[Diagnostic] = []
+    for candidate in _workflows_under(path):
+        try:
+            diagnostics.extend(_lint_one(detect_format(candidate), candidate, root))
+        except ReaderError as exc:
+            diagnostics.append(Diagnostic("error", "unreadable", exc.detail, exc.path or str(candidate), exc.line))
+    return diagnostics
+
+
+def _workflows_under(folder: Path) -> list[Path]:
+    """Every workflow file or session folder under ``folder`` (hidden folders other than .workflow skipped)."""
+    found: list[Path] = []
+    for candidate in sorted(folder.rglob("*")):
+        parts = candidate.relative_to(folder).parts
+        if any(p.startswith(".") and p != ".workflow" for p in parts[:-1]):
+            continue
+        if candidate.is_dir():
+            if candidate.name.startswith("WFS-") and (candidate / ".task").is_dir():
+                found.append(candidate)
+            continue
+        name = candidate.name
+        is_bmad = name == "workflow.yaml" or (
+            name.startswith("workflow") and name.endswith(".md") and any(candidate.parent.glob("steps*")))
+        is_native = candidate.suffix in (".yaml", ".yml", ".json") and is_native_workflow(candidate)
+        if is_bmad or is_native:
+            found.append(candidate)
+    return found

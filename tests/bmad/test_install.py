@@ -1,0 +1,127 @@
+"""Tests for installing BMAD modules from a source tree into a project (``stepline.install.install_bmad``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stepline.bmad import install_bmad
+from stepline.errors import NotFoundError, ReaderError, UsageError
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "bmad"
+CORPUS = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus"
+BMAD_SOURCE = CORPUS / "bmad" / "v6.0.0-alpha.23"
+
+
+def config(project: Path, module: str) -> dict[str, object]:
+    data = yaml.safe_load((project / "_bmad" / module / "config.yaml").read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def test_installs_modules_and_files(tmp_path: Path) -> None:
+    """Every module folder is copied to _bmad/<code>/ and core comes first in the report."""
+    project = tmp_path / "shop"
+    report = install_bmad(FIXTURE, project, {})
+    assert [m.name for m in report.modules] == ["core", "demo"]
+    assert (project / "_bmad" / "demo" / "workflows" / "greet" / "instructions.xml").is_file()
+    assert (project / "_bmad" / "core" / "tasks" / "workflow.xml").is_file()
+    assert report.modules[1].files >= 7
+
+
+def test_config_from_defaults_and_result_templates(tmp_path: Path) -> None:
+    """Defaults fill result templates, other keys and {directory_name} are expanded, {project-root} stays."""
+    project = tmp_path / "shop"
+    install_bmad(FIXTURE, project, {})
+    demo = config(project, "demo")
+    assert demo["project_name"] == "shop"
+    assert demo["reports_folder"] == "{project-root}/out/reports"
+    assert demo["strict_mode"] is False
+    assert demo["retries"] == 2
+    assert demo["output_folder"] == "{project-root}/out"
+    assert demo["user_name"] == "Tester"
+    assert config(project, "core") == {
+        "user_name": "Tester",
+        "communication_language": "English",
+        "document_output_language": "English",
+        "output_folder": "{project-root}/out",
+    }
+
+
+def test_settings_override_defaults(tmp_path: Path) -> None:
+    """Settings replace defaults, flow into dependent defaults, are typed like the default, and may be qualified."""
+    project = tmp_path / "p"
+    report = install_bmad(
+        FIXTURE,
+        project,
+        {"user_name": "Ada", "output_folder": "build", "strict_mode": "yes", "demo.retries": "5", "typo": "x"},
+    )
+    demo = config(project, "demo")
+    assert demo["user_name"] == "Ada"
+    assert demo["reports_folder"] == "{project-root}/build/reports"
+    assert demo["strict_mode"] is True
+    assert demo["retries"] == 5
+    assert report.unused_settings == ("typo",)
+
+
+def test_bad_setting_value_is_a_usage_error(tmp_path: Path) -> None:
+    """A boolean setting that is not yes/no is refused with the key named."""
+    with pytest.raises(UsageError, match="strict_mode"):
+        install_bmad(FIXTURE, tmp_path / "p", {"strict_mode": "maybe"})
+
+
+@pytest.mark.parametrize("relative", ["", "src", "src/modules/demo"])
+def test_accepts_each_kind_of_source(tmp_path: Path, relative: str) -> None:
+    """A repo root, its src/ folder and a single module folder (which brings its sibling core) all install."""
+    project = tmp_path / "p"
+    report = install_bmad(FIXTURE / relative if relative else FIXTURE, project, {})
+    assert {m.name for m in report.modules} == {"core", "demo"}
+    assert config(project, "demo")["user_name"] == "Tester"
+
+
+def test_core_alone(tmp_path: Path) -> None:
+    """Installing src/core writes only the core config."""
+    report = install_bmad(FIXTURE / "src" / "core", tmp_path / "p", {})
+    assert [m.name for m in report.modules] == ["core"]
+
+
+def test_missing_source_is_not_found(tmp_path: Path) -> None:
+    """A source folder that does not exist is a NotFoundError naming it."""
+    with pytest.raises(NotFoundError, match="no such folder"):
+        install_bmad(tmp_path / "nope", tmp_path / "p", {})
+
+
+def test_folder_without_modules_is_a_reader_error(tmp_path: Path) -> None:
+    """A folder with no module.yaml anywhere expected is refused with the accepted layouts as the hint."""
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ReaderError, match="no BMAD module found"):
+        install_bmad(tmp_path / "empty", tmp_path / "p", {})
+
+
+def test_module_yaml_syntax_error_names_line(tmp_path: Path) -> None:
+    """A module.yaml that does not parse is a ReaderError with file:line."""
+    module = tmp_path / "src" / "modules" / "bad"
+    module.mkdir(parents=True)
+    (module / "module.yaml").write_text("code: bad\nkey: [unclosed\nother: 1\n", encoding="utf-8")
+    with pytest.raises(ReaderError, match=r"module\.yaml:\d+: YAML syntax error"):
+        install_bmad(tmp_path, tmp_path / "p", {})
+
+
+@pytest.mark.corpus
+def test_installs_the_corpus(tmp_path: Path) -> None:
+    """The real source tree installs core, bmb, bmm and cis with the documented config values."""
+    if not BMAD_SOURCE.is_dir():
+        pytest.skip("shared corpus not available")
+    project = tmp_path / "acme"
+    report = install_bmad(BMAD_SOURCE, project, {"user_name": "Ada"})
+    assert [m.name for m in report.modules] == ["core", "bmb", "bmm", "cis"]
+    bmm = config(project, "bmm")
+    assert bmm["planning_artifacts"] == "{project-root}/_bmad-output/planning-artifacts"
+    assert bmm["project_knowledge"] == "{project-root}/docs"
+    assert bmm["project_name"] == "acme"
+    assert bmm["tea_use_mcp_enhancements"] is False
+    assert bmm["user_name"] == "Ada"
+    assert config(project, "bmb")["bmb_creations_output_folder"] == "{project-root}/_bmad-output/bmb-creations"
+    assert config(project, "cis")["output_folder"] == "{project-root}/_bmad-output"

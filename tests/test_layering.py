@@ -1,0 +1,128 @@
+"""The layout rules of ARCHITECTURE.md, checked on the source: imports point one way.
+
+Every ``import`` of a stepline module is read from the source (including imports inside functions); imports
+under ``if TYPE_CHECKING:`` are type-only and do not count as dependencies at run time.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+FAMILIES = ("stepline.native", "stepline.bmad", "stepline.ccw")
+#: Modules of a family that run steps; every other module of a family is a reader (or its installer).
+DRIVERS = {
+    "stepline.native._driver",
+    "stepline.bmad._legacy_driver", "stepline.bmad._conditions_driver", "stepline.bmad._discover",
+    "stepline.bmad._template_output", "stepline.bmad._microfile_driver", "stepline.bmad._menus",
+    "stepline.ccw._driver", "stepline.ccw._state", "stepline.ccw._prompt",
+}
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imports(path: Path) -> set[str]:
+    """The stepline modules ``path`` imports at run time (type-only imports left out)."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for other in child.orelse:
+                    visit(other)
+                continue
+            if isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    parts = package.split(".")[: len(package.split(".")) - (child.level - 1)]
+                    base = ".".join([*parts, *([child.module] if child.module else [])])
+                if base.startswith("stepline"):
+                    for alias in child.names:
+                        candidate = f"{base}.{alias.name}"
+                        found.add(candidate if candidate in ALL else base)
+            elif isinstance(child, ast.Import):
+                found.update(a.name for a in child.names if a.name.startswith("stepline"))
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    found.discard(module)
+    return found
+
+
+ALL = {_module_name(p) for p in SRC.rglob("*.py")}
+GRAPH = {_module_name(p): _imports(p) for p in SRC.rglob("*.py")}
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_source_tree_is_found() -> None:
+    assert "stepline.engine._runner" in GRAPH and len(GRAPH) > 50
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if _in(m, "stepline.engine")))
+def test_the_engine_imports_no_family(module: str) -> None:
+    bad = sorted(d for d in GRAPH[module] if any(_in(d, f) for f in FAMILIES) or _in(d, "stepline.families"))
+    assert not bad, f"{module} imports {bad}: the engine must know no workflow family (ARCHITECTURE.md)"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if any(_in(m, f) for f in FAMILIES) and m not in DRIVERS
+                                          and not m.endswith("__init__") and m not in FAMILIES))
+def test_a_reader_imports_no_engine_and_no_driver(module: str) -> None:
+    bad = sorted(d for d in GRAPH[module] if _in(d, "stepline.engine") or d in DRIVERS or _in(d, "stepline.families"))
+    assert not bad, f"reader {module} imports {bad}: readers never import the engine or a driver"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_family_imports_no_other_family(family: str) -> None:
+    others = [f for f in FAMILIES if f != family]
+    for module, deps in GRAPH.items():
+        if _in(module, family):
+            bad = sorted(d for d in deps if any(_in(d, o) for o in others) or _in(d, "stepline.families"))
+            assert not bad, f"{module} imports {bad}: a family stands alone (stepline.families joins them)"
+
+
+@pytest.mark.parametrize("package", ["stepline.model", "stepline.store", "stepline.executors", "stepline.tools",
+                                     "stepline.guardrails", "stepline.evidence", "stepline.formats"])
+def test_foundations_import_nothing_above_them(package: str) -> None:
+    above = ("stepline.engine", "stepline.families", "stepline.interfaces", "stepline._api", *FAMILIES)
+    for module, deps in GRAPH.items():
+        if _in(module, package):
+            bad = sorted(d for d in deps if any(_in(d, a) for a in above))
+            assert not bad, f"{module} imports {bad}, which sit above {package}"
+
+
+def test_no_import_circle_inside_the_engine() -> None:
+    engine = {m: {d for d in deps if _in(d, "stepline.engine") and d != "stepline.engine"}
+              for m, deps in GRAPH.items() if _in(m, "stepline.engine") and m != "stepline.engine"}
+    state: dict[str, int] = {}  # 1 visiting, 2 done
+
+    def walk(module: str, trail: list[str]) -> None:
+        state[module] = 1
+        for dep in sorted(engine.get(module, ())):
+            if state.get(dep) == 1:
+                raise AssertionError("import circle: " + " -> ".join([*trail[trail.index(dep):], dep]))
+            if dep not in state:
+                walk(dep, [*trail, dep])
+        state[module] = 2
+
+    for module in sorted(engine):
+        if module not in state:
+            walk(module, [module])
+
+
+def test_the_architecture_file_names_every_package() -> None:
+    text = (SRC.parent / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    packages = sorted(p.name for p in (SRC / "stepline").iterdir() if (p / "__init__.py").is_file())
+    missing = [p for p in packages if f"  {p}/" not in text]
+    assert not missing, f"ARCHITECTURE.md's layout does not name {missing}"
+    for gone in ("install/", "engine/_ccw", "formats/_ccw", "formats/_bmad"):
+        assert gone not in text, f"ARCHITECTURE.md still names {gone}, which no longer exists"
