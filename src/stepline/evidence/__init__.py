@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from stepline.evidence._drr import drr_for_decision, drr_markdown, make_drr
 from stepline.evidence._schema import EvidenceError, evidence_schema, parse_moment, validate_evidence
-from stepline.evidence._wlnk import CONGRUENCE_FACTORS, LEVEL_RANK, is_expired, meets_requirement, score, wlnk
+from stepline.evidence._wlnk import (
+    CONGRUENCE_FACTORS,
+    LEVEL_RANK,
+    is_expired,
+    meets_requirement,
+    required_level,
+    score,
+    wlnk,
+)
 
 __all__ = [
     "CONGRUENCE_FACTORS",
@@ -22,6 +30,7 @@ __all__ = [
     "make_drr",
     "meets_requirement",
     "parse_moment",
+    "required_level",
     "score",
     "validate_evidence",
     "wlnk",

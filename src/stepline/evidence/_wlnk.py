@@ -10,7 +10,7 @@ from stepline.evidence._schema import EvidenceError, parse_moment
 from stepline.model import Evidence
 from stepline.time import now as clock_now
 
-__all__ = ["CONGRUENCE_FACTORS", "LEVEL_RANK", "is_expired", "meets_requirement", "score", "wlnk"]
+__all__ = ["CONGRUENCE_FACTORS", "LEVEL_RANK", "is_expired", "meets_requirement", "required_level", "score", "wlnk"]
 
 #: How much of a record's reliability carries over to the claim, by congruence with the claim's context.
 CONGRUENCE_FACTORS: dict[str, float] = {"CL1": 0.5, "CL2": 0.8, "CL3": 1.0}
@@ -43,11 +43,19 @@ def meets_requirement(records: Iterable[Evidence], requirement: str, now: dateti
     ``requirement`` is a step's ``evidence`` field: ``"L1"``, or text naming a level (``"QUINT L1"``).
     Invalid records never count, and neither do expired ones.
     """
+    needed = LEVEL_RANK[required_level(requirement)]
+    return any(_rank(record) >= needed and not is_expired(record, now) for record in records)
+
+
+def required_level(requirement: str) -> str:
+    """Return the level a step's ``evidence`` requirement names: ``"L1"`` for ``"L1"`` or ``"QUINT L1"``.
+
+    Raises :class:`EvidenceError` when it names none.
+    """
     match = _REQUIREMENT.search(requirement)
     if match is None:
         raise EvidenceError(f"evidence requirement {requirement!r} names no level", hint="use L0, L1 or L2")
-    needed = int(match.group(1))
-    return any(_rank(record) >= needed and not is_expired(record, now) for record in records)
+    return f"L{match.group(1)}"
 
 
 def _rank(record: Evidence) -> int:

@@ -54,6 +54,9 @@ class StepRequest:
     workflow_id: str = ""
     attempt: int = 1
     hints: dict[str, Any] = field(default_factory=dict)
+    #: The step's evidence requirement (``"L1"``, ``"QUINT L1"``), the same on every request of the step: when the
+    #: step completes, the evidence it recorded (``call_tool("recordEvidence", …)``) must meet it. None: no requirement.
+    evidence: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form (for the journal, cassettes and prompts)."""
