@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bmad.test_legacy_run import RulesExecutor
 
+from bmad.test_legacy_run import RulesExecutor
 from conftest import CORPUS
 from stepline import Engine
 from stepline.bmad._legacy_driver import condition_counts

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from stepline import Engine
+from stepline.bmad import _microfile_driver as microfile
 from stepline.bmad import install_bmad
 from stepline.engine import HumanChannel
-from stepline.bmad import _microfile_driver as microfile
 from stepline.executors import Executor, StepRequest, StepSession
 from stepline.families import load_workflow
 from stepline.formats._frontmatter import read_frontmatter_file

@@ -80,7 +80,7 @@ class StepContext:
             condition=condition, section=section, menu=list(menu or []),
             context={"project_root": str(self.project_root), **(context or {})},
             mode=self.run.mode, workflow_id=self.run.workflow.id, attempt=self.attempt,
-            hints={**(hints or {}), "invocation": self.invocations - 1},
+            hints={**(hints or {}), "invocation": self.invocations - 1}, evidence=self.spec.evidence,
         )
         return await self.engine.invoke(self, request, self.invocations - 1)
 

@@ -71,7 +71,7 @@ class ScriptedExecutor(Executor):
             self.script = load_script(Path(str(script)))
         else:
             raise ExecutorError("the scripted executor needs a script", hint="pass --script FILE")
-        self.fallback = DryRunExecutor()
+        self.fallback = DryRunExecutor({"placeholder_evidence": False})  # a script proves real evidence
 
     async def perform(self, request: StepRequest, session: StepSession) -> None:
         """Play this request's turn of the script, or fall back as the script's ``default`` says."""
