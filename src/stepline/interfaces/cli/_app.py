@@ -21,6 +21,7 @@ Exit codes (also in the README):
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -41,12 +42,48 @@ EXIT_FAILED = 8
 EXIT_BLOCKED = 9
 EXIT_INVALID = 10
 
-ProjectRoot = Annotated[Path, typer.Option("--project-root", "-C", help="Project folder (default: current); "
-                                           "as with `git -C`, relative paths are taken from there.",
-                                           file_okay=False)]
+ProjectRoot = Annotated[Path | None, typer.Option(
+    "--project-root", file_okay=False, metavar="DIR",
+    help="The project folder (default: the -C folder, else the current one). Like every path on the command "
+         "line, a relative one is taken from the current folder (or from -C DIR).")]
+Directory = Annotated[Path | None, typer.Option(
+    "-C", "--directory", file_okay=False, metavar="DIR",
+    help="Work as if started in DIR (as `git -C` and `make -C`): it is the project folder unless "
+         "--project-root says otherwise, and every relative path on the command line is taken from it.")]
 JsonOutput = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="Runtime config file (default: "
                                                    "config/runtime.yaml in the project root).")]
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a command's paths lead: ``base`` is what a relative path on the command line is taken from (the
+    current folder, or ``-C DIR``), ``root`` the project folder (absolute)."""
+
+    base: Path
+    root: Path
+
+    def path(self, value: Path) -> Path:
+        """A path from the command line: absolute as given, else taken from :attr:`base` (kept relative when
+        there is no ``-C``, so messages show it as typed)."""
+        return value if value.is_absolute() else self.base / value
+
+    def option(self, value: Path | None) -> Path | None:
+        """:meth:`path` of an optional path, made absolute (the engine may record it)."""
+        return None if value is None else self.path(value).absolute()
+
+
+def where(directory: Path | None, project_root: Path | None) -> Where:
+    """Resolve ``-C DIR`` and ``--project-root`` (both must be existing folders) into a :class:`Where`."""
+    from stepline.errors import NotFoundError
+
+    base = Path() if directory is None else directory
+    if not base.is_dir():
+        raise NotFoundError(f"{directory}: no such folder", hint="pass an existing -C DIR")
+    root = base if project_root is None else Where(base, base).path(project_root)
+    if not root.is_dir():
+        raise NotFoundError(f"{root}: no such project folder", hint="pass an existing --project-root")
+    return Where(base=base, root=root.resolve())
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from stepline.interfaces.cli._app import JsonOutput, app
+from stepline.interfaces.cli._app import Directory, JsonOutput, app, where
 from stepline.interfaces.cli._render import console, err_console, print_json
 
 bmad_app = typer.Typer(help="BMAD-METHOD modules: install them into a project.", no_args_is_help=True)
@@ -34,22 +34,28 @@ def install_extras(extras: Path, project: Path) -> list[str]:
 @bmad_app.command("install")
 def install(
     src: Annotated[Path, typer.Argument(help="A BMAD repository, its src/ folder, or one module folder.")],
-    project: Annotated[Path, typer.Option("--project", help="The project to install into (default: current).",
-                                          file_okay=False)] = Path("."),
+    project: Annotated[Path | None, typer.Option("--project", "--project-root", file_okay=False, metavar="DIR",
+                                                 help="The project to install into (default: the -C folder, else "
+                                                      "the current one).")] = None,
     setting: Annotated[list[str] | None, typer.Option("--set", help="A module setting: KEY=VALUE or "
                                                       "MODULE.KEY=VALUE (repeatable).")] = None,
     extras: Annotated[Path | None, typer.Option("--extras", help="A folder of task files that workflows name "
                                                 "but the source no longer ships; installed when missing.",
                                                 file_okay=False)] = None,
+    directory: Directory = None,
     as_json: JsonOutput = False,
 ) -> None:
-    """Install the BMAD modules under SRC into PROJECT/_bmad/ and write each module's config.yaml."""
+    """Install the BMAD modules under SRC into PROJECT/_bmad/ and write each module's config.yaml.
+
+    SRC, --project and --extras, when relative, are taken from the current folder (or from -C DIR).
+    """
     from stepline.bmad import install_bmad
     from stepline.interfaces.cli._runs import parse_vars
 
     settings = parse_vars(setting or [])
-    report = install_bmad(src, project, settings)
-    copied = install_extras(extras, report.project) if extras is not None else []
+    at = where(directory, None)  # the project folder may not exist yet: the installer makes it
+    report = install_bmad(at.path(src), at.root if project is None else at.path(project), settings)
+    copied = install_extras(at.path(extras), report.project) if extras is not None else []
     if as_json:
         print_json({"project": str(report.project), "extras": copied, "unused_settings": list(report.unused_settings),
                     "modules": [{"name": m.name, "target": str(m.target), "config": str(m.config_path),

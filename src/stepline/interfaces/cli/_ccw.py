@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from stepline.interfaces.cli._app import EXIT_INVALID, ConfigOption, JsonOutput, ProjectRoot, app
+from stepline.interfaces.cli._app import (
+    EXIT_INVALID,
+    ConfigOption,
+    Directory,
+    JsonOutput,
+    ProjectRoot,
+    Where,
+    app,
+    where,
+)
 from stepline.interfaces.cli._render import console, err_console, print_json
 
 if TYPE_CHECKING:
@@ -17,26 +26,18 @@ ccw_app = typer.Typer(name="ccw", help="Run Claude-Code-Workflow sessions (.work
                       no_args_is_help=True)
 app.add_typer(ccw_app, name="ccw")
 
-SessionArg = Annotated[str, typer.Argument(help="Session id (a unique part is enough) or a session folder.")]
+SessionArg = Annotated[str, typer.Argument(help="Session id (a unique part is enough) or a session folder "
+                                                "(a relative one is taken from the current folder, or -C DIR).")]
 
 
-def _root(project_root: Path) -> Path:
-    from stepline.errors import NotFoundError
-
-    root = project_root.resolve()
-    if not root.is_dir():
-        raise NotFoundError(f"{project_root}: no such project folder", hint="pass an existing --project-root")
-    return root
-
-
-def _session_dir(root: Path, session: str) -> Path:
+def _session_dir(at: Where, session: str) -> Path:
     """A session folder from an id, a unique part of one, or a path."""
     from stepline.ccw._session import find_session
 
-    as_path = Path(session) if Path(session).is_absolute() else root / session
+    as_path = at.path(Path(session))
     if (as_path / "workflow-session.json").is_file() or (as_path / "TODO_LIST.md").is_file():
         return as_path.resolve()
-    return find_session(root, session).path.resolve()
+    return find_session(at.root, session).path.resolve()
 
 
 def _info_json(info: SessionInfo) -> dict[str, Any]:
@@ -48,7 +49,8 @@ def _info_json(info: SessionInfo) -> dict[str, Any]:
 @ccw_app.command("sessions")
 def sessions(
     include_all: Annotated[bool, typer.Option("--all", help="Also archived and inactive legacy sessions.")] = False,
-    project_root: ProjectRoot = Path("."),
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
     as_json: JsonOutput = False,
 ) -> None:
     """List the project's active sessions: id | project | done/total | %."""
@@ -56,7 +58,7 @@ def sessions(
 
     from stepline.ccw._session import discover_sessions
 
-    found = discover_sessions(_root(project_root), include_inactive=include_all)
+    found = discover_sessions(where(directory, project_root).root, include_inactive=include_all)
     if as_json:
         print_json([_info_json(info) for info in found])
         return
@@ -98,7 +100,8 @@ def execute(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Of several active sessions, take the first.")] = False,
     complete: Annotated[bool, typer.Option("--complete", help="Archive the session when every task is "
                                            "done.")] = False,
-    project_root: ProjectRoot = Path("."),
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
     config: ConfigOption = None,
     as_json: JsonOutput = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
@@ -109,12 +112,12 @@ def execute(
     from stepline.interfaces.cli._render import run_exit_code, run_summary
     from stepline.interfaces.cli._runs import build_engine
 
-    root = _root(project_root)
-    chosen = (_session_dir(root, resume_session) if resume_session
-              else _choose(discover_sessions(root), yes).path.resolve())
+    at = where(directory, project_root)
+    chosen = (_session_dir(at, resume_session) if resume_session
+              else _choose(discover_sessions(at.root), yes).path.resolve())
     if not quiet and not as_json and not resume_session:
         err_console.print(f"✓ Selected session: {chosen.name}")
-    engine = build_engine(root, config, executor, script, "normal", quiet or as_json)
+    engine = build_engine(at, config, executor, script, "normal", quiet or as_json)
     engine.concurrency = concurrency
     import asyncio  # here, not at the top: `stepline --help` imports every command module
 
@@ -137,13 +140,14 @@ def execute(
 
 
 @ccw_app.command("status")
-def status(session: SessionArg, project_root: ProjectRoot = Path("."), as_json: JsonOutput = False) -> None:
+def status(session: SessionArg, directory: Directory = None, project_root: ProjectRoot = None,
+           as_json: JsonOutput = False) -> None:
     """Show a session's tasks: status, execution group, agent, dependencies."""
     from rich.table import Table
 
     from stepline.ccw._session import infer_agent, read_ccw_session
 
-    found = read_ccw_session(_session_dir(_root(project_root), session))
+    found = read_ccw_session(_session_dir(where(directory, project_root), session))
     rows: list[dict[str, Any]] = [
         {"id": task_id, "title": ref.title, "status": found.status[task_id], "group": ref.execution_group,
          "agent": infer_agent(ref.agent, ref.type), "depends_on": list(ref.depends_on), "parent": ref.parent}
@@ -165,11 +169,12 @@ def status(session: SessionArg, project_root: ProjectRoot = Path("."), as_json: 
 
 
 @ccw_app.command("complete")
-def complete(session: SessionArg, project_root: ProjectRoot = Path("."), as_json: JsonOutput = False) -> None:
+def complete(session: SessionArg, directory: Directory = None, project_root: ProjectRoot = None,
+             as_json: JsonOutput = False) -> None:
     """Mark every task completed and archive the session to .workflow/archives/ (manifest.json appended)."""
     from stepline.ccw._driver import complete_session
 
-    entry = complete_session(_session_dir(_root(project_root), session))
+    entry = complete_session(_session_dir(where(directory, project_root), session))
     if as_json:
         print_json(entry)
     else:
@@ -177,13 +182,14 @@ def complete(session: SessionArg, project_root: ProjectRoot = Path("."), as_json
 
 
 @ccw_app.command("check")
-def check(session: SessionArg, project_root: ProjectRoot = Path("."), as_json: JsonOutput = False) -> None:
+def check(session: SessionArg, directory: Directory = None, project_root: ProjectRoot = None,
+          as_json: JsonOutput = False) -> None:
     """Report every problem of a session (R-E8b) with file:line; exit 10 when any is an error."""
     from dataclasses import asdict
 
     from stepline.ccw._check import check_ccw_session
 
-    diagnostics = check_ccw_session(_session_dir(_root(project_root), session))
+    diagnostics = check_ccw_session(_session_dir(where(directory, project_root), session))
     errors = sum(1 for d in diagnostics if d.severity == "error")
     if as_json:
         print_json([asdict(d) for d in diagnostics])

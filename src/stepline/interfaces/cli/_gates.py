@@ -7,13 +7,14 @@ from typing import Annotated
 
 import typer
 
-from stepline.interfaces.cli._app import ConfigOption, JsonOutput, ProjectRoot, app
+from stepline.interfaces.cli._app import ConfigOption, Directory, JsonOutput, ProjectRoot, app, where
 from stepline.interfaces.cli._render import console, print_json
 
 
 def decide_gate(project_root: Path, config: Path | None, run_id: str, gate_id: str | None, *, approved: bool,
                 by: str, notes: str | None, answer: str | None = None) -> str:
-    """Decide a gate of a blocked run from the command line; return the gate id."""
+    """Decide a gate of a blocked run; return the gate id (``project_root`` and ``config`` as the engine takes
+    them: a relative one is taken from the current folder)."""
     from stepline import Engine
     from stepline.engine import load_runtime_config
 
@@ -25,7 +26,8 @@ def decide_gate(project_root: Path, config: Path | None, run_id: str, gate_id: s
 @app.command()
 def gates(
     run_id: Annotated[str | None, typer.Argument(help="The run (default: every run).")] = None,
-    project_root: ProjectRoot = Path("."),
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
     config: ConfigOption = None,
     as_json: JsonOutput = False,
 ) -> None:
@@ -34,7 +36,7 @@ def gates(
 
     from stepline.interfaces.cli._runs import open_store
 
-    store = open_store(project_root, config)
+    store = open_store(where(directory, project_root), config)
     run_dirs = [store.open(run_id)] if run_id else [store.open(s.run_id) for s in store.summaries()]
     rows = []
     for run_dir in run_dirs:
@@ -60,19 +62,21 @@ GateArg = Annotated[str | None, typer.Argument(help="The gate (default: the run'
 
 @app.command()
 def approve(run_id: Annotated[str, typer.Argument(help="The blocked run.")], gate: GateArg = None,
-            by: By = "", notes: Notes = None, project_root: ProjectRoot = Path("."),
+            by: By = "", notes: Notes = None, directory: Directory = None, project_root: ProjectRoot = None,
             config: ConfigOption = None) -> None:
     """Approve a pending gate; then `stepline resume RUN` continues the run."""
-    gate_id = decide_gate(project_root, config, run_id, gate, approved=True, by=by, notes=notes)
+    at = where(directory, project_root)
+    gate_id = decide_gate(at.root, at.option(config), run_id, gate, approved=True, by=by, notes=notes)
     console.print(f"approved {gate_id} by {by}; continue with: stepline resume {run_id}")
 
 
 @app.command()
 def reject(run_id: Annotated[str, typer.Argument(help="The blocked run.")], gate: GateArg = None,
-           by: By = "", notes: Notes = None, project_root: ProjectRoot = Path("."),
+           by: By = "", notes: Notes = None, directory: Directory = None, project_root: ProjectRoot = None,
            config: ConfigOption = None) -> None:
     """Reject a pending gate: the gated step fails (resume to record it)."""
-    gate_id = decide_gate(project_root, config, run_id, gate, approved=False, by=by, notes=notes)
+    at = where(directory, project_root)
+    gate_id = decide_gate(at.root, at.option(config), run_id, gate, approved=False, by=by, notes=notes)
     console.print(f"rejected {gate_id} by {by}; `stepline resume {run_id}` records the step as failed")
 
 
@@ -82,7 +86,9 @@ def answer(run_id: Annotated[str, typer.Argument(help="The blocked run.")],
            gate: Annotated[str | None, typer.Option("--gate", help="The question's gate id, when several wait.")]
            = None,
            by: Annotated[str, typer.Option("--by", help="Who answers.")] = "cli",
-           project_root: ProjectRoot = Path("."), config: ConfigOption = None) -> None:
+           directory: Directory = None, project_root: ProjectRoot = None, config: ConfigOption = None) -> None:
     """Answer the question a blocked run is waiting on; then `stepline resume RUN` continues it."""
-    gate_id = decide_gate(project_root, config, run_id, gate, approved=True, by=by, notes=None, answer=text)
+    at = where(directory, project_root)
+    gate_id = decide_gate(at.root, at.option(config), run_id, gate, approved=True, by=by, notes=None,
+                          answer=text)
     console.print(f"answered {gate_id}; continue with: stepline resume {run_id}")

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from stepline.interfaces.cli._app import ConfigOption, ProjectRoot, app
+from stepline.interfaces.cli._app import ConfigOption, Directory, ProjectRoot, app, where
 
 
 @app.command()
-def mcp(project_root: ProjectRoot = Path("."), config: ConfigOption = None) -> None:
+def mcp(directory: Directory = None, project_root: ProjectRoot = None, config: ConfigOption = None) -> None:
     """Serve runs over MCP on stdin/stdout: an agent gets one step at a time and reports through the protocol."""
     import asyncio
 
     from stepline.engine import load_runtime_config
-    from stepline.errors import NotFoundError
     from stepline.interfaces.mcp import serve_stdio
 
-    root = project_root.resolve()
-    if not root.is_dir():
-        raise NotFoundError(f"{project_root}: no such project folder", hint="pass an existing --project-root")
-    asyncio.run(serve_stdio(root, load_runtime_config(root, config)))
+    at = where(directory, project_root)
+    asyncio.run(serve_stdio(at.root, load_runtime_config(at.root, at.option(config))))

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from stepline.interfaces.cli._app import ConfigOption, JsonOutput, ProjectRoot, app
+from stepline.interfaces.cli._app import ConfigOption, Directory, JsonOutput, ProjectRoot, app, where
 from stepline.interfaces.cli._render import console, print_json
 
 #: Built-ins that do not call a model API; every other executor is offered a connectivity check.
@@ -59,7 +58,8 @@ def providers(
     check: Annotated[bool, typer.Option("--check", help="Send one cheap request (list models) to each model "
                                                         "API executor and report the result.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds each check may take.", min=0.1)] = 5.0,
-    project_root: ProjectRoot = Path("."),
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
     config: ConfigOption = None,
     as_json: JsonOutput = False,
 ) -> None:
@@ -69,7 +69,8 @@ def providers(
     from stepline.engine import load_runtime_config
     from stepline.executors import available_executors
 
-    runtime = load_runtime_config(project_root.resolve(), config)
+    at = where(directory, project_root)
+    runtime = load_runtime_config(at.root, at.option(config))
     names = sorted(set(available_executors()) | set(runtime.executors))
     rows: list[dict[str, Any]] = [
         {"executor": name, "configured": name in runtime.executors,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from stepline.interfaces.cli._app import ConfigOption, JsonOutput, ProjectRoot, app
+from stepline.interfaces.cli._app import ConfigOption, Directory, JsonOutput, ProjectRoot, Where, app, where
 from stepline.interfaces.cli._render import (
     console,
     err_console,
@@ -43,18 +43,17 @@ def parse_vars(pairs: list[str]) -> dict[str, str]:
     return values
 
 
-def build_engine(project_root: Path, config: Path | None, executor: str | None, script: Path | None,
+def build_engine(at: Where, config: Path | None, executor: str | None, script: Path | None,
                  mode: RunMode, quiet: bool, extra_options: dict[str, Any] | None = None) -> Engine:
-    """The engine for a CLI command, with the progress display attached."""
+    """The engine for a CLI command, with the progress display attached (``config`` and ``script`` as given
+    on the command line)."""
     from stepline import Engine
     from stepline.engine import load_runtime_config
     from stepline.errors import NotFoundError, UsageError
 
-    root = project_root.resolve()
-    if not root.is_dir():
-        raise NotFoundError(f"{project_root}: no such project folder", hint="pass an existing --project-root")
-    config = from_root(root, config)
-    script = from_root(root, script)
+    root = at.root
+    config = at.option(config)
+    script = at.option(script)
     runtime = load_runtime_config(root, config)
     options: dict[str, Any] = dict(extra_options or {})
     if script is not None:
@@ -63,7 +62,7 @@ def build_engine(project_root: Path, config: Path | None, executor: str | None, 
         if not script.is_file():
             raise NotFoundError(f"{script}: no such script file", hint="pass an existing --script FILE")
         executor = "scripted"
-        options["script"] = str(script.resolve())
+        options["script"] = str(script)
     if executor is not None:
         from stepline.executors import create_executor
 
@@ -71,11 +70,6 @@ def build_engine(project_root: Path, config: Path | None, executor: str | None, 
         create_executor(executor, {**runtime.executors.get(executor, {}), **checked})  # fail fast on a bad name
     return Engine(project_root=root, config=runtime, executor=executor, executor_options=options, mode=mode,
                   listeners=[progress_listener(quiet)])
-
-
-def from_root(root: Path, path: Path | None) -> Path | None:
-    """A relative path given on the command line, taken from the project root (``-C`` works like ``git -C``)."""
-    return path if path is None or path.is_absolute() else root / path
 
 
 def _finish(run: Run, as_json: bool) -> None:
@@ -107,7 +101,8 @@ def run(
                                                   "a person blocks the run.")] = False,
     workflow_mode: Annotated[str | None, typer.Option("--mode", help="Tri-modal workflows: create, edit or "
                                                       "validate.")] = None,
-    project_root: ProjectRoot = Path("."),
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
     config: ConfigOption = None,
     record: Annotated[Path | None, typer.Option("--record", help="Also write every executor exchange to this "
                                                 "cassette (replay it with --executor replay).")] = None,
@@ -124,19 +119,17 @@ def run(
         raise UsageError("--yolo and --non-interactive exclude each other")
     variables = parse_vars(var or [])
     mode: RunMode = "yolo" if yolo else "non-interactive" if non_interactive else "normal"
-    root = project_root.resolve()
+    at = where(directory, project_root)
     extra: dict[str, Any] = {}
     if record is not None:
-        extra["record"] = str(from_root(root, record))
+        extra["record"] = str(at.option(record))
     if cassette is not None:
         if executor not in (None, "replay"):
             raise UsageError(f"--cassette goes with the replay executor, not {executor!r}")
         executor = "replay"
-        extra["cassette"] = str(from_root(root, cassette))
-    engine = build_engine(project_root, config, executor, script, mode, quiet or as_json, extra)
-    workflow_path = from_root(engine.project_root, path)
-    assert workflow_path is not None
-    workflow = load_workflow(workflow_path, project_root=engine.project_root, variables=variables,
+        extra["cassette"] = str(at.option(cassette))
+    engine = build_engine(at, config, executor, script, mode, quiet or as_json, extra)
+    workflow = load_workflow(at.path(path).absolute(), project_root=at.root, variables=variables,
                              mode=workflow_mode)
     import asyncio  # here, not at the top: `stepline --help` imports every command module
 
@@ -149,36 +142,35 @@ def resume(
     run_id: Annotated[str, typer.Argument(help="The run to continue (a unique part of its id is enough).")],
     executor: ExecutorOption = None,
     script: ScriptOption = None,
-    project_root: ProjectRoot = Path("."),
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
     config: ConfigOption = None,
     as_json: JsonOutput = False,
     quiet: Quiet = False,
 ) -> None:
     """Continue a run from its first unfinished step; completed steps never run again."""
-    engine = build_engine(project_root, config, executor, script, "normal", quiet or as_json)
+    engine = build_engine(where(directory, project_root), config, executor, script, "normal", quiet or as_json)
     import asyncio
 
     result = asyncio.run(engine.resume(run_id))
     _finish(result, as_json)
 
 
-def open_store(project_root: Path, config: Path | None) -> RunStore:
-    """The runs of the project (under its configured storage root)."""
+def open_store(at: Where, config: Path | None) -> RunStore:
+    """The runs of the project (under its configured storage root); ``config`` as given on the command line."""
     from stepline.engine import load_runtime_config
     from stepline.store import RunStore
 
-    root = project_root.resolve()
-    return RunStore(root / load_runtime_config(root, from_root(root, config)).runtime.storage_root)
+    return RunStore(at.root / load_runtime_config(at.root, at.option(config)).runtime.storage_root)
 
 
-def load_run(project_root: Path, config: Path | None, run_id: str | None) -> Run:
+def load_run(at: Where, config: Path | None, run_id: str | None) -> Run:
     """The run with ``run_id`` (or the latest), rebuilt from its journal."""
     from stepline import Engine
     from stepline.engine import load_runtime_config
     from stepline.errors import NotFoundError
 
-    root = project_root.resolve()
-    engine = Engine(project_root=root, config=load_runtime_config(root, config))
+    engine = Engine(project_root=at.root, config=load_runtime_config(at.root, at.option(config)))
     if run_id is None:
         latest = engine.store.latest()
         if latest is None:
@@ -190,14 +182,15 @@ def load_run(project_root: Path, config: Path | None, run_id: str | None) -> Run
 @app.command()
 def status(
     run_id: Annotated[str | None, typer.Argument(help="The run (default: the latest).")] = None,
-    project_root: ProjectRoot = Path("."),
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
     config: ConfigOption = None,
     as_json: JsonOutput = False,
 ) -> None:
     """Show a run's status and its steps."""
     from rich.table import Table
 
-    found = load_run(project_root, config, run_id)
+    found = load_run(where(directory, project_root), config, run_id)
     if as_json:
         print_json(run_summary(found))
         return
@@ -215,7 +208,8 @@ def status(
 
 @app.command("list")
 def list_runs(
-    project_root: ProjectRoot = Path("."),
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
     config: ConfigOption = None,
     as_json: JsonOutput = False,
 ) -> None:
@@ -224,7 +218,7 @@ def list_runs(
 
     from rich.table import Table
 
-    store = open_store(project_root, config)
+    store = open_store(where(directory, project_root), config)
     rows = list(store.summaries())
     if as_json:
         print_json([asdict(r) for r in rows])
@@ -245,18 +239,20 @@ def list_runs(
 
 @app.command()
 def history(
-    project_root: ProjectRoot = Path("."),
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
     config: ConfigOption = None,
     as_json: JsonOutput = False,
 ) -> None:
     """Same as ``list``: every run of this project, oldest first."""
-    list_runs(project_root=project_root, config=config, as_json=as_json)
+    list_runs(directory=directory, project_root=project_root, config=config, as_json=as_json)
 
 
 @app.command()
 def show(
     run_id: Annotated[str, typer.Argument(help="The run.")],
-    project_root: ProjectRoot = Path("."),
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
     config: ConfigOption = None,
     as_json: JsonOutput = False,
 ) -> None:
@@ -265,8 +261,9 @@ def show(
 
     from stepline.engine import build_timeline
 
-    found = load_run(project_root, config, run_id)
-    timeline = build_timeline(_run_dir(project_root, config, found.run_id))
+    at = where(directory, project_root)
+    found = load_run(at, config, run_id)
+    timeline = build_timeline(_run_dir(at, config, found.run_id))
     if as_json:
         print_json(timeline)
         return
@@ -290,15 +287,16 @@ def show(
         console.print(usage)
 
 
-def _run_dir(project_root: Path, config: Path | None, run_id: str) -> RunDir:
-    return open_store(project_root, config).open(run_id)
+def _run_dir(at: Where, config: Path | None, run_id: str) -> RunDir:
+    return open_store(at, config).open(run_id)
 
 
 @app.command()
 def export(
     run_id: Annotated[str, typer.Argument(help="The run.")],
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
-    project_root: ProjectRoot = Path("."),
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
     config: ConfigOption = None,
 ) -> None:
     """Export a run as one JSON document: manifest, journal and every audit file."""
@@ -308,8 +306,9 @@ def export(
     from stepline.engine import build_timeline
     from stepline.store import RUN_FILES
 
-    found = load_run(project_root, config, run_id)
-    run_dir = _run_dir(project_root, config, found.run_id)
+    at = where(directory, project_root)
+    found = load_run(at, config, run_id)
+    run_dir = _run_dir(at, config, found.run_id)
     document: dict[str, Any] = {"run": found.model_dump(mode="json"),
                                 "events": [asdict(event) for event in run_dir.events()]}
     for name in RUN_FILES:
@@ -320,5 +319,6 @@ def export(
     if output is None:
         print(text, end="")
     else:
+        output = at.path(output)
         output.write_text(text, encoding="utf-8")
         err_console.print(f"wrote {output}")

@@ -7,14 +7,15 @@ from typing import Annotated
 
 import typer
 
-from stepline.interfaces.cli._app import EXIT_INVALID, JsonOutput, ProjectRoot, app
+from stepline.interfaces.cli._app import EXIT_INVALID, Directory, JsonOutput, ProjectRoot, app, where
 from stepline.interfaces.cli._render import console, print_json
 
 
 @app.command()
 def validate(
     path: Annotated[Path, typer.Argument(help="A workflow file or folder, or a tree of them.")],
-    project_root: ProjectRoot = Path("."),
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
     as_json: JsonOutput = False,
 ) -> None:
     """Report every problem in a workflow (or every workflow under a folder); exit 10 on errors."""
@@ -22,7 +23,8 @@ def validate(
 
     from stepline.families import lint_path
 
-    diagnostics = lint_path(path, project_root=project_root.resolve())
+    at = where(directory, project_root)
+    diagnostics = lint_path(at.path(path), project_root=at.root)
     errors = sum(1 for d in diagnostics if d.severity == "error")
     if as_json:
         print_json([asdict(d) for d in diagnostics])
