@@ -29,15 +29,19 @@ _PYTHON_GATE = re.compile(r"(?i)\b(ast|type|lint|mypy|ruff|python)\b")
 def _report_guardrails(ctx: StepContext, reports: list[Any]) -> None:
     # Passing reports ride on WorkflowStepCompleted (RunStep.guardrails); only failures get events of their own,
     # so a clean step costs no extra journal records.
+    # A secret found in a file the step wrote carries ``artifacts`` ({path: {kind: count}}): the run's summary
+    # and `stepline show` read it from RunStep.guardrails to say which file holds which kind.
     for report in reports:
         entry = {"guardrail": report.name, "stage": report.stage, "passed": report.passed,
                  "blocking": report.blocking, "details": report.details}
+        if report.artifacts:
+            entry["artifacts"] = report.artifacts
         ctx.guardrails.append(entry)
         if not report.passed:
             ctx.emit(EventType.VALIDATION_FAILED, entry)
     blocking = [r for r in reports if not r.passed and r.blocking]
     if blocking:
-        reasons = "; ".join(f"{r.name}: {r.details}" for r in blocking)
+        reasons = "; ".join(f"{r.name}: {'; '.join(r.details)}" for r in blocking)
         raise StepFailed(f"guardrail failed on {blocking[0].stage}: {reasons}", retryable=False)
 
 
@@ -55,14 +59,15 @@ def check_step_inputs(ctx: StepContext) -> None:
 
 
 def check_step_outputs(ctx: StepContext) -> None:
-    """Guardrails on what the step produced (the files it wrote)."""
+    """Guardrails on what the step produced (the files it wrote): a secret in one is reported with the file and
+    its kind, the file is left as written, and ``guardrails.secrets_in_artifacts: block`` fails the step."""
     if not ctx.written:
         return
-    from stepline.guardrails import check_output
+    from stepline.guardrails import check_artifacts
 
     texts = {rel: _read(path) for rel, path in ctx.written.items()}
-    _report_guardrails(ctx, check_output(texts, policy=ctx.engine.config.guardrails,
-                                         project_root=ctx.project_root, paths=list(ctx.written)))
+    _report_guardrails(ctx, check_artifacts(texts, policy=ctx.engine.config.guardrails,
+                                            project_root=ctx.project_root))
 
 
 def _read(path: Path) -> str:

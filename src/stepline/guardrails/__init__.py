@@ -1,6 +1,7 @@
 """Guardrails on step inputs and outputs (R-S1): secret redaction, size limits, path confinement.
 
-The engine runs :func:`check_input` before a step's tools, :func:`check_output` after its executor wrote,
+The engine runs :func:`check_input` before a step's tools, :func:`check_artifacts` on the files its executor
+wrote (a secret there is reported per file and kind, never redacted: the file is the user's),
 stores the reports on ``RunStep.guardrails`` and fails the step on :func:`blocking_failures`. Everything it
 journals or sends to a model first goes through :func:`redact_obj` (or ``GuardrailPolicy.redact``).
 
@@ -18,20 +19,23 @@ if TYPE_CHECKING:
         GuardrailPolicy,
         GuardrailReport,
         blocking_failures,
+        check_artifacts,
         check_input,
         check_output,
     )
     from stepline.guardrails._paths import confine_path
-    from stepline.guardrails._secrets import SecretScanner, find_secrets, redact, redact_obj
+    from stepline.guardrails._secrets import SecretScanner, describe_secrets, find_secrets, redact, redact_obj
 
 __all__ = [
     "GuardrailPolicy",
     "GuardrailReport",
     "SecretScanner",
     "blocking_failures",
+    "check_artifacts",
     "check_input",
     "check_output",
     "confine_path",
+    "describe_secrets",
     "find_secrets",
     "redact",
     "redact_obj",
@@ -42,9 +46,11 @@ _EXPORTS: dict[str, str] = {
     "GuardrailReport": "_checks",
     "SecretScanner": "_secrets",
     "blocking_failures": "_checks",
+    "check_artifacts": "_checks",
     "check_input": "_checks",
     "check_output": "_checks",
     "confine_path": "_paths",
+    "describe_secrets": "_secrets",
     "find_secrets": "_secrets",
     "redact": "_secrets",
     "redact_obj": "_secrets",

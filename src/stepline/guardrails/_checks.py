@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -12,12 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from stepline.errors import ToolError
 from stepline.guardrails._paths import confine_path
-from stepline.guardrails._secrets import SecretScanner
+from stepline.guardrails._secrets import SecretScanner, describe_secrets
 
 __all__ = [
     "GuardrailPolicy",
     "GuardrailReport",
     "blocking_failures",
+    "check_artifacts",
     "check_input",
     "check_output",
 ]
@@ -35,6 +36,9 @@ class GuardrailPolicy(BaseModel):
     max_output_bytes: int = Field(default=5_000_000, gt=0, description="largest serialized step output")
     redact_secrets: bool = Field(default=True, description="redact secrets from events, logs and prompts")
     block_on_secret: bool = Field(default=False, description="a secret in a step's data fails the step")
+    secrets_in_artifacts: Literal["warn", "block"] = Field(
+        default="warn", description="a secret in a file a step wrote (the file is never rewritten): warn names the "
+                                    "file and kind in the run's summary and `stepline show`; block fails the step")
     confine_paths: bool = Field(default=True, description="paths a step touches must stay in the project")
     extra_secret_patterns: dict[str, str] = Field(
         default_factory=dict, description="more secret shapes, {kind: regex}; group 'value' redacts only it")
@@ -63,7 +67,8 @@ class GuardrailPolicy(BaseModel):
 class GuardrailReport(BaseModel):
     """The outcome of one guardrail on one side of a step, stored on ``RunStep.guardrails``.
 
-    ``details`` never contains a secret: it says what kind was found and how often.
+    ``details`` never contains a secret: it says what kind was found and how often. ``artifacts`` is the same
+    for the files a step wrote, ``{path: {kind: count}}`` (:func:`check_artifacts`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -73,6 +78,7 @@ class GuardrailReport(BaseModel):
     passed: bool
     blocking: bool = False
     details: list[str] = Field(default_factory=list)
+    artifacts: dict[str, dict[str, int]] = Field(default_factory=dict)
 
 
 def check_input(data: Any, *, policy: GuardrailPolicy | None = None, project_root: Path | str | None = None,
@@ -94,6 +100,22 @@ def check_output(data: Any, *, policy: GuardrailPolicy | None = None, project_ro
     return _check("output", data, policy or GuardrailPolicy(), project_root, paths)
 
 
+def check_artifacts(files: Mapping[str, str], *, policy: GuardrailPolicy | None = None,
+                    project_root: Path | str | None = None) -> list[GuardrailReport]:
+    """Check the files a step wrote, ``{path: text}`` (paths as the step named them), before they are accepted.
+
+    A secret in one is reported per file and kind and never redacted: the file is the user's document, kept as
+    the step wrote it, so the report says so rather than "redacted" (stepline redacts only its own records).
+    ``policy.secrets_in_artifacts`` (or ``block_on_secret``) decides whether that fails the step.
+    """
+    policy = policy or GuardrailPolicy()
+    reports = [_artifact_secrets(files, policy),
+               _size("output", sum(len(text.encode("utf-8")) for text in files.values()), policy)]
+    if policy.confine_paths and project_root is not None and files:
+        reports.append(_paths("output", project_root, list(files)))
+    return reports
+
+
 def blocking_failures(reports: Iterable[GuardrailReport]) -> list[GuardrailReport]:
     """Return the reports that must fail the step (a failed guardrail that is blocking)."""
     return [report for report in reports if report.blocking and not report.passed]
@@ -102,7 +124,7 @@ def blocking_failures(reports: Iterable[GuardrailReport]) -> list[GuardrailRepor
 def _check(stage: Stage, data: Any, policy: GuardrailPolicy, project_root: Path | str | None,
            paths: Iterable[str]) -> list[GuardrailReport]:
     text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, default=str)
-    reports = [_secrets(stage, text, policy), _size(stage, text, policy)]
+    reports = [_secrets(stage, text, policy), _size(stage, len(text.encode("utf-8")), policy)]
     path_list = list(paths)
     if policy.confine_paths and project_root is not None and path_list:
         reports.append(_paths(stage, project_root, path_list))
@@ -119,9 +141,23 @@ def _secrets(stage: Stage, text: str, policy: GuardrailPolicy) -> GuardrailRepor
                            details=details)
 
 
-def _size(stage: Stage, text: str, policy: GuardrailPolicy) -> GuardrailReport:
+def _artifact_secrets(files: Mapping[str, str], policy: GuardrailPolicy) -> GuardrailReport:
+    scanner = policy.scanner()
+    found = {path: counts for path, text in files.items() if (counts := scanner.find(text))}
+    if not found:
+        return GuardrailReport(name="secrets", stage="output", passed=True)
+    block = policy.block_on_secret or policy.secrets_in_artifacts == "block"
+    setting = ("guardrails.block_on_secret" if policy.block_on_secret
+               else f"guardrails.secrets_in_artifacts: {policy.secrets_in_artifacts}")
+    outcome = "; the step fails" if block else ""
+    details = [f"{path} holds {describe_secrets(counts)}, NOT redacted: the file keeps what the step wrote"
+               f"{outcome} ({setting})" for path, counts in found.items()]
+    return GuardrailReport(name="secrets", stage="output", passed=False, blocking=block, details=details,
+                           artifacts=found)
+
+
+def _size(stage: Stage, size: int, policy: GuardrailPolicy) -> GuardrailReport:
     limit = policy.max_input_bytes if stage == "input" else policy.max_output_bytes
-    size = len(text.encode("utf-8"))
     if size <= limit:
         return GuardrailReport(name="size", stage=stage, passed=True, details=[f"{size} bytes"])
     return GuardrailReport(name="size", stage=stage, passed=False, blocking=True,

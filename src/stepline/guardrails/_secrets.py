@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SecretScanner", "find_secrets", "redact", "redact_obj"]
+__all__ = ["SecretScanner", "describe_secrets", "find_secrets", "redact", "redact_obj"]
 
 _NOT_REDACTED = r"(?!\[REDACTED)"
 # Start of a short-prefixed token: not glued to a word, except to a JSON/Python escape (``\nsk-…``), which is
@@ -144,6 +144,11 @@ class SecretScanner:
 
 
 _DEFAULT = SecretScanner()
+
+
+def describe_secrets(counts: Mapping[str, int]) -> str:
+    """``{"openai": 1, "aws": 2}`` as "1 openai secret, 2 aws secrets" (kinds and counts, never a secret)."""
+    return ", ".join(f"{count} {kind} secret{'' if count == 1 else 's'}" for kind, count in counts.items())
 
 
 def find_secrets(text: str) -> dict[str, int]:
