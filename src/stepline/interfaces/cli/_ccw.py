@@ -109,7 +109,7 @@ def execute(
     """Execute a session's tasks in dependency order, concurrently; resume it after an interruption."""
     from stepline.ccw._driver import complete_session, execute_session
     from stepline.ccw._session import discover_sessions
-    from stepline.interfaces.cli._render import run_exit_code, run_summary
+    from stepline.interfaces.cli._render import print_secrets_in_artifacts, run_exit_code, run_summary
     from stepline.interfaces.cli._runs import build_engine
 
     at = where(directory, project_root)
@@ -130,12 +130,13 @@ def execute(
         console.print(f"session [bold]{chosen.name}[/bold] run {run.run_id} [bold]{run.status.value}[/bold]: "
                       f"{done}/{len(run.steps)} tasks completed")
         if run.error:
-            console.print(f"  {run.error}")
+            console.print(f"  {run.error}", markup=False)  # an error's "[x]" is not markup
         if run.blocked_reason:
             console.print(f"  {run.blocked_reason}; approve, then `stepline ccw execute --resume-session "
-                          f"{chosen.name}`")
+                          f"{chosen.name}`", markup=False)
         if archived:
             console.print(f"  archived to {archived['archive_path']}")
+        print_secrets_in_artifacts(run)
     raise typer.Exit(run_exit_code(run))
 
 

@@ -11,7 +11,18 @@ if TYPE_CHECKING:
 
     from stepline.model import Event, Run
 
-__all__ = ["console", "err_console", "print_json", "progress_listener", "run_exit_code", "run_summary"]
+__all__ = [
+    "console",
+    "err_console",
+    "one_line",
+    "print_errors",
+    "print_json",
+    "print_secrets_in_artifacts",
+    "progress_listener",
+    "run_exit_code",
+    "run_summary",
+    "secrets_in_artifacts",
+]
 
 
 class _LazyConsole:
@@ -52,11 +63,15 @@ def progress_listener(quiet: bool) -> Any:
             return
         if event.type == "WorkflowStepStarted" and not sys.stderr.isatty():
             return
+        from rich.text import Text
+
         mark, style = _MARKS[event.type]
         data = event.data
-        detail = (data.get("error") or data.get("reason") or data.get("path") or data.get("summary")
-                  or data.get("name") or "")
-        err_console.print(f"[{style}]{mark}[/{style}] {event.step_id or ''} [dim]{str(detail)[:160]}[/dim]")
+        detail = one_line(data.get("error") or data.get("reason") or data.get("path") or data.get("summary")
+                          or data.get("name"))
+        if not data.get("error") and len(detail) > 160:  # an error is shown whole; a long summary is not
+            detail = detail[:159] + "…"
+        err_console.print(Text.assemble((mark, style), f" {event.step_id or ''} ", (detail, "dim")))
 
     return listen
 
@@ -72,7 +87,65 @@ def run_summary(run: Run) -> dict[str, Any]:
         "error": run.error,
         "steps": [{"step_id": s.step_id, "name": s.name, "status": s.status.value, "attempts": s.attempts,
                    "error": s.error, "outputs": s.outputs} for s in run.steps.values()],
+        "secrets_in_artifacts": secrets_in_artifacts(run),
     }
+
+
+def secrets_in_artifacts(run: Run) -> list[dict[str, Any]]:
+    """The files the run's steps wrote that hold a secret, from the steps' output guardrail reports:
+    ``[{step_id, path, kinds: {kind: count}, redacted: False, blocked}]``; kinds and counts, never a secret."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for step in run.steps.values():
+        for entry in step.guardrails:
+            if entry.get("guardrail") != "secrets":
+                continue
+            for path, kinds in (entry.get("artifacts") or {}).items():  # the latest attempt's report wins
+                found[(step.step_id, path)] = {"step_id": step.step_id, "path": path, "kinds": dict(kinds),
+                                               "redacted": False, "blocked": bool(entry.get("blocking"))}
+    return list(found.values())
+
+
+def print_secrets_in_artifacts(run: Run) -> None:
+    """Tell the user which file holds which kind of secret (never the secret): stepline does not rewrite them."""
+    from rich.text import Text
+
+    from stepline.guardrails import describe_secrets
+
+    found = secrets_in_artifacts(run)
+    if not found:
+        return
+    console.print(Text("warning: secrets in files the steps wrote (NOT redacted: the files keep them)",
+                       style="yellow"))
+    for item in found:
+        failed = "; the step failed" if item["blocked"] else ""
+        console.print(Text(f"  {item['path']}: {describe_secrets(item['kinds'])} (step {item['step_id']}{failed})"),
+                      soft_wrap=True)
+    if not any(item["blocked"] for item in found):
+        console.print(Text("  remove them from the files; `guardrails.secrets_in_artifacts: block` in "
+                           "config/runtime.yaml fails such a step instead"), soft_wrap=True)
+
+
+def one_line(text: Any) -> str:
+    """``text`` on one line (a table cell the console shortens to its width; the whole text is printed apart)."""
+    return " ".join(str(text or "").split())
+
+
+def print_errors(run: Run) -> None:
+    """Every failed step's whole error (and the run's, when it is not one of them), never cut: the console's
+    lines are not wrapped by rich (``soft_wrap``), the terminal wraps them."""
+    from rich.text import Text
+
+    errors = [(step.step_id, step.error) for step in run.steps.values()
+              if step.status.value == "failed" and step.error]
+    if run.error and not any(run.error.endswith(error) for _, error in errors):
+        errors.append(("run", run.error))
+    if not errors:
+        return
+    console.print(Text("errors:", style="red"))
+    for step_id, error in errors:
+        first, *rest = error.splitlines() or [""]
+        text = "\n".join([f"  {step_id}: {first}", *(f"    {line}" for line in rest)])
+        console.print(Text(text), soft_wrap=True)
 
 
 def run_exit_code(run: Run) -> int:

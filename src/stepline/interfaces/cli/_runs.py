@@ -11,7 +11,10 @@ from stepline.interfaces.cli._app import ConfigOption, Directory, JsonOutput, Pr
 from stepline.interfaces.cli._render import (
     console,
     err_console,
+    one_line,
+    print_errors,
     print_json,
+    print_secrets_in_artifacts,
     progress_listener,
     run_exit_code,
     run_summary,
@@ -76,16 +79,19 @@ def _finish(run: Run, as_json: bool) -> None:
     if as_json:
         print_json(run_summary(run))
     else:
+        from rich.text import Text
+
         done = sum(1 for s in run.steps.values() if s.status.value in ("completed", "skipped"))
         style = {"completed": "green", "failed": "red", "blocked": "yellow"}.get(run.status.value, "white")
         console.print(f"run [bold]{run.run_id}[/bold] [{style}]{run.status.value}[/{style}]: "
                       f"{done}/{len(run.steps)} steps")
         if run.status.value == "failed":
-            console.print(f"  [red]{run.error}[/red]")
+            console.print(Text(f"  {run.error}", style="red"))  # Text: an error's "[x]" is not markup
             console.print(f"  fix the cause, then: stepline resume {run.run_id}")
         elif run.status.value == "blocked":
-            console.print(f"  [yellow]{run.blocked_reason}[/yellow]")
+            console.print(Text(f"  {run.blocked_reason}", style="yellow"))
             console.print(f"  see `stepline gates {run.run_id}`; approve/answer, then `stepline resume {run.run_id}`")
+        print_secrets_in_artifacts(run)
     raise typer.Exit(run_exit_code(run))
 
 
@@ -187,8 +193,9 @@ def status(
     config: ConfigOption = None,
     as_json: JsonOutput = False,
 ) -> None:
-    """Show a run's status and its steps."""
+    """Show a run's status and its steps (a failed step's whole error below the table)."""
     from rich.table import Table
+    from rich.text import Text
 
     found = load_run(where(directory, project_root), config, run_id)
     if as_json:
@@ -197,13 +204,14 @@ def status(
     console.print(f"[bold]{found.run_id}[/bold]  {found.workflow.id} ({found.workflow.format})  "
                   f"status: [bold]{found.status.value}[/bold]")
     if found.blocked_reason:
-        console.print(f"blocked: {found.blocked_reason}")
-    if found.error:
-        console.print(f"error: {found.error}")
-    table = Table("step", "name", "status", "attempts", "error", box=None)
+        console.print(Text(f"blocked: {found.blocked_reason}"))
+    table = Table("step", "name", "status", "attempts", box=None, expand=True)
+    table.add_column("error", no_wrap=True, overflow="ellipsis", ratio=1)  # one line, the rest of the width
     for step in found.steps.values():
-        table.add_row(step.step_id, step.name, step.status.value, str(step.attempts), (step.error or "")[:80])
+        table.add_row(step.step_id, step.name, step.status.value, str(step.attempts), Text(one_line(step.error)))
     console.print(table)
+    print_errors(found)
+    print_secrets_in_artifacts(found)
 
 
 @app.command("list")
@@ -256,8 +264,10 @@ def show(
     config: ConfigOption = None,
     as_json: JsonOutput = False,
 ) -> None:
-    """Show a run's timeline: every event, artifact, gate and decision in order, and model usage."""
+    """Show a run's timeline: every event, artifact, gate and decision in order, and model usage; then each
+    failed step's whole error and the files that hold secrets."""
     from rich.table import Table
+    from rich.text import Text
 
     from stepline.engine import build_timeline
 
@@ -268,13 +278,13 @@ def show(
         print_json(timeline)
         return
     console.print(f"[bold]{found.run_id}[/bold]  {found.workflow.id}  status: [bold]{found.status.value}[/bold]")
-    table = Table("seq", "time", "step", "event", "detail", box=None)
+    table = Table("seq", "time", "step", "event", box=None, expand=True)
+    # One line per event; the detail takes what the other columns leave of the terminal's width (rich reads it,
+    # or COLUMNS). The whole of a failed step's error is printed below the table, never cut.
+    table.add_column("detail", no_wrap=True, overflow="ellipsis", ratio=1)
     for entry in timeline["events"]:
-        data = entry["data"]
-        detail = (data.get("error") or data.get("reason") or data.get("path") or data.get("gate_id")
-                  or data.get("summary") or "")
         table.add_row(str(entry["seq"]), entry["time"][11:23], entry["step_id"] or "", entry["type"],
-                      str(detail)[:70])
+                      Text(one_line(_event_detail(entry["data"]))))
     console.print(table)
     if timeline["usage"]:
         usage = Table("step", "model calls", "input tokens", "output tokens", "cost (USD)", box=None)
@@ -285,6 +295,18 @@ def show(
             usage.add_row(step_id, *(f"{v:g}" for v in values))
         usage.add_row("[bold]run[/bold]", *(f"{v:g}" for v in totals))
         console.print(usage)
+    print_errors(found)
+    print_secrets_in_artifacts(found)
+
+
+def _event_detail(data: dict[str, Any]) -> str:
+    """What `show` says about one event: the error, reason, file, gate or summary; a check's name and findings."""
+    if data.get("guardrail"):
+        return f"{data['guardrail']} ({data.get('stage')}): " + "; ".join(data.get("details") or [])
+    if data.get("gate") and "checked" in data:  # a validation gate
+        return f"{data['gate']}: " + ("; ".join(map(str, data.get("issues") or [])) or "passed")
+    return str(data.get("error") or data.get("reason") or data.get("path") or data.get("gate_id")
+               or data.get("summary") or "")
 
 
 def _run_dir(at: Where, config: Path | None, run_id: str) -> RunDir:
