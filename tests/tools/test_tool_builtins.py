@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -18,7 +19,6 @@ from stepline.time import DEFAULT_TIMEZONE, frozen
 from stepline.tools import ToolContext, ToolPipeline, ToolPolicy, builtin_tools, default_registry
 from stepline.tools._builtin_files import list_files, read_file, write_file
 from stepline.tools._builtin_repo import inspect_repo
-from stepline.tools._builtin_shell import run_shell
 from stepline.tools._builtin_time import get_current_time
 
 
@@ -206,19 +206,49 @@ class TestRepo:
 
 
 class TestShell:
-    """The shell tool runs in the project root, captures output, and dies with its process group."""
+    """shell runs ``/bin/sh -c`` directly (no worker) in the project root and dies with its process group."""
 
     def test_output_exit_code_and_cwd(self, tmp_path: Path) -> None:
         """stdout, stderr and the exit code are captured; the command runs in the project root."""
-        ok = run_shell({"command": "pwd; echo oops >&2"}, ctx(tmp_path))
+        ok = call(tmp_path, "shell", {"command": "pwd -P; echo oops >&2"})
+        assert ok.status == "ok" and ok.result == {"exit_code": 0} and ok.error is None
         assert ok.stdout.strip() == str(tmp_path.resolve()) and ok.stderr.strip() == "oops"
-        failed = run_shell({"command": "exit 3"}, ctx(tmp_path))
-        assert failed.result == {"exit_code": 3} and failed.error == "command exited with code 3"
+
+    def test_non_zero_exit_is_a_failed_call_with_its_output(self, tmp_path: Path) -> None:
+        """A non-zero exit code fails the call, naming the code, and keeps what the command printed."""
+        failed = call(tmp_path, "shell", {"command": "echo partial; echo why >&2; exit 3"})
+        assert failed.status == "error" and failed.error == "command exited with code 3"
+        assert failed.result == {"exit_code": 3}
+        assert failed.stdout == "partial\n" and failed.stderr == "why\n"
 
     def test_output_is_size_limited(self, tmp_path: Path) -> None:
-        """Only the first ``max_output_bytes`` of a stream are kept."""
-        out = run_shell({"command": "yes | head -c 5000"}, ctx(tmp_path, max_output_bytes=100))
-        assert out.stdout.startswith("y\n" * 50) and "truncated 4900 bytes" in out.stdout
+        """Only the first ``max_output_bytes`` of each stream are kept, and the marker counts the rest."""
+        command = "yes | head -c 5000; yes e | head -c 300 >&2"
+        out = call(tmp_path, "shell", {"command": command}, ToolPolicy(max_output_bytes=100))
+        assert out.status == "ok"
+        assert out.stdout == "y\n" * 50 + "\n…[truncated 4900 bytes]"
+        assert out.stderr == "e\n" * 50 + "\n…[truncated 200 bytes]"
+
+    def test_stdin_is_dev_null(self, tmp_path: Path) -> None:
+        """The command reads /dev/null, not the engine's stdin (here a pipe that would block ``cat``)."""
+        read_end, write_end = os.pipe()
+        saved = os.dup(0)
+        os.dup2(read_end, 0)
+        try:
+            result = call(tmp_path, "shell", {"command": "cat; readlink /proc/self/fd/0"},
+                          ToolPolicy(timeout_seconds=5.0))
+        finally:
+            os.dup2(saved, 0)
+            for fd in (saved, read_end, write_end):
+                os.close(fd)
+        assert result.status == "ok" and result.stdout == "/dev/null\n"
+
+    def test_the_shell_is_a_direct_child_in_its_own_session(self, tmp_path: Path) -> None:
+        """No interpreter worker in between: the shell's parent is this process, and it leads a new session."""
+        result = call(tmp_path, "shell", {"command": "echo $PPID; ps -o sid= -p $$; echo $$"})
+        parent, session, shell = result.stdout.split()
+        assert int(parent) == os.getpid()
+        assert int(session) == int(shell) != os.getsid(0)
 
     def test_shell_needs_approval(self, tmp_path: Path) -> None:
         """shell is high risk: without approval it is blocked and does not run."""
@@ -227,15 +257,45 @@ class TestShell:
         assert result.status == "blocked" and not (tmp_path / "ran").exists()
 
     def test_timeout_kills_the_whole_process_group(self, tmp_path: Path) -> None:
-        """On timeout the shell and the background process it started are both gone."""
-        command = "sleep 60 & echo $! > bg.pid; echo $$ > sh.pid; wait"
+        """On timeout the shell and the background process it started are both gone; the output so far is kept."""
+        command = "sleep 30 & echo $! > bg.pid; echo $$ > sh.pid; echo started; sleep 30"
         result = call(tmp_path, "shell", {"command": command}, ToolPolicy(timeout_seconds=1.0))
-        assert result.status == "timeout"
+        assert result.status == "timeout" and "timed out after 1s" in (result.error or "")
+        assert result.stdout == "started\n" and result.result is None
         assert process_gone(int((tmp_path / "bg.pid").read_text()))
         assert process_gone(int((tmp_path / "sh.pid").read_text()))
+
+    def test_cancelling_the_call_kills_the_whole_process_group(self, tmp_path: Path) -> None:
+        """Cancelling the awaiting task (the engine's step timeout) kills shell and child, then re-raises."""
+        pipeline = ToolPipeline(default_registry())
+        command = "sleep 30 & echo $! > bg.pid; echo $$ > sh.pid; sleep 30"
+
+        async def main() -> None:
+            task = asyncio.ensure_future(pipeline.arun(
+                ToolCall(name="shell", args={"command": command}), step_id="s1", project_root=tmp_path,
+                approvals=lambda g: "approved"))
+            pids = (tmp_path / "bg.pid", tmp_path / "sh.pid")
+            for _ in range(1000):
+                if all(p.exists() and p.read_text().strip() for p in pids):
+                    break
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(main())
+        assert process_gone(int((tmp_path / "bg.pid").read_text()), within=1.0)
+        assert process_gone(int((tmp_path / "sh.pid").read_text()), within=1.0)
 
     def test_processes_left_behind_are_killed_after_the_call(self, tmp_path: Path) -> None:
         """A command that returns but leaves a background process does not leave it running."""
         result = call(tmp_path, "shell", {"command": "sleep 60 >/dev/null 2>&1 & echo $! > bg.pid"})
         assert result.status == "ok"
+        assert process_gone(int((tmp_path / "bg.pid").read_text()))
+
+    def test_a_background_process_holding_the_output_does_not_hold_the_call(self, tmp_path: Path) -> None:
+        """The call ends when the shell does, even if a child it left still has stdout open."""
+        result = call(tmp_path, "shell", {"command": "sleep 30 & echo $! > bg.pid; echo done"},
+                      ToolPolicy(timeout_seconds=10.0))
+        assert result.status == "ok" and result.stdout == "done\n"
         assert process_gone(int((tmp_path / "bg.pid").read_text()))

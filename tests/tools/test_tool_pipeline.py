@@ -216,6 +216,36 @@ class TestWorker:
         assert result.started_at == "2026-05-04T03:02:01.000000+00:00"
 
 
+class TestCommandTools:
+    """A third-party tool can be a program: its argv is built from the args and run directly."""
+
+    @staticmethod
+    def pipeline(command: Any) -> ToolPipeline:
+        return ToolPipeline(ToolRegistry([ToolSpec(name="say", description="print", command=command)]))
+
+    def test_command_tool_runs_its_program(self, tmp_path: Path, events: Events) -> None:
+        """The built argv runs in the project root; its exit code is the result."""
+        pipeline = self.pipeline(lambda args: ["printf", "%s", args["text"]])
+        result = run(pipeline, tmp_path, "say", {"text": "hi there"}, on_event=events)
+        assert result.status == "ok" and result.stdout == "hi there" and result.result == {"exit_code": 0}
+        assert events.names == ["ToolStarted", "ToolCompleted"]
+
+    def test_missing_program_is_an_error_result(self, tmp_path: Path) -> None:
+        """A program that does not exist fails the call; nothing is raised to the engine."""
+        result = run(self.pipeline(lambda args: ["/nonexistent/prog"]), tmp_path, "say")
+        assert result.status == "error" and "could not start '/nonexistent/prog'" in (result.error or "")
+
+    def test_a_broken_argv_builder_is_an_error_result(self, tmp_path: Path) -> None:
+        """A bug in the argv builder fails the call, like a bug in a handler."""
+        result = run(self.pipeline(lambda args: ["echo", args["missing"]]), tmp_path, "say")
+        assert result.status == "error" and result.error == "KeyError: 'missing'"
+        assert run(self.pipeline(lambda args: []), tmp_path, "say").status == "error"
+
+
+async def no_sleep(seconds: float) -> None:
+    """A retry backoff that does not wait."""
+
+
 class TestRetry:
     """Only retryable errors of idempotent tools are retried, a bounded number of times."""
 
@@ -223,8 +253,11 @@ class TestRetry:
                                                                           events: Events) -> None:
         """A flaky idempotent tool succeeds on its third attempt, after two backoff sleeps."""
         sleeps: list[float] = []
-        pipeline = ToolPipeline(registry(), ToolPolicy(max_retries=3, retry_backoff_seconds=0.5),
-                                sleep=sleeps.append)
+
+        async def record(seconds: float) -> None:
+            sleeps.append(seconds)
+
+        pipeline = ToolPipeline(registry(), ToolPolicy(max_retries=3, retry_backoff_seconds=0.5), sleep=record)
         result = run(pipeline, tmp_path, "flaky", {"succeed_on": 3}, on_event=events)
         assert result.status == "ok" and result.result == {"attempts": 3}
         assert sleeps == [0.5, 1.0]
@@ -233,19 +266,19 @@ class TestRetry:
 
     def test_retries_are_bounded(self, tmp_path: Path) -> None:
         """A tool that keeps failing is tried ``max_retries + 1`` times, then fails."""
-        pipeline = ToolPipeline(registry(), ToolPolicy(max_retries=2), sleep=lambda s: None)
+        pipeline = ToolPipeline(registry(), ToolPolicy(max_retries=2), sleep=no_sleep)
         result = run(pipeline, tmp_path, "flaky")
         assert result.status == "error" and (tmp_path / "attempts").read_text() == "3"
 
     def test_non_retryable_error_is_not_retried(self, tmp_path: Path) -> None:
         """An error the tool marks non-retryable fails at once."""
-        pipeline = ToolPipeline(registry(), ToolPolicy(max_retries=2), sleep=lambda s: None)
+        pipeline = ToolPipeline(registry(), ToolPolicy(max_retries=2), sleep=no_sleep)
         assert run(pipeline, tmp_path, "flaky", {"retryable": False}).status == "error"
         assert (tmp_path / "attempts").read_text() == "1"
 
     def test_non_idempotent_tool_is_not_retried(self, tmp_path: Path) -> None:
         """A retryable error of a non-idempotent tool is not retried: running it twice may not be harmless."""
-        pipeline = ToolPipeline(registry(), ToolPolicy(max_retries=2), sleep=lambda s: None)
+        pipeline = ToolPipeline(registry(), ToolPolicy(max_retries=2), sleep=no_sleep)
         assert run(pipeline, tmp_path, "flaky_once").status == "error"
         assert (tmp_path / "attempts").read_text() == "1"
 

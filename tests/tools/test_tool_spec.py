@@ -26,6 +26,16 @@ class TestToolSpec:
         with pytest.raises(ToolError, match="module-level function"):
             ToolSpec(name="x", description="d", handler=lambda args, ctx: None)
 
+    @pytest.mark.parametrize("kw", [{}, {"handler": handlers.touch, "command": lambda args: ["true"]}])
+    def test_a_tool_is_a_handler_or_a_command(self, kw: dict[str, object]) -> None:
+        """Exactly one of ``handler`` and ``command``: the spec says how the tool runs."""
+        with pytest.raises(ToolError, match="either a handler or a command"):
+            ToolSpec(name="x", description="d", **kw)  # type: ignore[arg-type]
+
+    def test_a_command_may_be_a_lambda(self) -> None:
+        """A command's argv is built in the engine's process, so it need not be picklable."""
+        assert ToolSpec(name="x", description="d", command=lambda args: ["true"]).handler is None
+
     def test_invalid_schema_is_rejected(self) -> None:
         """An args_schema that is not valid JSON Schema is refused."""
         with pytest.raises(ToolError, match="not a valid JSON Schema"):

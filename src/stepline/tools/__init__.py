@@ -2,7 +2,8 @@
 
 The engine builds one :class:`ToolPipeline` per run from a :class:`ToolRegistry` (start from
 :func:`default_registry`, then register your own :class:`ToolSpec`) and the run's :class:`ToolPolicy`, and
-calls :meth:`ToolPipeline.run` for each step tool call. Every handler runs in a killable worker process.
+awaits :meth:`ToolPipeline.arun` for each step tool call. A tool is a Python handler, run in a killable worker
+process, or a command (a program such as ``shell``'s ``/bin/sh -c``), run directly in its own process group.
 The validation runners are also plain functions for the engine's validation gates.
 
 Names are loaded on first use: a tool worker process imports only the worker and its handler's module, so
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     )
     from stepline.tools._policy import ToolPolicy
     from stepline.tools._spec import (
+        ToolCommand,
         ToolContext,
         ToolHandler,
         ToolOutput,
@@ -47,6 +49,7 @@ __all__ = [
     "ApprovalLookup",
     "EventCallback",
     "ToolCallLike",
+    "ToolCommand",
     "ToolContext",
     "ToolHandler",
     "ToolOutput",
@@ -72,6 +75,7 @@ _EXPORTS: dict[str, str] = {
     "ApprovalLookup": "_pipeline",
     "EventCallback": "_pipeline",
     "ToolCallLike": "_pipeline",
+    "ToolCommand": "_spec",
     "ToolContext": "_spec",
     "ToolHandler": "_spec",
     "ToolOutput": "_spec",

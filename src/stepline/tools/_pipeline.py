@@ -12,7 +12,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -20,9 +20,11 @@ from typing import Any, Literal, Protocol
 from stepline.errors import ToolError
 from stepline.model import Risk, ToolResult
 from stepline.time import isoformat, now
+from stepline.tools._command import run_command
 from stepline.tools._policy import ToolPolicy
 from stepline.tools._spec import (
     RISK_ORDER,
+    RunOutcome,
     ToolContext,
     ToolOutput,
     ToolRegistry,
@@ -103,6 +105,9 @@ class _Call:
 class ToolPipeline:
     """Runs tool calls through the policy's stages and returns a :class:`~stepline.model.ToolResult`.
 
+    The pipeline is asynchronous: the engine awaits :meth:`arun`, and a command tool's program is awaited in
+    the engine's loop (no thread, no polling). :meth:`run` is the same for synchronous callers.
+
     Args:
         registry: the tools that exist.
         policy: what may run and how; the defaults when omitted.
@@ -110,20 +115,30 @@ class ToolPipeline:
     """
 
     def __init__(self, registry: ToolRegistry, policy: ToolPolicy | None = None, *,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
         self.registry = registry
         self.policy = policy or ToolPolicy()
         self._sleep = sleep
 
     def run(self, call: ToolCallLike, *, step_id: str, project_root: Path | str,
             approvals: ApprovalLookup = _nothing_approved, on_event: EventCallback = _ignore_event,
-            timeout_seconds: float | None = None, cancel: threading.Event | None = None) -> ToolResult:
+            timeout_seconds: float | None = None) -> ToolResult:
+        """:meth:`arun` in an event loop of its own, for code that has none running (scripts, tests)."""
+        return asyncio.run(self.arun(call, step_id=step_id, project_root=project_root, approvals=approvals,
+                                     on_event=on_event, timeout_seconds=timeout_seconds))
+
+    async def arun(self, call: ToolCallLike, *, step_id: str, project_root: Path | str,
+                   approvals: ApprovalLookup = _nothing_approved, on_event: EventCallback = _ignore_event,
+                   timeout_seconds: float | None = None) -> ToolResult:
         """Run one call through every stage; never raises for a refused or failed tool.
 
         Status ``refused``: unknown tool, not allowed, bad arguments, or rejected at its gate.
         Status ``blocked``: the risk gate ``tool:<name>:<step_id>`` (:func:`tool_gate_id`) waits for a
         person; a ToolApprovalRequired event carries its id, and the tool did not run. Run the call again
         once ``approvals`` says ``approved``. Otherwise ``ok``, ``error`` or ``timeout``.
+
+        Cancelling the awaiting task (the engine's step timeout does) kills the running tool's processes,
+        then the cancellation propagates; no result is returned.
 
         Args:
             call: name, args, required, risk (a step's risk can raise the tool's risk, never lower it).
@@ -132,7 +147,6 @@ class ToolPipeline:
             approvals: looks up the decision on a gate id.
             on_event: receives the tool events for the journal.
             timeout_seconds: a tighter bound than the policy's (what is left of the step's time).
-            cancel: set it to stop the running tool (the worker process is killed).
         """
         state = _Call(name=call.name, args=dict(call.args), step_id=step_id, project_root=Path(project_root),
                       started_at=isoformat(now()), started=time.monotonic(), on_event=on_event)
@@ -154,58 +168,72 @@ class ToolPipeline:
             if decision != "approved":
                 state.event("ToolApprovalRequired", gate_id=gate_id, reason=f"{state.risk}-risk tool")
                 return state.result("blocked", error=f"approval required at gate {gate_id}")
-        return self._execute(spec, state, timeout_seconds, cancel)
+        return await self._execute(spec, state, timeout_seconds)
 
-    async def arun(self, call: ToolCallLike, *, step_id: str, project_root: Path | str,
-                   approvals: ApprovalLookup = _nothing_approved, on_event: EventCallback = _ignore_event,
-                   timeout_seconds: float | None = None) -> ToolResult:
-        """Async :meth:`run` in a thread; cancelling the task kills the tool's worker, then re-raises."""
-        cancel = threading.Event()
-        task = asyncio.ensure_future(asyncio.to_thread(
-            self.run, call, step_id=step_id, project_root=project_root, approvals=approvals,
-            on_event=on_event, timeout_seconds=timeout_seconds, cancel=cancel))
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            cancel.set()
-            with contextlib.suppress(Exception):
-                await task
-            raise
-
-    def _execute(self, spec: ToolSpec, state: _Call, timeout_seconds: float | None,
-                 cancel: threading.Event | None) -> ToolResult:
+    async def _execute(self, spec: ToolSpec, state: _Call, timeout_seconds: float | None) -> ToolResult:
         timeout = spec.timeout_seconds or self.policy.timeout_seconds
         if timeout_seconds is not None:
             timeout = min(timeout, timeout_seconds)
-        limit = self.policy.max_output_bytes
         attempt = 0
         while True:
             attempt += 1
             state.event("ToolStarted", attempt=attempt)
             ctx = ToolContext(project_root=str(state.project_root.resolve()), step_id=state.step_id,
                               now=now(), default_timezone=self.policy.default_timezone,
-                              max_output_bytes=limit)
-            outcome = run_in_worker(spec.handler, state.args, ctx, timeout=timeout, cancel=cancel)
+                              max_output_bytes=self.policy.max_output_bytes)
+            outcome = await _run_once(spec, state.args, ctx, timeout)
             output = outcome.output
             if outcome.status == "ok" and output is not None and output.error is None:
                 state.event("ToolCompleted", attempt=attempt, status="ok")
-                return state.result("ok", result=output.result, stdout=_clip(output.stdout, limit),
-                                    stderr=_clip(output.stderr, limit), artifacts=list(output.artifacts))
-            error = output.error if output is not None else outcome.error
+                return state.result("ok", result=output.result, stdout=output.stdout, stderr=output.stderr,
+                                    artifacts=list(output.artifacts))
+            error = outcome.error or (output.error if output is not None else None)
             will_retry = outcome.retryable and spec.idempotent and attempt <= self.policy.max_retries
             status: Literal["error", "timeout"] = "timeout" if outcome.status == "timeout" else "error"
             state.event("ToolFailed", attempt=attempt, status=status, error=error, will_retry=will_retry)
             if not will_retry:
-                return _failed(state, status, error, output, limit)
-            self._sleep(self.policy.retry_backoff_seconds * 2 ** (attempt - 1))
+                return _failed(state, status, error, output)
+            await self._sleep(self.policy.retry_backoff_seconds * 2 ** (attempt - 1))
 
 
-def _failed(state: _Call, status: Literal["error", "timeout"], error: str | None, output: ToolOutput | None,
-            limit: int) -> ToolResult:
+async def _run_once(spec: ToolSpec, args: dict[str, Any], ctx: ToolContext, timeout: float) -> RunOutcome:
+    """One attempt: a command's program runs directly; a Python handler runs in a worker process.
+
+    The worker waits synchronously, so it waits in a thread; cancelling this task tells it to kill the worker
+    and waits for that before re-raising, so a cancelled call leaves no process behind either way. Captured
+    output comes back cut to ``max_output_bytes``: a command's at its source, which knows the true size.
+    """
+    if spec.command is not None:
+        try:
+            argv = list(spec.command(args))
+        except Exception as exc:  # a bug in a third-party tool's argv builder fails the call, not the step
+            return RunOutcome("error", error=f"{type(exc).__name__}: {exc}")
+        if not argv:
+            return RunOutcome("error", error=f"tool {spec.name!r} built an empty command")
+        return await run_command(argv, ctx, timeout=timeout)
+    assert spec.handler is not None  # a spec has exactly one of the two
+    cancel = threading.Event()
+    task = asyncio.ensure_future(asyncio.to_thread(
+        run_in_worker, spec.handler, args, ctx, timeout=timeout, cancel=cancel))
+    try:
+        outcome = await asyncio.shield(task)
+    except asyncio.CancelledError:
+        cancel.set()
+        with contextlib.suppress(Exception):
+            await task
+        raise
+    if outcome.output is not None:
+        outcome.output.stdout = _clip(outcome.output.stdout, ctx.max_output_bytes)
+        outcome.output.stderr = _clip(outcome.output.stderr, ctx.max_output_bytes)
+    return outcome
+
+
+def _failed(state: _Call, status: Literal["error", "timeout"], error: str | None,
+            output: ToolOutput | None) -> ToolResult:
     if output is None:
         return state.result(status, error=error)
-    return state.result(status, error=error, result=output.result, stdout=_clip(output.stdout, limit),
-                        stderr=_clip(output.stderr, limit), artifacts=list(output.artifacts))
+    return state.result(status, error=error, result=output.result, stdout=output.stdout, stderr=output.stderr,
+                        artifacts=list(output.artifacts))
 
 
 def _args_problem(spec: ToolSpec, args: dict[str, Any]) -> str | None:

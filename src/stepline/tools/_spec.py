@@ -8,10 +8,10 @@ from __future__ import annotations
 import difflib
 import pickle
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from stepline.errors import ToolError
 from stepline.time import DEFAULT_TIMEZONE
@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # not at run time: worker processes import this module and mu
     from stepline.model import Risk
 
 __all__ = [
+    "RunOutcome",
+    "ToolCommand",
     "ToolContext",
     "ToolHandler",
     "ToolOutput",
@@ -62,6 +64,20 @@ class ToolOutput:
     error: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """How one run of a tool ended (in a worker or as a command); ``pid`` is its process id, gone by now.
+
+    ``output`` is what the tool produced, when it got that far; a ``timeout`` may carry the output so far.
+    """
+
+    status: Literal["ok", "error", "timeout", "cancelled"]
+    output: ToolOutput | None = None
+    error: str | None = None
+    retryable: bool = False
+    pid: int | None = None
+
+
 ToolHandler = Callable[[dict[str, Any], ToolContext], Any]
 """A tool's code: ``handler(args, ctx)`` returns a JSON value or a :class:`ToolOutput`, or raises.
 
@@ -69,10 +85,25 @@ It runs in a separate worker process, so it must be a module-level function (pic
 Raise :class:`~stepline.errors.ToolError` with ``retryable=True`` for failures worth trying again.
 """
 
+ToolCommand = Callable[[dict[str, Any]], Sequence[str]]
+"""A tool that is a program: ``command(args)`` returns the argv to run, e.g. ``["/bin/sh", "-c", ...]``.
+
+It is called in the engine's process with the validated arguments and must only build the argv (no I/O).
+The program runs as the engine's direct child in the project root, stdin ``/dev/null``; exit code 0 is
+success with ``{"exit_code": 0}`` as the result, any other code a failed call, and its output is captured.
+"""
+
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """A tool the pipeline can run: name, JSON-schema arguments, risk and handler.
+    """A tool the pipeline can run: name, JSON-schema arguments, risk, and either a handler or a command.
+
+    A tool is exactly one of two kinds, because they need different isolation. A Python ``handler`` runs in
+    a fresh interpreter (the worker), since Python code in the engine's process could neither be stopped on
+    timeout nor be kept from harming the engine. A ``command`` is a program: it is isolated by being its own
+    process already, so the pipeline starts it directly (one process, no interpreter to boot) in its own
+    process group, and kills the group on timeout or cancellation. Prefer a command when the tool's work is
+    running a program (``shell`` is one); write a handler when it is Python.
 
     ``required`` is the tool's default for whether its failure fails the step (a step's call may also
     mark it required). ``idempotent`` says running it twice is harmless: only idempotent tools are retried.
@@ -81,7 +112,8 @@ class ToolSpec:
 
     name: str
     description: str
-    handler: ToolHandler
+    handler: ToolHandler | None = None
+    command: ToolCommand | None = None
     args_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
     risk: Risk = "low"
     required: bool = False
@@ -95,6 +127,8 @@ class ToolSpec:
             raise ToolError(f"tool {self.name!r}: risk must be low, medium or high, not {self.risk!r}")
         if self.timeout_seconds is not None and self.timeout_seconds <= 0:
             raise ToolError(f"tool {self.name!r}: timeout_seconds must be positive")
+        if (self.handler is None) == (self.command is None):
+            raise ToolError(f"tool {self.name!r}: give either a handler or a command, not both or neither")
         # Imported here, not at the top: worker processes import this module and never validate schemas.
         from jsonschema import Draft202012Validator, SchemaError
 
@@ -103,6 +137,8 @@ class ToolSpec:
         except SchemaError as exc:
             raise ToolError(f"tool {self.name!r}: args_schema is not a valid JSON Schema: "
                             f"{exc.message}") from exc
+        if self.handler is None:
+            return
         try:
             pickle.dumps(self.handler)
         except (pickle.PicklingError, AttributeError, TypeError) as exc:

@@ -1,9 +1,10 @@
-"""Run a tool handler in a child process that is really stopped on timeout or cancellation.
+"""Run a Python tool handler in a child process that is really stopped on timeout or cancellation.
 
 Each call gets a fresh interpreter started in its own session, so it leads its own process group: whatever
 it starts (a shell, the shell's children) is in that group, and the group is killed with SIGKILL when the
 call times out, is cancelled, or ends while leaving processes behind. A thread could not be stopped; a
 forked copy of a multi-threaded engine could deadlock; a new interpreter is the slow but honest choice.
+Tools that only run a program do not come here: they are commands (:mod:`stepline.tools._command`).
 
 The call travels over stdin as two pickles (the parent's ``sys.path``, then handler, args and context) and
 the answer comes back over the original stdout; the handler's own prints go to stderr.
@@ -20,14 +21,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO
 
 from stepline.errors import SteplineError
 from stepline.time import use_clock
-from stepline.tools._spec import ToolContext, ToolHandler, ToolOutput
+from stepline.tools._spec import RunOutcome, ToolContext, ToolHandler, ToolOutput
 
-__all__ = ["WorkerOutcome", "run_in_worker"]
+__all__ = ["run_in_worker"]
 
 _BOOTSTRAP = ("import pickle, sys; sys.path[:] = pickle.load(sys.stdin.buffer); "
               "from stepline.tools._worker import child_main; child_main()")
@@ -35,19 +35,8 @@ _POLL_SECONDS = 0.05
 _STDERR_TAIL = 2_000
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerOutcome:
-    """How one worker run ended; ``pid`` is the worker's process id (gone by the time this is returned)."""
-
-    status: Literal["ok", "error", "timeout", "cancelled"]
-    output: ToolOutput | None = None
-    error: str | None = None
-    retryable: bool = False
-    pid: int | None = None
-
-
 def run_in_worker(handler: ToolHandler, args: dict[str, Any], ctx: ToolContext, *, timeout: float,
-                  cancel: threading.Event | None = None) -> WorkerOutcome:
+                  cancel: threading.Event | None = None) -> RunOutcome:
     """Run ``handler(args, ctx)`` in a new process with ``cwd`` = the project root, bounded by ``timeout``.
 
     Setting ``cancel`` stops the worker within a poll interval (the engine's step timeout uses it).
@@ -62,10 +51,10 @@ def run_in_worker(handler: ToolHandler, args: dict[str, Any], ctx: ToolContext, 
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return WorkerOutcome("timeout", error=f"timed out after {timeout:g}s; the worker was killed",
+                return RunOutcome("timeout", error=f"timed out after {timeout:g}s; the worker was killed",
                                      retryable=True, pid=proc.pid)
             if cancel is not None and cancel.is_set():
-                return WorkerOutcome("cancelled", error="cancelled; the worker was killed", pid=proc.pid)
+                return RunOutcome("cancelled", error="cancelled; the worker was killed", pid=proc.pid)
             try:
                 out, err = proc.communicate(pending, timeout=min(remaining, _POLL_SECONDS))
                 break
@@ -92,16 +81,16 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _decode(out: bytes, err: bytes, returncode: int, pid: int) -> WorkerOutcome:
+def _decode(out: bytes, err: bytes, returncode: int, pid: int) -> RunOutcome:
     try:
         message = pickle.loads(out)
     except Exception:  # nothing (or garbage) came back: the interpreter died before answering
         tail = err.decode("utf-8", "replace")[-_STDERR_TAIL:].strip()
-        return WorkerOutcome("error", error=f"the tool worker exited with code {returncode} without a result"
+        return RunOutcome("error", error=f"the tool worker exited with code {returncode} without a result"
                              + (f": {tail}" if tail else ""), pid=pid)
     if message[0] == "ok":
-        return WorkerOutcome("ok", output=message[1], pid=pid)
-    return WorkerOutcome("error", error=message[1], retryable=message[2], pid=pid)
+        return RunOutcome("ok", output=message[1], pid=pid)
+    return RunOutcome("error", error=message[1], retryable=message[2], pid=pid)
 
 
 def child_main() -> None:
