@@ -161,3 +161,42 @@ def test_input_ending_before_an_answer_is_a_clear_error() -> None:
     with pytest.raises(ExecutorError, match="input ended"):
         _perform(executor, StepRequest(kind="choose", run_id="r", step_id="s", title="T",
                                        menu=[MenuOption("C", "Continue")]))
+
+
+MICROFILE = Path(__file__).resolve().parents[1] / "fixtures" / "microfile_run" / "project"
+
+
+@pytest.mark.parametrize("first", ["C", "A"])
+def test_a_micro_file_menu_chosen_at_the_step_is_not_asked_again(tmp_path: Path, first: str) -> None:
+    """Issue 14: the person picks from step 2's menu while doing the step; that choice answers the menu (journaled
+    as their answer) and the runtime's own menu prompt is not shown. After [A] (advanced elicitation) the menu is
+    shown again — once — as the step file says ("when finished redisplay the menu")."""
+    import shutil
+
+    project = tmp_path / "project"
+    shutil.copytree(MICROFILE, project)
+    typed = ["Notes.", ".", "started",  # step 1: output, summary (no menu)
+             "- a line", ".", first, "drafted"]  # step 2: output, the menu, summary
+    if first == "A":
+        typed += ["elicited"]  # the elicitation side trip: its summary
+    typed += ["Closed.", ".", "done"]  # step 3
+    executor, typist, _ = _executor(typed)
+    asked: list[str] = []
+
+    def prompt(question: str, choices: list[str] | None) -> str:
+        asked.append(question)
+        return "C"
+
+    engine = Engine(project_root=project, executor=executor, mode="normal",
+                    human=HumanChannel(interactive=True, prompt=prompt))
+    spec = load_workflow(project / "_bmad" / "demo" / "workflows" / "menus", project_root=project)
+    run = asyncio.run(asyncio.wait_for(engine.start(spec), timeout=30))
+    assert run.status.value == "completed", run.error
+    assert [p for p in typist.prompts if p.startswith("Choose")] == ["Choose [A/P/R/X/C, Enter for C]: "]
+    assert len(asked) == (1 if first == "A" else 0)  # only the redisplay after the side trip
+    answers = [e.data for e in engine.store.open(run.run_id).events() if e.type == "AnswerGiven"]
+    expected = [{"gate_id": "ask:step-02-draft/1/menu/0", "answer": first, "by": "human"}]
+    if first == "A":
+        expected.append({"gate_id": "ask:step-02-draft/1/menu/1", "answer": "C", "by": "terminal"})
+    assert answers == expected
+    assert run.steps["step-02-draft"].choice == "C"

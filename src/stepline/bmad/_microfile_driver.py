@@ -10,7 +10,10 @@ What the model was told to do in prose, the runtime does:
   executor (variables substituted). Each hand-over is journaled (path, sha256 of the file and of what was
   sent) so an audit can show that no later step leaked.
 * **Menus** are presented and acted on by the runtime (:mod:`stepline.bmad._menus`); an answer that is not
-  an option is asked again.
+  an option is asked again. Each presentation is asked once: in normal mode an authored menu is the user's,
+  so an executor's choice is only a proposal and the person is asked through the human channel — unless the
+  executor speaks for the person (``speaks_for_user``: the human executor, an IDE agent over MCP), whose
+  ``finish`` choice *is* the person's answer and is journaled as such instead of asked again.
 * **State**: on continue, the runtime appends the step to the document's ``stepsCompleted`` (numbers or
   names, in the document's style), sets ``lastStep`` and adds the files the executor read to
   ``inputDocuments``. The update is journaled as an intent before the file is written and is idempotent, so
@@ -170,9 +173,30 @@ def _skip_pending(ctx: StepContext, reason: str, only: set[str] | None = None) -
             ctx.engine.emit(EventType.STEP_SKIPPED, {"reason": reason}, step_id=spec.id)
 
 
+def _speaks_for_user(ctx: StepContext) -> str | None:
+    """The name of the executor when it speaks for the person (``speaks_for_user``), else None.
+
+    Such an executor showed the step's menu to the person and brings back their choice (the human executor
+    at the terminal, an IDE agent over MCP): asking the human channel again would ask the same menu twice.
+    A wrapper (``--record``) is looked through.
+    """
+    executor: Any = ctx.engine.executor
+    for _ in range(4):
+        if executor is None:
+            return None
+        if getattr(executor, "speaks_for_user", False):
+            return str(getattr(executor, "name", "") or "executor")
+        executor = getattr(executor, "inner", None)
+    return None
+
+
 async def _ask(ctx: StepContext, options: list[Option], *, executor: bool, round_no: int, note: str = "",
                proposal: str | None = None) -> str | None:
-    """One round of a menu: the executor's proposal, a ``choose`` request, or the human channel."""
+    """One round of a menu: the executor's proposal, a ``choose`` request, or the human channel.
+
+    For a person's menu (``executor`` False), a ``proposal`` is the person's own choice, given through an
+    executor that speaks for them: it is journaled as the answer, exactly as if typed at the prompt.
+    """
     question = (note + " " if note else "") + menu_text(options)
     if executor:
         if proposal is not None:
@@ -181,7 +205,12 @@ async def _ask(ctx: StepContext, options: list[Option], *, executor: bool, round
                                    content=question)
         return outcome.choice
     key = f"{ctx.spec.id}/{ctx.attempt}/menu/{round_no}"
-    return await ctx.engine.human.ask(ctx, question, [o.key for o in options], key)
+    speaker = _speaks_for_user(ctx) if proposal is not None else None
+    if proposal is not None and speaker is not None:
+        ctx.engine.human.record(ctx, key, proposal, by=speaker)
+        return proposal
+    return await ctx.engine.human.ask(ctx, question, [o.key for o in options], key,
+                                      menu=[o.as_menu_option() for o in options])
 
 
 # ------------------------------------------------------------------------------------------------------ init

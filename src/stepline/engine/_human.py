@@ -1,16 +1,24 @@
-"""The human channel: how a question reaches a person — a terminal prompt, a simulated expert, or a blocked run.
+"""The human channel: how a question reaches a person — a terminal prompt, a relay, a simulated expert, or a
+blocked run.
 
 * ``#yolo``: the executor answers as a simulated expert user (an ``answer`` request).
+* a relay (the MCP server: the person is behind the IDE agent): the question is published and the call waits
+  for the answer the relay brings back (``answer`` over MCP).
 * interactive (a terminal, or ``hitl.mode: interactive``): the person is asked there and then.
 * non-interactive: the run blocks with the question recorded as a gate; ``stepline answer RUN "…"`` records
   the answer and ``stepline resume RUN`` continues from the same call.
+
+Every answer a person gives is journaled the same way (``AnswerGiven`` for gate ``ask:<key>``, with who gave
+it), so a resumed step never asks again. An answer a person already gave through the executor (the menu choice
+a human or an IDE agent passed with ``finish``) is journaled with :meth:`HumanChannel.record` instead of asked.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from stepline.engine._signals import StepBlocked
@@ -18,11 +26,31 @@ from stepline.model import EventType
 
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
+    from stepline.executors import MenuOption
 
-__all__ = ["HumanChannel", "Prompt", "terminal_prompt"]
+__all__ = ["HumanChannel", "Prompt", "Question", "Relay", "terminal_prompt"]
 
 #: Ask a person ``question`` (with ``choices`` when given) and return the answer.
 Prompt = Callable[[str, list[str] | None], str]
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """A question waiting for a person, as a relay publishes it.
+
+    ``menu`` holds the options when the question is a step's menu (``choices`` are then their keys).
+    """
+
+    run_id: str
+    step_id: str
+    gate_id: str
+    question: str
+    choices: list[str] | None = None
+    menu: list[MenuOption] = field(default_factory=list)
+
+
+#: Hand ``Question`` to a person somewhere else and return their answer and who gave it (``"mcp"``).
+Relay = Callable[[Question], Awaitable[tuple[str, str]]]
 
 
 def terminal_prompt(question: str, choices: list[str] | None) -> str:
@@ -41,12 +69,20 @@ def terminal_prompt(question: str, choices: list[str] | None) -> str:
 class HumanChannel:
     """Routes ``ask`` calls and human gates to a person, the simulated expert, or a blocked run."""
 
-    def __init__(self, *, interactive: bool | None = None, prompt: Prompt | None = None) -> None:
+    def __init__(self, *, interactive: bool | None = None, prompt: Prompt | None = None,
+                 relay: Relay | None = None) -> None:
         self.interactive = sys.stdin.isatty() and sys.stdout.isatty() if interactive is None else interactive
         self.prompt = prompt or terminal_prompt
+        #: Where questions go when the person is not at this terminal (the MCP server's agent); approvals
+        #: (:meth:`confirm`) never go there: they stay gates, decided with ``decide_gate``.
+        self.relay = relay
 
-    async def ask(self, ctx: StepContext, question: str, choices: list[str] | None, key: str) -> str:
-        """Return the answer to ``question`` or raise :class:`StepBlocked` until someone gives it."""
+    async def ask(self, ctx: StepContext, question: str, choices: list[str] | None, key: str, *,
+                  menu: list[MenuOption] | None = None) -> str:
+        """Return the answer to ``question`` or raise :class:`StepBlocked` until someone gives it.
+
+        ``menu``: the options, when the question is a step's menu (``choices`` are their keys); a relay shows them.
+        """
         if ctx.run.mode == "yolo":
             outcome = await ctx.invoke("answer", question=question, choices=choices,
                                        title=f"answer as the user: {question}")
@@ -56,14 +92,26 @@ class HumanChannel:
         given = engine.calls.answers.get(gate_id)
         if given is not None:
             return given
+        if self.relay is not None and ctx.run.mode != "non-interactive":
+            engine.journal_sync()  # the question leaves the process: what led to it is durable first
+            answer, by = await self.relay(Question(run_id=ctx.run.run_id, step_id=ctx.spec.id, gate_id=gate_id,
+                                                   question=question, choices=choices, menu=list(menu or [])))
+            _journal_answer(ctx, gate_id, answer, by)
+            return answer
         if self.interactive and ctx.run.mode != "non-interactive":
             answer = await asyncio.to_thread(self.prompt, question, choices)
-            engine.emit(EventType.ANSWER_GIVEN, {"gate_id": gate_id, "answer": answer, "by": "terminal"},
-                        step_id=ctx.spec.id, sync=False)
+            _journal_answer(ctx, gate_id, answer, "terminal")
             return answer
         engine.gates.open(gate_id, kind="question", step_id=ctx.spec.id, reason=question,
                           phase=ctx.spec.phase, choices=choices)
         raise StepBlocked(f"waiting for an answer: {question}", gate_id)
+
+    def record(self, ctx: StepContext, key: str, answer: str, *, by: str) -> None:
+        """Journal ``answer`` to the question ``key`` as given by a person through the executor (``by``): the
+        same record as a terminal answer, so the question is never asked (and a resumed step reads it)."""
+        gate_id = f"ask:{key}"
+        if ctx.engine.calls.answers.get(gate_id) != answer:
+            _journal_answer(ctx, gate_id, answer, by)
 
     async def confirm(self, ctx: StepContext, gate_id: str, reason: str) -> bool | None:
         """Ask a person to approve a gate in the terminal; None when nobody can be asked here."""
@@ -71,3 +119,14 @@ class HumanChannel:
             return None
         answer = await asyncio.to_thread(self.prompt, f"Approve {gate_id}? ({reason})", ["y", "n"])
         return answer.lower() == "y"
+
+
+def _journal_answer(ctx: StepContext, gate_id: str, answer: str, by: str) -> None:
+    """Journal a person's answer; a question gate left open by an earlier blocked attempt is decided with it."""
+    engine = ctx.engine
+    gate = engine.gates.get(gate_id)
+    if gate is not None and gate.status == "pending":
+        engine.record_decision(gate_id, approved=True, by=by, notes=None, answer=answer)
+        return
+    engine.emit(EventType.ANSWER_GIVEN, {"gate_id": gate_id, "answer": answer, "by": by}, step_id=ctx.spec.id,
+                sync=False)

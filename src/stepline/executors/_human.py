@@ -4,6 +4,8 @@ The step is shown with rich (title, content, question or condition, menu). The p
 stdin (ending with a line holding only ``.``) or writes it in ``$EDITOR`` (``:e``), answers questions,
 decides conditions and picks the menu option; an answer that is not an option is asked again. Everything the
 person gave is journaled as one memo before it is applied, so a step resumed after a crash does not ask again.
+The menu choice made here is the person's own (``speaks_for_user``): the runtime takes it as the answer to
+the step's menu and does not ask the menu a second time.
 
 Options:
     prompt: ``prompt(text) -> str`` reading one answer (default: :func:`input`); tests pass their own.
@@ -20,7 +22,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from stepline.errors import ExecutorError
 from stepline.executors._base import Executor
@@ -40,6 +42,8 @@ class HumanExecutor(Executor):
     """Shows the step to a person and turns their answers into protocol calls."""
 
     name = "human"
+    #: The person at the terminal is the user: the menu choice they make here answers the step's menu.
+    speaks_for_user: ClassVar[bool] = True
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         from rich.console import Console
