@@ -8,6 +8,12 @@ journal and the checks. A call with bad arguments is refused back to the agent (
 error that ends the step (a blocked gate, a failed required tool, a cancelled step) is reported to the agent
 and raised to the engine.
 
+A question for the person (a step's menu in normal mode, a router's question, the agent's own ``ask``) is
+published with :meth:`StepBridge.ask_person` — the human channel's relay on a ``stepline mcp`` server — and
+waits for :meth:`StepBridge.answer` (the ``answer`` tool; a ``finish`` carrying the choice answers it too).
+The agent is the person's voice: its ``finish`` choice answers a step's menu (``speaks_for_user``), so the
+menu is never asked twice.
+
 :func:`add_step_tools` registers the protocol as MCP tools on a server; :func:`serve_http` serves such a
 server on a free loopback port for the length of one step (how a CLI agent subprocess reaches it).
 """
@@ -18,18 +24,19 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from stepline.errors import ExecutorError, SteplineError, UsageError
 from stepline.executors._base import Executor
 from stepline.executors._dryrun import default_choice
-from stepline.executors._protocol import StepRequest, StepSession, WriteMode
+from stepline.executors._protocol import MenuOption, StepRequest, StepSession, WriteMode
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-__all__ = ["McpBridgeExecutor", "StepBridge", "add_step_tools", "replay_calls", "serve_http", "step_payload"]
+__all__ = ["McpBridgeExecutor", "PendingQuestion", "StepBridge", "add_step_tools", "replay_calls", "serve_http",
+           "step_payload"]
 
 _ENDING = frozenset({"finish", "decide"})
 
@@ -50,6 +57,42 @@ def step_payload(request: StepRequest) -> dict[str, Any]:
     return data
 
 
+@dataclass(slots=True)
+class PendingQuestion:
+    """A question waiting for the person's answer (the agent relays it): a step's menu or a plain question."""
+
+    run_id: str
+    step_id: str
+    gate_id: str
+    question: str
+    choices: list[str] | None
+    menu: list[MenuOption]
+    #: Resolved with ``(answer, by)``.
+    answer: asyncio.Future[tuple[str, str]]
+
+    def payload(self) -> dict[str, Any]:
+        """What the agent is shown: the kind (``menu`` or ``question``), the question, its options."""
+        return {"kind": "menu" if self.menu else "question", "run_id": self.run_id, "step_id": self.step_id,
+                "gate_id": self.gate_id, "question": self.question, "choices": self.choices,
+                "menu": [asdict(o) for o in self.menu],
+                "ends_with": "answer(run_id, answer): ask the user, then pass their answer"
+                             + (" (one of the choices)" if self.choices else "")}
+
+    def match(self, text: str) -> str:
+        """The answer as the runtime takes it: one of the choices (by key or menu label, any case), else refused."""
+        if not self.choices:
+            return text
+        wanted = text.strip().strip("[]*").strip().lower()
+        for choice in self.choices:
+            if wanted == choice.lower():
+                return choice
+        for option in self.menu:
+            if wanted and wanted == option.label.lower():
+                return option.key
+        raise UsageError(f"{text!r} is not an answer to {self.question!r}",
+                         hint="answer one of " + ", ".join(self.choices))
+
+
 class StepBridge:
     """Hands one request at a time to whoever submits protocol calls, and runs those calls on its session.
 
@@ -65,15 +108,59 @@ class StepBridge:
         self.final: dict[str, Any] | None = None
         #: Every call that reached the session, in order (what a resumed step replays).
         self.calls: list[dict[str, Any]] = []
+        #: The question waiting for the person's answer, if any (see :meth:`ask_person`).
+        self.question: PendingQuestion | None = None
         self._queue: asyncio.Queue[_Call] = asyncio.Queue()
         self._ready = asyncio.Event()
+        self._asked = asyncio.Event()
 
     async def wait_ready(self) -> None:
-        """Return once a request is waiting for work."""
+        """Return once a request is waiting for work or a question for its answer."""
         await self._ready.wait()
+
+    async def wait_question(self) -> None:
+        """Return once a question is waiting for its answer."""
+        await self._asked.wait()
+
+    async def ask_person(self, *, run_id: str, step_id: str, gate_id: str, question: str,
+                         choices: list[str] | None, menu: list[MenuOption]) -> tuple[str, str]:
+        """Publish a question for the person and wait for :meth:`answer`; return the answer and who gave it."""
+        pending = PendingQuestion(run_id=run_id, step_id=step_id, gate_id=gate_id, question=question,
+                                  choices=list(choices) if choices else None, menu=list(menu),
+                                  answer=asyncio.get_running_loop().create_future())
+        self.question = pending
+        self._asked.set()
+        self._ready.set()
+        try:
+            return await pending.answer
+        finally:
+            self.question = None
+            self._asked.clear()
+            if self.request is None:
+                self._ready.clear()
+
+    def answer(self, text: str, *, step_id: str | None = None, by: str = "mcp") -> dict[str, Any]:
+        """Answer the waiting question with ``text`` (checked against its choices) on behalf of ``by``."""
+        pending = self.question
+        if pending is None or pending.answer.done():
+            raise UsageError("no question is waiting for an answer", hint="call current_step")
+        if step_id is not None and step_id != pending.step_id:
+            raise UsageError(f"the question waiting is step {pending.step_id!r}'s, not {step_id!r}'s",
+                             hint="call current_step")
+        value = pending.match(text)
+        pending.answer.set_result((value, by or "mcp"))
+        return {"ok": True, "run_id": pending.run_id, "step_id": pending.step_id, "question": pending.question,
+                "answer": value, "next": "call current_step"}
 
     async def submit(self, method: str, args: dict[str, Any], *, step_id: str | None = None) -> Any:
         """Make protocol call ``method`` on the current request and return its result (MCP handlers call this)."""
+        pending = self.question
+        if pending is not None:
+            choice = args.get("choice") if method == "finish" else None
+            if self.request is None and choice is not None and str(choice).strip():
+                return self.answer(str(choice), step_id=step_id)  # a menu answered the way a step's menu is
+            raise UsageError(f"a question is waiting for the user's answer: {pending.question}",
+                             hint="ask the user, then call answer(run_id, answer)")
         request = self.request
         if request is None:
             raise UsageError("no step is waiting for work", hint="call current_step (or start a run) first")
@@ -104,7 +191,8 @@ class StepBridge:
                     return
         finally:
             self.request = None
-            self._ready.clear()
+            if self.question is None:
+                self._ready.clear()
             while not self._queue.empty():
                 late = self._queue.get_nowait()
                 if not late.result.done():
@@ -149,7 +237,8 @@ def _check_final(request: StepRequest, method: str, args: dict[str, Any]) -> dic
     options = [o.key for o in request.menu] or (request.choices or [])
     if options:
         if choice is None or str(choice).strip() == "":
-            choice = default_choice(request)
+            # In normal mode a work step's menu is the user's: no choice leaves it for the runtime to ask.
+            choice = None if request.kind == "work" and request.mode != "yolo" else default_choice(request)
         else:
             matched = next((o for o in options if o.lower() == str(choice).strip().lower()), None)
             if matched is None:
@@ -202,6 +291,8 @@ class McpBridgeExecutor(Executor):
     """
 
     name = "mcp-bridge"
+    #: The agent is the user's voice in the IDE: the menu choice it passes with ``finish`` is the user's answer.
+    speaks_for_user: ClassVar[bool] = True
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         bridge = (options or {}).get("bridge")
@@ -229,8 +320,24 @@ def add_step_tools(server: MCPServer[Any], bridge: StepBridge) -> None:
 
     @server.tool()
     async def ask(question: str, choices: list[str] | None = None, step_id: str | None = None) -> str:
-        """Ask the user a question; returns the answer (a run that cannot ask now blocks until it is answered)."""
-        return str(await submit("ask", {"question": question, "choices": choices}, step_id))
+        """Ask the user a question; returns the answer. When the question goes to the user through you, this
+        returns at once saying so: ask the user, then call answer(run_id, answer) (a run that cannot ask now
+        blocks until it is answered)."""
+        call = asyncio.ensure_future(submit("ask", {"question": question, "choices": choices}, step_id))
+        posted = asyncio.ensure_future(bridge.wait_question())
+        try:
+            await asyncio.wait({call, posted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            posted.cancel()
+        if call.done():
+            return str(call.result())
+        call.add_done_callback(_retrieve)  # the answer reaches the session; nobody waits for it here
+        pending = bridge.question
+        shown = pending.question if pending is not None else question
+        return (f"The question is waiting for the user's answer: {shown!r}"
+                + (f" (one of {', '.join(pending.choices)})" if pending is not None and pending.choices else "")
+                + ". Ask the user, then call answer(run_id, answer); their answer is journaled as this ask's "
+                "result and the step goes on.")
 
     @server.tool()
     async def write_output(content: str, path: str | None = None, section: str | None = None,
@@ -264,6 +371,11 @@ def add_step_tools(server: MCPServer[Any], bridge: StepBridge) -> None:
         """End the step's request: the menu choice (or the answer, for answer requests) and a short summary."""
         result: dict[str, Any] = await submit("finish", {"choice": choice, "summary": summary}, step_id)
         return result
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _uvicorn_server(app: Any) -> Any:

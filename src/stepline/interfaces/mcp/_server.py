@@ -5,14 +5,20 @@ The server owns an :class:`~stepline.engine.Engine` that runs in its own asyncio
 request; the agent sees it with ``current_step`` (that step only — never a later one), does the work with the
 protocol tools (``read``, ``ask``, ``write_output``, ``set_var``, ``call_tool``) and ends it with ``finish``
 or ``decide``. Every call goes through the run's journaled session, so order, state and validation stay
-with stepline. Nobody is prompted on a terminal here (stdio is the transport): a step that needs a person
-blocks the run, ``list_gates``/``decide_gate`` settle it and ``resume_run`` continues.
+with stepline. Nobody is prompted on a terminal here (stdio is the transport): the agent is the person's
+voice. A step's menu is answered by the choice the agent passes with ``finish``; a question for the person
+(a menu left unanswered, a router's question, an ``ask``) comes back from ``current_step`` as the thing to do
+(``waiting_for_answer``: its kind, question and choices) and ``answer`` gives the person's answer, journaled as
+a terminal answer is. Approvals stay gates: a gated step blocks the run, ``list_gates``/``decide_gate`` settle
+it and ``resume_run`` continues; a run blocked on a question (non-interactive mode, or stopped while one was
+waiting) shows it from ``current_step`` too, and ``answer`` records it and resumes the run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -24,6 +30,7 @@ if TYPE_CHECKING:
 
     from stepline import Engine
     from stepline.engine import RuntimeConfig
+    from stepline.engine._human import Question
     from stepline.model import Event, Run, RunMode
 
 __all__ = ["RunHost", "build_server", "find_workflows", "serve_stdio"]
@@ -31,6 +38,7 @@ __all__ = ["RunHost", "build_server", "find_workflows", "serve_stdio"]
 _SKIP_DIRS = frozenset({".git", ".stepline", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache",
                         ".ruff_cache", ".pytest_cache", "archives"})
 _MODES = ("normal", "yolo", "non-interactive")
+_CHOICES_RE = re.compile(r"\s\[([^\[\]]+)\]$")  # a question gate's reason ends with its choices: "… [A/P/C]"
 
 
 def find_workflows(root: Path, *, limit: int = 500) -> list[dict[str, str]]:
@@ -85,7 +93,13 @@ class RunHost:
 
         return Engine(project_root=self.project_root, config=self.config,
                       executor=McpBridgeExecutor({"bridge": self.bridge}), mode=mode,
-                      human=HumanChannel(interactive=False), listeners=[self._listen])
+                      human=HumanChannel(interactive=False, relay=self._relay), listeners=[self._listen])
+
+    async def _relay(self, question: Question) -> tuple[str, str]:
+        """The human channel's way to the person: the question waits in the bridge for ``answer``."""
+        return await self.bridge.ask_person(run_id=question.run_id, step_id=question.step_id,
+                                            gate_id=question.gate_id, question=question.question,
+                                            choices=question.choices, menu=question.menu)
 
     def _listen(self, event: Event) -> None:
         if event.type in ("WorkflowStarted", "WorkflowResumed"):
@@ -135,13 +149,22 @@ class RunHost:
         task = self._task
         if task is None:
             raise UsageError("no run is being driven", hint="start_run (or resume_run) first")
-        if self.bridge.request is None and not task.done() and wait_seconds > 0:
-            waiter = asyncio.ensure_future(self.bridge.wait_ready())
+        bridge = self.bridge
+        if bridge.request is None and bridge.question is None and not task.done() and wait_seconds > 0:
+            waiter = asyncio.ensure_future(bridge.wait_ready())
             await asyncio.wait({waiter, task}, timeout=wait_seconds, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
-        request = self.bridge.request
+        question = bridge.question
+        if question is not None:  # before the request: while it waits, the request (an ask) cannot go on
+            return {"run_id": self.run_id, "status": "waiting_for_answer", "step": question.payload()}
+        request = bridge.request
         if request is not None:
-            return {"run_id": self.run_id, "status": "waiting_for_work", "step": step_payload(request)}
+            step = step_payload(request)
+            if request.menu and request.kind == "work" and request.mode != "yolo":
+                step["menu_note"] = ("the menu is the user's: show it to them once and pass their choice as "
+                                     "finish(choice=KEY); without a choice it comes back from current_step as "
+                                     "waiting_for_answer, for answer(run_id, KEY)")
+            return {"run_id": self.run_id, "status": "waiting_for_work", "step": step}
         if not task.done():
             return {"run_id": self.run_id, "status": "running",
                     "note": "the runtime is busy (tools, checks); call current_step again"}
@@ -174,8 +197,28 @@ class RunHost:
             if error is not None:
                 summary["error"] = summary["error"] or str(error)
         if run.status.value == "blocked":
-            summary["next"] = "see list_gates; decide_gate, then resume_run"
+            question = self._blocked_question(run.run_id)
+            if question is not None:
+                summary["step"] = question
+                summary["next"] = (f"ask the user, then answer({run.run_id!r}, answer): it is recorded and the "
+                                   "run resumes")
+            else:
+                summary["next"] = "see list_gates; decide_gate, then resume_run"
         return summary
+
+    def _blocked_question(self, run_id: str, step_id: str | None = None) -> dict[str, Any] | None:
+        """The oldest question gate a blocked run waits on (of ``step_id`` when given), as an agent sees it."""
+        for gate in self.gates(run_id):
+            if gate.get("kind") != "question" or (step_id is not None and gate.get("step_id") != step_id):
+                continue
+            reason = str(gate.get("reason") or "")
+            found = _CHOICES_RE.search(reason)
+            choices = found[1].split("/") if found else None
+            question = reason[:found.start()] if found else reason
+            return {"kind": "question", "run_id": run_id, "step_id": gate.get("step_id"),
+                    "gate_id": gate["gate_id"], "question": question, "choices": choices, "menu": [],
+                    "ends_with": "answer(run_id, answer): ask the user, then pass their answer"}
+        return None
 
     def gates(self, run_id: str | None = None) -> list[dict[str, Any]]:
         """Pending gates (approvals, risky tools, questions) of one run, or of every run."""
@@ -197,6 +240,47 @@ class RunHost:
             run_id, gate_id, approved=approve or answer is not None, by=by, notes=notes, answer=answer)
         return {"gate_id": decided, "next": f"resume_run({run_id!r}) continues the run"}
 
+    def _driving(self, run_id: str) -> bool:
+        return (bool(run_id) and self._task is not None and not self._task.done() and self.run_id is not None
+                and (run_id == self.run_id or self.run_id.startswith(run_id)))
+
+    async def answer(self, run_id: str, answer: str, *, step_id: str | None = None,
+                     by: str = "mcp") -> dict[str, Any]:
+        """Give the person's answer to the question ``run_id`` waits on (a menu's choice, a question's answer).
+
+        The run this server drives gets it at once; a run blocked on a question gate gets it recorded the way
+        ``stepline answer`` records it, and is resumed (when this server drives nothing else).
+        """
+        if self._driving(run_id):
+            if self.bridge.question is None:
+                raise RunStateError(f"run {self.run_id} has no question waiting for an answer",
+                                    hint="current_step shows what it waits for")
+            return self.bridge.answer(answer, step_id=step_id, by=by)
+        from stepline import Engine
+
+        run_id = self._load(run_id).run_id
+        waiting = self._blocked_question(run_id, step_id)
+        if waiting is None:
+            raise RunStateError(f"run {run_id} has no question waiting for an answer",
+                                hint="run_status shows its state; list_gates its pending gates")
+        choices: list[str] | None = waiting["choices"]
+        value = answer.strip()
+        if choices:
+            wanted = value.strip("[]*").strip().lower()
+            matched = next((c for c in choices if c.lower() == wanted), None)
+            if matched is None:
+                raise UsageError(f"{answer!r} is not an answer to {waiting['question']!r}",
+                                 hint="answer one of " + ", ".join(choices))
+            value = matched
+        gate_id = Engine(project_root=self.project_root, config=self.config).decide_gate(
+            run_id, waiting["gate_id"], approved=True, by=by, notes=None, answer=value)
+        result: dict[str, Any] = {"ok": True, "run_id": run_id, "gate_id": gate_id, "step_id": waiting["step_id"],
+                                  "question": waiting["question"], "answer": value}
+        if self._task is not None and not self._task.done():
+            return {**result, "next": f"resume_run({run_id!r}) continues the run once run {self.run_id} is done"}
+        await self.resume(run_id)
+        return {**result, "resumed": True, "next": "call current_step"}
+
 
 def _retrieve(task: asyncio.Task[Any]) -> None:
     if not task.cancelled():
@@ -212,7 +296,10 @@ def build_server(host: RunHost) -> MCPServer[Any]:
         "stepline", log_level="WARNING",
         instructions="Drive stepline workflow runs one step at a time: start_run, then repeat current_step -> do "
                      "the step's work with read/write_output/set_var/call_tool/ask -> finish (or decide) until "
-                     "the run is completed. Only the current step is ever shown.")
+                     "the run is completed. Only the current step is ever shown. A step's menu is the user's: "
+                     "show it to them once and pass their choice with finish(choice=...). When current_step "
+                     "says waiting_for_answer (a menu or a question), ask the user and call answer(run_id, "
+                     "answer).")
     add_step_tools(server, host.bridge)
 
     def guard(exc: SteplineError) -> ToolError:
@@ -260,6 +347,16 @@ def build_server(host: RunHost) -> MCPServer[Any]:
         """Gates waiting for a person: approvals, high-risk tools, questions."""
         try:
             return await asyncio.to_thread(host.gates, run_id)
+        except SteplineError as exc:
+            raise guard(exc) from exc
+
+    @server.tool()
+    async def answer(run_id: str, answer: str, step_id: str | None = None, by: str = "mcp") -> dict[str, Any]:
+        """Give the user's answer to the question or menu the run waits on (what current_step shows as
+        waiting_for_answer): the option's key for a menu. Journaled like an answer typed at the terminal; a run
+        blocked on the question is resumed."""
+        try:
+            return await host.answer(run_id, answer, step_id=step_id, by=by)
         except SteplineError as exc:
             raise guard(exc) from exc
 
