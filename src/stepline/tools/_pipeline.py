@@ -2,7 +2,7 @@
 
 The pipeline decides and runs; it does not persist. The engine journals what :paramref:`on_event` reports and
 appends the returned :class:`~stepline.model.ToolResult` to ``tool_results.json`` (see
-:func:`dump_tool_results`). A call refused at any stage never reaches its handler.
+:func:`dump_tool_results`). A call refused at any stage never runs (neither its handler nor its command).
 """
 
 from __future__ import annotations
