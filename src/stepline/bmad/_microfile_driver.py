@@ -174,20 +174,13 @@ def _skip_pending(ctx: StepContext, reason: str, only: set[str] | None = None) -
 
 
 def _speaks_for_user(ctx: StepContext) -> str | None:
-    """The name of the executor when it speaks for the person (``speaks_for_user``), else None.
+    """The name of the executor when it speaks for the person (:attr:`Executor.speaks_for_user`), else None.
 
     Such an executor showed the step's menu to the person and brings back their choice (the human executor
     at the terminal, an IDE agent over MCP): asking the human channel again would ask the same menu twice.
-    A wrapper (``--record``) is looked through.
     """
-    executor: Any = ctx.engine.executor
-    for _ in range(4):
-        if executor is None:
-            return None
-        if getattr(executor, "speaks_for_user", False):
-            return str(getattr(executor, "name", "") or "executor")
-        executor = getattr(executor, "inner", None)
-    return None
+    executor = ctx.engine.executor
+    return executor.name or "executor" if executor.speaks_for_user else None
 
 
 async def _ask(ctx: StepContext, options: list[Option], *, executor: bool, round_no: int, note: str = "",

@@ -17,11 +17,15 @@ class Executor(ABC):
     """Does the judgement part of a step by speaking the step protocol.
 
     Subclasses set ``name`` and implement :meth:`perform`. ``pure`` executors (dry-run, scripted, replay) have no
-    effect outside the process, so the runtime need not make its journal durable before calling them.
+    effect outside the process, so the runtime need not make its journal durable before calling them. An
+    executor that ``speaks_for_user`` (the human executor, an IDE agent over MCP) shows a step's menu to the
+    person and brings back their choice, so the runtime takes that choice as the person's answer instead of
+    asking the same menu again.
     """
 
     name: ClassVar[str] = ""
     pure: ClassVar[bool] = False
+    speaks_for_user: ClassVar[bool] = False
 
     @abstractmethod
     async def perform(self, request: StepRequest, session: StepSession) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from stepline._yaml import YamlLoader, describe_yaml_error, yaml_errors
 from stepline.errors import ExecutorError, ReaderError, SteplineError
 from stepline.executors._base import Executor
 from stepline.executors._protocol import StepRequest, StepSession, WriteMode
@@ -61,11 +62,10 @@ def load_cassette(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise ReaderError("cassette not found", path=str(path), hint="record one with the record option") from None
     try:
-        data = yaml.safe_load(text)  # YAML is a superset of JSON: one parser for both
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ReaderError(f"cassette is not JSON/YAML: {getattr(exc, 'problem', exc)}", path=str(path),
-                          line=mark.line + 1 if mark else None) from None
+        data = yaml.load(text, Loader=YamlLoader)  # YAML is a superset of JSON: one parser for both
+    except yaml_errors as exc:
+        problem, line = describe_yaml_error(exc, text)
+        raise ReaderError(f"cassette is not JSON/YAML: {problem}", path=str(path), line=line) from None
     if not isinstance(data, dict) or not isinstance(data.get("interactions"), list):
         raise ReaderError("a cassette is a mapping with an 'interactions' list", path=str(path))
     return data
@@ -151,6 +151,7 @@ class RecordingExecutor(Executor):
         # The run is recorded under the wrapped executor's name so a later resume rebuilds the same executor.
         self.name = inner.name  # type: ignore[misc]
         self.pure = inner.pure  # type: ignore[misc]
+        self.speaks_for_user = inner.speaks_for_user  # type: ignore[misc]
         self.cassette: dict[str, Any] = {"version": CASSETTE_VERSION, "executor": inner.name, "interactions": []}
 
     async def perform(self, request: StepRequest, session: StepSession) -> None:
