@@ -53,7 +53,12 @@ async def run_tool_for_step(engine: Engine, ctx: StepContext, name: str, args: d
                             required: bool, risk: Risk | None) -> dict[str, Any]:
     """Run one tool call for ``ctx``'s step; block on its risk gate, fail the step when a required tool fails."""
     pipeline = _pipeline(engine)
-    events: list[tuple[str, dict[str, Any]]] = []
+    approval_gates: list[str] = []
+
+    def journal(kind: str, data: dict[str, Any]) -> None:  # the pipeline reports on the engine's loop, in order
+        if kind == EventType.TOOL_APPROVAL_REQUIRED.value and data.get("gate_id"):
+            approval_gates.append(str(data["gate_id"]))
+        ctx.emit(EventType(kind), data)
 
     def approvals(gate_id: str) -> Literal["approved", "rejected", "pending"]:
         decision = engine.calls.decisions.get(gate_id)
@@ -63,14 +68,11 @@ async def run_tool_for_step(engine: Engine, ctx: StepContext, name: str, args: d
 
     call = _Call(name=name, args=args, required=required, risk=risk)
     result = await pipeline.arun(call, step_id=ctx.spec.id, project_root=ctx.project_root, approvals=approvals,
-                                 on_event=lambda kind, data: events.append((kind, data)))
-    for kind, data in events:  # the worker thread reported them; journal them here, in order
-        ctx.emit(EventType(kind), data)
+                                 on_event=journal)
     record = result.model_dump(mode="json")
     engine.record_tool_result(record)
     if result.status == "blocked":
-        gate_id = next((d.get("gate_id") for k, d in events if k == EventType.TOOL_APPROVAL_REQUIRED.value), None)
-        gate_id = gate_id or f"tool:{name}:{ctx.spec.id}"
+        gate_id = approval_gates[0] if approval_gates else f"tool:{name}:{ctx.spec.id}"
         engine.gates.open(gate_id, kind="tool", step_id=ctx.spec.id,
                           reason=f"{result.risk}-risk tool {name!r} needs approval", phase=ctx.spec.phase)
         raise StepBlocked(f"waiting for approval of gate {gate_id} ({result.risk}-risk tool {name!r})", gate_id)
