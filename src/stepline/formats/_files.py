@@ -1,4 +1,8 @@
-"""Reading a workflow's small files cheaply, and telling two versions of a file apart.
+"""Reading a workflow's small files cheaply, as UTF-8 text, and telling two versions of a file apart.
+
+Every reader decodes through :func:`decode_text` (or :func:`read_text`): bytes that are not UTF-8 are a
+:class:`~stepline.errors.ReaderError` naming the file, the line and the byte offset, never a
+``UnicodeDecodeError`` traceback.
 
 A CCW run reads each task file when the session is indexed, again when the task starts, and rewrites it when
 the task completes; reading through system calls alone halves the cost of a small file, and knowing the
@@ -9,6 +13,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from stepline.errors import ReaderError
+
+__all__ = ["FileVersion", "decode_text", "file_version", "read_file", "read_text"]
+
+_BOM = "\ufeff"
 
 #: A file's inode, size and modification time (as :mod:`linecache` tells versions apart): a replacing write
 #: (a new inode) or an edit in place (a new size or mtime) gives a new version.
@@ -34,3 +44,40 @@ def read_file(path: Path | str) -> tuple[bytes, FileVersion]:
     finally:
         os.close(fd)
     return b"".join(chunks), file_version(info)
+
+
+def decode_text(data: bytes, path: Path | str, *, strip_bom: bool = False) -> str:
+    """``data`` (the bytes of ``path``) as UTF-8 text.
+
+    Args:
+        data: the file's bytes.
+        path: the file, for the message.
+        strip_bom: drop a leading byte order mark (kept otherwise, as ``open(encoding="utf-8")`` keeps it).
+
+    Raises:
+        ReaderError: the bytes are not UTF-8; the message names file:line and the offset of the first bad byte.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = " ".join(f"0x{b:02x}" for b in data[exc.start : min(exc.end, exc.start + 4)])
+        raise ReaderError(f"not UTF-8 at byte {exc.start} ({exc.reason}: {bad})", path=str(path),
+                          line=data.count(b"\n", 0, exc.start) + 1,
+                          hint="re-save the file as UTF-8") from None
+    return text[1:] if strip_bom and text.startswith(_BOM) else text
+
+
+def read_text(path: Path | str, *, strip_bom: bool = False) -> str:
+    """The file's text as ``Path.read_text(encoding="utf-8")`` gives it (``\\r\\n`` and ``\\r`` read as ``\\n``),
+    but bytes that are not UTF-8 are a :class:`ReaderError` (see :func:`decode_text`).
+
+    Raises:
+        OSError: as :func:`open` raises it (``FileNotFoundError``, ``IsADirectoryError``…).
+        ReaderError: the file is not UTF-8.
+    """
+    with open(path, "rb") as file:
+        data = file.read()
+    text = decode_text(data, path, strip_bom=strip_bom)
+    if "\r" in text:  # universal newlines, as a file opened in text mode reads them
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
