@@ -24,8 +24,10 @@ from typing import Any
 import yaml
 
 from stepline import time
+from stepline._yaml import YamlLoader, describe_yaml_error, yaml_errors
 from stepline.errors import ReaderError
 from stepline.formats._diagnostics import Diagnostic
+from stepline.formats._files import read_text
 
 __all__ = [
     "Placeholder",
@@ -40,8 +42,6 @@ __all__ = [
     "substitute",
     "unresolved_names",
 ]
-
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _PLACEHOLDER = re.compile(r"\{\{\s*(?P<runtime>[A-Za-z_][\w.-]*)\s*\}\}|(?<!\{)\{(?P<static>[A-Za-z_][\w-]*)\}(?!\})")
 _CONFIG_REF = re.compile(r"\{config_source\}:(?P<key>[A-Za-z_][\w-]*)")
@@ -267,22 +267,19 @@ def parse_yaml(text: str, *, path: str, first_line: int = 1) -> YamlDocument:
         path: the file it came from, for messages.
         first_line: the file line of ``text``'s first line (frontmatter starts below ``---``).
     """
-    loader = _Loader(text)
+    loader = YamlLoader(text)
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        line = mark.line + first_line if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        context = getattr(exc, "context", None)
-        detail = f"{context}, {problem}" if context else problem
+    except yaml_errors as exc:
+        detail, at = describe_yaml_error(exc, text)
+        line = at + first_line - 1 if at is not None else None
         raise ReaderError(
             f"YAML syntax error: {detail}",
             path=path,
             line=line,
             hint="quote values that contain ':', '{', '#' or an apostrophe",
-        ) from exc
+        ) from None
     finally:
         loader.dispose()
     lines: dict[str, int] = {}
@@ -302,9 +299,9 @@ def _key_lines(node: yaml.Node, prefix: str, lines: dict[str, int], first_line: 
 
 
 def load_yaml(path: Path) -> YamlDocument:
-    """Read and parse a YAML file; a missing file is a :class:`ReaderError`."""
+    """Read and parse a YAML file; a missing, unreadable or not UTF-8 file is a :class:`ReaderError`."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except OSError as exc:
         raise ReaderError(
             f"cannot read {path.name}: {exc.strerror or exc}", path=str(path), hint="check the path"

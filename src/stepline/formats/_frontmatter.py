@@ -20,8 +20,10 @@ from typing import Any
 
 import yaml
 
+from stepline._yaml import YamlLoader, describe_yaml_error, yaml_errors
 from stepline.errors import NotFoundError, ReaderError
 from stepline.formats._diagnostics import Diagnostic
+from stepline.formats._files import read_text
 
 __all__ = [
     "Frontmatter",
@@ -35,8 +37,6 @@ _FENCE = "---"
 _KEY_RE = re.compile(r"^(?P<key>[A-Za-z_][\w.\-]*)[ \t]*:(?=[ \t]|$)")
 _PLAIN_SAFE_RE = re.compile(r"^[A-Za-z_][\w./\-]*$")
 _YAML_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "null", "none", "~"})
-#: The C loader when libyaml is there (several times faster on the hundreds of step files of a tree).
-_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,15 +113,6 @@ def _chunks(lines: list[str], first: int, closing: int) -> list[_Chunk]:
     return chunks
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> tuple[str, int | None]:
-    """Return a one-line description of a YAML error and its 0-based line in the parsed text."""
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    context = getattr(exc, "context", None)
-    message = f"{context}: {problem}" if context else str(problem)
-    return message, (mark.line if mark is not None else None)
-
-
 def _unquote(raw: str) -> str:
     if len(raw) >= 2 and raw[0] == raw[-1] == "'":
         return raw[1:-1].replace("''", "'").replace("\\'", "'")
@@ -180,8 +171,8 @@ def read_frontmatter(text: str, *, path: str = "<string>") -> Frontmatter:
     result.key_lines = {c.key: c.start + 1 for c in chunks}
     yaml_text = "".join(lines[opening + 1 : closing])
     try:
-        loaded = yaml.load(yaml_text, Loader=_YAML_LOADER)
-    except yaml.YAMLError:
+        loaded = yaml.load(yaml_text, Loader=YamlLoader)  # a safe loader (C when libyaml is there)
+    except yaml_errors:
         result.data = _parse_by_key(lines, chunks, result)
     else:
         if isinstance(loaded, dict):
@@ -205,10 +196,10 @@ def _parse_by_key(lines: list[str], chunks: list[_Chunk], result: Frontmatter) -
     for chunk in chunks:
         chunk_text = "".join(lines[chunk.start : chunk.end])
         try:
-            loaded = yaml.load(chunk_text, Loader=_YAML_LOADER)
-        except yaml.YAMLError as exc:
-            message, line = _yaml_problem(exc)
-            where = chunk.start + 1 + (line or 0)
+            loaded = yaml.load(chunk_text, Loader=YamlLoader)  # a safe loader
+        except yaml_errors as exc:
+            message, line = describe_yaml_error(exc, chunk_text)
+            where = chunk.start + (line or 1)
             result.diagnostics.append(
                 Diagnostic(
                     "error",
@@ -228,13 +219,13 @@ def _parse_by_key(lines: list[str], chunks: list[_Chunk], result: Frontmatter) -
 
 
 def read_frontmatter_file(path: Path) -> Frontmatter:
-    """Read ``path`` and return its :class:`Frontmatter`; a missing or undecodable file is an error."""
+    """Read ``path`` and return its :class:`Frontmatter`; a missing, unreadable or not UTF-8 file is an error."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError as exc:
         raise NotFoundError(f"{path}: file not found") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReaderError(f"cannot read file ({exc})", path=str(path)) from exc
+    except OSError as exc:
+        raise ReaderError(f"cannot read file ({exc.strerror or exc})", path=str(path)) from exc
     return read_frontmatter(text, path=str(path))
 
 

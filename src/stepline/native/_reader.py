@@ -10,47 +10,62 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from stepline._yaml import find_yaml_line, load_yaml_text
+from stepline._yaml import YamlLoader, compose_yaml_text, find_yaml_line, yaml_errors
 from stepline.errors import ReaderError
 from stepline.formats._diagnostics import Diagnostic
+from stepline.formats._files import read_text
 from stepline.model import NativeWorkflowFile, SourceRef, WorkflowSpec
 
 __all__ = ["is_native_workflow", "lint_native", "load_native"]
 
 
-_TOP_LEVEL_STEPS = re.compile(r'^(steps:|\s*"steps"\s*:)', re.MULTILINE)
+_TOP_LEVEL_STEPS = re.compile(rb'^(steps:|\s*"steps"\s*:)', re.MULTILINE)
 
 
 def is_native_workflow(path: Path) -> bool:
-    """A YAML/JSON file with a top-level ``steps`` key (BMAD's ``workflow.yaml`` has none)."""
+    """A YAML/JSON file with a top-level ``steps`` key (BMAD's ``workflow.yaml`` has none).
+
+    Read as bytes: a native file that is not UTF-8 is still one (and :func:`load_native` says where it breaks).
+    """
     if path.suffix.lower() not in (".yaml", ".yml", ".json"):
         return False
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        data = path.read_bytes()
+    except OSError:
         return False
-    return bool(_TOP_LEVEL_STEPS.search(text))
+    return bool(_TOP_LEVEL_STEPS.search(data))
 
 
-def _parse(path: Path) -> tuple[Any, str]:
+def _parse(path: Path) -> tuple[Any, str, yaml.Node | None]:
+    """The file's values, its text and (for YAML) the node tree the values were built from, parsed once."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError:
         raise ReaderError("file not found", path=str(path)) from None
+    except OSError as exc:
+        raise ReaderError(f"cannot read the file ({exc.strerror or exc})", path=str(path)) from None
     if path.suffix.lower() == ".json":
         try:
-            return json.loads(text), text
+            return json.loads(text), text, None
         except json.JSONDecodeError as exc:
             raise ReaderError(f"JSON error: {exc.msg}", path=str(path), line=exc.lineno) from None
-    return load_yaml_text(text, path=str(path)), text
+        except RecursionError:
+            raise ReaderError("JSON error: nested too deeply", path=str(path)) from None
+    data, node = compose_yaml_text(text, path=str(path))
+    return data, text, node
 
 
-def _step_lines(text: str) -> dict[int, int]:
-    """Line of each ``steps`` item, for diagnostics that point at a step."""
-    try:
-        node = yaml.compose(text)
-    except yaml.YAMLError:
-        return {}
+def _step_lines(root: yaml.Node | None, text: str) -> dict[int, int]:
+    """Line of each ``steps`` item, for diagnostics and sources that point at a step.
+
+    ``root`` is the YAML file's node tree; a JSON file (None) is composed now, as YAML (its lines are the same).
+    """
+    node: Any = root
+    if node is None:
+        try:
+            node = yaml.compose(text, Loader=YamlLoader)
+        except yaml_errors:
+            return {}
     if not isinstance(node, yaml.MappingNode):
         return {}
     for key, value in node.value:
@@ -61,7 +76,7 @@ def _step_lines(text: str) -> dict[int, int]:
 
 def load_native(path: Path) -> WorkflowSpec:
     """Read a native workflow file; schema problems are :class:`ReaderError` naming file:line and the field."""
-    data, text = _parse(path)
+    data, text, root = _parse(path)
     if not isinstance(data, dict):
         raise ReaderError("a workflow file is a mapping with id and steps", path=str(path), line=1)
     try:
@@ -69,14 +84,14 @@ def load_native(path: Path) -> WorkflowSpec:
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = first["loc"]
-        line = None
-        if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
-            line = _step_lines(text).get(loc[1])
-        line = find_yaml_line(text, tuple(loc)) or line
+        source = root if root is not None else text  # a JSON file is composed only now, for the line
+        line = find_yaml_line(source, tuple(loc))
+        if line is None and len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
+            line = _step_lines(root, text).get(loc[1])
         where = ".".join(str(p) for p in loc)
         raise ReaderError(f"{where}: {first['msg']}", path=str(path), line=line,
                           hint="see the schema in stepline/model/workflow.schema.json") from None
-    lines = _step_lines(text)
+    lines = _step_lines(root, text)
     seen: set[str] = set()
     for i, step in enumerate(native.steps):
         if step.id in seen:
