@@ -98,9 +98,9 @@ def test_a_task_file_that_is_not_utf8_is_a_clear_error(tmp_path: Path) -> None:
     """Latin-1 bytes in a task file: one ReaderError naming the file, not a decoding traceback."""
     path = tmp_path / "IMPL-1.json"
     path.write_bytes('{"id": "IMPL-1", "title": "caf\u00e9"}'.encode("latin-1"))
-    with pytest.raises(ReaderError, match=r"IMPL-1\.json: task JSON is not UTF-8 text"):
+    with pytest.raises(ReaderError, match=r"IMPL-1\.json:1: not UTF-8 at byte 30 \(invalid continuation byte: 0xe9\)"):
         scan_task_file(path)
-    with pytest.raises(ReaderError, match="save the file as UTF-8"):
+    with pytest.raises(ReaderError, match="re-save the file as UTF-8"):
         read_task_file(path)
 
 

@@ -38,6 +38,7 @@ from stepline.bmad._instructions import (
 )
 from stepline.errors import NotFoundError, ReaderError
 from stepline.formats._diagnostics import Diagnostic
+from stepline.formats._files import read_text
 from stepline.model import SourceRef, StepSpec, WorkflowFormat, WorkflowSpec
 
 __all__ = ["is_bmad_legacy", "lint_bmad_legacy", "load_bmad_legacy"]
@@ -71,10 +72,10 @@ def is_bmad_legacy(path: Path) -> bool:
     if target.suffix not in (".yaml", ".yml") or not target.is_file():
         return False
     try:
-        head = target.read_text(encoding="utf-8")
+        head = target.read_bytes()  # as bytes: a workflow.yaml that is not UTF-8 is still one (its reader says where)
     except OSError:
         return False
-    return re.search(r"^instructions\s*:", head, re.MULTILINE) is not None
+    return re.search(rb"^instructions\s*:", head, re.MULTILINE) is not None
 
 
 def load_bmad_legacy(path: Path, *, project_root: Path, variables: dict[str, Any] | None = None) -> WorkflowSpec:
@@ -226,12 +227,14 @@ def _instructions_text(
         )
         return None, None
     try:
-        return located.read_text(encoding="utf-8"), located
-    except (OSError, UnicodeDecodeError) as exc:
-        diagnostics.append(
-            Diagnostic("error", "missing-instructions", f"cannot read instructions {located}: {exc}", where, line)
-        )
-        return None, None
+        return read_text(located), located
+    except OSError as exc:
+        diagnostics.append(Diagnostic("error", "missing-instructions",
+                                      f"cannot read instructions {located}: {exc.strerror or exc}", where, line))
+    except ReaderError as exc:  # not UTF-8: the diagnostic points into the instructions file
+        diagnostics.append(Diagnostic("error", "not-utf8", f"{exc.detail}; {exc.hint}",
+                                      str(located), exc.line))
+    return None, None
 
 
 def _locate(cfg: WorkflowConfig, value: Any, key: str, diagnostics: list[Diagnostic]) -> Path | None:

@@ -41,6 +41,7 @@ order, cycles reported), the same resolution the legacy ``workflow.yaml`` reader
 from __future__ import annotations
 
 import csv
+import io
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -48,11 +49,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from stepline._yaml import load_yaml_text
 from stepline.bmad._config import resolve_references, substitute, unresolved_names
 from stepline.errors import NotFoundError, ReaderError, UsageError
 from stepline.formats._diagnostics import Diagnostic, Severity
+from stepline.formats._files import decode_text, read_text
 from stepline.formats._frontmatter import Frontmatter, read_frontmatter_file
 from stepline.model import SourceRef, StepSpec, WorkflowSpec
 
@@ -89,7 +90,6 @@ _MENU_KINDS = {
     "X": ("exit", ("exit",)),
 }
 _NOT_MENU_KEYS = frozenset({"N", "URL"})
-_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 # ------------------------------------------------------------------------------------------------- variables
@@ -397,16 +397,15 @@ def _load_config(wf_fm: Frontmatter, base: dict[str, Any], wf: _Workflow) -> tup
         )
         return path, {}
     try:
-        loaded = yaml.load(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        wf.report(
-            "error",
-            "yaml-syntax",
-            f"module config is not valid YAML ({exc})",
-            path,
-            mark.line + 1 if mark is not None else None,
-        )
+        loaded = load_yaml_text(read_text(path), path=str(path))
+    except OSError as exc:
+        wf.report("error", "unreadable", f"cannot read the module config ({exc.strerror or exc})", path, None)
+        return path, {}
+    except ReaderError as exc:  # not UTF-8, or not YAML
+        if exc.detail.startswith("YAML error: "):
+            wf.report("error", "yaml-syntax", f"module config is not valid YAML ({exc.detail[12:]})", path, exc.line)
+        else:
+            wf.report("error", "not-utf8", f"module config is {exc.detail}; {exc.hint}", path, exc.line)
         return path, {}
     if not isinstance(loaded, dict):
         wf.report("error", "config-not-mapping", "module config is not a mapping of keys", path, 1)
@@ -1014,12 +1013,10 @@ def load_csv_data(path: Path, *, referenced_from: str | None = None) -> list[dic
             f"{path}: CSV data file not found{who}",
             hint="check the csvFile path in the step frontmatter and the installed module",
         )
+    with path.open("rb") as handle:
+        text = decode_text(handle.read(), path, strip_bom=True)
+    reader = csv.DictReader(io.StringIO(text, newline=""))  # lines split as a file opened with newline=""
     try:
-        with path.open(encoding="utf-8-sig", newline="") as handle:
-            reader = csv.DictReader(handle)
-            try:
-                return [{str(k): (v or "") for k, v in row.items() if k is not None} for row in reader]
-            except csv.Error as exc:
-                raise ReaderError(f"not valid CSV ({exc})", path=str(path), line=reader.line_num) from exc
-    except UnicodeDecodeError as exc:
-        raise ReaderError(f"not UTF-8 text ({exc.reason})", path=str(path)) from exc
+        return [{str(k): (v or "") for k, v in row.items() if k is not None} for row in reader]
+    except csv.Error as exc:
+        raise ReaderError(f"not valid CSV ({exc})", path=str(path), line=reader.line_num) from exc

@@ -15,6 +15,7 @@ from stepline.ccw._task import TaskRef, line_of, ref_from_data, validate_task_da
 from stepline.ccw._todo import TodoList, read_todo_list
 from stepline.errors import NotFoundError, ReaderError
 from stepline.formats._diagnostics import Diagnostic, Severity
+from stepline.formats._files import read_text
 
 __all__ = ["check_ccw_session"]
 
@@ -28,14 +29,28 @@ class _Report:
     def add(self, severity: Severity, code: str, message: str, path: Path, line: int | None = None) -> None:
         self.items.append(Diagnostic(severity, code, message, str(path), line))
 
+    def unreadable_file(self, exc: OSError | ReaderError, path: Path) -> None:
+        """Report a file that cannot be read, or whose bytes are not UTF-8 (at the line of the first bad one)."""
+        if isinstance(exc, ReaderError):
+            detail = f"{exc.detail}; {exc.hint}" if exc.hint else exc.detail
+            self.add("error", "not-utf8", detail, Path(exc.path or path), exc.line)
+        else:
+            self.add("error", "unreadable", f"cannot read {path.name}: {exc.strerror or exc}", path)
+
 
 def _read_json(report: _Report, path: Path) -> tuple[object, str] | None:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = read_text(path)
+    except (OSError, ReaderError) as exc:
+        report.unreadable_file(exc, path)
+        return None
     try:
         return json.loads(text), text
     except json.JSONDecodeError as exc:
         report.add("error", "json-syntax", f"{path.name} does not parse: {exc.msg}", path, exc.lineno)
-        return None
+    except RecursionError:
+        report.add("error", "json-syntax", f"{path.name} does not parse: nested too deeply", path)
+    return None
 
 
 def _check_session_file(report: _Report, session_dir: Path) -> None:
@@ -127,7 +142,7 @@ def _check_graph(report: _Report, refs: dict[str, TaskRef], todo: TodoList | Non
     known = parent.keys()
     dangling = False
     for ref in refs.values():
-        text = ref.path.read_text(encoding="utf-8") if ref.path else ""
+        text = ref.path.read_bytes() if ref.path else b""
         for dep in ref.depends_on:
             if dep not in known:
                 dangling = True
@@ -182,12 +197,17 @@ def check_ccw_session(session_dir: Path) -> list[Diagnostic]:
                    session_dir / "IMPL_PLAN.md")
     refs = _check_tasks(report, session_dir / ".task")
     todo_path = session_dir / "TODO_LIST.md"
-    todo = read_todo_list(todo_path) if todo_path.is_file() else None
-    if todo is None:
+    todo: TodoList | None = None
+    if not todo_path.is_file():
         report.add("warning", "missing-todo-list", "TODO_LIST.md is missing; tasks run in task-id order",
                    todo_path)
     else:
-        _check_todo(report, todo, refs)
+        try:
+            todo = read_todo_list(todo_path)
+        except (OSError, ReaderError) as exc:
+            report.unreadable_file(exc, todo_path)
+        else:
+            _check_todo(report, todo, refs)
     if not refs and not (todo and todo.entries):
         report.add("error", "no-tasks", "session has no tasks (.task/ holds no task JSON)",
                    session_dir / ".task")

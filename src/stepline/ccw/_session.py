@@ -52,6 +52,7 @@ from stepline.ccw._todo import (
     summary_href_for,
 )
 from stepline.errors import NotFoundError, ReaderError, UsageError
+from stepline.formats._files import read_text
 from stepline.model import WorkflowSpec
 
 __all__ = [
@@ -103,9 +104,11 @@ def session_layout(session_dir: Path) -> tuple[Layout, Path | None]:
 def read_json_object(path: Path) -> dict[str, Any]:
     """Read a JSON object file; syntax errors and non-objects are ReaderErrors at file:line."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise ReaderError(f"{path.name} does not parse: {exc.msg}", path=str(path), line=exc.lineno) from exc
+    except RecursionError:
+        raise ReaderError(f"{path.name} does not parse: nested too deeply", path=str(path)) from None
     if not isinstance(data, dict):
         raise ReaderError(f"{path.name} must be a JSON object", path=str(path), line=1)
     return data
@@ -241,7 +244,7 @@ def _scan_tasks(task_dir: Path) -> dict[str, TaskRef]:
         ref = scan_task_file(path)
         if ref.id in refs:
             raise ReaderError(f"task id {ref.id} is also used by {refs[ref.id].path}", path=str(path),
-                              line=line_of(path.read_text(encoding="utf-8"), "id"))
+                              line=line_of(path.read_bytes(), "id"))
         refs[ref.id] = ref
     return refs
 
@@ -263,7 +266,7 @@ def _check_dependencies(session_dir: Path, refs: dict[str, TaskRef], parent: dic
     for ref in refs.values():
         for dep in ref.depends_on:
             if dep not in refs:
-                text = ref.path.read_text(encoding="utf-8") if ref.path else ""
+                text = ref.path.read_bytes() if ref.path else b""
                 raise ReaderError(f"task {ref.id} depends on {dep}, which is not a task of this session",
                                   path=str(ref.path or session_dir), line=line_of(text, dep),
                                   hint="fix depends_on or restore the missing task JSON")
@@ -349,7 +352,7 @@ def read_ccw_session(session_dir: Path) -> CcwSession:
                                else "container")
 
     impl_plan = session_dir / "IMPL_PLAN.md"
-    strategy = (parse_impl_plan(impl_plan.read_text(encoding="utf-8"), refs.keys()) if impl_plan.is_file()
+    strategy = (parse_impl_plan(read_text(impl_plan), refs.keys()) if impl_plan.is_file()
                 else ExecutionStrategy())
     plan_path = session_dir / "plan.json"
     strategy = combine(strategy, read_plan_json(plan_path) if plan_path.is_file() else None)
@@ -394,8 +397,8 @@ class SessionInfo:
 def _session_info(path: Path, layout: Layout, active: bool) -> SessionInfo:
     project, status = "Unknown", None
     try:
-        data = json.loads((path / SESSION_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read_text(path / SESSION_FILE))
+    except (OSError, ValueError, ReaderError, RecursionError):
         data = None
     if isinstance(data, dict):
         project = str(data.get("project") or data.get("description") or "Unknown")

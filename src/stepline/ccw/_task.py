@@ -24,7 +24,7 @@ from typing import Any, Literal
 import orjson
 
 from stepline.errors import ReaderError
-from stepline.formats._files import FileVersion, read_file
+from stepline.formats._files import FileVersion, decode_text, read_file
 
 TaskStatus = Literal["pending", "in_progress", "completed", "blocked", "container", "failed", "skipped"]
 TaskSchema = Literal["six-field", "flat"]
@@ -156,13 +156,15 @@ def parse_task_text(text: str | bytes, path: Path) -> dict[str, Any]:
         try:
             data = orjson.loads(text)  # several times faster; every task is read at load and when it runs
         except orjson.JSONDecodeError:
+            if isinstance(text, bytes):  # bytes that are not UTF-8 are a ReaderError naming the offset
+                text = decode_text(text, path)
             data = json.loads(text)  # what orjson refuses but Python reads (NaN, huge integers), or the error
     except json.JSONDecodeError as exc:
         raise ReaderError(f"task JSON does not parse: {exc.msg}", path=str(path), line=exc.lineno,
                           hint="fix the file or restore it from its last good version") from exc
-    except UnicodeDecodeError as exc:
-        raise ReaderError(f"task JSON is not UTF-8 text ({exc.reason} at byte {exc.start})", path=str(path),
-                          hint="save the file as UTF-8") from exc
+    except RecursionError:
+        raise ReaderError("task JSON does not parse: nested too deeply", path=str(path),
+                          hint="fix the file or restore it from its last good version") from None
     if not isinstance(data, dict):
         raise ReaderError("task JSON must be an object", path=str(path), line=1)
     return data
@@ -175,8 +177,10 @@ def _object(value: object) -> dict[str, Any]:
 def _str_or_none(value: object) -> str | None:
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, int | float):
-        return str(int(value)) if float(value).is_integer() else str(value)
+    if isinstance(value, int):
+        return str(value)  # not through float: a huge integer would overflow it
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else str(value)
     return value if isinstance(value, str) and value else None
 
 

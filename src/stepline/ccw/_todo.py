@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from stepline.errors import ReaderError
-from stepline.formats._files import FileVersion, read_file
+from stepline.formats._files import FileVersion, decode_text, read_file
 
 TodoState = Literal["pending", "in_progress", "completed", "container"]
 
@@ -161,7 +161,7 @@ def read_todo_file(path: Path) -> tuple[str, TodoList, FileVersion]:
     known = _read.get(path)
     if known is not None and known[0] == version:
         return known[1], known[2], version
-    text = data.decode("utf-8")
+    text = decode_text(data, path)
     todo = parse_todo_text(text, path)
     if len(_read) >= _READ_KEPT:
         _read.pop(next(iter(_read)))
