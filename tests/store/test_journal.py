@@ -325,3 +325,33 @@ def test_a_journal_whose_helper_was_killed_syncs_in_place_and_loses_nothing(tmp_
     journal.append(_event(total + 6))
     journal.close()
     assert [e.seq for e in read_journal(path)] == list(range(1, total + 7))
+
+
+def test_a_helper_found_dead_while_its_queue_is_full_is_never_written_to_again(tmp_path: Path) -> None:
+    """The writer waits for the oldest queued sync and finds the helper dead (killed before it answered): from
+    that append on it syncs in place. It used to go on to write its request to the closed pipe (EBADF, or
+    8 bytes into whichever file had been given the descriptor's number since)."""
+    import signal
+
+    path = tmp_path / "j.jsonl"
+    journal = Journal(path)
+    journal.start_helper()
+    flusher = journal._flusher
+    assert flusher is not None
+    deadline = time.monotonic() + 30
+    while not flusher.ready() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    journal.append(_event(1), sync="background")  # the first block's fsync covers it
+    os.kill(flusher._process.pid, signal.SIGSTOP)  # it reads no request from here on
+    for seq in range(2, 2 + Journal.DEPTH):
+        journal.append(_event(seq), sync="background")
+    assert len(journal._in_flight) == Journal.DEPTH  # the queue is full, none of it answered
+    os.kill(flusher._process.pid, signal.SIGKILL)
+    flusher._process.wait()
+    journal.append(_event(2 + Journal.DEPTH), sync="background")  # waits for the oldest: the helper is gone
+    assert journal._flusher is None and journal._durable == journal._written
+    with pytest.raises(OSError, match="stopped"):
+        flusher.request(99)  # a closed helper's pipe is never written to
+    journal.append(_event(3 + Journal.DEPTH), sync="background")
+    journal.close()
+    assert [e.seq for e in read_journal(path)] == list(range(1, 4 + Journal.DEPTH))

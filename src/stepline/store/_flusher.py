@@ -68,12 +68,14 @@ class Flusher:
     def ready(self) -> bool:
         """Whether the helper has started and said so (it answers 0 first); never blocks. Until then its
         writer syncs in place, so the helper's start-up (tens of ms on a busy machine) costs no one a wait."""
-        if not self._ready and select.select([self._ack_r], [], [], 0)[0]:
+        if not self._ready and (self._ack_r < 0 or select.select([self._ack_r], [], [], 0)[0]):
             self._ready = True  # its first answer, or the end of the pipe, which wait() reports
         return self._ready
 
     def request(self, count: int) -> None:
         """Ask for the first ``count`` records (already written) to be made durable."""
+        if self._req_w < 0:  # closed: its descriptor's number may be another file's by now
+            raise HelperGone(f"the journal's sync helper (pid {self._process.pid}) was stopped")
         try:
             os.write(self._req_w, _MESSAGE.pack(count))
         except BrokenPipeError as exc:
@@ -83,6 +85,8 @@ class Flusher:
         """Return once the first ``count`` records are durable: an OSError if the fsync failed, HelperGone if
         the helper is gone."""
         while self.durable < count:
+            if self._ack_r < 0:
+                raise HelperGone(f"the journal's sync helper (pid {self._process.pid}) was stopped")
             data = os.read(self._ack_r, 8 * 1024)
             if not data:
                 raise HelperGone(f"the journal's sync helper (pid {self._process.pid}) exited")
@@ -92,12 +96,17 @@ class Flusher:
             self.durable = answer
 
     def close(self) -> None:
-        """Stop the helper (after the last answer it gave)."""
+        """Stop the helper (after the last answer it gave). Its pipes' descriptors are forgotten, so a request
+        or wait after this is :class:`HelperGone`, never a write to whatever file reuses their numbers."""
+        if self._req_w < 0:
+            return
         os.close(self._req_w)
+        self._req_w = -1
         if not self.ready():
             self._process.kill()  # asked for nothing yet: no need to wait for its start-up just to see it go
         self._process.wait()
         os.close(self._ack_r)
+        self._ack_r = -1
 
 
 def _serve(fd: int, requests: int, answers: int) -> None:

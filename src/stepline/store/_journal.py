@@ -141,6 +141,8 @@ class Journal:
         if flusher is not None and len(self._in_flight) == self.DEPTH:
             self._await_helper(self._in_flight.popleft())
         self._write(data)
+        if flusher is not self._flusher:  # waiting for it (its queue was full, or the file grew) found it gone
+            flusher = None
         if self._durable < self._written:  # else the fsync of a new block covered it
             if flusher is not None:
                 self._requested = self._written
