@@ -212,6 +212,7 @@ class Engine:
         try:
             run = self.load(run_dir)
             if run.status == RunStatus.COMPLETED:
+                self._finish_closing(run_dir, run)
                 raise RunStateError(f"run {run.run_id} is already completed", hint="start a new run instead")
             self.mode = run.mode
             if not self.executor_explicit:
@@ -225,6 +226,18 @@ class Engine:
         except BaseException:
             self._close(lock)
             raise
+
+    def _finish_closing(self, run_dir: RunDir, run: Run) -> None:
+        """Do what the process that completed ``run`` may have been killed before doing (the caller holds the
+        lock): its journal's last record was on disk, but the final manifest, the timeline or the journal's
+        closing cut (of the zeros it was grown by) may not be. The journal says what the snapshot must say."""
+        run_dir.open_journal().close()  # opening cuts the zeros off (and a torn record after the last one)
+        manifest = run_dir.read("manifest.json") or {}
+        if manifest.get("status") != run.status.value or manifest.get("journal_seq") != run.journal_seq:
+            self._snapshot(run_dir, run)
+            from stepline.engine._timeline import write_timeline
+
+            write_timeline(run_dir, self._events)
 
     def load(self, run_dir: RunDir) -> Run:
         """Rebuild a run from its manifest's spec and its whole journal (the journal is the truth)."""
