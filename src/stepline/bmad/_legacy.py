@@ -94,7 +94,9 @@ def load_bmad_legacy(path: Path, *, project_root: Path, variables: dict[str, Any
     read = _read(path, project_root, variables)
     errors = [d for d in read.diagnostics if d.severity == "error" and d.code in _FATAL]
     if errors or read.spec is None:
-        first = errors[0]
+        first = next(iter(errors or [d for d in read.diagnostics if d.severity == "error"]), None)
+        if first is None:
+            raise ReaderError("the workflow could not be read", path=str(path))
         raise ReaderError(first.message, path=first.path, line=first.line)
     read.spec.meta["structure_problems"] = [{"path": d.path, "line": d.line, "message": d.message}
                                             for d in structure_repairs(read.diagnostics)]
@@ -134,7 +136,7 @@ def lint_bmad_legacy(path: Path, project_root: Path) -> list[Diagnostic]:
 
 
 # Problems that make the workflow impossible to load (the rest are reported by lint only).
-_FATAL = {"yaml-syntax", "missing-config", "config-source", "variable-cycle", "missing-instructions"}
+_FATAL = {"yaml-syntax", "missing-config", "config-source", "variable-cycle", "missing-instructions", "not-utf8"}
 
 
 @dataclass(slots=True)
