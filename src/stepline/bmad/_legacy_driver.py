@@ -61,6 +61,7 @@ from stepline.engine._session import confine, sha256_file
 from stepline.engine._signals import StepBlocked
 from stepline.errors import NondeterminismError, StepFailed, SteplineError
 from stepline.executors import Executor, StepRequest, StepSession
+from stepline.formats._files import read_text
 from stepline.model import EventType, Run, RunStatus, StepStatus, WorkflowSpec
 
 __all__ = ["LegacyFlow", "condition_counts", "run_legacy_step"]
@@ -678,7 +679,7 @@ class _Interpreter:
                 return
             guide = ("advanced-elicitation/workflow.xml" if choice == "a" else "party-mode/workflow.md")
             method = self.ctx.project_root / "_bmad" / "core" / "workflows" / guide
-            text = method.read_text(encoding="utf-8") if method.is_file() else f"({guide} is not installed)"
+            text = read_text(method) if method.is_file() else f"({guide} is not installed)"
             self._add(f"Rework the section '{name}' with this method, then write it again:\n\n{text}")
             await self._generate(name, rel, self._take())
 
@@ -694,7 +695,7 @@ class _Interpreter:
         target = confine(self.ctx.project_root, rel)
         if not target.is_file():
             return
-        names = [n for n in placeholders(target.read_text(encoding="utf-8"))
+        names = [n for n in placeholders(read_text(target))
                  if not is_known(self.run.variables, n) or isinstance(self.run.variables[n], dict | list)]
 
         async def finalize(key: str) -> dict[str, Any]:
@@ -702,7 +703,7 @@ class _Interpreter:
             for i, name in enumerate(names):
                 answers[name] = await self._human(f"What should {name} say in {rel}? (its placeholder is still "
                                                   "open)", None, f"{key}/{i}")
-            text = target.read_text(encoding="utf-8")
+            text = read_text(target)
             filled = fill_placeholders(text, {**self.run.variables, **answers})
             if filled != text:
                 from stepline.store import atomic_write_bytes
@@ -724,7 +725,7 @@ class _Interpreter:
             task = self._find_task(node)
             shown = str(task.relative_to(self.ctx.project_root)) if task.is_relative_to(self.ctx.project_root) \
                 else str(task)
-            self._add(f"The task file {shown}:\n\n{task.read_text(encoding='utf-8')}", actionable=False)
+            self._add(f"The task file {shown}:\n\n{read_text(task)}", actionable=False)
         await self._flush()
 
     def _find_task(self, node: InvokeTask) -> Path:
@@ -855,7 +856,7 @@ def _slotless(target: Path, name: str, previous: Any) -> bool:
     if previous is not None or target.suffix not in (".yaml", ".yml", ".json"):
         return False
     return not target.exists() or not re.search(r"\{\{\s*" + re.escape(name) + r"\s*\}\}",
-                                                  target.read_text(encoding="utf-8"))
+                                                  read_text(target))
 
 
 def _count(value: Any, variables: dict[str, Any]) -> int | None:

@@ -38,6 +38,7 @@ from stepline.engine._runner import register_driver
 from stepline.engine._session import sha256_file
 from stepline.engine._signals import StepBlocked
 from stepline.errors import NotFoundError, ReaderError, StepFailed
+from stepline.formats._files import read_text
 from stepline.formats._frontmatter import mark_step_completed, read_frontmatter, update_frontmatter
 from stepline.model import EventType, Run, StepSpec, StepStatus, WorkflowSpec
 from stepline.store import atomic_write_bytes
@@ -323,7 +324,7 @@ def _check_rounds(ctx: StepContext, round_no: int) -> None:
 def _read_step(ctx: StepContext, path: Path) -> tuple[str, list[str]]:
     """The step file's text (read now, just in time) and its frontmatter warnings; unusable frontmatter fails."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError:
         raise NotFoundError(f"{path}: step file not found", hint="the workflow changed since the run started") from None
     fm = read_frontmatter(text, path=str(path))
@@ -376,7 +377,7 @@ def _create_document(ctx: StepContext, document: Path) -> None:
     args = {"path": str(document), "template": str(template)}
     ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "create_document", "args": args}, sync=True)
     document.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(document, _render_runtime_vars(template.read_text(encoding="utf-8"),
+    atomic_write_bytes(document, _render_runtime_vars(read_text(template),
                                                       ctx.variables).encode("utf-8"))
     _record(ctx, key, "create_document", args, {"sha256": sha256_file(document)})
 
@@ -406,14 +407,14 @@ def _save_state(ctx: StepContext, document: Path, step_text: str) -> None:
     if started is not None:
         args = dict(started["args"])
     else:
-        text = document.read_text(encoding="utf-8") if document.exists() else ""
+        text = read_text(document) if document.exists() else ""
         prefix = f"{ctx.spec.id}/{ctx.attempt}/"
         read = [str(c["args"]["path"]) for k, c in calls.recorded.items()
                 if k.startswith(prefix) and c.get("op") == "read" and (c.get("result") or {}).get("found")]
         args = {"path": str(document), "step": _marker(ctx, text, step_text),
                 "input_documents": [p for p in dict.fromkeys(read) if Path(p).name != document.name]}
         ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "document_state", "args": args}, sync=True)
-    text = document.read_text(encoding="utf-8") if document.exists() else ""
+    text = read_text(document) if document.exists() else ""
     updated = mark_step_completed(text, args["step"], last_step=args["step"])
     if args["input_documents"]:
         current = read_frontmatter(updated).data.get("inputDocuments")
@@ -433,7 +434,7 @@ async def _side_trip(ctx: StepContext, option: Option, env: dict[str, Any]) -> N
     raw = env.get("advancedElicitationTask" if elicit else "partyModeWorkflow") or (
         _ELICITATION if elicit else _PARTY_MODE)
     path = Path(render_variables(str(raw), {**env, "project-root": str(ctx.project_root)}))
-    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    text = read_text(path) if path.is_file() else ""
     content = text or f"{option.label}: {option.handler}"
     _hand_over(ctx, "advanced-elicitation" if elicit else "party-mode", path, text, content)
     await ctx.invoke("work", title=f"{option.label} — {ctx.spec.name or ctx.spec.id}", content=content,

@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
+from stepline.formats._files import read_text
 from stepline.store import atomic_write_bytes
 
 __all__ = ["create_from_template", "fill_placeholders", "placeholders", "put_section", "reopen_section"]
@@ -52,14 +53,14 @@ def create_from_template(target: Path, template: Path | None, values: Mapping[st
     """Write the template skeleton (known variables filled) unless ``target`` exists; return whether written."""
     if target.exists():
         return False
-    text = template.read_text(encoding="utf-8") if template is not None and template.is_file() else ""
+    text = read_text(template) if template is not None and template.is_file() else ""
     _write(target, fill_placeholders(text, values, keep))
     return True
 
 
 def put_section(target: Path, name: str, content: str) -> None:
     """Fill the ``{{name}}`` marker with ``content``; without a marker append it, unless it is already there."""
-    text = target.read_text(encoding="utf-8") if target.exists() else ""
+    text = read_text(target) if target.exists() else ""
     body = content.rstrip("\n")
     marker = _marker(name)
     if marker.search(text):
@@ -72,7 +73,7 @@ def reopen_section(target: Path, name: str, previous: str) -> None:
     """Put the ``{{name}}`` marker back where ``previous`` (the section's last text) is, to generate it again."""
     if not target.exists():
         return
-    text = target.read_text(encoding="utf-8")
+    text = read_text(target)
     body = previous.rstrip("\n")
     if _marker(name).search(text) or not body or body not in text:
         return

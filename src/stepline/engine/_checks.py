@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stepline.errors import StepFailed
+from stepline.formats._files import read_text
 from stepline.model import EventType
 
 if TYPE_CHECKING:
@@ -71,9 +72,9 @@ def check_step_outputs(ctx: StepContext) -> None:
 
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+    try:  # a file that is not UTF-8 is still scanned (bad bytes read as U+FFFD)
+        return path.read_bytes().decode("utf-8", "replace")
+    except OSError:
         return ""
 
 
@@ -126,7 +127,7 @@ def _templates(ctx: StepContext) -> list[ValidationReport]:
     for entry in spec.templates:
         candidate = ctx.project_root / ctx.render(entry.removeprefix("template:"))
         if candidate.is_file():
-            template_text = candidate.read_text(encoding="utf-8")
+            template_text = read_text(candidate)
             break
     return [check_template_complete(_read(path), template_text, name=rel) for rel, path in ctx.written.items()
             if rel.endswith(".md")]
@@ -158,7 +159,7 @@ async def _checklist(ctx: StepContext) -> list[ValidationReport]:
             check="checklist", path=str(path), message="checklist file not found")])]
     outputs = "\n\n".join(f"--- {rel}\n{_read(p)[:20000]}" for rel, p in ctx.written.items())
     issues = []
-    items = [m.group("item") for line in path.read_text(encoding="utf-8").splitlines()
+    items = [m.group("item") for line in read_text(path).splitlines()
              if (m := _CHECKLIST_ITEM.match(line))]
     for number, item in enumerate(items, 1):
         outcome = await ctx.invoke("decide", condition=f"Checklist item holds: {item}", content=outputs,

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stepline._yaml import find_yaml_line, load_yaml_text
 from stepline.errors import ConfigError
+from stepline.formats._files import read_text
 from stepline.guardrails import GuardrailPolicy
 from stepline.time import DEFAULT_TIMEZONE
 
@@ -93,7 +94,7 @@ def load_runtime_config(project_root: Path, path: Path | None = None) -> Runtime
             return RuntimeConfig()
     elif not path.is_file():
         raise ConfigError("config file not found", path=str(path), hint="pass an existing --config FILE")
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     data = load_yaml_text(text, path=str(path), error=ConfigError) or {}
     if not isinstance(data, dict):
         raise ConfigError("the runtime config must be a mapping of sections", path=str(path), line=1)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stepline.executors import MenuOption, RequestKind, StepRequest
+from stepline.formats._files import read_text
 from stepline.model import EventType, Run, RunStep, StepSpec
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ class StepContext:
         """Fill ``{{section}}`` in ``target`` with ``content``, or append it as a new section."""
         from stepline.store import atomic_write_bytes
 
-        text = target.read_text(encoding="utf-8") if target.exists() else ""
+        text = read_text(target) if target.exists() else ""
         marker = re.compile(r"\{\{\s*" + re.escape(section) + r"\s*\}\}")
         updated = marker.sub(lambda _m: content.rstrip("\n"), text) if marker.search(text) else (
             text + ("\n" if text and not text.endswith("\n") else "") + content)

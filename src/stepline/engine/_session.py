@@ -105,7 +105,8 @@ class JournaledSession(StepSession):
         key, recorded, _ = self._next_key("read")
         target = confine(self.ctx.project_root, path)
         try:
-            text = target.read_text(encoding="utf-8")
+            # A file that is not UTF-8 (an image, say) reaches the executor with U+FFFD in place of bad bytes.
+            text = target.read_bytes().decode("utf-8", "replace").replace("\r\n", "\n")
         except FileNotFoundError:
             text = ""
             found = False

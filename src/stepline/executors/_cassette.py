@@ -27,6 +27,7 @@ from stepline._yaml import YamlLoader, describe_yaml_error, yaml_errors
 from stepline.errors import ExecutorError, ReaderError, SteplineError
 from stepline.executors._base import Executor
 from stepline.executors._protocol import StepRequest, StepSession, WriteMode
+from stepline.formats._files import read_text
 
 __all__ = ["RecordingExecutor", "ReplayExecutor", "load_cassette", "request_key", "wrap_recording"]
 
@@ -58,7 +59,7 @@ def _dump(path: Path, cassette: dict[str, Any]) -> None:
 def load_cassette(path: Path) -> dict[str, Any]:
     """Read a cassette; a missing or malformed file is a :class:`ReaderError` naming it."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError:
         raise ReaderError("cassette not found", path=str(path), hint="record one with the record option") from None
     try:

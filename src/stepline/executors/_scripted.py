@@ -27,6 +27,7 @@ from stepline.errors import ExecutorError, ReaderError
 from stepline.executors._base import Executor
 from stepline.executors._dryrun import DryRunExecutor
 from stepline.executors._protocol import StepRequest, StepSession
+from stepline.formats._files import read_text
 
 __all__ = ["ScriptedExecutor", "load_script"]
 
@@ -36,7 +37,7 @@ _METHODS = ("read", "ask", "write_output", "set_var", "call_tool", "decide", "fi
 def load_script(path: Path) -> dict[str, Any]:
     """Read and check a script file; problems are :class:`ReaderError` with file:line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError:
         raise ReaderError("script file not found", path=str(path), hint="pass an existing --script FILE") from None
     data = load_yaml_text(text, path=str(path)) or {}
