@@ -6,7 +6,6 @@ import asyncio
 import hashlib
 import json
 import shutil
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -260,15 +259,15 @@ def test_a_task_starts_with_its_dependencies_files_on_disk(tmp_path: Path, monke
     however slow the journal's fsync (made slow here)."""
     import time
 
-    from stepline.ccw import _driver as _ccw
+    from stepline.ccw import _state
 
-    real_sync = _ccw._sync_file
+    real_sync = _state._sync_file
 
     def slow_sync(path: Path) -> None:
         time.sleep(0.05)
         real_sync(path)
 
-    monkeypatch.setattr(_ccw, "_sync_file", slow_sync)
+    monkeypatch.setattr(_state, "_sync_file", slow_sync)
     session_dir = _generated(tmp_path, 12, seed=3, max_deps=2)  # no pre_analysis: no time to spare
     seen: dict[str, dict[str, bool]] = {}
 
@@ -353,8 +352,7 @@ def test_pre_analysis_manual_intervention_blocks_until_a_person_approves(tmp_pat
 
 
 def test_task_json_is_read_only_when_its_task_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Preparing a session reads no task body; each task's JSON is read once, as its task starts or shortly
-    ahead of it (the next tasks, in the quiet while a task runs: never more than twice the concurrency)."""
+    """Preparing a session reads no task body; each task's JSON is read once, as its task starts."""
     import stepline.ccw._driver as ccw
 
     reads: list[str] = []
@@ -379,15 +377,15 @@ def test_session_writer_redo_is_idempotent_from_any_partial_state(tmp_path: Path
     completion = Completion(task_id="IMPL-2", task_json=".task/IMPL-2.json",
                             history=({"from": "active", "to": "completed", "changed_at": "2026-01-01T00:00:00"},),
                             summary_path=".summaries/IMPL-2-summary.md", summary="# Task: IMPL-2\n")
-    SessionWriter(session_dir).apply([completion])
+    SessionWriter(session_dir).write([completion])
     done = _tree(session_dir)
-    SessionWriter(session_dir).apply([completion])
+    SessionWriter(session_dir).write([completion])
     assert _tree(session_dir) == done
     (session_dir / ".summaries" / "IMPL-2-summary.md").unlink()  # as if killed before the summary
     (session_dir / "TODO_LIST.md").write_text(
         (FIXTURES / "ccw" / "project-active" / ".workflow" / "active" / "WFS-payment-module" / "TODO_LIST.md")
         .read_text(encoding="utf-8"), encoding="utf-8")
-    SessionWriter(session_dir).apply([completion])
+    SessionWriter(session_dir).write([completion])
     assert _tree(session_dir) == done
     assert Completion.from_json(json.loads(json.dumps(completion.to_json()))) == completion
 
@@ -401,7 +399,7 @@ def test_a_completed_task_json_is_written_in_jqs_layout(tmp_path: Path, extra: d
     data = {**json.loads(path.read_text(encoding="utf-8")), **extra}
     path.write_text(json.dumps(data), encoding="utf-8")
     history = ({"from": "active", "to": "completed", "changed_at": "2026-01-01T00:00:00"},)
-    SessionWriter(session_dir).apply([Completion(task_id="IMPL-2", task_json=".task/IMPL-2.json", history=history,
+    SessionWriter(session_dir).write([Completion(task_id="IMPL-2", task_json=".task/IMPL-2.json", history=history,
                                                  summary_path=".summaries/IMPL-2-summary.md", summary="# IMPL-2\n")])
     expected = {**data, "status": "completed",
                 "status_history": [*(data.get("status_history") or []), *history]}
@@ -417,10 +415,10 @@ def test_completions_whose_files_never_got_written_are_redone_when_the_run_resum
     tasks = ["IMPL-1", "IMPL-2", "IMPL-3", "IMPL-4", "IMPL-5.1", "IMPL-5.2", "IMPL-6"]
     before = _tree(session_dir)
 
-    def broken(self: SessionWriter, files: list[tuple[Path, bytes]]) -> list[Path]:
+    def broken(self: SessionWriter, completions: list[Completion], **parts: bool) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(SessionWriter, "put", broken)
+    monkeypatch.setattr(SessionWriter, "write", broken)
     first = Recorder()
     with pytest.raises(RunStateError, match=r"could not be written.*No space left"):
         _run(tmp_path, session_dir, first)
@@ -440,32 +438,34 @@ def test_completions_whose_files_never_got_written_are_redone_when_the_run_resum
     assert all(_agree(session_dir, tasks).values())
 
 
-def test_a_batch_of_completions_costs_one_journal_fsync_and_no_fsync_per_file(
+def test_completions_arriving_together_share_a_journal_fsync_and_are_done_only_once_their_files_are_durable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ten tasks finishing together: their intents share journal fsyncs, their files are flushed together."""
+    """Ten tasks finishing together: their intents share journal fsyncs (group commit), and a task's done
+    record is journaled only after its task JSON, summary and TODO_LIST.md were each fsynced as a temp file,
+    renamed into place and their folder fsynced."""
     import os
     import time
 
-    from stepline.ccw import _driver as _ccw
-    from stepline.ccw import _state as _ccw_state
+    from stepline.ccw import _state
 
     session_dir = _generated(tmp_path, 10, seed=5, max_deps=0)  # ten independent tasks, started together
-    calls: list[str] = []
-    real_fsync = os.fsync
+    log: list[tuple[str, str]] = []
+    real_fsync, real_replace, real_done = os.fsync, os.replace, _state.Committer._done
 
     def fsync(fd: int) -> None:
-        calls.append(os.readlink(f"/proc/self/fd/{fd}") if os.path.exists(f"/proc/self/fd/{fd}") else "?")
+        log.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
         real_fsync(fd)
 
-    flushed: list[list[Path]] = []
-    real_flush = _ccw_state.flush_files
+    def replace(src: str | Path, dst: str | Path) -> None:
+        log.append(("replace", str(dst)))
+        real_replace(src, dst)
 
-    def flush(paths: list[Path]) -> None:
-        flushed.append(paths)
-        real_flush(paths)
+    def done(self: _state.Committer, items: list[Any]) -> None:
+        log.extend(("done", item.completion.task_id) for item in items)
+        real_done(self, items)
 
     intent_syncs: list[Path] = []
-    real_sync = _ccw._sync_file
+    real_sync = _state._sync_file
 
     def sync_intents(path: Path) -> None:  # slow, as on a busy disk: what arrives meanwhile joins the next batch
         intent_syncs.append(path)
@@ -473,17 +473,25 @@ def test_a_batch_of_completions_costs_one_journal_fsync_and_no_fsync_per_file(
         real_sync(path)
 
     monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "fdatasync", fsync)
-    monkeypatch.setattr(_ccw, "_sync_file", sync_intents)
-    monkeypatch.setattr("stepline.ccw._driver.flush_files", flush)
-    # Only the flush when the run settles, however slow the machine: the count below must not depend on timing.
-    monkeypatch.setattr("stepline.ccw._driver._FLUSH_SECONDS", 3600.0)
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(_state.Committer, "_done", done)
+    monkeypatch.setattr(_state, "_sync_file", sync_intents)
     run = _run(tmp_path, session_dir, Recorder(delay=0.01), concurrency=10)
     assert run.status.value == "completed"
-    assert not [c for c in calls if "/.task/" in c or "/.summaries/" in c or c.endswith("TODO_LIST.md")]
-    session_files = sum(len(paths) for paths in flushed)
-    assert session_files >= 10 * 2 and len(flushed) <= 3  # every file flushed, in a few flushes, not one per task
     assert 1 <= len(intent_syncs) <= 2  # the first intent's fsync, then one for the nine that came meanwhile
+    folder = str(session_dir)
+    for k in range(1, 11):
+        task = f"IMPL-{k}"
+        finished = log.index(("done", task))
+        for target in (f"{folder}/.task/{task}.json", f"{folder}/.summaries/{task}-summary.md",
+                       f"{folder}/TODO_LIST.md"):
+            name = target.rpartition("/")[2]
+            temp = f"{target.rpartition('/')[0]}/.{name}.{os.getpid()}.tmp"
+            renames = [i for i, entry in enumerate(log[:finished]) if entry == ("replace", target)]
+            renamed, before = renames[-1], (renames[-2] if len(renames) > 1 else -1)
+            assert ("fsync", temp) in log[before + 1:renamed], (task, name)  # the bytes were durable, then renamed
+            assert ("fsync", target.rpartition("/")[0]) in log[renamed:finished], (task, name)  # and the rename
+    assert all(_agree(session_dir, [f"IMPL-{k}" for k in range(1, 11)]).values())
 
 
 @pytest.mark.parametrize("manifest", ["dict", "list", "none"])
@@ -523,19 +531,6 @@ def test_legacy_session_completes_and_loses_its_active_marker(tmp_path: Path) ->
     assert (project / ".workflow" / "archives" / "WFS-user-auth" / "TODO_LIST.md").is_file()
 
 
-def test_a_waiting_dependent_and_the_end_of_the_run_do_not_wait_for_the_intent_batch(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Intents are batched until the completions stop coming; a task waiting for a dependency's files, and
-    the run settling, have them made durable at once (here the batch would otherwise wait an hour)."""
-    monkeypatch.setattr("stepline.ccw._driver._INTENT_QUIET", 3600.0)
-    monkeypatch.setattr("stepline.ccw._driver._INTENT_MAX", 3600.0)
-    session_dir = _generated(tmp_path, 8, seed=3, max_deps=2)
-    engine = Engine(project_root=tmp_path, executor=Recorder(), concurrency=4)
-    run = asyncio.run(asyncio.wait_for(execute_session(engine, session_dir), 60))
-    assert run.status.value == "completed"
-    assert all(_agree(session_dir, [f"IMPL-{i}" for i in range(1, 9)]).values())
-
-
 class _WaitsForFirst(Executor):
     """IMPL-1 finishes at once; IMPL-2 finishes only once IMPL-1's task JSON on disk says completed."""
 
@@ -556,13 +551,9 @@ class _WaitsForFirst(Executor):
         await session.finish(summary="done")
 
 
-def test_once_no_task_is_left_to_start_a_completion_is_written_without_waiting_for_quiet(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Intents wait for a quiet moment while tasks are starting (here: an hour). Once a slot finds no task
-    to start, the run's last tasks are running and nothing is starting to delay: a completion is made
-    durable and its files written at once, while the other tasks still run, not when the run settles."""
-    monkeypatch.setattr("stepline.ccw._driver._INTENT_QUIET", 3600.0)
-    monkeypatch.setattr("stepline.ccw._driver._INTENT_MAX", 3600.0)
+def test_a_completion_is_written_while_the_other_tasks_still_run(tmp_path: Path) -> None:
+    """A task's files are written as soon as its completion is journaled, while the other tasks still run,
+    not when the run settles."""
     session_dir = _generated(tmp_path, 2, seed=1, max_deps=0)
     executor = _WaitsForFirst(session_dir)
     run = _run(tmp_path, session_dir, executor, concurrency=2)
@@ -571,39 +562,42 @@ def test_once_no_task_is_left_to_start_a_completion_is_written_without_waiting_f
     assert all(_agree(session_dir, ["IMPL-1", "IMPL-2"]).values())
 
 
-def test_write_files_renames_spare_files_made_ahead_and_discard_leaves_none(tmp_path: Path) -> None:
-    """A replacement writes into a spare temp file made ahead and swaps it into place: no file is created
-    and no replaced file is freed during the write. The replaced file, left in the temp file, is emptied
-    and kept as a spare by the next fill; discarding deletes the spares and stops any further filling."""
-    from stepline.ccw._state import SpareFiles, _libc, write_files
+def test_write_files_replaces_each_file_with_its_own_bytes_or_leaves_it_old(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each file of a batch gets its own bytes (never another's), written again and again under the same temp
+    names; a batch stopped midway leaves every file old or new, never torn, and no temp file behind."""
+    import os
+
+    from stepline.ccw._state import write_files
 
     folder = tmp_path / "folder"
     folder.mkdir()
-    (folder / "a.json").write_text("old", encoding="utf-8")
-    old_inode = (folder / "a.json").stat().st_ino
-    spares = SpareFiles({folder: 3, tmp_path / "missing": 2})
-    spares.fill()
-    made = {path.stat().st_ino for path in folder.glob(".stepline-spare-*.tmp")}
-    assert len(made) == 3 and not (tmp_path / "missing").exists()
-    write_files([(folder / "a.json", b"new"), (folder / "b.md", b"text")], durable=False, spares=spares)
-    assert (folder / "a.json").read_bytes() == b"new" and (folder / "b.md").read_bytes() == b"text"
-    assert {(folder / "a.json").stat().st_ino, (folder / "b.md").stat().st_ino} < made
-    left = {path.stat().st_ino: path.read_bytes() for path in folder.glob("*.tmp")}
-    exchanged = _libc("renameat2", "isisI") is not None  # Linux, on a file system that can (else: renamed)
-    assert len(left) == (2 if exchanged else 1)
-    if exchanged:  # the old a.json waits in a temp file, to be emptied and reused
-        assert left[old_inode] == b"old"
-    spares.fill()
-    assert sorted(path.read_bytes() for path in folder.glob("*.tmp")) == [b"", b"", b""]
-    spares.discard()
-    spares.fill()
-    assert not list(folder.glob("*.tmp"))
+    for name in ("a.json", "b.json", "c.json"):
+        (folder / name).write_text("old " + name, encoding="utf-8")
+    write_files([(folder / "a.json", b"a1")])
+    write_files([(folder / "a.json", b"a2")])
+    write_files([(folder / "a.json", b"a3"), (folder / "b.json", b"b3")])
+    assert [(folder / n).read_bytes() for n in ("a.json", "b.json", "c.json")] == [b"a3", b"b3", b"old c.json"]
+    real_replace = os.replace
+    renamed: list[str] = []
+
+    def replace(src: str | Path, dst: str | Path) -> None:
+        if len(renamed) == 1:
+            raise OSError(5, "Input/output error")
+        renamed.append(str(dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OSError, match="Input/output"):
+        write_files([(folder / "a.json", b"a4"), (folder / "b.json", b"b4"), (folder / "c.json", b"c4")])
+    assert [(folder / n).read_bytes() for n in ("a.json", "b.json", "c.json")] == [b"a4", b"b3", b"old c.json"]
+    assert not list(folder.glob(".*.tmp"))
 
 
-def test_replacing_a_linked_file_through_spares_leaves_its_other_names_intact(tmp_path: Path) -> None:
+def test_replacing_a_linked_file_leaves_its_other_names_intact(tmp_path: Path) -> None:
     """A file with a second hard link, or a symlink, is replaced as a rename replaces it: the link's other
-    name keeps the old content (the swapped-out file is never emptied through another name)."""
-    from stepline.ccw._state import SpareFiles, write_files
+    name keeps the old content."""
+    from stepline.ccw._state import write_files
 
     folder = tmp_path / "folder"
     folder.mkdir()
@@ -611,44 +605,23 @@ def test_replacing_a_linked_file_through_spares_leaves_its_other_names_intact(tm
     (tmp_path / "other-name.json").hardlink_to(folder / "hard.json")
     (tmp_path / "real.json").write_text("old real", encoding="utf-8")
     (folder / "soft.json").symlink_to(tmp_path / "real.json")
-    spares = SpareFiles({folder: 2})
-    spares.fill()
-    write_files([(folder / "hard.json", b"new hard"), (folder / "soft.json", b"new soft")], durable=False,
-                spares=spares)
-    spares.fill()
+    write_files([(folder / "hard.json", b"new hard"), (folder / "soft.json", b"new soft")])
     assert (folder / "hard.json").read_bytes() == b"new hard" and (folder / "soft.json").read_bytes() == b"new soft"
     assert not (folder / "soft.json").is_symlink()
     assert (tmp_path / "other-name.json").read_text(encoding="utf-8") == "old hard"
     assert (tmp_path / "real.json").read_text(encoding="utf-8") == "old real"
-    spares.discard()
     assert not list(folder.glob("*.tmp"))
 
 
-def test_a_run_writes_its_completions_through_spare_files_and_leaves_none_behind(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The run's writer uses the spare files it keeps ready in .task/, .summaries/ and the session folder,
-    and deletes those left over when it settles; a crashed process's spares go at the next execute."""
-    from stepline.ccw._state import SpareFiles
-
+def test_a_run_removes_the_temp_files_a_killed_writer_left_and_leaves_none_of_its_own(tmp_path: Path) -> None:
+    """A temp file of a process that no longer exists is deleted at the next execute; a run leaves no temp
+    file of its own, and every task's three files agree."""
     session_dir = _generated(tmp_path, 12, seed=2, max_deps=1)
-    stale = session_dir / ".task" / ".stepline-spare-7.999999999.tmp"  # no such process
-    stale.write_bytes(b"")
-    used: list[Path] = []
-    real_take = SpareFiles.take
-
-    def take(self: SpareFiles, folder: Path) -> Path | None:
-        spare = real_take(self, folder)
-        if spare is not None:
-            used.append(folder)
-        return spare
-
-    monkeypatch.setattr(SpareFiles, "take", take)
+    stale = [session_dir / ".task" / ".IMPL-3.json.999999999.tmp", session_dir / ".TODO_LIST.md.999999999.tmp"]
+    for path in stale:
+        path.write_bytes(b"half a file")
     run = _run(tmp_path, session_dir, Recorder(delay=0.02), concurrency=3)
     assert run.status.value == "completed"
-    for thread in [t for t in threading.enumerate() if t.name.startswith("stepline-ccw")]:
-        thread.join(timeout=10)  # the pipeline's pool is let go when the run settles: its threads end
-        assert not thread.is_alive()
-    assert {folder.name for folder in used} >= {".task", ".summaries"}
     assert not [path for path in session_dir.rglob("*.tmp")]
     assert all(_agree(session_dir, [f"IMPL-{i}" for i in range(1, 13)]).values())
 
@@ -679,32 +652,11 @@ def test_the_writer_reuses_the_index_parse_of_todo_list_but_not_after_a_hand_edi
     todo.write_text(todo.read_text(encoding="utf-8") + "\nA note added by hand.\n", encoding="utf-8")
     history = ({"from": "pending", "to": "in_progress", "changed_at": "2026-01-01T00:00:00+00:00"},
                {"from": "in_progress", "to": "completed", "changed_at": "2026-01-01T00:01:00+00:00"})
-    SessionWriter(session_dir).apply([Completion(task_id="IMPL-2", task_json=".task/IMPL-2.json", history=history,
+    SessionWriter(session_dir).write([Completion(task_id="IMPL-2", task_json=".task/IMPL-2.json", history=history,
                                                  summary_path=".summaries/IMPL-2-summary.md", summary="done\n")])
     text = todo.read_text(encoding="utf-8")
     assert text.endswith("\nA note added by hand.\n")
     assert "- [x] **IMPL-2**" in text
-
-
-def test_spares_are_made_only_up_to_the_limit_and_a_spare_written_to_is_emptied_first(tmp_path: Path) -> None:
-    """The writer bounds the spares by the completions left to write (none are made for nobody); a spare is
-    written without O_TRUNC, so one that somehow holds bytes is emptied before the new content goes in."""
-    from stepline.ccw._state import SpareFiles, write_files
-
-    folder = tmp_path / "folder"
-    folder.mkdir()
-    spares = SpareFiles({folder: 5})
-    spares.limit = 2
-    spares.fill()
-    made = sorted(folder.glob(".stepline-spare-*.tmp"))
-    assert len(made) == 2
-    made[0].write_bytes(b"a much longer leftover than the new content")
-    made[1].write_bytes(b"another leftover, also longer")
-    write_files([(folder / "a.json", b"new"), (folder / "b.json", b"two")], durable=False, spares=spares)
-    assert (folder / "a.json").read_bytes() == b"new" and (folder / "b.json").read_bytes() == b"two"
-    spares.limit = 0
-    spares.fill()
-    assert not list(folder.glob(".stepline-spare-*.tmp"))
 
 
 class _WaitsForDone(Executor):
@@ -731,15 +683,9 @@ class _WaitsForDone(Executor):
         await session.finish(summary="done")
 
 
-@pytest.mark.parametrize("quiet", [None, 0.05])
-def test_a_burst_of_completions_is_flushed_in_the_quiet_after_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                 quiet: float | None) -> None:
-    """Completions that came together are made durable and journaled done once they are written and no more
-    come, not at the next flush by time (here: an hour) nor when the run settles; also when their files are
-    written before the quiet is over (a long quiet here)."""
-    monkeypatch.setattr("stepline.ccw._driver._FLUSH_SECONDS", 3600.0)
-    if quiet is not None:
-        monkeypatch.setattr("stepline.ccw._driver._INTENT_QUIET", quiet)
+def test_completions_are_journaled_done_while_the_run_goes_on(tmp_path: Path) -> None:
+    """Completions that came together are made durable and journaled done while another task still runs,
+    not only when the run settles."""
     session_dir = _generated(tmp_path, 3, seed=1, max_deps=0)
     executor = _WaitsForDone()
     run = asyncio.run(asyncio.wait_for(execute_session(Engine(project_root=tmp_path, executor=executor,
@@ -787,55 +733,39 @@ def test_a_session_file_that_cannot_be_marked_stops_the_run_with_one_clear_error
 
 
 class _EditsNextTask(Executor):
-    """IMPL-1's agent, once the next task's JSON has been read ahead, rewrites it (new requirements)."""
+    """IMPL-1's agent rewrites IMPL-2's task JSON (new requirements) before it finishes."""
 
     name = "edits-next-task"
     pure = True
 
-    def __init__(self, session_dir: Path, events: list[str]) -> None:
+    def __init__(self, session_dir: Path) -> None:
         self.task_json = session_dir / ".task" / "IMPL-2.json"
-        self.events = events
         self.prompts: dict[str, str] = {}
 
     async def perform(self, request: StepRequest, session: StepSession) -> None:
-        self.events.append(f"start {request.step_id}")
         self.prompts[request.step_id] = request.content
         if request.step_id == "IMPL-1":
-            for _ in range(2000):  # at most 20 s, when the feature is broken; a few ms when it works
-                if "read IMPL-2" in self.events:
-                    break
-                await asyncio.sleep(0.01)
             data = json.loads(self.task_json.read_text(encoding="utf-8"))
             data["context"]["requirements"] = ["Do the edited thing, which is longer than before"]
             self.task_json.write_text(json.dumps(data, indent=2), encoding="utf-8")
         await session.finish(summary="done")
 
 
-def test_task_json_read_ahead_in_the_quiet_is_used_only_while_the_file_is_unchanged(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The next tasks' JSONs are read while the running agents work; a task whose file changed since (here
-    IMPL-2, rewritten by IMPL-1's agent) is read again when it starts, and one unchanged (IMPL-3) is not."""
-    from stepline.ccw import _driver as _ccw
-
+def test_a_task_json_is_read_as_it_is_when_its_task_starts(tmp_path: Path) -> None:
+    """A task JSON an earlier task's agent changed (IMPL-2's, by IMPL-1's agent) gives the prompt its new
+    content; the run's completion keeps that content and adds the status."""
     session_dir = _generated(tmp_path, 3, seed=1, max_deps=0)
-    events: list[str] = []
-    real_read = _ccw.read_task_file
-
-    def read(path: Path) -> Any:
-        events.append(f"read {path.stem}")
-        return real_read(path)
-
-    monkeypatch.setattr(_ccw, "read_task_file", read)
-    executor = _EditsNextTask(session_dir, events)
+    executor = _EditsNextTask(session_dir)
     run = _run(tmp_path, session_dir, executor, concurrency=1)
     assert run.status.value == "completed"
-    assert events.count("read IMPL-2") == 2  # read ahead while IMPL-1 ran, and again when it started: changed
     assert "Do the edited thing" in executor.prompts["IMPL-2"]
-    assert events.count("read IMPL-3") == 1 and events.index("read IMPL-3") < events.index("start IMPL-3")
+    data = json.loads((session_dir / ".task" / "IMPL-2.json").read_text(encoding="utf-8"))
+    assert data["context"]["requirements"] == ["Do the edited thing, which is longer than before"]
+    assert data["status"] == "completed"
 
 
 class _Prompts(Executor):
-    """Records each task's prompt; the first wave's agents take a while, so the next tasks are read ahead."""
+    """Records each task's prompt and finishes after a little while."""
 
     name = "prompts"
     pure = True
@@ -849,71 +779,21 @@ class _Prompts(Executor):
         await session.finish(summary=f"did {request.step_id}")
 
 
-def test_a_prompt_made_ahead_is_the_prompt_made_when_the_task_starts(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tasks read ahead get their prompts made in the quiet (dependency summaries included, secrets
-    redacted): the very prompts the tasks make when they start, as a run without reading ahead shows."""
-    from stepline.ccw import _driver as _ccw
-
+def test_a_prompt_holds_its_dependencies_summaries_and_no_secret(tmp_path: Path) -> None:
+    """Each task's prompt holds the summaries its dependencies' completions wrote; a secret in a task JSON
+    is redacted before the agent sees it."""
     secret = "sk-proj-" + "a1b2c3d4e5f6g7h8i9j0"
-    real_prompt = _ccw._task_prompt
-    real_later = _ccw._Committer.read_ahead_later
-    real_read_ahead = _ccw._Committer._read_ahead
-
-    def run(name: str, ahead: bool) -> tuple[dict[str, str], list[str]]:
-        session_dir = _generated(tmp_path / name, 6, seed=4, max_deps=2)
-        task = session_dir / ".task" / "IMPL-5.json"
-        data = json.loads(task.read_text(encoding="utf-8"))
-        data["context"]["requirements"] = [f"call the API with api_key = {secret}", "x" * 600]
-        task.write_text(json.dumps(data, indent=2), encoding="utf-8")
-        executor = _Prompts()
-        made_ahead: list[str] = []
-        reading_ahead: list[bool] = []
-
-        def read_ahead(committer: Any) -> None:
-            reading_ahead.append(True)
-            try:
-                real_read_ahead(committer)
-            finally:
-                reading_ahead.pop()
-
-        def task_prompt(committer: Any, spec: Any, view: Any, flow_context: dict[str, str]) -> Any:
-            if reading_ahead:
-                made_ahead.append(spec.id)
-            return real_prompt(committer, spec, view, flow_context)
-
-        monkeypatch.setattr(_ccw, "_task_prompt", task_prompt)
-        monkeypatch.setattr(_ccw._Committer, "_read_ahead", read_ahead)
-        monkeypatch.setattr(_ccw._Committer, "read_ahead_later", real_later if ahead else lambda self: None)
-        assert _run(tmp_path / name, session_dir, executor, concurrency=2).status.value == "completed"
-        prompts = {sid: text.replace(str(session_dir), "<session>") for sid, text in executor.prompts.items()}
-        for sid, text in prompts.items():
-            depends_on = json.loads((session_dir / ".task" / f"{sid}.json").read_text())["context"]["depends_on"]
-            assert all(f"did {dep}" in text for dep in depends_on)
-        return prompts, made_ahead
-
-    with_ahead, made = run("ahead", True)
-    without, _ = run("now", False)
-    assert made  # some prompts were made ahead of their tasks
-    assert secret not in with_ahead["IMPL-5"] and "[REDACTED:openai]" in with_ahead["IMPL-5"]
-    assert with_ahead == without
-
-
-def test_a_temp_file_made_when_no_spare_was_ready_never_becomes_a_spare_twice(tmp_path: Path) -> None:
-    """With no spare ready, a write uses its own temp file (named after the target). That file must not join
-    the spares: the next such write reuses the name, and the one path would be handed out twice, two files
-    of one batch written through it (a.json getting b.json's bytes)."""
-    from stepline.ccw._state import SpareFiles, write_files
-
-    folder = tmp_path / "folder"
-    folder.mkdir()
-    for name in ("a.json", "b.json"):
-        (folder / name).write_text("old " + name, encoding="utf-8")
-    spares = SpareFiles({folder: 4})  # none made yet: both writes below use their own temp file
-    write_files([(folder / "a.json", b"a1")], durable=False, spares=spares)
-    write_files([(folder / "a.json", b"a2")], durable=False, spares=spares)
-    spares.fill()
-    write_files([(folder / "a.json", b"a3"), (folder / "b.json", b"b3")], durable=False, spares=spares)
-    assert (folder / "a.json").read_bytes() == b"a3" and (folder / "b.json").read_bytes() == b"b3"
-    spares.discard()
-    assert not list(folder.glob(".*.tmp"))
+    session_dir = _generated(tmp_path, 6, seed=4, max_deps=2)
+    task = session_dir / ".task" / "IMPL-5.json"
+    data = json.loads(task.read_text(encoding="utf-8"))
+    data["context"]["requirements"] = [f"call the API with api_key = {secret}", "x" * 600]
+    task.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    executor = _Prompts()
+    assert _run(tmp_path, session_dir, executor, concurrency=2).status.value == "completed"
+    checked = 0
+    for sid, text in executor.prompts.items():
+        depends_on = json.loads((session_dir / ".task" / f"{sid}.json").read_text())["context"]["depends_on"]
+        assert all(f"did {dep}" in text for dep in depends_on), sid
+        checked += len(depends_on)
+    assert checked >= 3
+    assert secret not in executor.prompts["IMPL-5"] and "[REDACTED:openai]" in executor.prompts["IMPL-5"]

@@ -11,11 +11,8 @@
   skipped. Cost is O(1) per release, so a 10,000-task session schedules in linear time.
 * :func:`run_ccw_task` runs one task: its ``pre_analysis`` steps (``bash(...)``, plain commands, ``Read``,
   ``Glob``, ``Grep``/``Search``, with ``[var]`` substitution and ``on_error``), then one ``work`` request to
-  the executor with the prompt built from the task JSON (read now, or just before while the tasks ahead of
-  it ran, if the file is unchanged since: :meth:`_Committer.task`), then the completion as one
-  journaled change (:mod:`stepline.ccw._state`). Completions that become ready together share one
-  journal fsync; the task's slot is free once that intent is durable, and its files are written, flushed
-  and journaled done by a background writer, in batches (see :class:`_Committer`).
+  the executor with the prompt built from the task JSON (read when the task starts), then the completion as
+  one journaled change, handed to the run's :class:`stepline.ccw._state.Committer`.
 * ``pre_analysis`` commands come from the plan, not from the agent, so they run through the tool pipeline
   with the configured allow/blocklist and timeout but without the risk gate (a ``bash(...)`` step would
   otherwise stop every task for approval). Their results are journaled; a resumed task replays them. A
@@ -29,37 +26,25 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import heapq
+import json
 import os
 import re
 import shlex
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
-
-import orjson
+from typing import TYPE_CHECKING, Any
 
 from stepline import time
 from stepline.ccw._prompt import TaskView, build_task_prompt, render_container_summary, render_summary
 from stepline.ccw._session import CcwSession, read_ccw_session
-from stepline.ccw._state import (
-    Completion,
-    SessionWriter,
-    SpareFiles,
-    archive_session,
-    flush_files,
-    mark_session_started,
-    remove_stale_temp_files,
-)
-from stepline.ccw._task import CcwTask, read_task_file
+from stepline.ccw._state import Committer, Completion, SessionWriter, Stopped, json_bytes, write_files
+from stepline.ccw._task import read_task_file
 from stepline.ccw._waves import plan_workflow_waves
 from stepline.engine._runner import register_driver
 from stepline.engine._signals import StepBlocked
-from stepline.errors import ReaderError, RunLockedError, RunStateError, StepFailed, SteplineError
-from stepline.formats._files import file_version
-from stepline.model import EventType, Run, RunStatus, StepSpec, StepStatus, ToolCall, WorkflowSpec
-from stepline.store import datasync
+from stepline.errors import ReaderError, RunLockedError, RunStateError, StepFailed
+from stepline.model import EventType, Run, RunStatus, StepStatus, ToolCall, WorkflowSpec
 
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
@@ -69,21 +54,8 @@ if TYPE_CHECKING:
 __all__ = ["CcwFlow", "complete_session", "execute_session", "prepare_session", "run_ccw_task", "session_run"]
 
 _SEQUENTIAL = frozenset({"sequential", "tdd"})
-_T = TypeVar("_T")
-#: Written completions are flushed (made durable, then journaled done) when this many wait, after this long,
-#: once a burst of them is written (see _Committer._until_flush), or when the run settles.
-_FLUSH_COUNT, _FLUSH_SECONDS = 2000, 0.2
-#: A flush after a burst needs one completion to flush per this many lines of TODO_LIST.md: rewriting the file
-#: is O(tasks), and a burst too small for a large session waits for the flush by time or count.
-_FLUSH_LINES_PER_COMPLETION = 10
-#: Journaled intents are made durable together once none has come for this long (at most _INTENT_MAX after the
-#: first), or at once when a task waits for a dependency's files, a slot has no task to start, or the run
-#: settles. Completions come in bursts (the agents of a wave end together); the pipeline's work then runs in
-#: the quiet after the burst, not in the middle of the next one, where it would delay the tasks starting.
-_INTENT_QUIET, _INTENT_MAX = 0.005, 0.05
-#: A batch's task JSONs and summaries are written in pieces of about this many bytes.
-_CHUNK_BYTES = 1 << 20
 _LEAF, _START, _END, _BARRIER = 0, 1, 2, 3
+SESSION_FILE, ARCHIVING_MARKER = "workflow-session.json", ".archiving"
 
 
 class CcwFlow:
@@ -215,12 +187,6 @@ class CcwFlow:
             heapq.heappush(self.ready, item)
         return taken
 
-    def upcoming(self, limit: int) -> list[str]:
-        """The next ``limit`` ready task ids in the order they would start (no state changes; for reading
-        ahead, which asks in a quiet moment: O(ready))."""
-        return [self.ids[self.owner[node]] for _, node in heapq.nsmallest(limit, self.ready)
-                if self.owner[node] not in self.dead]
-
     def finished(self, step_id: str, status: StepStatus) -> list[str]:
         """Record how a task ended; a failed task's dependents are returned (to be skipped)."""
         position = self.index[step_id]
@@ -258,532 +224,41 @@ class CcwFlow:
 # --- one task ------------------------------------------------------------------------------------------
 
 
-class _Committer:
-    """The run's completion pipeline, one per run (kept on the engine like its tool pipeline).
-
-    1. **Intent** (group commit): :meth:`commit` journals the task's ``CallStarted`` with the whole
-       :class:`Completion` and returns, so the task's step completes (journaled behind its intent) and its
-       concurrency slot is free at once. The intents that arrive in the same loop turn, or while the previous
-       batch's fsync runs, are made durable with one fsync of the journal (in a worker thread). From then on
-       the completion is guaranteed, because a run redoes every intent that has no *done* record:
-       :meth:`_seed` reads them from the journal when the run's committer is made and writes them before any
-       task of the new process goes on, whether or not their steps were journaled as completed
-       (:func:`settle` makes the committer even when no task is left to run).
-    2. **Files**, in the background: the task JSONs and summaries of the intents made durable since the last
-       batch, each replaced atomically (temp file + rename), not yet fsynced. The temp files are made ahead
-       (:class:`SpareFiles`, in a worker thread while the agents run): creating a file is the costly part.
-       Completions that arrive while a batch is written form the next one. A task that needs a dependency's
-       files that no batch has taken yet writes them itself, at once (:meth:`visible`). Once a slot finds
-       no task to start (:func:`slot_idle`), nothing is starting that the pipeline could delay: intents are
-       then made durable at once instead of after the quiet, so the run's last completions are written as
-       they come rather than all after its last agent.
-    3. **Flush**, every ``_FLUSH_SECONDS`` or ``_FLUSH_COUNT`` completions, in the quiet after a burst of them
-       (:meth:`_until_flush`: then the run's end is left only its last burst) and when the run settles:
-       TODO_LIST.md is rewritten once for all the completions written since the last flush (it is O(tasks)
-       to rewrite: never per task, and after a burst only for one completion per ten lines at least),
-       everything is made durable with one :func:`flush_files`
-       (``syncfs``), and only then are the *done* records (``CallRecorded``) journaled. A *done* record
-       therefore never names a file change that could still be lost.
-
-    Crash argument: nothing is written to the session before its intent is durable, so a crash before that
-    leaves the session's files as they were, and the journal either without the intent (and then without
-    the step's completion, which comes after it: the task runs again, its agent call replayed from the
-    journal) or with it (redone); a crash after it leaves each of the three files old or new (never torn),
-    and the next run rewrites all three (idempotently) before any task of it goes on. The run's last record
-    (completed, failed, blocked) is journaled only once the pipeline is idle (:func:`settle`), so a finished
-    run has no completion left to redo. If the pipeline fails (a file or the journal cannot be written), the run stops
-    as a crash would (:class:`_Stopped`), rather than failing tasks, and resumes the same way.
-
-    A task waits until the task JSONs and summaries of its dependencies (in sequential and phased sessions:
-    of every earlier completion) are on disk before its pre_analysis and its agent run, so they find them
-    there as before; TODO_LIST.md follows within a flush interval.
-    """
-
-    def __init__(self, engine: Engine, run: Run) -> None:
-        from stepline.store import RunDir
-
-        self.engine = engine
-        self.run = run
-        paths = run.workflow.meta["paths"]
-        self.writer = SessionWriter(Path(paths["session_dir"]))
-        # Enough for the completions of every slot at once, and for TODO_LIST.md.
-        self.spares = self.writer.spares = SpareFiles({Path(paths["task_dir"]): engine.concurrency,
-                                                       Path(paths["summaries_dir"]): engine.concurrency,
-                                                       Path(paths["session_dir"]): 1})
-        self.spare_task: asyncio.Future[None] | None = None
-        # The pipeline's system calls run in a pool of its own, let go when the run settles: the loop's
-        # default pool would grow to six threads, and closing the loop joins them one by one (about 1 ms).
-        self.pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="stepline-ccw")
-        self.journal_path = RunDir(engine.store.root / run.run_id).journal_path
-        self.sequential = run.workflow.meta.get("execution_model") in (*_SEQUENTIAL, "phased")
-        self.intents: list[_Pending] = []  # journaled, for the next fsync
-        self.committing: dict[str, _Pending] = {}  # by task id: intent journaled, not yet durable
-        self.pending: dict[str, _Pending] = {}  # by task id: intent durable, done not yet journaled
-        self.unwritten: dict[str, _Pending] = {}  # by task id: for the writer's next batch
-        self.writing: set[str] = set()  # task ids of the batch the writer is writing
-        self.unflushed: list[tuple[list[_Pending], list[Path]]] = []
-        self.tick: asyncio.Future[None] | None = None  # resolved after each written batch
-        self.error: BaseException | None = None
-        self.intent_task: asyncio.Task[None] | None = None
-        self.intent_kick: asyncio.Future[None] | None = None  # resolved to sync the intents now
-        self.intent_last = 0.0  # loop time of the latest intent
-        self.writer_task: asyncio.Task[None] | None = None
-        self.flush_task: asyncio.Task[None] | None = None
-        self.unflushed_count = 0
-        self.flush_kick: asyncio.Future[None] | None = None  # resolved to flush now (settling, or many waiting)
-        self.flush_due = False  # flush without waiting (many waiting, or a burst written)
-        self.settling = False
-        #: Completions this run may still commit: the tasks not done yet (an upper bound; spares beyond what
-        #: is left to write are not made).
-        self.remaining = sum(step.status not in (StepStatus.COMPLETED, StepStatus.SKIPPED)
-                             for step in run.steps.values())
-        self.wanted = 0  # tasks waiting for the intents of their dependencies to be durable
-        self.hurried = False  # a slot had no task to start: the next intents are made durable at once
-        # Task JSONs read in the quiet ahead of their tasks, by path (see read_ahead_later).
-        self.specs = {step.id: step for step in run.workflow.steps}
-        self.ahead: dict[str, _Ahead] = {}
-        self.ahead_timer: asyncio.TimerHandle | None = None
-        self.session_marked = False
-        self._seed()
-        self._refill()
-        asyncio.get_running_loop().call_soon(self.mark_session)  # once the first tasks wait for their agents
-
-    # -- the pipeline ------------------------------------------------------------------------------------
-    def _seed(self) -> None:
-        """Queue every intent of this run without a done record (a crash came between the two)."""
-        try:
-            data = self.journal_path.read_bytes()
-        except FileNotFoundError:
-            return
-        if b'"ccw_complete"' not in data:
-            return
-        intents: dict[str, _Pending] = {}
-        for line in data.splitlines():
-            if b'"ccw_complete"' not in line:
-                continue
-            try:
-                event = orjson.loads(line)
-            except orjson.JSONDecodeError:  # a torn last line
-                continue
-            record = event.get("data") or {}
-            if record.get("op") != "ccw_complete":
-                continue
-            if event.get("type") == EventType.CALL_STARTED.value:
-                completion = Completion.from_json(record["args"]["completion"])
-                intents[record["key"]] = _Pending(str(event.get("step_id")), record["key"], completion, redo=True)
-            else:
-                intents.pop(record["key"], None)
-        if not intents:
-            return
-        # Redone at once, before any task of this process runs: a crash leaves few of them, and no task then
-        # waits for a file of the previous process (so an interrupted task goes on as it did before it).
-        _sync_file(self.journal_path)  # read back maybe from the page cache of a killed process: durable first
-        batch = list(intents.values())
-        flush_files(self.writer.put(self.writer.prepare([item.completion for item in batch])))
-        self._done(batch)
-
-    def commit(self, step_id: str, key: str, completion: Completion, *, journaled: bool = False) -> None:
-        """Journal ``completion``'s intent (``journaled``: it is in the journal already) and return; the intent
-        is made durable, its files written and its done record journaled in the background.
-
-        The task's step is journaled completed after this, so behind its intent: no crash keeps the step's
-        completion and loses the intent. The task's slot is free at once; a task that needs this one's files
-        waits for them (:meth:`visible`).
-        """
-        if self.error is not None:
-            raise _Stopped(self.error)
-        if journaled and completion.task_id in self.pending:  # seeded from the journal: durable, queued
-            return
-        item = _Pending(step_id, key, completion, redo=journaled)
-        self.remaining -= 1
-        if not journaled:
-            self.engine.emit(EventType.CALL_STARTED, {"key": key, "op": "ccw_complete",
-                                                      "args": {"completion": completion.to_json()}}, step_id=step_id)
-        self.intents.append(item)
-        self.intent_last = asyncio.get_running_loop().time()
-        self.committing[completion.task_id] = item
-        if self.intent_task is None:
-            self.intent_task = asyncio.ensure_future(self._journal_intents())
-
-    async def _journal_intents(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while self.intents and self.error is None:
-                await asyncio.sleep(0)  # at least the completions of this loop turn share the fsync
-                deadline = loop.time() + _INTENT_MAX
-                while not (self.settling or self.wanted or self.hurried) and self.error is None:
-                    quiet = self.intent_last + _INTENT_QUIET
-                    if quiet >= deadline or loop.time() >= quiet:
-                        break
-                    self.intent_kick = loop.create_future()
-                    await asyncio.wait([self.intent_kick], timeout=quiet - loop.time())
-                    self.intent_kick = None
-                batch, self.intents = self.intents, []
-                self.hurried = False
-                try:
-                    # One fsync for the batch (and for a redo read back), in a worker thread so the loop goes
-                    # on. It syncs the journal file through a descriptor of its own: that makes every record
-                    # appended before it durable, whatever the journal's own bookkeeping says.
-                    await self._off_loop(_sync_file, self.journal_path)
-                except Exception as exc:
-                    self._fail(exc)  # the journal is in doubt: stop, as a crash would
-                    return
-                for item in batch:
-                    task_id = item.completion.task_id
-                    if self.committing.get(task_id) is item:
-                        del self.committing[task_id]
-                    if task_id not in self.pending:
-                        self._enqueue(item)
-                self._wake()
-        finally:
-            self.intent_task = None
-
-    def _enqueue(self, item: _Pending) -> None:
-        task_id = item.completion.task_id
-        self.pending[task_id] = item
-        self.unwritten[task_id] = item
-        if self.writer_task is None and self.error is None:
-            self.writer_task = asyncio.ensure_future(self._write())
-
-    async def _write(self) -> None:
-        """Write the task JSONs and summaries of the intents made durable so far, batch after batch."""
-        try:
-            while self.unwritten and self.error is None:
-                batch = list(self.unwritten.values())
-                self.unwritten = {}
-                self.writing = set(item.completion.task_id for item in batch)
-                try:
-                    # The bytes are computed here: Python work holds the GIL wherever it runs, and in a thread
-                    # it would stall the loop for a switch interval at each of its system calls. The thread
-                    # only makes the system calls (open, write, rename), which release the GIL. A batch is
-                    # written in pieces of at most _CHUNK_BYTES, so memory does not grow with task JSON size.
-                    paths: list[Path] = []
-                    files: list[tuple[Path, bytes]] = []
-                    size = 0
-                    for number, item in enumerate(batch, start=1):
-                        more = self.writer.prepare([item.completion], todo=False)
-                        files += more
-                        size += sum(len(data) for _, data in more)
-                        if size >= _CHUNK_BYTES or number == len(batch):
-                            paths += await self._off_loop(self.writer.put, files)
-                            files, size = [], 0
-                except Exception as exc:
-                    self._fail(exc)
-                    return
-                finally:
-                    self.writing = set()
-                self._wake()
-                self._written(batch, paths)
-                self._refill()
-        finally:
-            self.writer_task = None
-
-    def _write_now(self, batch: list[_Pending]) -> None:
-        """Write a few completions' task JSONs and summaries here and now (a task needs them on disk)."""
-        try:
-            paths = self.writer.put(self.writer.prepare([item.completion for item in batch], todo=False))
-        except Exception as exc:
-            self._fail(exc)
-            raise _Stopped(exc) from exc
-        self._written(batch, paths)
-
-    def _written(self, batch: list[_Pending], paths: list[Path]) -> None:
-        self.unflushed.append((batch, paths))
-        self.unflushed_count += len(batch)
-        if self.unflushed_count >= _FLUSH_COUNT:
-            self.flush_due = True
-        self._kick_flush()  # the flusher looks again: due, or a burst all written
-        if self.flush_task is None and self.error is None:
-            self.flush_task = asyncio.ensure_future(self._flush())
-
-    async def _until_flush(self) -> None:
-        """Wait until the written completions are to be flushed: ``_FLUSH_SECONDS`` after the first, when
-        ``_FLUSH_COUNT`` wait, when the run settles, or once a burst of them is all written (none is on its
-        way to the writer) and no intent has come for ``_INTENT_QUIET``. Flushed then, in the quiet before the
-        next burst, they are not left for the run's end to make durable and journal done. A burst flushes
-        only with one completion per ``_FLUSH_LINES_PER_COMPLETION`` lines of TODO_LIST.md, which is
-        rewritten whole; completions that keep coming are flushed by time or count."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _FLUSH_SECONDS
-        while not (self.settling or self.flush_due) and self.error is None:
-            now = loop.time()
-            wake = deadline
-            if not (self.unwritten or self.committing) and \
-                    self.unflushed_count * _FLUSH_LINES_PER_COMPLETION >= self.writer.todo_lines:
-                wake = min(wake, self.intent_last + _INTENT_QUIET)
-            if now >= wake:
-                return
-            self.flush_kick = loop.create_future()
-            await asyncio.wait([self.flush_kick], timeout=wake - now)
-            self.flush_kick = None
-
-    async def _flush(self) -> None:
-        """Tick the written completions in TODO_LIST.md, make everything durable, journal the done records."""
-        try:
-            while self.unflushed and self.error is None:
-                # Task JSONs and summaries are on disk already; TODO_LIST.md and the done records wait, so that
-                # one rewrite of TODO_LIST.md (O(tasks)) and one flush cover many batches, and flushes do not
-                # keep holding up the intents' journal fsyncs.
-                await self._until_flush()
-                while self.settling and (upstream := [task for task in (self.intent_task, self.writer_task)
-                                                      if task is not None]):
-                    await asyncio.wait(upstream)  # the run's last completions: all in one flush
-                written, self.unflushed = self.unflushed, []
-                self.unflushed_count = 0
-                self.flush_due = False
-                try:
-                    batches = [batch for batch, _ in written]
-                    todo = self.writer.prepare([item.completion for batch in batches for item in batch], files=False)
-                    paths = [path for _, paths in written for path in paths]
-                    paths += await self._off_loop(self.writer.put, todo)
-                    await self._off_loop(flush_files, paths)
-                    for batch in batches:
-                        self._done(batch)
-                except Exception as exc:
-                    self._fail(exc)
-                    return
-        finally:
-            self.flush_task = None
-
-    def _done(self, batch: list[_Pending]) -> None:
-        """Journal the done records of a batch whose files are durable."""
-        steps = self.run.steps
-        for item in batch:
-            self.engine.emit(EventType.CALL_RECORDED, {"key": item.key, "op": "ccw_complete",
-                                                       "args": {"task_id": item.completion.task_id, "redo": item.redo},
-                                                       "result": item.completion.summary_path}, step_id=item.step_id)
-            self.pending.pop(item.completion.task_id, None)
-            step = steps.get(item.step_id)
-            if step is not None and step.status == StepStatus.COMPLETED:
-                self.engine.calls.recorded.pop(item.key, None)  # finished: never replayed, no need to keep it
-
-    async def _off_loop(self, call: Callable[..., _T], *args: Any) -> _T:
-        """Run a blocking call (fsync, file writes) in a worker thread, so the tasks' loop goes on; once the
-        run settles no task is left to go on, and the call runs here, without two thread hand-offs (each a
-        wake-up that costs a few hundred µs on a VM)."""
-        if self.settling:
-            return call(*args)
-        return await asyncio.get_running_loop().run_in_executor(self.pool, call, *args)
-
-    def _refill(self) -> None:
-        """Make spare temp files for the next completions, in a worker thread (not once the run settles: no
-        completion is left to use them)."""
-        if self.spare_task is None and not self.settling and self.error is None:
-            self.spares.limit = max(self.remaining, 0) + len(self.unwritten) + len(self.committing)
-            self.spare_task = asyncio.get_running_loop().run_in_executor(self.pool, self.spares.fill)
-            self.spare_task.add_done_callback(self._refilled)
-
-    def _refilled(self, task: asyncio.Future[None]) -> None:
-        self.spare_task = None
-        error = None if task.cancelled() else task.exception()
-        if error is not None:
-            self._fail(error)
-
-    def close(self) -> None:
-        """Delete the spare temp files not used and let the pool's threads go (the run has settled, or
-        stopped); its threads end by themselves, nobody waits for them."""
-        self.spares.discard()
-        self.pool.shutdown(wait=False)
-        if self.ahead_timer is not None:
-            self.ahead_timer.cancel()
-
-    def hurry(self) -> None:
-        """Make the intents journaled so far durable now, not after the quiet: no task is starting to delay
-        (a slot found none ready), and the run's last completions then reach the disk as they come rather
-        than all at the end."""
-        if self.intents:
-            self.hurried = True
-            self._kick_intents()
-
-    def _kick_intents(self) -> None:
-        if self.intent_kick is not None and not self.intent_kick.done():
-            self.intent_kick.set_result(None)
-
-    def _kick_flush(self) -> None:
-        if self.flush_kick is not None and not self.flush_kick.done():
-            self.flush_kick.set_result(None)
-
-    def _fail(self, exc: BaseException) -> None:
-        """Stop the pipeline: the intents not done stay in the journal, for the next run to redo."""
-        self.error = exc
-        self._wake()
-
-    def _wake(self) -> None:
-        tick, self.tick = self.tick, None
-        if tick is not None and not tick.done():
-            tick.set_result(None)
-
-    # -- reading task JSONs ahead -----------------------------------------------------------------------
-    def read_ahead_later(self) -> None:
-        """Read the task JSONs of the next tasks once no task has started for ``_INTENT_QUIET`` (tasks start
-        in bursts, as the agents of a wave end together): in the quiet, where the reading delays nothing, and
-        not as each task starts, when it delays every slot's hand-over behind it. A task without
-        ``pre_analysis`` gets its prompt made (and scanned for secrets) then too."""
-        if self.ahead_timer is not None:
-            self.ahead_timer.cancel()
-        self.ahead_timer = asyncio.get_running_loop().call_later(_INTENT_QUIET, self._read_ahead)
-
-    def _read_ahead(self) -> None:
-        self.ahead_timer = None
-        flow = self.engine.flow
-        if self.settling or self.error is not None or not isinstance(flow, CcwFlow):
-            return
-        for task_id in flow.upcoming(self.engine.concurrency):
-            spec = self.specs.get(task_id)
-            path = spec.meta.get("task_json") if spec is not None else None
-            if spec is None or not path or path in self.ahead or spec.meta.get("container"):
-                continue
-            try:
-                task = read_task_file(Path(path))
-            except (OSError, SteplineError):
-                continue  # the task reads it itself when it starts, and reports what is wrong
-            view = TaskView(task.data)
-            if view.pre_analysis:  # the prompt holds their outputs: made when the task has run them
-                self.ahead[path] = _Ahead(task)
-                continue
-            prompt, dependencies = _task_prompt(self, spec, view, {})
-            self.engine.redact(prompt)  # the engine keeps the redacted text: the task's request finds it
-            self.ahead[path] = _Ahead(task, prompt, dependencies)
-        while len(self.ahead) > 2 * self.engine.concurrency:  # those whose tasks did not start after all
-            self.ahead.pop(next(iter(self.ahead)))
-
-    def task(self, path: str) -> _Ahead:
-        """The task JSON at ``path``, read and validated: what was read ahead if the file is still the
-        version read (inode, size, mtime), else read now."""
-        known = self.ahead.pop(path, None)
-        if known is not None:
-            try:
-                if file_version(os.stat(path)) == known.task.version:
-                    return known
-            except OSError:
-                pass
-        return _Ahead(read_task_file(Path(path)))
-
-    # -- for tasks and the engine ------------------------------------------------------------------------
-    def mark_session(self) -> None:
-        """Mark the session active (``execution_started_at`` the first time) and delete the temp files a
-        killed writer left. Run once the first tasks wait for their agents, not before the first starts
-        (it was a millisecond of every start), and at the latest when the run settles; failing, it stops the
-        run as a failed write does."""
-        if self.session_marked or self.error is not None:
-            return
-        self.session_marked = True
-        try:
-            remove_stale_temp_files(self.writer.session_dir)
-            mark_session_started(self.writer.session_dir, time.now_iso())
-        except Exception as exc:
-            self._fail(exc)
-
-    def summary_of(self, task_id: str) -> str | None:
-        """The summary of a completion not yet done (None when there is none)."""
-        item = self.pending.get(task_id) or self.committing.get(task_id)
-        return item.completion.summary if item is not None else None
-
-    async def visible(self, task_ids: tuple[str, ...] | list[str]) -> None:
-        """Wait until the files of ``task_ids`` (in sequential and phased sessions: of every completion so
-        far) are written."""
-        while True:
-            if self.error is not None:
-                raise _Stopped(self.error)
-            if self.sequential:
-                wanted = set(self.pending) | set(self.committing)
-            else:
-                wanted = {t for t in task_ids if t in self.pending or t in self.committing}
-            if not wanted & self.committing.keys():
-                break
-            self.wanted += 1  # their intents are not durable yet (no file may be written before): now
-            self._kick_intents()
-            try:
-                await self._tick()
-            finally:
-                self.wanted -= 1
-        now = [self.unwritten.pop(t) for t in wanted if t in self.unwritten]
-        if now:  # not taken by the writer yet: written at once rather than waiting for its next batch
-            self._write_now(now)
-        while wanted & self.writing:
-            if self.error is not None:
-                raise _Stopped(self.error)
-            await self._tick()
-
-    async def _tick(self) -> None:
-        """Wait for the pipeline's next step (an intent batch made durable, a batch written, a failure)."""
-        if self.tick is None:
-            self.tick = asyncio.get_running_loop().create_future()
-        await self.tick
-
-    async def drain(self) -> None:
-        """Wait until every completion is written, durable and done; raise what stopped the pipeline."""
-        self.settling = True
-        self.spares.limit = 0  # a fill under way makes no more: the spares there are enough for what is left
-        self.mark_session()
-        self._kick_intents()
-        self._kick_flush()
-        while True:
-            busy = [task for task in (self.intent_task, self.writer_task, self.flush_task) if task is not None]
-            if not busy:
-                break
-            await asyncio.wait(busy)
-        self.close()
-        if self.error is not None:
-            raise _Stopped(self.error)
-
-
-class _Stopped(BaseException):
-    """The completion pipeline failed (the session's files or the journal could not be written).
-
-    Raised in the tasks and by :func:`settle`, it stops the run the way a crash would, rather than failing
-    the task (which would skip its dependents for good): the run stays resumable, and the next execute
-    redoes every completion that has no done record. Not an :class:`Exception`, so that the engine does not
-    take it for a failure of the task; :func:`execute_session` turns it into a :class:`RunStateError`.
-    """
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
-def _sync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        datasync(fd)  # the journal grows ahead in fsync'd blocks: its data is all there is to sync
-    finally:
-        os.close(fd)
-
-
-@dataclass(slots=True, eq=False)
-class _Pending:
-    step_id: str
-    key: str
-    completion: Completion
-    redo: bool
-
-
-@dataclass(frozen=True, slots=True)
-class _Ahead:
-    """A task JSON read ahead of its task, with the prompt made from it (None: made when the task runs)."""
-
-    task: CcwTask
-    prompt: str | None = None
-    dependencies: dict[str, str] = field(default_factory=dict)
-
-
-def _committer(engine: Engine, run: Run) -> _Committer:
-    """The run's committer (one run is driven at a time by an engine); a new one reads the run's journal."""
-    cached: _Committer | None = getattr(engine, "_ccw_committer", None)
+def _committer(engine: Engine, run: Run) -> Committer:
+    """The run's committer (one run is driven at a time by an engine); a new one redoes the completions a
+    crash interrupted, before any task goes on."""
+    cached: Committer | None = getattr(engine, "_ccw_committer", None)
     if cached is None or cached.run is not run:
-        cached = _Committer(engine, run)
+        cached = Committer(engine, run)
         engine._ccw_committer = cached  # type: ignore[attr-defined]
+        asyncio.get_running_loop().call_soon(_mark_session, cached)  # once the first tasks wait for their agents
+    if cached.error is not None:  # the completion path failed: no task goes on (see Stopped)
+        raise Stopped(cached.error)
     return cached
 
 
-def slot_idle(engine: Engine, run: Run) -> None:
-    """The engine's hook when a slot finds no task to start: the pending intents need not wait."""
-    _committer(engine, run).hurry()
+def _mark_session(committer: Committer) -> None:
+    """Mark the session active (once the first tasks are under way, at the latest when the run settles) and
+    delete the temp files a killed writer left; failing, it stops the run as a failed write does."""
+    if committer.session_marked or committer.error is not None:
+        return
+    committer.session_marked = True
+    try:
+        remove_stale_temp_files(committer.writer.session_dir)
+        mark_session_started(committer.writer.session_dir, time.now_iso())
+    except Exception as exc:
+        committer.error = exc
 
 
 async def settle(engine: Engine, run: Run) -> None:
-    """The engine's hook before a ccw run finishes: every completion written, durable and journaled done."""
-    await _committer(engine, run).drain()
+    """The engine's hook before a CCW run's last record: every completion written, durable and journaled done.
+
+    Needed for correctness: a task's step completes once its intent is journaled, before its files are
+    written, and a run that finished is never resumed, so a completion still on its way at the run's last
+    record would never be redone."""
+    committer = _committer(engine, run)
+    _mark_session(committer)
+    await committer.drain()
 
 
 async def run_ccw_task(ctx: StepContext) -> None:
@@ -792,13 +267,8 @@ async def run_ccw_task(ctx: StepContext) -> None:
     committer = _committer(ctx.engine, ctx.run)
     key = f"{spec.id}/ccw/complete"
     calls = ctx.engine.calls
-    if key in calls.recorded:
-        ctx.step.summary = ctx.step.summary or "completed"
-        return
-    started = calls.started.get(key)
-    if started is not None:  # the intent made it to the journal, maybe not all three files: redo it
-        committer.commit(spec.id, key, Completion.from_json(started["args"]["completion"]), journaled=True)
-        ctx.step.summary = "completion redone after an interruption"
+    if key in calls.recorded or key in calls.started:  # done (a crash's intents are redone by the committer),
+        ctx.step.summary = ctx.step.summary or "completed"  # or journaled in this process and on its way
         return
     if spec.meta.get("status") == "completed":
         ctx.step.summary = "already completed in the session"
@@ -812,11 +282,7 @@ async def run_ccw_task(ctx: StepContext) -> None:
 
 
 def _session_relative(ctx: StepContext, path: str) -> str:
-    session_dir = str(ctx.run.workflow.meta["paths"]["session_dir"])
-    prefix = session_dir.rstrip(os.sep) + os.sep
-    if path.startswith(prefix) and os.sep == "/":  # the common case, without building paths (per task)
-        return path[len(prefix):]
-    return Path(path).relative_to(session_dir).as_posix()
+    return Path(path).relative_to(str(ctx.run.workflow.meta["paths"]["session_dir"])).as_posix()
 
 
 def _history(from_status: object, started_at: str | None, now: str) -> tuple[dict[str, str], ...]:
@@ -841,20 +307,15 @@ def _container_completion(ctx: StepContext) -> Completion:
                       summary=render_container_summary(spec.id, spec.name, spec.meta.get("children") or []))
 
 
-async def _task_completion(ctx: StepContext, committer: _Committer) -> Completion:
+async def _task_completion(ctx: StepContext, committer: Committer) -> Completion:
     spec = ctx.spec
     paths: dict[str, Any] = ctx.run.workflow.meta["paths"]
     task_json = str(spec.meta["task_json"])
-    ahead = committer.task(task_json)  # lazily, now that the task runs (or in the quiet just before)
-    committer.read_ahead_later()
-    task = ahead.task
+    task = read_task_file(Path(task_json))  # lazily, now that the task runs
     view = TaskView(task.data)
     await committer.visible(spec.depends_on)  # their files are on disk for pre_analysis and the agent
     flow_context = await _pre_analysis(ctx, view)
-    if ahead.prompt is not None and not flow_context:
-        prompt, dependencies = ahead.prompt, ahead.dependencies
-    else:
-        prompt, dependencies = _task_prompt(committer, spec, view, flow_context)
+    prompt, dependencies = _task_prompt(ctx, view, flow_context)
     agent = str(spec.meta.get("agent"))
     outcome = await ctx.invoke("work", title=f"{spec.id}: {spec.name}", content=prompt,
                                hints={"agent": agent, "task_id": spec.id, "execution_group": spec.execution_group,
@@ -875,21 +336,17 @@ async def _task_completion(ctx: StepContext, committer: _Committer) -> Completio
                       summary_path=summary_path, summary=summary)
 
 
-def _task_prompt(committer: _Committer, spec: StepSpec, view: TaskView,
-                 flow_context: dict[str, str]) -> tuple[str, dict[str, str]]:
+def _task_prompt(ctx: StepContext, view: TaskView, flow_context: dict[str, str]) -> tuple[str, dict[str, str]]:
     """The agent's prompt for a task, and the summaries of its dependencies that it holds."""
-    paths: dict[str, Any] = committer.run.workflow.meta["paths"]
-    dependencies = {dep: _dependency_summary(committer, paths["summaries_dir"], dep) for dep in spec.depends_on}
+    spec = ctx.spec
+    paths: dict[str, Any] = ctx.run.workflow.meta["paths"]
+    dependencies = {dep: _read_text(os.path.join(paths["summaries_dir"], f"{dep}-summary.md"))
+                    for dep in spec.depends_on}
     prompt = build_task_prompt(view, task_id=spec.id, title=spec.name, agent=str(spec.meta.get("agent")),
                                execution_group=spec.execution_group, paths=paths,
                                task_json=str(spec.meta["task_json"]), dependencies=dependencies,
                                flow_context=flow_context)
     return prompt, dependencies
-
-
-def _dependency_summary(committer: _Committer, summaries: str, task_id: str) -> str:
-    pending = committer.summary_of(task_id)
-    return pending if pending is not None else _read_text(os.path.join(summaries, f"{task_id}-summary.md"))
 
 
 def _read_text(path: Path | str) -> str:
@@ -1066,7 +523,7 @@ def _manual_intervention(ctx: StepContext, number: int, name: str, failure: str)
     raise StepBlocked(f"waiting for approval of gate {gate_id} ({reason})", gate_id)
 
 
-register_driver("ccw", run_ccw_task, CcwFlow, settle=settle, slot_idle=slot_idle, completion_durable=True)
+register_driver("ccw", run_ccw_task, CcwFlow, settle=settle, completion_durable=True)
 
 
 # --- a session as a whole ------------------------------------------------------------------------------
@@ -1143,14 +600,10 @@ async def execute_session(engine: Engine, session_dir: Path) -> Run:
         if previous is not None and previous[1] in (RunStatus.RUNNING, RunStatus.BLOCKED):
             return await engine.resume(previous[0])
         return await engine.start(spec)
-    except _Stopped as stopped:
+    except Stopped as stopped:
         raise RunStateError(f"session {session.session_id}: its files could not be written ({stopped.cause}); "
                             "the run stopped", hint="fix the cause and execute the session again: the run "
                             "resumes and finishes the completions it had journaled") from stopped.cause
-    finally:
-        committer: _Committer | None = getattr(engine, "_ccw_committer", None)
-        if committer is not None:
-            committer.close()  # a run that stopped before it settled
 
 
 def complete_session(session_dir: Path) -> dict[str, Any]:
@@ -1184,7 +637,122 @@ def complete_session(session_dir: Path) -> dict[str, Any]:
             task_id=task_id, task_json=ref.path.relative_to(session.session_dir).as_posix() if ref.path else None,
             history=({"from": ref.status, "to": "completed", "changed_at": now},),
             summary_path=f".summaries/{task_id}-summary.md", summary=summary))
-    SessionWriter(session.session_dir).apply(completions)
+    SessionWriter(session.session_dir).write(completions)
     if session.layout == "legacy":
         (parent / f".active-{session.session_id}").unlink(missing_ok=True)
     return archive_session(session.session_dir, archives, now, relative_to=session.project_root)
+
+
+def read_session_file(session_dir: Path) -> dict[str, Any]:
+    """workflow-session.json as a dict (a :class:`ReaderError` when it is missing or not a JSON object)."""
+    path = session_dir / SESSION_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ReaderError(f"{SESSION_FILE} is missing", path=str(path),
+                          hint="`stepline ccw check` reports it") from None
+    except json.JSONDecodeError as exc:
+        raise ReaderError(f"{SESSION_FILE} does not parse: {exc.msg}", path=str(path), line=exc.lineno) from exc
+    if not isinstance(data, dict):
+        raise ReaderError(f"{SESSION_FILE} must be a JSON object", path=str(path), line=1)
+    return data
+
+
+def mark_session_started(session_dir: Path, now: str) -> None:
+    """Set ``status: active`` and, the first time, ``execution_started_at`` in workflow-session.json."""
+    data = read_session_file(session_dir)
+    updated = {**data, "status": "active"}
+    updated.setdefault("execution_started_at", now)
+    if updated != data:
+        write_files([(session_dir / SESSION_FILE, json_bytes(updated))])
+
+
+def remove_stale_temp_files(session_dir: Path) -> None:
+    """Delete temp files a killed writer left (``.<name>.<pid>.tmp`` of a process that no longer exists)."""
+    for folder in (session_dir, session_dir / ".task", session_dir / ".summaries"):
+        try:
+            with os.scandir(folder) as entries:  # not glob: this runs at every execute, on big folders too
+                names = [entry.name for entry in entries if entry.name[0] == "." and entry.name.endswith(".tmp")]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for name in names:
+            pid = name.rsplit(".", 2)[-2]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                (folder / name).unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _hours_between(start: object, end: str) -> float | None:
+    from datetime import datetime
+
+    if not isinstance(start, str):
+        return None
+    try:
+        delta = datetime.fromisoformat(end) - datetime.fromisoformat(start)
+    except (ValueError, TypeError):
+        return None
+    return round(delta.total_seconds() / 3600, 2)
+
+
+def archive_session(session_dir: Path, archives_dir: Path, now: str, *, relative_to: Path | None) -> dict[str, Any]:
+    """Mark the session completed, move it into ``archives_dir`` and append its entry to ``manifest.json``.
+
+    Follows ``/workflow:session:complete``: an ``.archiving`` marker first (an interrupted archive is
+    finished, not restarted), the session file updated, the folder moved with one rename, the manifest
+    entry appended (once: an entry for the same archive path is not added twice), the marker removed.
+    ``session_dir`` may already be in ``archives_dir`` when an earlier attempt was interrupted after the move.
+    """
+    session_id = session_dir.name
+    target = archives_dir / session_id
+    if session_dir != target and target.exists():
+        raise RunStateError(f"{target} already exists; session {session_id} was archived before",
+                            hint="move or rename the older archive first")
+    (session_dir / ARCHIVING_MARKER).touch()
+    data = read_session_file(session_dir)
+    if data.get("status") != "completed":
+        data = {**data, "status": "completed", "completed_at": now}
+        write_files([(session_dir / SESSION_FILE, json_bytes(data))])
+    tasks = len(list((session_dir / ".task").glob("*.json")))
+    summaries = len(list((session_dir / ".summaries").glob("*.md")))
+    if session_dir != target:
+        archives_dir.mkdir(parents=True, exist_ok=True)
+        os.rename(session_dir, target)
+    archive_path = target.relative_to(relative_to).as_posix() if relative_to else str(target)
+    metrics: dict[str, Any] = {"tasks_completed": tasks, "summaries_generated": summaries}
+    hours = _hours_between(data.get("execution_started_at") or data.get("created_at"),
+                           str(data.get("completed_at") or now))
+    if hours is not None:
+        metrics["duration_hours"] = hours
+    entry: dict[str, Any] = {"session_id": session_id,
+                             "description": str(data.get("description") or data.get("project") or session_id),
+                             "archived_at": now, "archive_path": archive_path, "metrics": metrics}
+    _append_manifest(archives_dir / "manifest.json", entry)
+    (target / ARCHIVING_MARKER).unlink(missing_ok=True)
+    return entry
+
+
+def _append_manifest(path: Path, entry: dict[str, Any]) -> None:
+    """Append to a manifest that is a list (CCW 2025-11+) or ``{"archives": [...]}``; once per archive path."""
+    try:
+        manifest: Any = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        manifest = []
+    except json.JSONDecodeError as exc:
+        raise ReaderError(f"manifest.json does not parse: {exc.msg}", path=str(path), line=exc.lineno,
+                          hint="fix it by hand; the session is already in the archive") from exc
+    entries = manifest.get("archives") if isinstance(manifest, dict) else manifest
+    if not isinstance(entries, list):
+        raise ReaderError("manifest.json is neither a list nor {\"archives\": [...]}", path=str(path), line=1)
+    if any(isinstance(old, dict) and old.get("archive_path") == entry["archive_path"] for old in entries):
+        return
+    entries.append(entry)
+    write_files([(path, json_bytes(manifest))])

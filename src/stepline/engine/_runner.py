@@ -63,36 +63,31 @@ StepDriver = Callable[[StepContext], Awaitable[None]]
 FlowFactory = Callable[[WorkflowSpec, Run], Flow]
 #: Awaited before a run of a workflow format finishes (work its driver left running in the background).
 Settle = Callable[["Engine", Run], Awaitable[None]]
-#: Called when a slot of a DAG run finds no step to start: work left for later may run now, delaying no start.
-SlotIdle = Callable[["Engine", Run], None]
 
 _drivers: dict[str, StepDriver] = {}
 _flows: dict[str, FlowFactory] = {}
 _settles: dict[str, Settle] = {}
-_slot_idles: dict[str, SlotIdle] = {}
 _self_durable: set[str] = set()
 #: Texts at least this long have their redaction kept, the last this many (see Engine.redact).
 _REDACTED_MIN, _REDACTED_KEPT = 512, 64
 
 
 def register_driver(fmt: str, driver: StepDriver, flow: FlowFactory | None = None, *, settle: Settle | None = None,
-                    slot_idle: SlotIdle | None = None, completion_durable: bool = False) -> None:
+                    completion_durable: bool = False) -> None:
     """Teach the engine to run steps of workflow format ``fmt`` (and, optionally, how to order them).
 
-    ``settle`` is awaited once no step is left to run, before the run's last record. ``slot_idle`` is called
-    each time a slot of a DAG run finds no step ready to start (the driver's background work then delays
-    none: the last steps of a run are running, or the ready ones wait for dependencies). ``completion_durable``
-    says the driver has made the step's result durable in the journal itself (a synced record that a resumed
-    step replays), so its StepCompleted need not be fsynced on its own: lost, the step runs again and
-    replays that record.
+    ``settle`` is awaited once no step is left to run, before the run's last record: a driver whose steps
+    complete before their work is durable (CCW's completions are journaled intents, written in the
+    background) finishes that work there, since a finished run is never resumed to redo it.
+    ``completion_durable`` says the driver has made the step's result durable in the journal itself (a
+    record that a resumed step replays), so its StepCompleted need not be fsynced on its own: lost, the step
+    runs again and replays that record.
     """
     _drivers[fmt] = driver
     if flow is not None:
         _flows[fmt] = flow
     if settle is not None:
         _settles[fmt] = settle
-    if slot_idle is not None:
-        _slot_idles[fmt] = slot_idle
     if completion_durable:
         _self_durable.add(fmt)
 
@@ -467,7 +462,6 @@ class Engine:
         """
         running = 0
         change: asyncio.Future[None] | None = None
-        slot_idle = _slot_idles.get(run.workflow.format)
 
         async def worker() -> None:
             nonlocal running, change
@@ -476,8 +470,6 @@ class Engine:
                 if not ready:
                     if running == 0:
                         return
-                    if slot_idle is not None:
-                        slot_idle(self, run)
                     if change is None:
                         change = asyncio.get_running_loop().create_future()
                     await asyncio.shield(change)  # another worker ends a step: maybe something is ready
