@@ -101,4 +101,5 @@ def test_sigkill_at_many_points_then_resume_runs_every_step_exactly_once(project
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "completed"
     assert manifest["variables"]["v199"] == 199
+    assert manifest["steps_by_status"] == {"completed": STEPS}  # the snapshot counts what the journal says
     assert not list(run_dir.glob(".*.tmp")) or all(p.stat().st_size >= 0 for p in run_dir.glob(".*.tmp"))

@@ -416,9 +416,11 @@ def test_a_run_that_stops_before_its_first_step_waits_still_leaves_a_loadable_ru
     assert loaded.status.value == "failed" and loaded.workflow.id == "w"
 
 
-def test_the_manifest_is_the_runs_whole_dump_redacted_with_the_spec_scanned_once(project: Path) -> None:
-    """The manifest is written from the spec's text and the rest's, the spec redacted once per run: the
-    bytes are still those of the whole run dumped and redacted, and a secret in the spec never lands."""
+def test_the_manifest_is_the_runs_dump_without_step_records_redacted_with_the_spec_scanned_once(
+        project: Path) -> None:
+    """The manifest is written from the spec's text and the rest's, the spec redacted once per run: it is the
+    run dumped and redacted, less the step records (the journal's), plus the steps counted by status; a
+    secret in the spec never lands."""
     from stepline.guardrails import redact
 
     secret = "sk-proj-" + "a1b2c3d4e5f6g7h8i9j0"
@@ -428,9 +430,26 @@ def test_the_manifest_is_the_runs_whole_dump_redacted_with_the_spec_scanned_once
     run = _run(engine, workflow)
     assert run.status.value == "completed"
     text = (engine.store.root / run.run_id / "manifest.json").read_text(encoding="utf-8")
-    assert text == redact(run.model_dump_json(indent=2, exclude_defaults=True))
+    whole = json.loads(redact(run.model_dump_json(exclude_defaults=True)))
+    assert whole.pop("steps")
+    assert json.loads(text) == {**whole, "steps_by_status": {"completed": 2}}
     assert secret not in text and "[REDACTED:openai]" in text
     assert json.loads(text)["workflow"]["steps"][0]["id"] == "a"
+    assert text.endswith("}\n") and "\n" not in text[:-1]  # one line: no indentation to store and scan
+
+
+def test_a_run_whose_manifest_holds_step_records_still_loads_and_lists(project: Path) -> None:
+    """A manifest written before the step records were left out (indented, a record per step) still loads:
+    the journal rebuilds the steps, and ``stepline list`` counts them from the records."""
+    engine = Engine(project_root=project)
+    run = _run(engine, WorkflowSpec(id="w", steps=[StepSpec(id="a"), StepSpec(id="b")]))
+    (engine.store.root / run.run_id / "manifest.json").write_text(
+        run.model_dump_json(indent=2, exclude_defaults=True), encoding="utf-8")
+    loaded = engine.load(engine.store.open(run.run_id))
+    assert loaded.status.value == "completed"
+    assert {sid: step.status.value for sid, step in loaded.steps.items()} == {"a": "completed", "b": "completed"}
+    [summary] = engine.store.summaries()
+    assert (summary.status, summary.steps_done, summary.steps_total) == ("completed", 2, 2)
 
 
 def test_a_long_texts_redaction_is_kept_and_still_redacted(project: Path) -> None:
@@ -448,3 +467,21 @@ def test_a_long_texts_redaction_is_kept_and_still_redacted(project: Path) -> Non
         engine.redact(f"{number} " + "more text " * 60)
     assert len(engine._redacted) == _runner._REDACTED_KEPT
     assert engine.redact("short sk-proj-" + "z9" * 10) == "short [REDACTED:openai]"
+
+
+def test_timeline_json_is_the_order_of_the_events_and_show_rebuilds_them_whole(project: Path) -> None:
+    """timeline.json lists each public event's seq, time, kind and step (its data is the journal's record with
+    that seq) next to the audit records; build_timeline, what show and export print, has the data and spans."""
+    from stepline.engine import build_timeline
+
+    engine = Engine(project_root=project)
+    run = _run(engine, WorkflowSpec(id="w", steps=[StepSpec(id="a"), StepSpec(id="b")]))
+    run_dir = engine.store.open(run.run_id)
+    written = json.loads((run_dir.path / "timeline.json").read_bytes())
+    whole = build_timeline(run_dir)
+    assert written["events"] == [{k: e[k] for k in ("seq", "time", "type", "step_id")} for e in whole["events"]]
+    assert [e["type"] for e in written["events"]] == ["WorkflowStarted"] + [
+        "WorkflowStepStarted", "WorkflowStepCompleted"] * 2 + ["WorkflowCompleted"]
+    assert "steps" not in written and [s["step_id"] for s in whole["steps"]] == ["a", "b"]
+    assert {k: v for k, v in written.items() if k != "events"} == {
+        k: v for k, v in whole.items() if k not in ("events", "steps")}

@@ -51,7 +51,7 @@ from stepline.model import (
     WorkflowSpec,
     dump_data,
 )
-from stepline.store import Durability, Journal, RunDir, RunLock, RunStore
+from stepline.store import MANIFEST_COUNTS, Durability, Journal, RunDir, RunLock, RunStore
 
 __all__ = ["Engine", "EventListener", "StepDriver", "register_driver"]
 
@@ -239,7 +239,8 @@ class Engine:
         manifest = run_dir.read("manifest.json")
         if not isinstance(manifest, dict):
             raise RunStateError(f"run {run_dir.run_id} has no manifest", hint="the run directory is incomplete")
-        manifest["steps"] = {}
+        manifest["steps"] = {}  # older manifests held step records: the journal rebuilds them
+        manifest.pop(MANIFEST_COUNTS, None)
         manifest["variables"] = dict(manifest.get("workflow", {}).get("variables") or {}) | dict(
             manifest.get("variables") or {})
         run = Run.model_validate(manifest)
@@ -304,36 +305,40 @@ class Engine:
                 listener(event)
         return event
 
-    def _snapshot(self, run_dir: RunDir, run: Run, *, steps: bool = True) -> None:
+    def _snapshot(self, run_dir: RunDir, run: Run) -> None:
         """Write manifest.json atomically, secrets redacted (the workflow spec and variables may carry some).
 
-        Fields at their default are left out: a spec's steps are mostly defaults, and the manifest of a long
-        run would otherwise be several times larger, to write and to scan. A new run's first manifest has no
-        step records (``steps=False``): every step is pending, as the spec says. Redaction works on the
-        serialised text: one pass, and its replacements never break the JSON.
+        The manifest is what a reader needs before the journal: the workflow spec (resume rebuilds the run
+        from it), the run's own fields and its steps counted by status (what ``stepline list`` shows). It
+        holds no step records: the journal is the truth about each step, and its fold rebuilds them. Fields
+        at their default are left out (a spec's steps are mostly defaults), and the JSON is not indented:
+        both would make a long run's manifest several times larger, to write and to scan. Redaction works on
+        the serialised text: one pass, and its replacements never break the JSON.
         """
-        run_dir.write_text("manifest.json", self._manifest_text(run, steps=steps))
+        run_dir.write_text("manifest.json", self._manifest_text(run))
 
-    def _manifest_text(self, run: Run, *, steps: bool) -> str:
-        """The manifest's text: the same bytes as ``run.model_dump_json(indent=2, exclude_defaults=True)``,
-        redacted. The workflow spec, most of the text, is serialised and redacted on its own, then put back
-        where the whole dump has it: after ``run_id``. Once the run's flow is built the spec no longer
-        changes (:meth:`_drive`), so its text is made once per run: dumping and scanning a 100-task spec
-        were two milliseconds of each run's end."""
+    def _manifest_text(self, run: Run) -> str:
+        """The manifest's text: ``run.model_dump_json(exclude_defaults=True)`` without the step records, then
+        ``steps_by_status``, redacted. The workflow spec, most of the text, is serialised and redacted on its
+        own, then put where the whole dump has it: after ``run_id``. Once the run's flow is built the spec no
+        longer changes (:meth:`_drive`), so its text is made once per run: dumping and scanning a 100-task
+        spec were two milliseconds of each run's end."""
         fixed, spec = self._spec_text
         if fixed is not run.workflow or spec is None:
-            spec = run.workflow.model_dump_json(indent=2, exclude_defaults=True)
+            spec = run.workflow.model_dump_json(exclude_defaults=True)
             if self._redact:
                 spec = self._scanner.redact(spec)
             if fixed is run.workflow:
                 self._spec_text = (fixed, spec)
-        rest = run.model_dump_json(indent=2, exclude_defaults=True,
-                                   exclude={"workflow"} if steps else {"workflow", "steps"})
+        rest = run.model_dump_json(exclude_defaults=True, exclude={"workflow", "steps"})
         if self._redact:
             rest = self._scanner.redact(rest)
-        nested = spec.replace("\n", "\n  ")  # one level deeper (JSON strings hold no raw newline)
-        after_run_id = rest.index("\n", 2) + 1  # rest is '{\n  "run_id": "…",\n  "status": …'
-        return f'{rest[:after_run_id]}  "workflow": {nested},\n{rest[after_run_id:]}'
+        counts: dict[str, int] = {}
+        for step in run.steps.values():
+            counts[step.status.value] = counts.get(step.status.value, 0) + 1
+        by_status = ",".join(f'"{status}":{count}' for status, count in counts.items())  # the words are ours
+        after_run_id = rest.index(",") + 1  # rest is '{"run_id":"run-…","status":…}' (a run id has no comma)
+        return f'{rest[:after_run_id]}"workflow":{spec},{rest[after_run_id:-1]},"{MANIFEST_COUNTS}":{{{by_status}}}}}\n'
 
     def redacted_variables(self) -> dict[str, Any]:
         """The run's variables as executors may see them (secrets redacted), recomputed only when they change."""
@@ -368,10 +373,10 @@ class Engine:
             self._journal.sync()
 
     def _write_first_manifest(self) -> None:
-        """Write a new run's first manifest (no step records: every step is pending, as the spec says)."""
+        """Write a new run's first manifest (every step pending, as the spec says)."""
         assert self._dir is not None and self._run is not None
         self._manifest_due = False
-        self._snapshot(self._dir, self._run, steps=False)
+        self._snapshot(self._dir, self._run)
 
     def _start_durably(self) -> None:
         """Schedule the new run's first manifest and journal sync for when its first steps are under way

@@ -18,10 +18,12 @@ _ENDED = {EventType.STEP_COMPLETED.value, EventType.STEP_FAILED.value, EventType
           EventType.STEP_SKIPPED.value}
 
 
-def build_timeline(run_dir: RunDir, events: Iterable[Event] | None = None) -> dict[str, Any]:
+def build_timeline(run_dir: RunDir, events: Iterable[Event] | None = None, *, whole: bool = True) -> dict[str, Any]:
     """Return the run's timeline: public events in order, each step's span, and the audit records.
 
-    ``events`` saves re-reading the journal when the caller has them in memory already.
+    ``events`` saves re-reading the journal when the caller has them in memory already. ``whole=False`` is the
+    form ``timeline.json`` keeps: each event without its data (the journal's record with the same ``seq``
+    holds it) and no step spans (the events give them), so that the file does not restate the journal.
     """
     entries: list[dict[str, Any]] = []
     steps: dict[str, dict[str, Any]] = {}
@@ -40,6 +42,9 @@ def build_timeline(run_dir: RunDir, events: Iterable[Event] | None = None) -> di
             continue
         if kind in _HIDDEN:
             continue
+        if not whole:
+            entries.append({"seq": event.seq, "time": event.time, "type": kind, "step_id": sid})
+            continue
         entries.append({"seq": event.seq, "time": event.time, "type": kind, "step_id": sid, "data": event.data})
         if sid:
             span = steps.get(sid)
@@ -51,10 +56,10 @@ def build_timeline(run_dir: RunDir, events: Iterable[Event] | None = None) -> di
             elif kind in _ENDED:
                 span["ended_at"] = event.time
                 span["status"] = kind
-    return {
-        "run_id": run_dir.run_id,
-        "events": entries,
-        "steps": list(steps.values()),
+    timeline: dict[str, Any] = {"run_id": run_dir.run_id, "events": entries}
+    if whole:
+        timeline["steps"] = list(steps.values())
+    timeline.update({
         "artifacts": run_dir.read("artifacts.json", []) or [],
         "gates": run_dir.read("gates.json", []) or [],
         "approvals": run_dir.read("approvals.json", []) or [],
@@ -62,13 +67,16 @@ def build_timeline(run_dir: RunDir, events: Iterable[Event] | None = None) -> di
         "drr": run_dir.read("drr.json", []) or [],
         "tool_results": run_dir.read("tool_results.json", []) or [],
         "usage": usage,
-    }
+    })
+    return timeline
 
 
 def write_timeline(run_dir: RunDir, events: Iterable[Event] | None = None) -> None:
-    """Rebuild and write ``timeline.json`` atomically.
+    """Rebuild and write ``timeline.json`` atomically, in its short form (``build_timeline(whole=False)``):
+    the order of the run's public events, their kinds, times and steps, next to the audit records.
+    ``stepline show`` and ``export`` rebuild the whole timeline from the journal.
 
     Not synced: it is derived from the journal and the other documents, and whoever reads a run's timeline
-    (``stepline show``, ``export``) rebuilds it from them; its two fsyncs were a seventh of a short run's end.
+    rebuilds it from them; its two fsyncs were a seventh of a short run's end.
     """
-    run_dir.write("timeline.json", build_timeline(run_dir, events), compact=True, durable=False)
+    run_dir.write("timeline.json", build_timeline(run_dir, events, whole=False), compact=True, durable=False)

@@ -6,10 +6,19 @@ from stepline.store._files import atomic_write_bytes, atomic_write_json, fsync_p
 from stepline.store._flusher import datasync
 from stepline.store._journal import Durability, Journal, read_journal
 from stepline.store._lock import RunLock, lock_holder
-from stepline.store._rundir import DEFAULT_STORAGE_ROOT, RUN_FILES, RunDir, RunStore, RunSummary, new_run_id
+from stepline.store._rundir import (
+    DEFAULT_STORAGE_ROOT,
+    MANIFEST_COUNTS,
+    RUN_FILES,
+    RunDir,
+    RunStore,
+    RunSummary,
+    new_run_id,
+)
 
 __all__ = [
     "DEFAULT_STORAGE_ROOT",
+    "MANIFEST_COUNTS",
     "RUN_FILES",
     "Durability",
     "Journal",

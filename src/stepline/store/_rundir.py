@@ -16,7 +16,7 @@ from stepline.store._files import atomic_write_bytes, atomic_write_json, read_js
 from stepline.store._journal import Journal, read_journal
 from stepline.store._lock import RunLock, lock_holder
 
-__all__ = ["DEFAULT_STORAGE_ROOT", "RUN_FILES", "RunDir", "RunStore", "RunSummary", "new_run_id"]
+__all__ = ["DEFAULT_STORAGE_ROOT", "MANIFEST_COUNTS", "RUN_FILES", "RunDir", "RunStore", "RunSummary", "new_run_id"]
 
 #: Where runs live, relative to the project root, unless ``runtime.storage_root`` says otherwise.
 DEFAULT_STORAGE_ROOT = ".stepline/runs"
@@ -24,6 +24,11 @@ DEFAULT_STORAGE_ROOT = ".stepline/runs"
 #: The JSON documents a run directory may hold besides the journal (R-P1).
 RUN_FILES = ("manifest.json", "tool_results.json", "approvals.json", "gates.json", "evidence.json", "drr.json",
              "artifacts.json", "timeline.json")
+
+#: The manifest's count of the run's steps by status (``{"completed": 12, "pending": 3}``): what
+#: ``stepline list`` shows without replaying the journal. The manifest holds no step records.
+MANIFEST_COUNTS = "steps_by_status"
+_DONE = ("completed", "skipped")
 
 _RUN_ID = re.compile(r"^run-\d{14}-[0-9a-f]{8}$")
 
@@ -61,7 +66,7 @@ class RunDir:
 
     @property
     def manifest_path(self) -> Path:
-        """The atomic snapshot of the run (spec, steps, variables)."""
+        """The atomic snapshot of the run (its spec, its fields and variables, its steps counted by status)."""
         return self.path / "manifest.json"
 
     def lock(self) -> RunLock:
@@ -137,8 +142,12 @@ class RunStore:
             manifest = read_json(path / "manifest.json", None)
             if not isinstance(manifest, dict):
                 continue
-            steps = manifest.get("steps") or {}
-            done = sum(1 for s in steps.values() if s.get("status") in ("completed", "skipped"))
+            counts = manifest.get(MANIFEST_COUNTS)
+            if not isinstance(counts, dict):  # an older manifest, with a record per step
+                counts = {}
+                for step in (manifest.get("steps") or {}).values():
+                    counts[step.get("status")] = counts.get(step.get("status"), 0) + 1
+            done = sum(int(counts.get(status) or 0) for status in _DONE)
             yield RunSummary(
                 run_id=path.name,
                 workflow=str((manifest.get("workflow") or {}).get("id", "?")),
@@ -146,6 +155,6 @@ class RunStore:
                 created_at=str(manifest.get("created_at", "")),
                 updated_at=str(manifest.get("updated_at", "")),
                 steps_done=done,
-                steps_total=len((manifest.get("workflow") or {}).get("steps") or steps),
+                steps_total=len((manifest.get("workflow") or {}).get("steps") or ()) or sum(counts.values()),
                 live_pid=lock_holder(path / "lock"),
             )
