@@ -321,12 +321,12 @@ def test_hybrid_workflow_runs_as_micro_file(tmp_path: Path) -> None:
 
 
 def test_the_final_manifest_holds_the_step_the_flow_added(project: Path) -> None:
-    """The flow puts the initialisation step into the spec as it is built; the manifest's spec text, made once
-    per run after that, is still the whole run dumped (redacted) at the end."""
+    """The flow puts the initialisation step into the spec as it is built; the manifest's spec, made once per
+    run after that, is still the whole workflow the run ran (redacted), so a resume rebuilds the same flow."""
     from stepline.guardrails import redact
 
     engine, run = start(project, "menus")
     assert run.status.value == "completed"
-    text = (engine.store.root / run.run_id / "manifest.json").read_text(encoding="utf-8")
-    assert text == redact(run.model_dump_json(indent=2, exclude_defaults=True))
-    assert microfile.INIT_STEP in [step["id"] for step in json.loads(text)["workflow"]["steps"]]
+    manifest = json.loads((engine.store.root / run.run_id / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["workflow"] == json.loads(redact(run.workflow.model_dump_json(exclude_defaults=True)))
+    assert microfile.INIT_STEP in [step["id"] for step in manifest["workflow"]["steps"]]
