@@ -5,6 +5,7 @@ Usage: python crash_child.py KIND N -- stepline-args...
 KIND is where to die on the N-th occurrence:
   ``journal``  halfway through writing a journal record (a torn last line),
   ``snapshot`` after writing a snapshot's temporary file, before renaming it over the old one,
+  ``manifest`` the same, counting only manifest.json's snapshots (a resume writes one: at its end),
   ``output``   halfway through appending to a step's output file,
   ``none``     never (run to the end).
 """
@@ -50,7 +51,7 @@ def pwrite(fd: int, data: bytes | memoryview, offset: int) -> int:  # the journa
 
 def replace(src: str, dst: str) -> None:
     global count
-    if kind == "snapshot":
+    if kind == "snapshot" or (kind == "manifest" and str(dst).endswith("manifest.json")):
         count += 1
         if count == limit:
             _die()
