@@ -59,17 +59,24 @@ def test_sigkill_at_many_points_then_resume_runs_every_step_exactly_once(project
     first = _child(project, "journal", 7, "run", str(wf), "--script", str(script))
     assert first.returncode == -signal.SIGKILL, first.stderr
     run_id = _run_id(project)
+    run_dir = project / ".stepline" / "runs" / run_id
     plan = ([("journal", rng.randint(2, 60)) for _ in range(8)] + [("output", rng.randint(1, 25)) for _ in range(6)]
             + [("snapshot", 1) for _ in range(3)] + [("timer", 0) for _ in range(6)])
     rng.shuffle(plan)
     kills = 1
-    run_dir = project / ".stepline" / "runs" / run_id
     finished = False  # whether a resume of the plan saw the run to its end (or was killed after it)
     for kind, n in plan:
-        if kind == "timer":  # an arbitrary instant: kill from outside after a random delay
+        if kind == "timer":  # an arbitrary instant, tied to no write: kill from outside while the resume works
+            journal = run_dir / "journal.jsonl"
+            target = journal.read_bytes().count(b"\n") + rng.randint(1, 40)
             proc = subprocess.Popen([sys.executable, str(CHILD), "none", "0", "--", "resume", run_id,
                                      "-C", str(project), "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            time.sleep(rng.uniform(0.3, 1.0))
+            # Once it has journaled a few records, whatever the machine's speed (a fixed delay let a fast one
+            # finish the run, and a slow one not start it), then a moment more.
+            deadline = time.monotonic() + 60
+            while journal.read_bytes().count(b"\n") < target and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.001)
+            time.sleep(rng.uniform(0, 0.005))
             proc.send_signal(signal.SIGKILL)
             code = proc.wait()
         else:
