@@ -79,12 +79,14 @@ def test_sigkill_at_many_points_then_resume_runs_every_step_exactly_once(project
             time.sleep(rng.uniform(0, 0.005))
             proc.send_signal(signal.SIGKILL)
             code = proc.wait()
+            err = proc.stderr.read().decode() if proc.stderr else ""
         else:
-            code = _child(project, kind, n, "resume", run_id).returncode
+            done = _child(project, kind, n, "resume", run_id)
+            code, err = done.returncode, done.stderr
         if code == 0:
             finished = True
             break
-        assert code == -signal.SIGKILL
+        assert code == -signal.SIGKILL, f"resume killed by {kind} {n} exited {code}: {err}"
         kills += 1
         if _completed(run_dir):
             # Killed on its way out, after the run's last record (a kill from outside can land there, or the
