@@ -11,6 +11,7 @@ Our exception hierarchy::
     │   └── RunLockedError                 another process drives the run
     ├── JournalError              exit 6   a run directory that is damaged beyond the torn last line
     │   └── NondeterminismError            a resumed step asked for something the journal did not record
+    ├── StorageError              exit 1   a run's file cannot be written (disk full, read-only): path + cause
     ├── ExecutorError             exit 7   an executor failed (retryable says whether to try again)
     ├── ToolError                 exit 7   a tool failed or was refused
     ├── ConfigError               exit 4   config/runtime.yaml or a --config file is wrong
@@ -24,6 +25,7 @@ Every message names the thing (file:line, run id, gate id) and, where there is o
 
 from __future__ import annotations
 
+import errno
 from typing import ClassVar
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "RunStateError",
     "StepFailed",
     "SteplineError",
+    "StorageError",
     "ToolError",
     "UsageError",
 ]
@@ -107,9 +110,23 @@ class RunLockedError(RunStateError):
 
 
 class JournalError(SteplineError):
-    """A run's journal or snapshot is damaged in a way that is not a torn last line."""
+    """A run's journal or snapshot is damaged in a way that is not a torn last line.
+
+    ``path`` and ``line`` (1-based), when given, start the message as ``path:line:``; ``detail`` is what is
+    wrong without them (what ``stepline doctor`` shows next to the file and line).
+    """
 
     exit_code: ClassVar[int] = 6
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
+                 hint: str | None = None) -> None:
+        where = ""
+        if path is not None:
+            where = f"{path}:{line}: " if line else f"{path}: "
+        super().__init__(where + message, hint=hint)
+        self.detail = message
+        self.path = path
+        self.line = line
 
 
 class NondeterminismError(JournalError):
@@ -118,6 +135,25 @@ class NondeterminismError(JournalError):
     The journal is the truth: a resumed step must make the same calls in the same order up to the point
     where the previous process stopped. Editing a workflow between a crash and its resume can cause this.
     """
+
+
+class StorageError(SteplineError):
+    """A file of a run (or the folder of its runs) cannot be written: the disk is full, read-only, or refuses.
+
+    The message names the path and the cause (``No space left on device``); the run itself is left as the
+    journal says, so it can be resumed once the cause is gone (the hint says how).
+    """
+
+    @classmethod
+    def from_os(cls, exc: OSError, path: object, doing: str = "write") -> StorageError:
+        """The one line for ``exc``, raised while doing ``doing`` (a verb: write, create, lock) to ``path``."""
+        cause = exc.strerror or type(exc).__name__
+        return cls(f"cannot {doing} {path}: {cause}", hint=_STORAGE_HINTS.get(exc.errno or 0))
+
+
+_STORAGE_HINTS = {errno.ENOSPC: "free some space on that disk",
+                  errno.EDQUOT: "free some space: the disk quota is used up",
+                  errno.EROFS: "the file system is mounted read-only: remount it read-write"}
 
 
 class ExecutorError(SteplineError):

@@ -34,11 +34,19 @@ def memo_records(engine: Engine, run: Run, label: str) -> list[dict[str, Any]]:
 
 
 def truncate_after_first(engine: Engine, run: Run, op: str) -> None:
-    """Cut the journal just after the first record of ``op``, as if the process had died there."""
-    path = run_dir(engine, run).journal_path
-    lines = path.read_bytes().splitlines(keepends=True)
+    """Cut the journal just after the first record of ``op``, as if the process had died there.
+
+    The manifest a process that died there left was written before the cut (a run's last manifest is written
+    at its end), so its ``journal_seq`` is set back to the cut: a manifest newer than its journal is damage.
+    """
+    directory = run_dir(engine, run)
+    lines = directory.journal_path.read_bytes().splitlines(keepends=True)
     cut = next(i for i, line in enumerate(lines) if json.loads(line)["data"].get("op") == op)
-    path.write_bytes(b"".join(lines[: cut + 1]))
+    directory.journal_path.write_bytes(b"".join(lines[: cut + 1]))
+    manifest = json.loads(directory.manifest_path.read_bytes())
+    manifest["journal_seq"] = min(manifest.get("journal_seq", 0), cut + 1)
+    manifest["status"] = "running"
+    directory.manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
 
 
 def outputs_digest(root: Path, engine: Engine, run: Run) -> dict[str, str]:

@@ -16,6 +16,7 @@ def test_a_summary_counts_the_steps_from_the_manifests_count_by_status(tmp_path:
                 "workflow": {"id": "w", "steps": [{"id": s} for s in "abcd"]},
                 MANIFEST_COUNTS: {"completed": 1, "skipped": 1, "failed": 1, "pending": 1}}
     (run_dir.path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    (run_dir.path / "journal.jsonl").touch()  # every run has one (list checks it is there)
     [summary] = store.summaries()
     assert (summary.workflow, summary.status, summary.steps_done, summary.steps_total) == ("w", "failed", 2, 4)
     manifest["workflow"] = {"id": "w"}

@@ -10,6 +10,7 @@ run starts and whenever the process stops driving it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import random
 import traceback
@@ -28,13 +29,15 @@ from stepline.engine._human import HumanChannel
 from stepline.engine._retry import retry_delay
 from stepline.engine._session import JournaledSession, Outcome, repair_torn_appends, sha256_file
 from stepline.engine._signals import StepBlocked
-from stepline.engine._state import CallLog, apply, stamp
+from stepline.engine._state import CallLog, apply, fold, stamp
 from stepline.errors import (
     ExecutorError,
+    JournalError,
     NondeterminismError,
     RunStateError,
     StepFailed,
     SteplineError,
+    StorageError,
     ToolError,
 )
 from stepline.executors import Executor, StepRequest, create_executor
@@ -51,7 +54,18 @@ from stepline.model import (
     WorkflowSpec,
     dump_data,
 )
-from stepline.store import MANIFEST_COUNTS, Durability, Journal, RunDir, RunLock, RunStore
+from stepline.store import (
+    MANIFEST_COUNTS,
+    Diagnosis,
+    Durability,
+    Journal,
+    RunDir,
+    RunLock,
+    RunStore,
+    diagnose,
+    sweep_temp_files,
+    truncate_to_last_good,
+)
 
 __all__ = ["Engine", "EventListener", "StepDriver", "register_driver"]
 
@@ -184,7 +198,11 @@ class Engine:
         for spec in workflow.steps:
             run.step(spec.id).name = spec.name or spec.id
         lock = run_dir.lock()
-        lock.acquire()
+        try:
+            lock.acquire()
+        except BaseException:
+            _remove_unstarted(run_dir)
+            raise
         try:
             self._open(run_dir, run)
             # The first manifest and the journal's first sync (together some milliseconds) wait until the
@@ -195,9 +213,11 @@ class Engine:
                                                    "mode": self.mode, "executor": self.executor_name},
                       sync="deferred")
             return await self._drive_and_close(lock)
-        except BaseException:
-            self._close(lock)
-            raise
+        except BaseException as exc:
+            error = self._stopped(exc, lock, run_dir, new=True)
+            if error is exc:
+                raise
+            raise error from exc
 
     async def resume(self, run_id: str) -> Run:
         """Continue a run from the first step that is not completed; completed steps never run again."""
@@ -206,6 +226,7 @@ class Engine:
         lock.acquire()
         try:
             run = self.load(run_dir)
+            sweep_temp_files(run_dir.path, any_pid=True)  # a killed writer's, or one a full disk stopped
             if run.status == RunStatus.COMPLETED:
                 self._finish_closing(run_dir, run)
                 raise RunStateError(f"run {run.run_id} is already completed", hint="start a new run instead")
@@ -214,13 +235,42 @@ class Engine:
                 self.executor_name = run.executor
                 self.executor_options = {**run.executor_options, **self.executor_options}
                 self._executor = None
-            repair_torn_appends(self._events, self.project_root)
+            try:
+                repair_torn_appends(self._events, self.project_root)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise JournalError(f"a recorded file append cannot be checked ({type(exc).__name__}: {exc})",
+                                   path=str(run_dir.journal_path), hint=run_dir.doctor_hint()) from None
             self._open(run_dir, run)
             self.emit(EventType.WORKFLOW_RESUMED, {"from_status": run.status.value}, sync=True)
             return await self._drive_and_close(lock)
-        except BaseException:
+        except BaseException as exc:
+            error = self._stopped(exc, lock, run_dir, new=False)
+            if error is exc:
+                raise
+            raise error from exc
+
+    def _stopped(self, exc: BaseException, lock: RunLock, run_dir: RunDir, *, new: bool) -> BaseException:
+        """Close the run ``exc`` stopped; return what to raise: ``exc``, or the storage error closing met (a
+        full disk is what the user must hear of first), its hint saying how the run goes on.
+
+        A new run whose first manifest never reached the disk recorded nothing (no journal byte is written
+        before it): its folder is removed. Any other run stays as its journal says, resumable.
+        """
+        error = exc
+        try:
             self._close(lock)
-            raise
+        except StorageError as closing:
+            if not isinstance(exc, StorageError):
+                error = closing
+        if isinstance(error, StorageError):
+            cause = error.hint or "fix the cause"
+            if new and self._manifest_due:
+                error.hint = f"{cause}; run {run_dir.run_id} recorded nothing (its folder is removed): start it again"
+            else:
+                error.hint = f"{cause}; then `stepline resume {run_dir.run_id}` continues the run"
+        if new and self._manifest_due:
+            _remove_unstarted(run_dir)
+        return error
 
     def _finish_closing(self, run_dir: RunDir, run: Run) -> None:
         """Do what the process that completed ``run`` may have been killed before doing (the caller holds the
@@ -235,23 +285,29 @@ class Engine:
             write_timeline(run_dir, self._events)
 
     def load(self, run_dir: RunDir) -> Run:
-        """Rebuild a run from its manifest's spec and its whole journal (the journal is the truth)."""
-        manifest = run_dir.read("manifest.json")
-        if not isinstance(manifest, dict):
-            raise RunStateError(f"run {run_dir.run_id} has no manifest", hint="the run directory is incomplete")
-        manifest["steps"] = {}  # older manifests held step records: the journal rebuilds them
-        manifest.pop(MANIFEST_COUNTS, None)
-        manifest["variables"] = dict(manifest.get("workflow", {}).get("variables") or {}) | dict(
-            manifest.get("variables") or {})
-        run = Run.model_validate(manifest)
-        for spec in run.workflow.steps:
-            run.step(spec.id).name = spec.name or spec.id
+        """Rebuild a run from its manifest's spec and its whole journal (the journal is the truth).
+
+        Every record is checked as it is read and as it is folded in.
+
+        Raises:
+            JournalError: the run directory is damaged (the message names the file, the line, what is wrong).
+        """
+        run = run_dir.manifest()
         self.calls = CallLog()
-        self._events = run_dir.events()
-        for event in self._events:
-            apply(run, event, self.calls)
+        self._events = run_dir.records(run.journal_seq)
+        fold(run, self._events, self.calls, path=str(run_dir.journal_path), hint=run_dir.doctor_hint())
         stamp(run, self._events[-1] if self._events else None)
         return run
+
+    def diagnose(self, run_dir: RunDir) -> Diagnosis:
+        """What is wrong with a run's directory (``stepline doctor``): each file checked, the records folded as
+        :meth:`load` folds them; never raises for damage."""
+        return diagnose(run_dir, _check_fold)
+
+    def truncate_to_last_good(self, run_dir: RunDir) -> tuple[Path, Diagnosis]:
+        """Cut a damaged run back to its last good record, everything kept in a backup folder (``stepline
+        doctor --truncate-to-last-good``); return the folder and the diagnosis after the repair."""
+        return truncate_to_last_good(run_dir, _check_fold)
 
     def decide_gate(self, run_id: str, gate_id: str | None, *, approved: bool, by: str, notes: str | None = None,
                     answer: str | None = None) -> str:
@@ -264,6 +320,7 @@ class Engine:
         run_dir = self.store.open(run_id)
         with run_dir.lock():
             run = self.load(run_dir)
+            sweep_temp_files(run_dir.path, any_pid=True)
             if run.status in (RunStatus.COMPLETED, RunStatus.FAILED):
                 raise RunStateError(f"run {run.run_id} is {run.status.value}; its gates can no longer be decided")
             self._open(run_dir, run)
@@ -373,23 +430,34 @@ class Engine:
             self._journal.sync()
 
     def _write_first_manifest(self) -> None:
-        """Write a new run's first manifest (every step pending, as the spec says)."""
+        """Write a new run's first manifest (every step pending, as the spec says). Until it is on disk, no
+        journal record is written (a failure leaves it due, and :meth:`_close` drops the unwritten records)."""
         assert self._dir is not None and self._run is not None
-        self._manifest_due = False
         self._snapshot(self._dir, self._run)
+        self._manifest_due = False
 
     def _start_durably(self) -> None:
         """Schedule the new run's first manifest and journal sync for when its first steps are under way
         (each has run until it waits, for its executor, say): they then cost the run no time."""
         if self._manifest_due:
-            asyncio.get_running_loop().call_soon(self.journal_sync)
+            asyncio.get_running_loop().call_soon(self._sync_soon)
+
+    def _sync_soon(self) -> None:
+        with contextlib.suppress(StorageError):  # a full or read-only disk: the next write meets it, and stops
+            self.journal_sync()
 
     def _open(self, run_dir: RunDir, run: Run) -> None:
+        self._artifacts = _audit_records(run_dir, "artifacts.json")
+        self._tool_results = _audit_records(run_dir, "tool_results.json")
+        _audit_records(run_dir, "gates.json")
+        try:
+            gates = GateBook(run_dir, run.workflow.id, self._scanner.redact if self._redact else str)
+        except (ValueError, KeyError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+            raise JournalError(f"a gate cannot be read ({_one_line(exc)})", path=str(run_dir.path / "gates.json"),
+                               hint=run_dir.doctor_hint()) from None
         self._dir, self._run = run_dir, run
         self._journal = run_dir.open_journal()
-        self._gates = GateBook(run_dir, run.workflow.id, self._scanner.redact if self._redact else str)
-        self._artifacts = list(run_dir.read("artifacts.json", []) or [])
-        self._tool_results = list(run_dir.read("tool_results.json", []) or [])
+        self._gates = gates
         self._random = random.Random(int(hashlib.sha256(run.run_id.encode()).hexdigest()[:8], 16))
 
     def _close(self, lock: RunLock) -> None:
@@ -397,10 +465,14 @@ class Engine:
             if self._manifest_due:  # a run that stopped before its first step waited
                 self._write_first_manifest()
         finally:
-            if self._journal is not None:
-                self._journal.close()
-                self._journal = None
-            lock.release()
+            try:
+                if self._journal is not None:
+                    if self._manifest_due:  # not written (a full disk): no record may reach the disk without it
+                        self._journal.forget_deferred()
+                    journal, self._journal = self._journal, None
+                    journal.close()
+            finally:
+                lock.release()
 
     async def _drive_and_close(self, lock: RunLock) -> Run:
         run, run_dir, journal = self._run, self._dir, self._journal
@@ -412,15 +484,21 @@ class Engine:
             await self._drive(run)
         finally:
             self._deadlines.close()
-            self.journal_sync()
-            stamp(run, self._events[-1] if self._events else None)
-            self._snapshot(run_dir, run)
-            from stepline.engine._timeline import write_timeline
+            try:
+                # The journal first: a snapshot never says more than the journal holds on disk (a failed
+                # sync, a full disk, raises here and no snapshot is written).
+                self.journal_sync()
+                stamp(run, self._events[-1] if self._events else None)
+                self._snapshot(run_dir, run)
+                from stepline.engine._timeline import write_timeline
 
-            write_timeline(run_dir, self._events)
-            if self._executor is not None:
-                await self._executor.aclose()
-            self._close(lock)
+                write_timeline(run_dir, self._events)
+            finally:
+                try:
+                    if self._executor is not None:
+                        await self._executor.aclose()
+                finally:
+                    self._close(lock)
         return run
 
     # -- the loop -------------------------------------------------------------------------------------------
@@ -562,6 +640,8 @@ class Engine:
                     await self._attempt(ctx, driver)
             except StepBlocked as blocked:
                 return self._block(spec, blocked)
+            except StorageError:
+                raise  # a full or read-only disk is not the step's failure: the run stops, resumable
             except (TimeoutError, SteplineError, Exception) as exc:
                 error, retryable = _describe_failure(exc, timeout)
                 final = not retryable or attempt >= max_attempts
@@ -726,6 +806,39 @@ def record_gate_event(emit: Callable[..., Event], gate_id: str, *, approved: boo
     emit(EventType.HUMAN_GATE_APPROVED if approved else EventType.HUMAN_GATE_REJECTED,
          {"gate_id": gate_id, "decision": "approved" if approved else "rejected", "by": by, "notes": notes,
           "drr": drr_id}, step_id=step_id, sync=True)
+
+
+def _check_fold(run: Run, events: list[Event]) -> None:
+    """The fold check :func:`stepline.store.diagnose` runs: :meth:`Engine.load`'s."""
+    fold(run, events, CallLog(), path="journal.jsonl")
+
+
+def _audit_records(run_dir: RunDir, name: str) -> list[dict[str, Any]]:
+    """One of the run's audit files (a list of records), or a JournalError naming it."""
+    value = run_dir.read(name, []) or []
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise JournalError("not a list of records", path=str(run_dir.path / name), hint=run_dir.doctor_hint())
+    return list(value)
+
+
+def _one_line(exc: BaseException) -> str:
+    """``exc`` in one line."""
+    return " ".join(str(exc).split())[:200]
+
+
+def _remove_unstarted(run_dir: RunDir) -> None:
+    """Remove the folder of a run that recorded nothing (its first manifest, and so any record, never reached
+    the disk); left as it is when it cannot be removed (a read-only disk: ``stepline list`` says so)."""
+    import shutil
+
+    try:
+        if run_dir.journal_path.read_bytes().strip(b"\0"):
+            return  # never: the journal gets no byte before the manifest (kept, should it happen)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return
+    shutil.rmtree(run_dir.path, ignore_errors=True)
 
 
 def _describe_failure(exc: BaseException, timeout: float) -> tuple[str, bool]:

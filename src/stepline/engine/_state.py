@@ -6,13 +6,14 @@ state after a crash is exactly the state the journal describes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stepline.model import Event, EventType, Run, RunStatus, RunStep, StepStatus
+from stepline.errors import JournalError
+from stepline.model import Event, EventType, InvalidTransition, Run, RunStatus, RunStep, StepStatus
 
-__all__ = ["CallLog", "apply", "stamp"]
+__all__ = ["CallLog", "apply", "fold", "stamp"]
 
 _E = EventType
 
@@ -55,19 +56,72 @@ def apply(run: Run, event: Event, calls: CallLog) -> None:
         step_fold(run.step(event.step_id), event.data, event.time, calls)
 
 
+def fold(run: Run, events: Iterable[Event], calls: CallLog, *, path: str, hint: str | None = None) -> None:
+    """Fold a journal's records into ``run`` in order (loading a run): a record that cannot happen in the run
+    the records before it made — a step completed twice, a call without its key, data of the wrong shape —
+    is a :class:`JournalError` naming ``path`` and its line (the n-th record is on line n)."""
+    for line, event in enumerate(events, 1):
+        try:
+            apply(run, event, calls)
+        except (InvalidTransition, KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            raise JournalError(f"record seq {event.seq} ({event.type}) cannot follow the records before it: "
+                               f"{_what(exc)}", path=path, line=line, hint=hint) from None
+
+
+def _what(exc: Exception) -> str:
+    if isinstance(exc, KeyError):
+        return f"its data has no {exc.args[0]!r}" if exc.args else "a field is missing"
+    if isinstance(exc, InvalidTransition):
+        return str(exc)
+    return f"its data is not what it must be ({exc})"
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} is not an object")
+    return value
+
+
+def _text(data: dict[str, Any], name: str) -> str | None:
+    """``data[name]``: a text or absent (what a reader prints: an error, a reason, a summary)."""
+    value = data.get(name)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{name} is not a string")
+    return value
+
+
+def _records(data: dict[str, Any], name: str) -> list[Any]:
+    """``data[name]``: a list (of objects, for guardrail reports) or absent."""
+    value = data.get(name) or []
+    if not isinstance(value, list) or (name == "guardrails" and not all(isinstance(v, dict) for v in value)):
+        raise TypeError(f"{name} is not a list" + (" of objects" if name == "guardrails" else ""))
+    return list(value)
+
+
+def _key(data: dict[str, Any]) -> str:
+    key = data["key"]
+    if not isinstance(key, str):
+        raise TypeError("key is not a string")
+    if data.get("args") is not None:
+        _mapping(data["args"], "args")
+    return key
+
+
 _RunFold = Callable[[Run, dict[str, Any], CallLog], None]
 _StepFold = Callable[[RunStep, dict[str, Any], str, CallLog], None]
 
 
 def _call_recorded(run: Run, data: dict[str, Any], calls: CallLog) -> None:
-    calls.recorded[data["key"]] = data
+    key = _key(data)
     if data.get("op") == "set_var":
-        run.variables[data["args"]["name"]] = data["args"].get("value")
+        args = _mapping(data["args"], "args")
+        run.variables[str(args["name"])] = args.get("value")
         calls.variables_version += 1
+    calls.recorded[key] = data
 
 
 def _call_started(run: Run, data: dict[str, Any], calls: CallLog) -> None:
-    calls.started[data["key"]] = data
+    calls.started[_key(data)] = data
 
 
 def _run_running(run: Run, data: dict[str, Any], calls: CallLog) -> None:
@@ -82,16 +136,16 @@ def _run_completed(run: Run, data: dict[str, Any], calls: CallLog) -> None:
 
 def _run_failed(run: Run, data: dict[str, Any], calls: CallLog) -> None:
     run.status = RunStatus.FAILED
-    run.error = data.get("error")
+    run.error = _text(data, "error")
 
 
 def _run_blocked(run: Run, data: dict[str, Any], calls: CallLog) -> None:
     run.status = RunStatus.BLOCKED
-    run.blocked_reason = data.get("reason")
+    run.blocked_reason = _text(data, "reason")
 
 
 def _variable_set(run: Run, data: dict[str, Any], calls: CallLog) -> None:
-    run.variables[data["name"]] = data.get("value")
+    run.variables[str(data["name"])] = data.get("value")
     calls.variables_version += 1
 
 
@@ -100,52 +154,55 @@ def _cursor_moved(run: Run, data: dict[str, Any], calls: CallLog) -> None:
 
 
 def _answer_given(run: Run, data: dict[str, Any], calls: CallLog) -> None:
-    calls.answers[data["gate_id"]] = str(data.get("answer", ""))
+    calls.answers[str(data["gate_id"])] = str(data.get("answer", ""))
 
 
 def _gate_decided(run: Run, data: dict[str, Any], calls: CallLog) -> None:
-    calls.decisions[data["gate_id"]] = data
+    if data.get("decision") not in ("approved", "rejected"):
+        raise ValueError("decision is not 'approved' or 'rejected'")
+    calls.decisions[str(data["gate_id"])] = data
 
 
 def _step_started(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:
     if step.status != StepStatus.RUNNING:
         step.transition(StepStatus.RUNNING)
     step.attempts = int(data.get("attempt", step.attempts + 1))
-    step.name = data.get("name", step.name)
+    if "name" in data:
+        step.name = _text(data, "name")  # type: ignore[assignment]  # None when the spec has none, as before
     if step.started_at is None or not data.get("resumed"):
         step.started_at = at
     step.ended_at = None
     step.blocked_reason = None
     if data.get("inputs") is not None:
-        step.inputs = data["inputs"]
+        step.inputs = _mapping(data["inputs"], "inputs")
 
 
 def _step_completed(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:
     step.transition(StepStatus.COMPLETED)
     step.ended_at = at
     step.error = None
-    step.outputs = list(data.get("outputs") or [])
-    step.summary = data.get("summary")
-    step.choice = data.get("choice")
-    step.guardrails = list(data.get("guardrails") or [])
+    step.outputs = [str(path) for path in _records(data, "outputs")]
+    step.summary = _text(data, "summary")
+    step.choice = _text(data, "choice")
+    step.guardrails = _records(data, "guardrails")
     calls.forget_step(step.step_id)
 
 
 def _step_failed(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:
     step.transition(StepStatus.FAILED)
     step.ended_at = at
-    step.error = data.get("error")
+    step.error = _text(data, "error")
 
 
 def _step_blocked(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:
     step.transition(StepStatus.BLOCKED)
-    step.blocked_reason = data.get("reason")
+    step.blocked_reason = _text(data, "reason")
 
 
 def _step_skipped(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:
     step.transition(StepStatus.SKIPPED)
     step.ended_at = at
-    step.error = data.get("reason")
+    step.error = _text(data, "reason")
 
 
 def _tool_done(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:
@@ -153,8 +210,9 @@ def _tool_done(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> 
 
 
 def _artifact_ready(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:
-    if data.get("path") and data["path"] not in step.outputs:
-        step.outputs.append(data["path"])
+    path = _text(data, "path")
+    if path and path not in step.outputs:
+        step.outputs.append(path)
 
 
 def _validation_failed(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:

@@ -75,7 +75,52 @@ class Event:
         return self.to_bytes().decode("utf-8")
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> Event:
-        """Build from a decoded journal line."""
-        return cls(seq=int(raw["seq"]), type=str(raw["type"]), run_id=str(raw["run_id"]), time=str(raw["time"]),
-                   step_id=raw.get("step_id"), data=dict(raw.get("data") or {}))
+    def from_dict(cls, raw: Any) -> Event:
+        """Build from a decoded journal line, which must be exactly what :meth:`to_bytes` writes: an object with
+        these six fields, ``seq`` a positive integer, ``type`` a known :class:`EventType`, ``run_id`` and
+        ``time`` strings, ``step_id`` a string or null, ``data`` an object.
+
+        This is the one model of a journal line. Raises ValueError saying what is wrong (the reader adds the
+        file and line, and checks what one line cannot show: ``seq`` contiguous, ``run_id`` the run's own).
+        """
+        if not isinstance(raw, dict):
+            raise ValueError(f"{_json_kind(raw)}, not a JSON object")
+        if raw.keys() != _FIELDS:
+            missing, extra = sorted(_FIELDS - raw.keys()), sorted(set(raw) - _FIELDS)
+            raise ValueError("; ".join([*(f"field {name!r} is missing" for name in missing),
+                                        *(f"unknown field {_short(name)}" for name in extra)]))
+        seq, kind, run_id, at, step_id, data = (raw["seq"], raw["type"], raw["run_id"], raw["time"], raw["step_id"],
+                                                raw["data"])
+        if type(seq) is not int or seq < 1:
+            raise ValueError(f"seq is {_short(seq)}, not a positive integer")
+        if not isinstance(kind, str) or kind not in _KINDS:
+            raise ValueError(f"unknown event type {_short(kind)}")
+        if not isinstance(run_id, str):
+            raise ValueError(f"run_id is {_short(run_id)}, not a string")
+        if not isinstance(at, str):
+            raise ValueError(f"time is {_short(at)}, not a string")
+        if step_id is not None and not isinstance(step_id, str):
+            raise ValueError(f"step_id is {_short(step_id)}, not a string or null")
+        if not isinstance(data, dict):
+            raise ValueError(f"data is {_json_kind(data)}, not an object")
+        return cls(seq=seq, type=kind, run_id=run_id, time=at, step_id=step_id, data=data)
+
+
+_FIELDS = frozenset(("seq", "type", "run_id", "time", "step_id", "data"))
+_KINDS = frozenset(kind.value for kind in EventType)
+
+
+def _json_kind(value: Any) -> str:
+    """What a decoded JSON value is, in JSON's words (an array, a string, null …)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number"}.get(
+        type(value), type(value).__name__)
+
+
+def _short(value: Any) -> str:
+    """``value`` as JSON-ish text, at most 40 characters (for a one-line message)."""
+    text = _json_kind(value) if isinstance(value, dict | list) else orjson.dumps(value, default=str).decode()
+    return text if len(text) <= 40 else text[:39] + "…"

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from stepline.store._files import atomic_write_bytes, atomic_write_json, fsync_path, read_json
+from stepline.store._doctor import Diagnosis, Finding, diagnose, truncate_to_last_good
+from stepline.store._files import (
+    atomic_write_bytes,
+    atomic_write_json,
+    fsync_path,
+    read_json,
+    stale_temp_files,
+    sweep_temp_files,
+)
 from stepline.store._flusher import datasync
 from stepline.store._journal import Durability, Journal, read_journal
 from stepline.store._lock import RunLock, lock_holder
@@ -20,7 +28,9 @@ __all__ = [
     "DEFAULT_STORAGE_ROOT",
     "MANIFEST_COUNTS",
     "RUN_FILES",
+    "Diagnosis",
     "Durability",
+    "Finding",
     "Journal",
     "RunDir",
     "RunLock",
@@ -29,9 +39,13 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "datasync",
+    "diagnose",
     "fsync_path",
     "lock_holder",
     "new_run_id",
     "read_journal",
     "read_json",
+    "stale_temp_files",
+    "sweep_temp_files",
+    "truncate_to_last_good",
 ]

@@ -8,21 +8,25 @@ against power loss too. :class:`Journal` says how each kind of append is made du
 
 A crash in the middle of a write leaves at most one torn line at the end, perhaps followed by the zeros the
 file was grown by. :func:`read_journal` stops there and :class:`Journal` cuts it away before appending, so
-the journal always parses.
+the journal always parses. Every other line is checked as it is read (:mod:`stepline.store._scan`): damage is a
+:class:`JournalError` naming the file and the line.
+
+A write or sync that fails (a full or read-only disk, an I/O error) is a :class:`StorageError` naming the file,
+and the journal refuses every later write: what is on disk stays a whole prefix of the run, with no gap.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import deque
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import orjson
-
-from stepline.errors import JournalError
+from stepline.errors import JournalError, StorageError
 from stepline.model import Event
 from stepline.store._flusher import Flusher, HelperGone, datasync
+from stepline.store._scan import scan_journal
 
 __all__ = ["Durability", "Journal", "read_journal"]
 
@@ -30,39 +34,41 @@ __all__ = ["Durability", "Journal", "read_journal"]
 Durability = bool | Literal["background", "deferred"]
 
 
-def _scan(data: bytes, path: Path) -> tuple[list[dict[str, Any]], int]:
-    """Decode journal bytes; return the records and the byte length of the intact prefix."""
-    records: list[dict[str, Any]] = []
-    good = 0
-    start = 0
-    lineno = 0
-    size = len(data)
-    while start < size:
-        end = data.find(b"\n", start)
-        lineno += 1
-        if end == -1:  # no newline: the last write was cut short
-            break
-        line = data[start:end]
-        try:
-            records.append(orjson.loads(line))
-        except orjson.JSONDecodeError as exc:
-            if data.find(b"\n", end + 1) == -1 and not data[end + 1:].strip(b" \t\r\n\0"):
-                break  # the very last line is torn although its newline made it: treat as torn
-            raise JournalError(f"{path}:{lineno}: journal record is not valid JSON ({exc})",
-                               hint="the run directory was edited or damaged; restore it from a backup") from exc
-        start = end + 1
-        good = start
-    return records, good
+def _scan(data: bytes, path: Path, run_id: str | None = None) -> tuple[list[Event], int]:
+    """Check journal bytes; return the records and the byte length of the intact prefix (a torn tail left out).
+
+    Raises:
+        JournalError: a line before the tail is damaged (not JSON, not a record, a gap in seq, another run's).
+    """
+    scan = scan_journal(data, run_id)
+    if scan.problem is not None:
+        raise JournalError(scan.problem, path=str(path), line=scan.line, hint=_hint(run_id))
+    return scan.events, scan.good
 
 
-def read_journal(path: Path) -> list[Event]:
-    """Read every intact record of the journal at ``path`` (a torn last line is ignored)."""
+def _hint(run_id: str | None) -> str:
+    return f"`stepline doctor {run_id or 'RUN'}` explains it and what can be saved"
+
+
+def read_journal(path: Path, run_id: str | None = None) -> list[Event]:
+    """Read every record of the journal at ``path``, each checked (a torn last line is ignored); ``run_id``:
+    the run each record must belong to. A missing file has no records."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return []
-    records, _ = _scan(data, path)
-    return [Event.from_dict(raw) for raw in records]
+    except OSError as exc:
+        raise JournalError(f"cannot be read ({exc.strerror or exc})", path=str(path), hint=_hint(run_id)) from exc
+    return _scan(data, path, run_id)[0]
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """``pwrite`` all of ``data`` (a write may be short when the disk fills: the next one says why)."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
 
 
 class Journal:
@@ -100,8 +106,12 @@ class Journal:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._failed: OSError | None = None  # a write or sync failed: no later one is tried (see _fail)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageError.from_os(exc, path, "open") from exc
         self._end = 0  # where the next record goes; the file is zeros from here to its size
         self._size = 0
         self._written = 0  # records handed to the kernel
@@ -119,11 +129,15 @@ class Journal:
             return
         data = os.pread(self._fd, size, 0)
         records, good = _scan(data, self.path)
-        self.last_seq = int(records[-1]["seq"]) if records else 0
+        self.last_seq = records[-1].seq if records else 0
         self._end = self._size = good
         if good != size:  # a torn record, or the zeros a crash left ahead of the records
-            os.ftruncate(self._fd, good)
-            os.fsync(self._fd)
+            try:
+                os.ftruncate(self._fd, good)
+                os.fsync(self._fd)
+            except OSError as exc:
+                os.close(self._fd)
+                raise StorageError.from_os(exc, self.path) from exc
 
     last_seq: int = 0
 
@@ -167,42 +181,69 @@ class Journal:
 
     def _write(self, data: bytes) -> None:
         """Write ``data`` (one record, after any deferred ones) where the records end."""
+        if self._failed is not None:
+            raise self._fail(self._failed)
         records = 1
         if self._deferred:
             records += len(self._deferred)
             data = b"".join((*self._deferred, data))
             self._deferred.clear()
         grow = self._end + len(data) > self._size
-        if grow:
-            self._grow(len(data))
-        os.pwrite(self._fd, data, self._end)
-        self._end += len(data)
-        self._written += records
-        if grow:
-            os.fsync(self._fd)  # the size changed: a full fsync, once per block, which covers the records too
-            self._durable = self._written
+        try:
+            if grow:
+                self._grow(len(data))
+            _pwrite_all(self._fd, data, self._end)
+            self._end += len(data)
+            self._written += records
+            if grow:
+                os.fsync(self._fd)  # the size changed: a full fsync, once per block, which covers the records too
+                self._durable = self._written
+        except OSError as exc:
+            raise self._fail(exc) from exc
+
+    def _fail(self, exc: OSError) -> StorageError:
+        """Remember that a write or sync failed, and say so. No later write is tried: one that fitted after a
+        lost one would leave a gap in the journal (a lost deferred record, say). What is on disk up to the last
+        whole record stays a run that can be resumed; a record written in part is a torn tail, cut off then."""
+        self._failed = exc
+        self._deferred.clear()
+        return StorageError.from_os(exc, self.path)
 
     def _grow(self, need: int) -> None:
         """Extend the file with zeros (the caller fsyncs the new size), so later syncs are data-only."""
         if self._flusher is not None:
             self._await_helper(self._requested)
         grow = max(self.GROW_BY, need)
-        os.pwrite(self._fd, bytes(grow), self._size)
+        try:
+            _pwrite_all(self._fd, bytes(grow), self._size)
+        except OSError:
+            with contextlib.suppress(OSError):  # give back what a full disk let it have
+                os.ftruncate(self._fd, self._size)
+            raise
         self._size += grow
 
     def sync(self) -> None:
         """Make every appended record durable."""
+        if self._failed is not None:
+            raise self._fail(self._failed)
         if self._deferred:
             last = self._deferred.pop()
             self._write(last)
         target = self._written
         if self._durable >= target:
             return
-        if self._flusher is not None and self._requested >= target:  # the helper's sync covers them
-            self._await_helper(target)
-        else:
-            datasync(self._fd)
+        try:
+            if self._flusher is not None and self._requested >= target:  # the helper's sync covers them
+                self._await_helper(target)
+            else:
+                datasync(self._fd)
+        except OSError as exc:
+            raise self._fail(exc) from exc
         self._durable = target
+
+    def forget_deferred(self) -> None:
+        """Drop the records not written yet (``sync="deferred"``): :meth:`close` will not write them."""
+        self._deferred.clear()
 
     def _await_helper(self, count: int) -> None:
         assert self._flusher is not None
@@ -221,14 +262,17 @@ class Journal:
         self._durable = self._written
 
     def close(self) -> None:
-        """Sync, cut the zeros off and close the file."""
+        """Sync, cut the zeros off and close the file (closed even when the sync fails, which is then raised)."""
         if self._fd >= 0:
-            self.sync()
-            if self._flusher is not None:
-                self._flusher.close()
-                self._flusher = None
-            if self._size != self._end:
-                # Not synced: the records are, and zeros left after them by a crash are read past and cut off.
-                os.ftruncate(self._fd, self._end)
-            os.close(self._fd)
-            self._fd = -1
+            try:
+                self.sync()
+            finally:
+                if self._flusher is not None:
+                    self._flusher.close()
+                    self._flusher = None
+                if self._size != self._end:
+                    # Not synced: the records are, and zeros left after them by a crash are read past and cut off.
+                    with contextlib.suppress(OSError):  # a disk that refuses: the zeros stay, read past
+                        os.ftruncate(self._fd, self._end)
+                os.close(self._fd)
+                self._fd = -1

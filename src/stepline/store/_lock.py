@@ -6,7 +6,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from stepline.errors import RunLockedError
+from stepline.errors import RunLockedError, StorageError
 
 __all__ = ["RunLock", "lock_holder"]
 
@@ -39,7 +39,10 @@ class RunLock:
 
     def acquire(self) -> None:
         """Take the lock or raise :class:`RunLockedError` naming the pid that holds it."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageError.from_os(exc, self.path, "lock") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -47,8 +50,12 @@ class RunLock:
             os.close(fd)
             raise RunLockedError(f"run {self.run_id} is being driven by process {holder}",
                                  hint="wait for it to finish or stop that process, then retry") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
+        except OSError as exc:
+            os.close(fd)  # drops the lock
+            raise StorageError.from_os(exc, self.path, "lock") from exc
         self._fd = fd
 
     def release(self) -> None:

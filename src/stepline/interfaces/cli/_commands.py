@@ -5,7 +5,7 @@ from __future__ import annotations
 import stepline.interfaces.cli._bmad  # registers `stepline bmad install`
 import stepline.interfaces.cli._ccw  # registers `stepline ccw …`
 import stepline.interfaces.cli._mcp  # noqa: F401 - registers `stepline mcp`
-from stepline.interfaces.cli import _gates, _runs, _validate
+from stepline.interfaces.cli import _doctor, _gates, _runs, _validate
 from stepline.interfaces.cli import _providers as _providers  # registers `stepline providers`
 
-__all__ = ["_gates", "_runs", "_validate"]
+__all__ = ["_doctor", "_gates", "_runs", "_validate"]

@@ -34,14 +34,24 @@ def gates(
     """List the gates waiting for a person (approvals, high-risk tools, questions)."""
     from rich.table import Table
 
+    from stepline.errors import JournalError
+    from stepline.interfaces.cli._render import err_console
     from stepline.interfaces.cli._runs import open_store
 
     store = open_store(where(directory, project_root), config)
-    run_dirs = [store.open(run_id)] if run_id else [store.open(s.run_id) for s in store.summaries()]
+    run_dirs = [store.open(run_id)] if run_id else [store.open(s.run_id) for s in store.summaries()
+                                                     if s.damage is None]
     rows = []
     for run_dir in run_dirs:
-        for gate in run_dir.read("gates.json", []) or []:
-            if gate.get("status") == "pending":
+        try:
+            found = run_dir.read("gates.json", []) or []
+        except JournalError as exc:
+            if run_id:
+                raise
+            err_console.print(f"warning: {exc.format_message()}", markup=False, soft_wrap=True)
+            continue
+        for gate in found if isinstance(found, list) else ():
+            if isinstance(gate, dict) and gate.get("status") == "pending":
                 rows.append({"run_id": run_dir.run_id, **gate})
     if as_json:
         print_json(rows)
@@ -51,7 +61,8 @@ def gates(
         return
     table = Table("run", "gate", "kind", "step", "reason", box=None)
     for row in rows:
-        table.add_row(row["run_id"], row["gate_id"], row["kind"], row.get("step_id") or "", row["reason"][:80])
+        table.add_row(row["run_id"], str(row.get("gate_id")), str(row.get("kind")), str(row.get("step_id") or ""),
+                      str(row.get("reason") or "")[:80])
     console.print(table)
 
 

@@ -192,14 +192,36 @@ def status(
     project_root: ProjectRoot = None,
     config: ConfigOption = None,
     as_json: JsonOutput = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also check the run directory as `stepline "
+                                          "doctor` does; a damaged one is explained (exit 6).")] = False,
 ) -> None:
     """Show a run's status and its steps (a failed step's whole error below the table)."""
     from rich.table import Table
     from rich.text import Text
 
-    found = load_run(where(directory, project_root), config, run_id)
+    from stepline.errors import JournalError
+
+    at = where(directory, project_root)
+    try:
+        found = load_run(at, config, run_id)
+    except JournalError:
+        if not verbose:
+            raise
+        from stepline.interfaces.cli._doctor import EXIT_DAMAGED, diagnose_run, open_run_dir, print_diagnosis
+
+        diagnosis = diagnose_run(at, config, open_run_dir(at, config, run_id))
+        if as_json:
+            print_json(diagnosis.to_dict())
+        else:
+            print_diagnosis(diagnosis)
+        raise typer.Exit(EXIT_DAMAGED) from None
     if as_json:
-        print_json(run_summary(found))
+        summary = run_summary(found)
+        if verbose:
+            from stepline.interfaces.cli._doctor import diagnose_run
+
+            summary["run_directory"] = diagnose_run(at, config, _run_dir(at, config, found.run_id)).to_dict()
+        print_json(summary)
         return
     console.print(f"[bold]{found.run_id}[/bold]  {found.workflow.id} ({found.workflow.format})  "
                   f"status: [bold]{found.status.value}[/bold]")
@@ -212,6 +234,10 @@ def status(
     console.print(table)
     print_errors(found)
     print_secrets_in_artifacts(found)
+    if verbose:
+        from stepline.interfaces.cli._doctor import diagnose_run, print_diagnosis
+
+        print_diagnosis(diagnose_run(at, config, _run_dir(at, config, found.run_id)))
 
 
 @app.command("list")
@@ -237,12 +263,21 @@ def list_runs(
     table = Table("run", "workflow", "status", "steps", "updated", box=None)
     for row in rows:
         shown = row.status
-        if row.status == "running" and row.live_pid is None:
+        if row.damage is not None:
+            shown = f"{row.status} (see below)"
+        elif row.status == "running" and row.live_pid is None:
             shown = "interrupted (resume it)"
         elif row.live_pid is not None:
             shown = f"{row.status} (pid {row.live_pid})"
         table.add_row(row.run_id, row.workflow, shown, f"{row.steps_done}/{row.steps_total}", row.updated_at[:19])
     console.print(table)
+    from rich.text import Text
+
+    for row in rows:
+        if row.damage is not None:
+            console.print(Text(f"{row.run_id} {row.status}: {row.damage}"
+                               + (f"; see `stepline doctor {row.run_id}`" if row.status == "damaged" else "")),
+                          soft_wrap=True)
 
 
 @app.command()
