@@ -14,11 +14,15 @@ import pytest
 from stepline import Engine
 from stepline.ccw._driver import complete_session, execute_session
 from stepline.ccw._state import Completion, SessionWriter
+from stepline.engine._config import RiskPolicy, RuntimeConfig, ToolsSection
 from stepline.errors import ReaderError, RunStateError
 from stepline.executors import Executor, StepRequest, StepSession
 from stepline.model import Run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+#: pre_analysis ``bash(...)`` commands are high risk: these tests run them without a person's approval, as
+#: a project that allows them in config/runtime.yaml does (tests/ccw/test_pre_analysis_policy.py checks the gate).
+ALLOW_PLAN_COMMANDS = RuntimeConfig(tools=ToolsSection(risk_policy=RiskPolicy(high_requires_approval=False)))
 
 
 class Recorder(Executor):
@@ -75,7 +79,7 @@ def _generated(project: Path, tasks: int, *, seed: int, max_deps: int) -> Path:
 
 
 def _run(project: Path, session_dir: Path, executor: Executor, concurrency: int = 4) -> Run:
-    engine = Engine(project_root=project, executor=executor, concurrency=concurrency)
+    engine = Engine(config=ALLOW_PLAN_COMMANDS, project_root=project, executor=executor, concurrency=concurrency)
     return asyncio.run(execute_session(engine, session_dir))
 
 
@@ -230,7 +234,7 @@ def test_cycle_is_a_load_time_error_naming_the_tasks_and_nothing_is_written(tmp_
     with pytest.raises(ReaderError, match=r"dependency cycle: IMPL-\d → IMPL-\d → IMPL-\d → IMPL-\d"):
         _run(tmp_path, session_dir, Recorder())
     assert _tree(session_dir) == before
-    assert not (tmp_path / ".stepline").exists()
+    assert not list((tmp_path / ".stepline" / "runs").glob("run-*"))  # no run (only the session's lock file)
 
 
 def test_prompt_is_built_from_the_task_json_with_dependency_summaries_and_the_inferred_agent(tmp_path: Path) -> None:
@@ -341,12 +345,13 @@ def test_pre_analysis_manual_intervention_blocks_until_a_person_approves(tmp_pat
     from stepline.interfaces.cli._gates import decide_gate
 
     session_dir = _pre_session(tmp_path, "manual_intervention")
-    engine = Engine(project_root=tmp_path, executor=Recorder(), mode="non-interactive")
+    engine = Engine(config=ALLOW_PLAN_COMMANDS, project_root=tmp_path, executor=Recorder(), mode="non-interactive")
     run = asyncio.run(execute_session(engine, session_dir))
     assert run.status.value == "blocked" and "needs manual intervention" in (run.blocked_reason or "")
     decide_gate(tmp_path, None, run.run_id, "ccw:IMPL-1:pre_analysis:0", approved=True, by="ops", notes=None)
     executor = Recorder()
-    again = asyncio.run(execute_session(Engine(project_root=tmp_path, executor=executor), session_dir))
+    engine = Engine(config=ALLOW_PLAN_COMMANDS, project_root=tmp_path, executor=executor)
+    again = asyncio.run(execute_session(engine, session_dir))
     assert again.run_id == run.run_id and again.status.value == "completed"
     assert executor.started == ["IMPL-1", "IMPL-2"]
 
@@ -632,7 +637,7 @@ def test_the_final_manifest_holds_the_spec_once_and_the_steps_counted_by_status(
     from stepline.guardrails import redact
 
     project = _copy(tmp_path, "ccw", "project-active")
-    engine = Engine(project_root=project, executor=Recorder(), concurrency=4)
+    engine = Engine(config=ALLOW_PLAN_COMMANDS, project_root=project, executor=Recorder(), concurrency=4)
     run = asyncio.run(execute_session(engine, project / ".workflow" / "active" / "WFS-auth-system"))
     assert run.status.value == "completed"
     manifest = json.loads((engine.store.root / run.run_id / "manifest.json").read_text(encoding="utf-8"))
@@ -690,7 +695,7 @@ def test_completions_are_journaled_done_while_the_run_goes_on(tmp_path: Path) ->
     not only when the run settles."""
     session_dir = _generated(tmp_path, 3, seed=1, max_deps=0)
     executor = _WaitsForDone()
-    run = asyncio.run(asyncio.wait_for(execute_session(Engine(project_root=tmp_path, executor=executor,
+    run = asyncio.run(asyncio.wait_for(execute_session(Engine(config=ALLOW_PLAN_COMMANDS, project_root=tmp_path, executor=executor,
                                                               concurrency=3), session_dir), 60))
     assert run.status.value == "completed"
     assert executor.saw_done

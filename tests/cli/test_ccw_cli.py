@@ -154,4 +154,4 @@ def test_bad_session_is_one_clear_line_and_nothing_in_it_changes(
     assert run_cli(["ccw", "execute", "--resume-session", "payment", "-C", str(active)]) == 4
     assert expected in _one_line_error(capsys)
     assert _tree(session) == before
-    assert not (active / ".stepline").exists()
+    assert not list((active / ".stepline" / "runs").glob("run-*"))  # no run (only the session's lock file)

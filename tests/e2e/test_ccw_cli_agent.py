@@ -21,8 +21,8 @@ def test_codex_does_every_task_of_a_session_through_stepline(tmp_path: Path, mon
     and the runtime ticks TODO_LIST.md, updates the task JSON and writes the summary."""
     project = tmp_path / "project"
     shutil.copytree(TESTS / "fixtures" / "ccw" / "project-active", project)
-    (project / "config").mkdir()
-    (project / "config" / "runtime.yaml").write_text("executors:\n  cli-agent: {agent: codex, mode: write}\n")
+    config = project / "config" / "runtime.yaml"  # the fixture's allows the plan's commands; add the agent
+    config.write_text(config.read_text() + "executors:\n  cli-agent: {agent: codex, mode: write}\n")
     log = tmp_path / "agents.jsonl"
     monkeypatch.setenv("PATH", os.pathsep.join([str(TESTS / "fakes" / "bin"), str(Path(sys.executable).parent),
                                                 os.environ.get("PATH", "")]))

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 from stepline.ccw._graph import task_cycle
-from stepline.ccw._session import SESSION_FILE, natural_key
-from stepline.ccw._task import TaskRef, line_of, ref_from_data, validate_task_data
+from stepline.ccw._session import SESSION_FILE, natural_key, session_layout
+from stepline.ccw._task import TaskRef, TaskView, line_of, ref_from_data, validate_task_data
 from stepline.ccw._todo import TodoList, read_todo_list
 from stepline.errors import NotFoundError, ReaderError
 from stepline.formats._diagnostics import Diagnostic, Severity
@@ -72,7 +72,27 @@ def _check_session_file(report: _Report, session_dir: Path) -> None:
                    path, line_of(text, "session_id"))
 
 
-def _check_tasks(report: _Report, task_dir: Path) -> dict[str, TaskRef]:
+def _outside(path: str, project_root: Path) -> bool:
+    """Whether ``path`` (as a task names it: relative to the project, or absolute) leaves the project."""
+    target = Path(path.split(" (")[0].strip())  # task_item_text's "path (action)"
+    resolved = (target if target.is_absolute() else project_root / target).resolve()
+    return not resolved.is_relative_to(project_root)
+
+
+def _check_paths(report: _Report, path: Path, data: dict[str, object], text: str, project_root: Path,
+                 severity: Severity) -> None:
+    """A task's ``focus_paths`` and ``target_files`` must stay in the project: the agent is told to work there."""
+    view = TaskView(data)
+    for field, items in (("focus_paths", view.focus_paths), ("target_files", view.target_files)):
+        for item in items:
+            if item and _outside(item, project_root):
+                report.add(severity, "path-outside-project",
+                           f"{field} names {item!r}, which is outside the project {project_root}", path,
+                           line_of(text, item.split(" (")[0]))
+
+
+def _check_tasks(report: _Report, task_dir: Path, project_root: Path | None = None,
+                 outside: Severity = "warning") -> dict[str, TaskRef]:
     refs: dict[str, TaskRef] = {}
     paths = sorted(task_dir.glob("*.json"), key=lambda p: natural_key(p.name)) if task_dir.is_dir() else []
     for path in paths:
@@ -85,6 +105,8 @@ def _check_tasks(report: _Report, task_dir: Path) -> dict[str, TaskRef]:
             continue
         for message, line in validate_task_data(data, text):
             report.add("error", "task-schema", message, path, line)
+        if project_root is not None:
+            _check_paths(report, path, data, text, project_root, outside)
         try:
             ref = ref_from_data(data, path, text)
         except ReaderError:  # the schema problems above already describe it
@@ -180,8 +202,13 @@ def _check_plan_json(report: _Report, path: Path, refs: dict[str, TaskRef]) -> N
                        line_of(text, task_id))
 
 
-def check_ccw_session(session_dir: Path) -> list[Diagnostic]:
+def check_ccw_session(session_dir: Path, *, project_root: Path | None = None,
+                      strict: bool = False) -> list[Diagnostic]:
     """Report every problem of a CCW session folder (R-E8b), errors and warnings, each with file:line.
+
+    A path a task names outside the project (``focus_paths``, ``target_files``) is a warning, an error when
+    ``strict``. The project is the folder holding the session's ``.workflow``; ``project_root`` is used for a
+    session outside one (without either, paths are not checked).
 
     Raises:
         NotFoundError: ``session_dir`` is not a folder.
@@ -189,13 +216,15 @@ def check_ccw_session(session_dir: Path) -> list[Diagnostic]:
     session_dir = Path(session_dir).resolve()
     if not session_dir.is_dir():
         raise NotFoundError(f"no CCW session folder at {session_dir}")
+    project_root = session_layout(session_dir)[1] or project_root
+    project_root = project_root.resolve() if project_root is not None else None
     report = _Report()
     _check_session_file(report, session_dir)
     if not (session_dir / "IMPL_PLAN.md").is_file():
         report.add("warning", "missing-impl-plan",
                    "IMPL_PLAN.md is missing; the execution model falls back to the task dependencies",
                    session_dir / "IMPL_PLAN.md")
-    refs = _check_tasks(report, session_dir / ".task")
+    refs = _check_tasks(report, session_dir / ".task", project_root, "error" if strict else "warning")
     todo_path = session_dir / "TODO_LIST.md"
     todo: TodoList | None = None
     if not todo_path.is_file():

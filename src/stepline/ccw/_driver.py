@@ -13,10 +13,13 @@
   ``Glob``, ``Grep``/``Search``, with ``[var]`` substitution and ``on_error``), then one ``work`` request to
   the executor with the prompt built from the task JSON (read when the task starts), then the completion as
   one journaled change, handed to the run's :class:`stepline.ccw._state.Committer`.
-* ``pre_analysis`` commands come from the plan, not from the agent, so they run through the tool pipeline
-  with the configured allow/blocklist and timeout but without the risk gate (a ``bash(...)`` step would
-  otherwise stop every task for approval). Their results are journaled; a resumed task replays them. A
-  command interrupted by a crash is run again: they gather context, they do not change the project.
+* ``pre_analysis`` commands run through the engine's tool pipeline like any tool call: the allow/blocklist,
+  the timeout, path confinement (``Read(/etc/passwd)`` is refused) and the risk policy. A ``bash(...)`` command
+  is high risk: in a normal run its task waits at the gate ``tool:shell:<task>`` for a person (one approval
+  covers the task's commands); in an unattended run (``-y``) it runs and the allowance is journaled. Their
+  output passes the secret guardrail (reported, redacted) before it reaches the agent's prompt. Results are
+  journaled; a resumed task replays them. A command interrupted by a crash is run again: they gather
+  context, they do not change the project.
 * :func:`execute_session` checks a session, resumes its interrupted or blocked run (the journal replays
   every call), or marks the session started and starts a new run; :func:`complete_session` archives it.
 """
@@ -25,33 +28,53 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import hashlib
 import heapq
 import json
 import os
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stepline import time
-from stepline.ccw._prompt import TaskView, build_task_prompt, render_container_summary, render_summary
+from stepline.ccw._prompt import build_task_prompt, render_container_summary, render_summary
 from stepline.ccw._session import CcwSession, read_ccw_session
-from stepline.ccw._state import Committer, Completion, SessionWriter, Stopped, json_bytes, write_files
-from stepline.ccw._task import read_task_file
+from stepline.ccw._state import (
+    Committer,
+    Completion,
+    SessionWriter,
+    Stopped,
+    json_bytes,
+    unfinished_completions,
+    write_files,
+)
+from stepline.ccw._task import TaskView, read_task_file
 from stepline.ccw._waves import plan_workflow_waves
 from stepline.engine._runner import register_driver
 from stepline.engine._signals import StepBlocked
-from stepline.errors import ReaderError, RunLockedError, RunStateError, StepFailed
-from stepline.model import EventType, Run, RunStatus, StepStatus, ToolCall, WorkflowSpec
+from stepline.errors import JournalError, ReaderError, RunLockedError, RunStateError, StepFailed, StorageError
+from stepline.model import EventType, Run, RunStatus, StepStatus, WorkflowSpec
 
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
     from stepline.engine._runner import Engine
-    from stepline.tools import ToolPipeline
+    from stepline.store import RunDir, RunStore
 
-__all__ = ["CcwFlow", "complete_session", "execute_session", "prepare_session", "run_ccw_task", "session_run"]
+__all__ = [
+    "CcwFlow",
+    "PendingCompletions",
+    "SessionLock",
+    "apply_pending_completions",
+    "complete_session",
+    "execute_session",
+    "prepare_session",
+    "run_ccw_task",
+    "session_lock",
+    "session_run",
+]
 
 _SEQUENTIAL = frozenset({"sequential", "tdd"})
 _LEAF, _START, _END, _BARRIER = 0, 1, 2, 3
@@ -400,31 +423,16 @@ def _glob_base(pattern: str) -> str:
     return "/".join(parts[:-1] if len(parts) == len(pattern.split("/")) else parts) or "."
 
 
-def _pre_pipeline(engine: Engine) -> ToolPipeline:
-    """The pipeline for plan-declared commands: the configured policy minus the risk gate."""
-    from stepline.tools import ToolPipeline, ToolPolicy, default_registry
-
-    cached: ToolPipeline | None = getattr(engine, "_ccw_pre_pipeline", None)
-    if cached is None:
-        tools = engine.config.tools
-        policy = ToolPolicy(allowlist=tools.allowlist, blocklist=tools.blocklist, timeout_seconds=tools.timeout_seconds,
-                            high_requires_approval=False, medium_requires_approval=False,
-                            default_timezone=engine.config.time.default_timezone)
-        cached = ToolPipeline(default_registry(), policy)
-        engine._ccw_pre_pipeline = cached  # type: ignore[attr-defined]
-    return cached
+#: Why a plan's command may run without a person in an unattended (``-y``) run: journaled with the call.
+_UNATTENDED = "-y (unattended): a pre_analysis command of the session's plan"
 
 
 async def _tool(ctx: StepContext, name: str, args: dict[str, Any]) -> dict[str, Any]:
-    events: list[tuple[str, dict[str, Any]]] = []
-    result = await _pre_pipeline(ctx.engine).arun(
-        ToolCall(name=name, args=args), step_id=ctx.spec.id, project_root=ctx.project_root,
-        on_event=lambda kind, data: events.append((kind, data)))
-    for kind, data in events:
-        ctx.emit(EventType(kind), data)
-    record = result.model_dump(mode="json")
-    ctx.engine.record_tool_result(record)
-    return record
+    """One pre_analysis call through the engine's tool pipeline, its risk policy included: a shell command is
+    high risk, so it waits at its gate for a person unless the run is unattended (``-y``), where the allowance
+    is journaled with the call."""
+    return await ctx.engine.run_tool(ctx, name, args, required=False,
+                                     allowed_by=_UNATTENDED if ctx.run.mode == "yolo" else None)
 
 
 async def _run_command(ctx: StepContext, command: str) -> _Result:
@@ -449,6 +457,7 @@ async def _run_command(ctx: StepContext, command: str) -> _Result:
         record = await _tool(ctx, "shell", {"command": f"grep -rnE -e {shlex.quote(pattern)} -- "
                                                        f"{shlex.quote(path)}; test $? -le 1"})
         output = str(record.get("stdout") or "")
+    output = str(ctx.guard("pre_analysis", output))  # secrets found are reported, and never reach the prompt
     if record.get("status") != "ok":
         return _Result(False, output, str(record.get("error") or record.get("status")))
     return _Result(True, output)
@@ -563,55 +572,177 @@ def _journal_status(events: list[Any]) -> RunStatus:
     return RunStatus.RUNNING
 
 
+def _session_runs(store: RunStore, session_dir: Path) -> Iterator[RunDir]:
+    """The runs of the session at ``session_dir`` in this project, newest first."""
+    from stepline.store import RunDir, read_json
+
+    for summary in reversed(list(store.summaries())):
+        if summary.workflow != session_dir.name:
+            continue
+        run_dir = RunDir(store.root / summary.run_id)
+        try:
+            manifest = read_json(run_dir.manifest_path, {}) or {}
+        except JournalError:
+            continue  # a damaged run is not this session's to resume: `stepline doctor` says what is wrong
+        paths = ((manifest.get("workflow") or {}).get("meta") or {}).get("paths") or {}
+        if paths.get("session_dir") == str(session_dir):
+            yield run_dir
+
+
 def session_run(engine: Engine, session_dir: Path) -> tuple[str, RunStatus] | None:
     """The newest run of the session in this project and its status as the journal says (None: no run).
 
     Raises:
         RunLockedError: a live process is running the session.
     """
-    from stepline.store import RunDir, lock_holder, read_json
+    from stepline.store import lock_holder
 
-    for summary in reversed(list(engine.store.summaries())):
-        if summary.workflow != session_dir.name:
-            continue
-        run_dir = RunDir(engine.store.root / summary.run_id)
-        manifest = read_json(run_dir.manifest_path, {}) or {}
-        paths = ((manifest.get("workflow") or {}).get("meta") or {}).get("paths") or {}
-        if paths.get("session_dir") != str(session_dir):
-            continue
+    for run_dir in _session_runs(engine.store, session_dir):
         holder = lock_holder(run_dir.path / "lock")
         if holder is not None:
             raise RunLockedError(f"session {session_dir.name} is being executed by process {holder} "
-                                 f"(run {summary.run_id})", hint="wait for it, or stop that process first")
-        return summary.run_id, _journal_status(run_dir.events())
+                                 f"(run {run_dir.run_id})", hint="wait for it, or stop that process first")
+        return run_dir.run_id, _journal_status(run_dir.events())
     return None
+
+
+def session_lock(store: RunStore, session_dir: Path) -> SessionLock:
+    """The lock one process holds while it executes or completes the session at ``session_dir``."""
+    return SessionLock(store, Path(session_dir).resolve())
+
+
+class SessionLock:
+    """One driver per session: ``ccw execute`` and ``ccw complete`` hold it for as long as they work on it.
+
+    A run's own lock keeps a second process off that run, but two executes of one session would each start
+    a run of their own and both do every task (every model call paid twice). This lock is taken before the
+    session's run is looked for. It is an ``flock`` on a file in the store (``.sessions/``, not in the
+    session folder, which is CCW's), so a holder that dies drops it and the next execute takes the session
+    over, resuming the dead holder's run.
+    """
+
+    def __init__(self, store: RunStore, session_dir: Path) -> None:
+        from stepline.store import RunLock
+
+        digest = hashlib.sha256(str(session_dir).encode("utf-8")).hexdigest()[:12]
+        self.store, self.session_dir = store, session_dir
+        self.path = store.root / ".sessions" / f"{session_dir.name}-{digest}.lock"
+        self._lock = RunLock(self.path, session_dir.name)
+
+    def acquire(self) -> None:
+        """Take the lock, or raise :class:`RunLockedError` naming the holder's pid and its run."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError.from_os(exc, self.path.parent, "create") from exc
+        try:
+            self._lock.acquire()
+        except RunLockedError:
+            from stepline.store import lock_holder
+
+            holder = lock_holder(self.path)
+            run = next((run_dir.run_id for run_dir in _session_runs(self.store, self.session_dir)
+                        if lock_holder(run_dir.path / "lock") == holder), None)
+            doing = f"run {run}" if run else "its run is starting"
+            raise RunLockedError(f"session {self.session_dir.name} is being executed by process {holder} "
+                                 f"({doing})", hint="wait for it to finish, or stop that process first") from None
+
+    def release(self) -> None:
+        """Drop the lock."""
+        self._lock.release()
+
+    def __enter__(self) -> SessionLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCompletions:
+    """What :func:`apply_pending_completions` did: tasks whose journaled completion it wrote to the session's
+    files, and tasks whose completion a live run is still writing (the files may lag them for a moment)."""
+
+    applied: tuple[str, ...] = ()
+    in_flight: tuple[str, ...] = ()
+    holder: int | None = None
+
+
+def apply_pending_completions(store: RunStore, session_dir: Path) -> PendingCompletions:
+    """Make the session's files say what its newest run's journal says: every completion journaled (intent)
+    without its done record is written now, as the next execute would (idempotent: what is on disk stays).
+
+    A crash between a completion's intent and its done record leaves the three files disagreeing; readers
+    (``ccw status``, ``ccw check``, ``ccw sessions``) call this first, so what they show is the journal's
+    truth. When a live process executes the session, nothing is written: its pending completions are returned
+    as in flight. The done records are left to the next execute (which redoes the same writes, unchanged).
+    """
+    from stepline.store import lock_holder
+
+    session_dir = Path(session_dir).resolve()
+    lock = session_lock(store, session_dir)
+    try:
+        lock.acquire()
+    except RunLockedError:
+        holder = lock_holder(lock.path)
+        newest = next(_session_runs(store, session_dir), None)
+        pending = unfinished_completions(newest.journal_path) if newest is not None else []
+        return PendingCompletions(in_flight=tuple(item.completion.task_id for item in pending), holder=holder)
+    try:
+        return _apply_pending(store, session_dir)
+    finally:
+        lock.release()
+
+
+def _apply_pending(store: RunStore, session_dir: Path) -> PendingCompletions:
+    """:func:`apply_pending_completions` for a caller that holds the session's lock."""
+    run_dir = next(_session_runs(store, session_dir), None)
+    pending = unfinished_completions(run_dir.journal_path) if run_dir is not None else []
+    if run_dir is None or not pending:
+        return PendingCompletions()
+    with run_dir.lock():  # a `stepline resume` of the run itself does not take the session's lock
+        SessionWriter(session_dir).write([item.completion for item in pending])
+    return PendingCompletions(applied=tuple(item.completion.task_id for item in pending))
 
 
 async def execute_session(engine: Engine, session_dir: Path) -> Run:
     """Run a session to its end: resume its interrupted or blocked run, else start a new one.
 
     A run that completed or failed is not resumed: a new run starts from the session's files, where the
-    completed tasks are ticked (they complete without their agent) and a failed task is tried again.
+    completed tasks are ticked (they complete without their agent) and a failed task is tried again. One
+    process at a time executes a session (:class:`SessionLock`); a second is refused, naming the first.
     """
-    session, spec = prepare_session(session_dir)
-    previous = session_run(engine, session.session_dir)
-    try:
-        # The session is marked active by the run's committer, once the first tasks are under way.
-        if previous is not None and previous[1] in (RunStatus.RUNNING, RunStatus.BLOCKED):
-            return await engine.resume(previous[0])
-        return await engine.start(spec)
-    except Stopped as stopped:
-        raise RunStateError(f"session {session.session_id}: its files could not be written ({stopped.cause}); "
-                            "the run stopped", hint="fix the cause and execute the session again: the run "
-                            "resumes and finishes the completions it had journaled") from stopped.cause
+    with session_lock(engine.store, session_dir):
+        session, spec = prepare_session(session_dir)
+        previous = session_run(engine, session.session_dir)
+        try:
+            # The session is marked active by the run's committer, once the first tasks are under way.
+            if previous is not None and previous[1] in (RunStatus.RUNNING, RunStatus.BLOCKED):
+                return await engine.resume(previous[0])
+            return await engine.start(spec)
+        except Stopped as stopped:
+            raise RunStateError(f"session {session.session_id}: its files could not be written ({stopped.cause}); "
+                                "the run stopped", hint="fix the cause and execute the session again: the run "
+                                "resumes and finishes the completions it had journaled") from stopped.cause
 
 
-def complete_session(session_dir: Path) -> dict[str, Any]:
+def complete_session(session_dir: Path, store: RunStore | None = None) -> dict[str, Any]:
     """Mark every task completed, then archive the session (``/workflow:session:complete``).
 
-    A task that was never completed is ticked with a summary saying so; every change goes through the same
-    idempotent writer, so an interrupted completion is finished by running it again.
+    With the project's run ``store``, the session's lock is held throughout (a session being executed is
+    refused) and the completions its last run journaled are written first, so a task an agent did keeps its
+    own summary. A task that was never completed is ticked with a summary saying so; every change goes through
+    the same idempotent writer, so an interrupted completion is finished by running it again.
     """
+    if store is None:
+        return _complete_session(session_dir)
+    with session_lock(store, session_dir):
+        _apply_pending(store, Path(session_dir).resolve())
+        return _complete_session(session_dir)
+
+
+def _complete_session(session_dir: Path) -> dict[str, Any]:
     session = read_ccw_session(session_dir)
     parent = session.session_dir.parent
     if session.layout == "active":

@@ -10,102 +10,13 @@ agent is told *not* to update the task status, TODO_LIST.md or the summary: the 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TaskView", "build_task_prompt", "render_container_summary", "render_summary"]
+from stepline.ccw._task import TaskView
+from stepline.ccw._task import task_item_text as _text
+from stepline.ccw._task import task_items as _items
 
-
-def _object(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _items(value: object) -> list[Any]:
-    if isinstance(value, list):
-        return value
-    return [] if value is None or value == "" else [value]
-
-
-def _text(value: object) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        path = value.get("path") or value.get("file")
-        if path:
-            extra = value.get("action") or value.get("change") or value.get("contains") or value.get("type")
-            return f"{path} ({extra})" if extra else str(path)
-        return ", ".join(f"{key}: {val}" for key, val in value.items())
-    return str(value)
-
-
-@dataclass(frozen=True, slots=True)
-class TaskView:
-    """The fields a prompt needs, read from either task schema."""
-
-    data: Mapping[str, Any]
-
-    @property
-    def flat(self) -> bool:
-        """True for the flat 2026 schema (no ``context`` block)."""
-        return "context" not in self.data and "flow_control" not in self.data
-
-    def _context(self, key: str) -> Any:
-        return self.data.get(key) if self.flat else _object(self.data.get("context")).get(key)
-
-    @property
-    def requirements(self) -> list[str]:
-        """``context.requirements``, or the flat schema's ``description``."""
-        if self.flat:
-            return [str(self.data["description"])] if self.data.get("description") else []
-        return [_text(item) for item in _items(self._context("requirements"))]
-
-    @property
-    def focus_paths(self) -> list[str]:
-        """Where the change happens."""
-        return [_text(item) for item in _items(self._context("focus_paths"))]
-
-    @property
-    def acceptance(self) -> list[str]:
-        """``context.acceptance``, or the flat schema's ``convergence.criteria``."""
-        if self.flat:
-            return [_text(item) for item in _items(_object(self.data.get("convergence")).get("criteria"))]
-        return [_text(item) for item in _items(self._context("acceptance"))]
-
-    @property
-    def artifacts(self) -> list[str]:
-        """Brainstorming outputs and specifications the task refers to."""
-        return [_text(item) for item in _items(self._context("artifacts"))]
-
-    @property
-    def depends_on(self) -> list[str]:
-        """Ids of the tasks this one depends on."""
-        return [str(item) for item in _items(self._context("depends_on"))]
-
-    @property
-    def inherited(self) -> Any:
-        """Context inherited from a parent task."""
-        return self._context("inherited")
-
-    @property
-    def approach(self) -> list[Any]:
-        """``flow_control.implementation_approach``, or the flat schema's ``implementation``."""
-        if self.flat:
-            return _items(self.data.get("implementation"))
-        return _items(_object(self.data.get("flow_control")).get("implementation_approach"))
-
-    @property
-    def target_files(self) -> list[str]:
-        """``flow_control.target_files``, or the flat schema's ``files``."""
-        if self.flat:
-            return [_text(item) for item in _items(self.data.get("files"))]
-        return [_text(item) for item in _items(_object(self.data.get("flow_control")).get("target_files"))]
-
-    @property
-    def pre_analysis(self) -> list[Any]:
-        """The context-gathering steps the runtime runs before the agent."""
-        if self.flat:
-            return _items(self.data.get("pre_analysis"))
-        return _items(_object(self.data.get("flow_control")).get("pre_analysis"))
+__all__ = ["build_task_prompt", "render_container_summary", "render_summary"]
 
 
 def _bullets(items: Sequence[str], empty: str = "- (none)") -> list[str]:

@@ -43,7 +43,15 @@ from stepline.store import RunDir, datasync, fsync_path
 if TYPE_CHECKING:
     from stepline.engine._runner import Engine
 
-__all__ = ["Committer", "Completion", "SessionWriter", "Stopped", "json_bytes", "write_files"]
+__all__ = [
+    "Committer",
+    "Completion",
+    "SessionWriter",
+    "Stopped",
+    "json_bytes",
+    "unfinished_completions",
+    "write_files",
+]
 
 #: TODO_LIST.md is rewritten whole (O(tasks)): its boxes are ticked at most this often (and when the run
 #: settles), for all the completions whose other files were written since.
@@ -304,7 +312,7 @@ class Committer:
     def _redo(self) -> None:
         """Finish every intent of this run that has no done record (a crash came between the two), here and
         now, before any task of this process goes on."""
-        intents = _unfinished(self.journal_path)
+        intents = unfinished_completions(self.journal_path)
         if intents:
             try:
                 _sync_file(self.journal_path)  # read back maybe from a killed process's page cache: durable first
@@ -395,7 +403,7 @@ class Committer:
             raise Stopped(self.error)
 
 
-def _unfinished(journal_path: Path) -> list[_Pending]:
+def unfinished_completions(journal_path: Path) -> list[_Pending]:
     """The completion intents in a run's journal that have no done record, in journal order."""
     try:
         data = journal_path.read_bytes()

@@ -317,3 +317,93 @@ def validate_task_data(data: Mapping[str, Any], text: str | bytes) -> list[tuple
             problems.append(("`parallel_group` must be a number", line_of(text, "parallel_group") or 1))
         _check_pre_analysis(problems, text, data.get("pre_analysis"))
     return problems
+
+
+def task_items(value: object) -> list[Any]:
+    """A task field as a list: a list as it is, a single value as one item, nothing as none."""
+    if isinstance(value, list):
+        return value
+    return [] if value is None or value == "" else [value]
+
+
+def task_item_text(value: object) -> str:
+    """One item of a task field as text (a ``{path, action}`` object as ``path (action)``)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        path = value.get("path") or value.get("file")
+        if path:
+            extra = value.get("action") or value.get("change") or value.get("contains") or value.get("type")
+            return f"{path} ({extra})" if extra else str(path)
+        return ", ".join(f"{key}: {val}" for key, val in value.items())
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    """A task JSON's fields, read from either schema (6-field ``context``/``flow_control`` or flat 2026)."""
+
+    data: Mapping[str, Any]
+
+    @property
+    def flat(self) -> bool:
+        """True for the flat 2026 schema (no ``context`` block)."""
+        return "context" not in self.data and "flow_control" not in self.data
+
+    def _context(self, key: str) -> Any:
+        return self.data.get(key) if self.flat else _object(self.data.get("context")).get(key)
+
+    @property
+    def requirements(self) -> list[str]:
+        """``context.requirements``, or the flat schema's ``description``."""
+        if self.flat:
+            return [str(self.data["description"])] if self.data.get("description") else []
+        return [task_item_text(item) for item in task_items(self._context("requirements"))]
+
+    @property
+    def focus_paths(self) -> list[str]:
+        """Where the change happens."""
+        return [task_item_text(item) for item in task_items(self._context("focus_paths"))]
+
+    @property
+    def acceptance(self) -> list[str]:
+        """``context.acceptance``, or the flat schema's ``convergence.criteria``."""
+        if self.flat:
+            return [task_item_text(item) for item in task_items(_object(self.data.get("convergence")).get("criteria"))]
+        return [task_item_text(item) for item in task_items(self._context("acceptance"))]
+
+    @property
+    def artifacts(self) -> list[str]:
+        """Brainstorming outputs and specifications the task refers to."""
+        return [task_item_text(item) for item in task_items(self._context("artifacts"))]
+
+    @property
+    def depends_on(self) -> list[str]:
+        """Ids of the tasks this one depends on."""
+        return [str(item) for item in task_items(self._context("depends_on"))]
+
+    @property
+    def inherited(self) -> Any:
+        """Context inherited from a parent task."""
+        return self._context("inherited")
+
+    @property
+    def approach(self) -> list[Any]:
+        """``flow_control.implementation_approach``, or the flat schema's ``implementation``."""
+        if self.flat:
+            return task_items(self.data.get("implementation"))
+        return task_items(_object(self.data.get("flow_control")).get("implementation_approach"))
+
+    @property
+    def target_files(self) -> list[str]:
+        """``flow_control.target_files``, or the flat schema's ``files``."""
+        if self.flat:
+            return [task_item_text(item) for item in task_items(self.data.get("files"))]
+        return [task_item_text(item) for item in task_items(_object(self.data.get("flow_control")).get("target_files"))]
+
+    @property
+    def pre_analysis(self) -> list[Any]:
+        """The context-gathering steps the runtime runs before the agent."""
+        if self.flat:
+            return task_items(self.data.get("pre_analysis"))
+        return task_items(_object(self.data.get("flow_control")).get("pre_analysis"))

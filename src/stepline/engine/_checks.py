@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from stepline.engine._context import StepContext
     from stepline.tools import ValidationReport
 
-__all__ = ["check_step_inputs", "check_step_outputs", "run_validation_gates"]
+__all__ = ["check_gathered", "check_step_inputs", "check_step_outputs", "run_validation_gates"]
 
 _CHECKLIST_ITEM = re.compile(r"^\s*[-*]\s*\[[ xX]?\]\s*(?P<item>.+?)\s*$")
 _PYTHON_GATE = re.compile(r"(?i)\b(ast|type|lint|mypy|ruff|python)\b")
@@ -57,6 +57,16 @@ def check_step_inputs(ctx: StepContext) -> None:
     paths = [ctx.render(p) for p in spec.outputs]
     _report_guardrails(ctx, check_input(data, policy=ctx.engine.config.guardrails, project_root=ctx.project_root,
                                         paths=paths))
+
+
+def check_gathered(ctx: StepContext, name: str, data: Any) -> Any:
+    """Guardrails on what the runtime gathered for a step (a command's output, a file it read) before the step
+    uses it: reported as the step's inputs are (a secret is a failed report, told, and fails the step under
+    ``guardrails.block_on_secret``); return ``data`` redacted, as every prompt and record must be."""
+    from stepline.guardrails import check_input
+
+    _report_guardrails(ctx, check_input({name: data}, policy=ctx.engine.config.guardrails))
+    return ctx.engine.redact(data)
 
 
 def check_step_outputs(ctx: StepContext) -> None:

@@ -99,6 +99,13 @@ class StepContext:
             text + ("\n" if text and not text.endswith("\n") else "") + content)
         atomic_write_bytes(target, updated.encode("utf-8"))
 
+    def guard(self, name: str, data: Any) -> Any:
+        """Run the input guardrails over ``data`` the step gathered itself (a command's output), report them
+        with the step's, and return it redacted (see :func:`stepline.engine._checks.check_gathered`)."""
+        from stepline.engine._checks import check_gathered
+
+        return check_gathered(self, name, data)
+
     async def run_tool(self, name: str, args: dict[str, Any], *, gate_suffix: str = "") -> dict[str, Any]:
         """Run a tool through the engine's tool pipeline for this step."""
         return await self.engine.run_tool(self, name, args)

@@ -297,6 +297,7 @@ class Engine:
         self._events = run_dir.records(run.journal_seq)
         fold(run, self._events, self.calls, path=str(run_dir.journal_path), hint=run_dir.doctor_hint())
         stamp(run, self._events[-1] if self._events else None)
+        run_dir.check_audit()  # what show, export and a resume read back: damage is said now, not later
         return run
 
     def diagnose(self, run_dir: RunDir) -> Diagnosis:
@@ -447,14 +448,10 @@ class Engine:
             self.journal_sync()
 
     def _open(self, run_dir: RunDir, run: Run) -> None:
-        self._artifacts = _audit_records(run_dir, "artifacts.json")
-        self._tool_results = _audit_records(run_dir, "tool_results.json")
-        _audit_records(run_dir, "gates.json")
-        try:
-            gates = GateBook(run_dir, run.workflow.id, self._scanner.redact if self._redact else str)
-        except (ValueError, KeyError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
-            raise JournalError(f"a gate cannot be read ({_one_line(exc)})", path=str(run_dir.path / "gates.json"),
-                               hint=run_dir.doctor_hint()) from None
+        self._artifacts = run_dir.audit("artifacts.json")
+        self._tool_results = run_dir.audit("tool_results.json")
+        run_dir.audit("gates.json")  # checked: the gate book reads it
+        gates = GateBook(run_dir, run.workflow.id, self._scanner.redact if self._redact else str)
         self._dir, self._run = run_dir, run
         self._journal = run_dir.open_journal()
         self._gates = gates
@@ -789,11 +786,15 @@ class Engine:
         return tool_is_idempotent(name)
 
     async def run_tool(self, ctx: StepContext, name: str, args: dict[str, Any], *, required: bool = True,
-                       risk: Risk | None = None) -> dict[str, Any]:
-        """Run a tool through the pipeline for ``ctx``'s step; a required tool that fails fails the step."""
+                       risk: Risk | None = None, allowed_by: str | None = None) -> dict[str, Any]:
+        """Run a tool through the pipeline for ``ctx``'s step; a required tool that fails fails the step.
+
+        ``allowed_by``: why a call whose risk needs approval may run without a person (an unattended run of
+        commands a plan declared, say); the allowance is journaled. Without it such a call blocks on its gate.
+        """
         from stepline.engine._tools import run_tool_for_step
 
-        return await run_tool_for_step(self, ctx, name, args, required=required, risk=risk)
+        return await run_tool_for_step(self, ctx, name, args, required=required, risk=risk, allowed_by=allowed_by)
 
 
 def record_gate_event(emit: Callable[..., Event], gate_id: str, *, approved: bool, by: str, notes: str | None,
@@ -811,19 +812,6 @@ def record_gate_event(emit: Callable[..., Event], gate_id: str, *, approved: boo
 def _check_fold(run: Run, events: list[Event]) -> None:
     """The fold check :func:`stepline.store.diagnose` runs: :meth:`Engine.load`'s."""
     fold(run, events, CallLog(), path="journal.jsonl")
-
-
-def _audit_records(run_dir: RunDir, name: str) -> list[dict[str, Any]]:
-    """One of the run's audit files (a list of records), or a JournalError naming it."""
-    value = run_dir.read(name, []) or []
-    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
-        raise JournalError("not a list of records", path=str(run_dir.path / name), hint=run_dir.doctor_hint())
-    return list(value)
-
-
-def _one_line(exc: BaseException) -> str:
-    """``exc`` in one line."""
-    return " ".join(str(exc).split())[:200]
 
 
 def _remove_unstarted(run_dir: RunDir) -> None:

@@ -50,8 +50,10 @@ def tool_is_idempotent(name: str) -> bool:
 
 
 async def run_tool_for_step(engine: Engine, ctx: StepContext, name: str, args: dict[str, Any], *,
-                            required: bool, risk: Risk | None) -> dict[str, Any]:
-    """Run one tool call for ``ctx``'s step; block on its risk gate, fail the step when a required tool fails."""
+                            required: bool, risk: Risk | None, allowed_by: str | None = None) -> dict[str, Any]:
+    """Run one tool call for ``ctx``'s step; block on its risk gate (unless ``allowed_by`` says why it may run
+    without a person: journaled as a ToolApprovalRequired record that carries it), fail the step when a
+    required tool fails."""
     pipeline = _pipeline(engine)
     approval_gates: list[str] = []
 
@@ -63,7 +65,10 @@ async def run_tool_for_step(engine: Engine, ctx: StepContext, name: str, args: d
     def approvals(gate_id: str) -> Literal["approved", "rejected", "pending"]:
         decision = engine.calls.decisions.get(gate_id)
         if decision is None:
-            return "pending"
+            if allowed_by is None:
+                return "pending"
+            ctx.emit(EventType.TOOL_APPROVAL_REQUIRED, {"gate_id": gate_id, "tool": name, "allowed_by": allowed_by})
+            return "approved"
         return "approved" if decision["decision"] == "approved" else "rejected"
 
     call = _Call(name=name, args=args, required=required, risk=risk)

@@ -20,6 +20,7 @@ from stepline.interfaces.cli._app import (
 from stepline.interfaces.cli._render import console, err_console, print_json
 
 if TYPE_CHECKING:
+    from stepline.ccw._driver import PendingCompletions
     from stepline.ccw._session import SessionInfo
 
 ccw_app = typer.Typer(name="ccw", help="Run Claude-Code-Workflow sessions (.workflow/active/WFS-*).",
@@ -40,6 +41,23 @@ def _session_dir(at: Where, session: str) -> Path:
     return find_session(at.root, session).path.resolve()
 
 
+def _settle(at: Where, config: Path | None, session_dir: Path) -> PendingCompletions:
+    """Write the completions the session's last run journaled but did not finish writing (a crash came
+    between), so what a reader shows is the journal's truth; say so on stderr."""
+    from stepline.ccw._driver import apply_pending_completions
+    from stepline.interfaces.cli._runs import open_store
+
+    pending = apply_pending_completions(open_store(at, config), session_dir)
+    if pending.applied:
+        err_console.print(f"{session_dir.name}: wrote {len(pending.applied)} completion(s) its last run had "
+                          f"journaled before it stopped: {', '.join(pending.applied)}", markup=False)
+    if pending.in_flight:
+        err_console.print(f"{session_dir.name}: process {pending.holder} is writing {len(pending.in_flight)} "
+                          f"completion(s) now (its files may lag them): {', '.join(pending.in_flight)}",
+                          markup=False)
+    return pending
+
+
 def _info_json(info: SessionInfo) -> dict[str, Any]:
     return {"id": info.id, "project": info.project, "done": info.done, "total": info.total,
             "percent": info.percent, "layout": info.layout, "active": info.active, "status": info.status,
@@ -51,6 +69,7 @@ def sessions(
     include_all: Annotated[bool, typer.Option("--all", help="Also archived and inactive legacy sessions.")] = False,
     directory: Directory = None,
     project_root: ProjectRoot = None,
+    config: ConfigOption = None,
     as_json: JsonOutput = False,
 ) -> None:
     """List the project's active sessions: id | project | done/total | %."""
@@ -58,7 +77,10 @@ def sessions(
 
     from stepline.ccw._session import discover_sessions
 
-    found = discover_sessions(where(directory, project_root).root, include_inactive=include_all)
+    at = where(directory, project_root)
+    found = discover_sessions(at.root, include_inactive=include_all)
+    if any(_settle(at, config, info.path.resolve()).applied for info in found if info.active):
+        found = discover_sessions(at.root, include_inactive=include_all)  # counted again, with what was written
     if as_json:
         print_json([_info_json(info) for info in found])
         return
@@ -97,9 +119,12 @@ def execute(
     executor: Annotated[str | None, typer.Option("--executor", "-e", help="Who does the tasks (dry-run, "
                                                  "scripted, openai, anthropic, cli-agent, human, …).")] = None,
     script: Annotated[Path | None, typer.Option("--script", help="Script for the scripted executor.")] = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Of several active sessions, take the first.")] = False,
-    complete: Annotated[bool, typer.Option("--complete", help="Archive the session when every task is "
-                                           "done.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Unattended (CCW v7's auto mode): of several active "
+                                      "sessions take the first, run the plan's pre_analysis commands without "
+                                      "approval (each allowance journaled), archive the session when every "
+                                      "task is done.")] = False,
+    complete: Annotated[bool | None, typer.Option("--complete/--no-complete", help="Archive the session when "
+                                                  "every task is done (default: with -y).")] = None,
     directory: Directory = None,
     project_root: ProjectRoot = None,
     config: ConfigOption = None,
@@ -117,12 +142,14 @@ def execute(
               else _choose(discover_sessions(at.root), yes).path.resolve())
     if not quiet and not as_json and not resume_session:
         err_console.print(f"✓ Selected session: {chosen.name}")
-    engine = build_engine(at, config, executor, script, "normal", quiet or as_json)
+    engine = build_engine(at, config, executor, script, "yolo" if yes else "normal", quiet or as_json)
+    complete = yes if complete is None else complete
     engine.concurrency = concurrency
     import asyncio  # here, not at the top: `stepline --help` imports every command module
 
     run = asyncio.run(execute_session(engine, chosen))
-    archived = complete_session(chosen) if complete and run.status.value == "completed" else None
+    archived = (complete_session(chosen, engine.store) if complete and run.status.value == "completed"
+                else None)
     if as_json:
         print_json({**run_summary(run), "session": chosen.name, "archived": archived})
     else:
@@ -142,15 +169,22 @@ def execute(
 
 @ccw_app.command("status")
 def status(session: SessionArg, directory: Directory = None, project_root: ProjectRoot = None,
-           as_json: JsonOutput = False) -> None:
-    """Show a session's tasks: status, execution group, agent, dependencies."""
+           config: ConfigOption = None, as_json: JsonOutput = False) -> None:
+    """Show a session's tasks: status, execution group, agent, dependencies. Completions the last run
+    journaled but had not written when it stopped are written first; those a live run is writing show as
+    ``completing``."""
     from rich.table import Table
 
     from stepline.ccw._session import infer_agent, read_ccw_session
 
-    found = read_ccw_session(_session_dir(where(directory, project_root), session))
+    at = where(directory, project_root)
+    session_dir = _session_dir(at, session)
+    in_flight = set(_settle(at, config, session_dir).in_flight)
+    found = read_ccw_session(session_dir)
     rows: list[dict[str, Any]] = [
-        {"id": task_id, "title": ref.title, "status": found.status[task_id], "group": ref.execution_group,
+        {"id": task_id, "title": ref.title,
+         "status": "completing" if task_id in in_flight and found.status[task_id] != "completed"
+         else found.status[task_id], "group": ref.execution_group,
          "agent": infer_agent(ref.agent, ref.type), "depends_on": list(ref.depends_on), "parent": ref.parent}
         for task_id, ref in found.tasks.items()]
     leaves = [row for row in rows if row["id"] not in found.children or not found.children[row["id"]]]
@@ -171,11 +205,14 @@ def status(session: SessionArg, directory: Directory = None, project_root: Proje
 
 @ccw_app.command("complete")
 def complete(session: SessionArg, directory: Directory = None, project_root: ProjectRoot = None,
-             as_json: JsonOutput = False) -> None:
-    """Mark every task completed and archive the session to .workflow/archives/ (manifest.json appended)."""
+             config: ConfigOption = None, as_json: JsonOutput = False) -> None:
+    """Mark every task completed and archive the session to .workflow/archives/ (manifest.json appended).
+    Refused while the session is being executed."""
     from stepline.ccw._driver import complete_session
+    from stepline.interfaces.cli._runs import open_store
 
-    entry = complete_session(_session_dir(where(directory, project_root), session))
+    at = where(directory, project_root)
+    entry = complete_session(_session_dir(at, session), open_store(at, config))
     if as_json:
         print_json(entry)
     else:
@@ -183,14 +220,21 @@ def complete(session: SessionArg, directory: Directory = None, project_root: Pro
 
 
 @ccw_app.command("check")
-def check(session: SessionArg, directory: Directory = None, project_root: ProjectRoot = None,
-          as_json: JsonOutput = False) -> None:
-    """Report every problem of a session (R-E8b) with file:line; exit 10 when any is an error."""
+def check(session: SessionArg,
+          strict: Annotated[bool, typer.Option("--strict", help="A path a task names outside the project is an "
+                                               "error, not a warning.")] = False,
+          directory: Directory = None, project_root: ProjectRoot = None,
+          config: ConfigOption = None, as_json: JsonOutput = False) -> None:
+    """Report every problem of a session (R-E8b) with file:line; exit 10 when any is an error. Completions
+    the last run journaled but had not written when it stopped are written first."""
     from dataclasses import asdict
 
     from stepline.ccw._check import check_ccw_session
 
-    diagnostics = check_ccw_session(_session_dir(where(directory, project_root), session))
+    at = where(directory, project_root)
+    session_dir = _session_dir(at, session)
+    _settle(at, config, session_dir)
+    diagnostics = check_ccw_session(session_dir, project_root=at.root, strict=strict)
     errors = sum(1 for d in diagnostics if d.severity == "error")
     if as_json:
         print_json([asdict(d) for d in diagnostics])
