@@ -25,9 +25,9 @@ import orjson
 from stepline import time
 from stepline.errors import JournalError, RunStateError, StorageError
 from stepline.model import Event, Run
-from stepline.store._files import atomic_write_bytes, fsync_path, read_json, stale_temp_files, sweep_temp_files
+from stepline.store._files import atomic_write_bytes, fsync_path, stale_temp_files, sweep_temp_files
 from stepline.store._lock import lock_holder
-from stepline.store._rundir import RUN_FILES, RunDir, missing_records
+from stepline.store._rundir import AUDIT_FILES, RunDir, missing_records
 from stepline.store._scan import scan_journal
 
 __all__ = ["Diagnosis", "Finding", "diagnose", "truncate_to_last_good"]
@@ -36,9 +36,6 @@ __all__ = ["Diagnosis", "Finding", "diagnose", "truncate_to_last_good"]
 #: first record that cannot follow the ones before it. The engine's (stepline.engine fold): the store knows no
 #: fold.
 Check = Callable[[Run, list[Event]], None]
-
-#: The audit files a run reads back as lists; timeline.json is derived (rebuilt by its readers), not checked.
-_AUDIT = tuple(name for name in RUN_FILES if name not in ("manifest.json", "timeline.json"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +48,10 @@ class Finding:
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}: {self.problem}" if self.line else f"{self.path}: {self.problem}"
+
+    def short(self) -> str:
+        """As :meth:`__str__`, the file named without its folder (the run's, named once above it)."""
+        return f"{self.path.name}:{self.line}: {self.problem}" if self.line else f"{self.path.name}: {self.problem}"
 
 
 @dataclass(slots=True)
@@ -82,6 +83,8 @@ class Diagnosis:
     temp_files: list[Path] = field(default_factory=list)
     #: The pid driving the run now, if any.
     holder: int | None = None
+    #: The run recorded nothing (no manifest, no journal record): it stopped before its first record.
+    unstarted: bool = False
 
     @property
     def damaged(self) -> bool:
@@ -100,6 +103,11 @@ class Diagnosis:
     def verdict(self) -> str:
         """Whether and how the run can go on, in one sentence."""
         run = self.run_id
+        if self.unstarted:
+            if self.holder is not None:
+                return f"being started by process {self.holder}: nothing recorded yet"
+            return (f"nothing to resume: the run stopped before its first record (a full or read-only disk, say); "
+                    f"remove {self.path} and start the workflow again")
         if not self.damaged:
             if self.status == "completed":
                 return "whole: the run is completed"
@@ -109,7 +117,8 @@ class Diagnosis:
                     "from a backup (the journal is not changed by anything until then)")
         if self.journal is None:
             return (f"can be resumed after `stepline doctor {run} --truncate-to-last-good`, which moves the "
-                    "unreadable audit files into a backup folder (they are rebuilt as the run goes on)")
+                    "unreadable audit files into a backup folder; the run then starts them afresh (what they held "
+                    "is in the backup, and each decision, artifact and tool call in the journal)")
         upto = f"record {self.records}" if self.records else "its start (no record is good)"
         return (f"can be resumed from {upto}: `stepline doctor {run} --truncate-to-last-good` keeps the journal "
                 f"and the manifest as they are in a backup folder, cuts the journal after line {self.records} "
@@ -119,10 +128,12 @@ class Diagnosis:
     def report(self) -> list[str]:
         """Every line ``stepline doctor`` prints."""
         lines = [f"run {self.run_id}  ({self.path})"]
+        if self.unstarted:
+            return [*lines, "  manifest.json: none; journal.jsonl: no record", f"verdict: {self.verdict()}"]
         lines.append(f"  manifest.json: {self.manifest.problem if self.manifest else 'whole'}"
                      + (f" (written after record {self.manifest_seq})" if self.manifest_seq else ""))
         if self.journal is not None:
-            lines.append(f"  journal.jsonl: {self.records} good record(s), then damage: {self.journal}")
+            lines.append(f"  journal.jsonl: {self.records} good record(s), then damage: {self.journal.short()}")
             if self.lines_after > 1:
                 lines.append(f"    {self.lines_after - 1} more line(s) after the damaged one are not read")
         else:
@@ -132,7 +143,9 @@ class Diagnosis:
             lines.append(f"    and {self.tail} byte(s) after them: {what}; ignored, cut off by the next resume")
         if self.status is not None:
             lines.append(f"  status by the good records: {self.status}")
-        lines.extend(f"  {finding}" for finding in self.audit)
+        lines.extend(f"  {finding.short()}" for finding in self.audit)
+        if not self.audit:
+            lines.append("  audit files: whole")
         if self.temp_files:
             lines.append(f"  {len(self.temp_files)} temporary file(s) of killed writers (removed by the next "
                          f"resume): " + ", ".join(p.name for p in self.temp_files))
@@ -149,7 +162,8 @@ class Diagnosis:
             "journal": str(self.journal) if self.journal else None,
             "records": self.records, "lines_after": self.lines_after, "tail_bytes": self.tail, "torn": self.torn,
             "manifest_seq": self.manifest_seq, "status": self.status, "audit": [str(f) for f in self.audit],
-            "temp_files": [str(p) for p in self.temp_files], "holder": self.holder, "verdict": self.verdict(),
+            "temp_files": [str(p) for p in self.temp_files], "holder": self.holder, "unstarted": self.unstarted,
+            "verdict": self.verdict(),
         }
 
 
@@ -158,6 +172,9 @@ def diagnose(run_dir: RunDir, check: Check | None = None) -> Diagnosis:
     :data:`Check`): without it only each line and their order are checked."""
     found = Diagnosis(run_id=run_dir.run_id, path=run_dir.path, holder=lock_holder(run_dir.path / "lock"),
                       temp_files=stale_temp_files(run_dir.path))
+    if not run_dir.recorded():
+        found.unstarted = True
+        return found
     run: Run | None = None
     try:
         run = run_dir.manifest()
@@ -165,15 +182,11 @@ def diagnose(run_dir: RunDir, check: Check | None = None) -> Diagnosis:
     except JournalError as exc:
         found.manifest = Finding(run_dir.manifest_path, exc.detail, exc.line)
     _journal(run_dir, found, run, check)
-    for name in _AUDIT:
-        path = run_dir.path / name
+    for name in AUDIT_FILES:
         try:
-            value = read_json(path, [])
+            run_dir.audit(name)
         except JournalError as exc:
-            found.audit.append(Finding(path, exc.detail, exc.line))
-            continue
-        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
-            found.audit.append(Finding(path, "not a list of records"))
+            found.audit.append(Finding(run_dir.path / name, exc.detail, exc.line))
     return found
 
 

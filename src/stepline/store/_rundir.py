@@ -11,16 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from stepline import time
-from stepline.errors import JournalError, NotFoundError, StorageError
-from stepline.model import Event, Run, RunStatus
+from stepline.errors import JournalError, NotFoundError, RunStateError, StorageError
+from stepline.model import Approval, Artifact, DesignRationale, Event, Evidence, Gate, Run, RunStatus, ToolResult
 from stepline.store._files import atomic_write_bytes, atomic_write_json, read_json
 from stepline.store._journal import Journal, read_journal
 from stepline.store._lock import RunLock, lock_holder
+from stepline.store._scan import json_problem as _json_problem
 
-__all__ = ["DEFAULT_STORAGE_ROOT", "MANIFEST_COUNTS", "RUN_FILES", "RunDir", "RunStore", "RunSummary", "new_run_id"]
+__all__ = ["AUDIT_FILES", "DEFAULT_STORAGE_ROOT", "MANIFEST_COUNTS", "RUN_FILES", "RunDir", "RunStore", "RunSummary",
+           "new_run_id"]
 
 #: Where runs live, relative to the project root, unless ``runtime.storage_root`` says otherwise.
 DEFAULT_STORAGE_ROOT = ".stepline/runs"
@@ -28,6 +30,14 @@ DEFAULT_STORAGE_ROOT = ".stepline/runs"
 #: The JSON documents a run directory may hold besides the journal (R-P1).
 RUN_FILES = ("manifest.json", "tool_results.json", "approvals.json", "gates.json", "evidence.json", "drr.json",
              "artifacts.json", "timeline.json")
+
+#: The audit files (R-P1) and the model of each of their records: each is a JSON list of such records, read
+#: back by the engine and by ``show``/``export``. timeline.json is derived (rebuilt by its readers), not one.
+AUDIT_FILES: dict[str, type[BaseModel]] = {
+    "artifacts.json": Artifact, "tool_results.json": ToolResult, "gates.json": Gate, "approvals.json": Approval,
+    "evidence.json": Evidence, "drr.json": DesignRationale,
+}
+_AUDIT_LISTS: dict[str, TypeAdapter[list[Any]]] = {}
 
 #: The manifest's count of the run's steps by status (``{"completed": 12, "pending": 3}``): what
 #: ``stepline list`` shows without replaying the journal. The manifest holds no step records.
@@ -100,15 +110,27 @@ class RunDir:
         """The run as its manifest has it: the workflow spec, the run's fields, no step records.
 
         Its status, error and blocked reason are those of a run that has just started: the journal's fold
-        decides them (the journal is the truth; the manifest is a snapshot of it, perhaps an older one).
+        decides them (the journal is the truth; the manifest is a snapshot of it, perhaps an older one). Every
+        field is checked against the model of a run, strictly: a value of the wrong type is damage, never
+        converted (``"journal_seq": "5"`` is not 5).
 
         Raises:
+            RunStateError: the run recorded nothing (no manifest, no journal record): it stopped before its
+                first record, a full disk say, and there is nothing to resume.
             JournalError: the manifest is missing, not JSON, or not a manifest of this run (naming the field).
         """
         path = self.manifest_path
         try:
             data = path.read_bytes()
         except FileNotFoundError:
+            if not self.recorded():
+                holder = self.holder()
+                if holder is not None:
+                    raise RunStateError(f"run {self.run_id} is being started by process {holder} and has recorded "
+                                        "nothing yet", hint="try again in a moment") from None
+                raise RunStateError(f"run {self.run_id} recorded nothing: it stopped before its first record "
+                                    f"(a full or read-only disk, say)",
+                                    hint=f"remove {self.path} and start the workflow again") from None
             raise JournalError("missing: the run's workflow spec is in no other file", path=str(path),
                                hint=self.doctor_hint()) from None
         except OSError as exc:
@@ -117,7 +139,7 @@ class RunDir:
         try:
             raw = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
-            raise JournalError(f"not valid JSON ({exc})", path=str(path), line=exc.lineno,
+            raise JournalError(f"not valid JSON ({_json_problem(exc)})", path=str(path), line=exc.lineno,
                                hint=self.doctor_hint()) from exc
         problem = _manifest_shape(raw, self.run_id)
         if problem is not None:
@@ -126,16 +148,30 @@ class RunDir:
         raw.pop(MANIFEST_COUNTS, None)
         raw["variables"] = dict(raw["workflow"].get("variables") or {}) | dict(raw.get("variables") or {})
         try:
-            run = Run.model_validate(raw)
+            # From JSON text, strictly: JSON's own types only (a string is not a number), as the engine wrote them.
+            run = Run.model_validate_json(orjson.dumps(raw), strict=True)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "the document"
-            more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-            raise JournalError(f"{where}: {first['msg']}{more}", path=str(path), hint=self.doctor_hint()) from None
+            raise JournalError(_validation_problem(exc), path=str(path), hint=self.doctor_hint()) from None
         run.status, run.error, run.blocked_reason = RunStatus.RUNNING, None, None
         for spec in run.workflow.steps:
             run.step(spec.id).name = spec.name or spec.id
         return run
+
+    def recorded(self) -> bool:
+        """Whether the run recorded anything: a manifest, or a journal holding more than the zeros it grew by.
+        A run that did not stopped before its first record: a new run whose first write failed."""
+        if self.manifest_path.exists() or self.manifest_path.is_symlink():
+            return True
+        try:
+            with self.journal_path.open("rb") as handle:
+                while block := handle.read(1 << 16):
+                    if block.strip(b"\0"):
+                        return True
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # there, but unreadable (a folder, say): damage, not "nothing recorded"
+        return False
 
     def records(self, manifest_seq: int) -> list[Event]:
         """The journal's records, each checked, for a run whose manifest was written after record
@@ -154,9 +190,49 @@ class RunDir:
                                hint=self.doctor_hint())
         return events
 
+    def audit(self, name: str) -> list[dict[str, Any]]:
+        """One of the run's audit files (:data:`AUDIT_FILES`), every record checked against its model strictly;
+        an absent file has no records.
+
+        Raises:
+            JournalError: the file cannot be read, is not JSON, is not a list, or a record is not one of its
+                kind (naming the record, 1-based, and the field).
+        """
+        path = self.path / name
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise JournalError(f"cannot be read ({exc.strerror or exc})", path=str(path),
+                               hint=self.doctor_hint()) from exc
+        adapter = _audit_adapter(name)
+        try:
+            raw = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise JournalError(f"not valid JSON ({_json_problem(exc)})", path=str(path), line=exc.lineno,
+                               hint=self.doctor_hint()) from exc
+        if not isinstance(raw, list):
+            raise JournalError("not a list of records", path=str(path), hint=self.doctor_hint())
+        try:
+            adapter.validate_json(data, strict=True)
+        except ValidationError as exc:
+            raise JournalError(_validation_problem(exc, record=True), path=str(path),
+                               hint=self.doctor_hint()) from None
+        return raw
+
+    def check_audit(self) -> None:
+        """Check every audit file (:meth:`audit`); raise the first :class:`JournalError`."""
+        for name in AUDIT_FILES:
+            self.audit(name)
+
     def read(self, name: str, default: Any = None) -> Any:
-        """Read one of the run's JSON documents."""
-        return read_json(self.path / name, default)
+        """Read one of the run's JSON documents (unchecked: :meth:`audit` checks an audit file)."""
+        try:
+            return read_json(self.path / name, default)
+        except JournalError as exc:
+            exc.hint = self.doctor_hint()
+            raise
 
     def write(self, name: str, value: Any, *, compact: bool = False, durable: bool = True) -> None:
         """Write one of the run's JSON documents atomically (the caller holds the lock); ``durable=False``
@@ -252,29 +328,51 @@ class RunStore:
             )
 
 
+def _audit_adapter(name: str) -> TypeAdapter[list[Any]]:
+    """The validator of one audit file, built on first use (a few milliseconds each: not at import)."""
+    adapter = _AUDIT_LISTS.get(name)
+    if adapter is None:
+        model = AUDIT_FILES[name]
+        adapter = _AUDIT_LISTS[name] = TypeAdapter(list[model])  # type: ignore[valid-type]
+    return adapter
+
+
+def _validation_problem(exc: ValidationError, *, record: bool = False) -> str:
+    """The first problem pydantic found, in one line: where (``record 2: status``) and what."""
+    first = exc.errors()[0]
+    loc = list(first["loc"])
+    where = ""
+    index = loc[0] if record and loc else None
+    if isinstance(index, int):
+        loc.pop(0)
+        where = f"record {index + 1}" + (": " if loc else "")
+    where += ".".join(str(part) for part in loc)
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where or 'the document'}: {first['msg']}{more}"
+
+
 def missing_records(records: int, manifest_seq: int) -> str:
     """What is wrong with a journal of ``records`` records whose manifest was written after record
     ``manifest_seq`` (more): records are missing at its end (a journal cut short, emptied, replaced)."""
     held = f"ends after record {records}" if records else "holds no record"
-    return (f"{held}, but manifest.json was written after record {manifest_seq}: records {records + 1}.."
-            f"{manifest_seq} are missing")
+    missing = (f"record {manifest_seq} is" if records + 1 == manifest_seq else
+               f"records {records + 1}..{manifest_seq} are")
+    return f"{held}, but manifest.json was written after record {manifest_seq}: {missing} missing"
 
 
 def _unreadable(path: Path, problem: str | None) -> RunSummary:
     """The summary of a run whose manifest cannot be read (``problem``), or that has none (None)."""
     status = "damaged"
+    holder = lock_holder(path / "lock")
     if problem is None:
-        journal = path / "journal.jsonl"
-        try:
-            recorded = journal.stat().st_size > 0 and bool(journal.read_bytes().strip(b"\0"))
-        except OSError:
-            recorded = journal.exists()
-        if recorded:
+        if RunDir(path).recorded():
             problem = "manifest.json: missing"
+        elif holder is not None:  # a run being started: its first manifest waits for its first steps
+            status = "starting"
         else:  # a run that failed before its first record (a full disk): nothing to resume
-            status, problem = "not started", "nothing was recorded: delete the folder"
+            status, problem = "not started", f"nothing was recorded: remove {path} and start the workflow again"
     return RunSummary(run_id=path.name, workflow="?", status=status, created_at="", updated_at="", steps_done=0,
-                      steps_total=0, live_pid=lock_holder(path / "lock"), damage=problem)
+                      steps_total=0, live_pid=holder, damage=problem)
 
 
 _STATUSES = frozenset(status.value for status in RunStatus)

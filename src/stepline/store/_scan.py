@@ -16,7 +16,7 @@ import orjson
 
 from stepline.model import Event
 
-__all__ = ["JournalScan", "scan_journal"]
+__all__ = ["JournalScan", "json_problem", "scan_journal"]
 
 
 @dataclass(slots=True)
@@ -55,7 +55,7 @@ def scan_journal(data: bytes, run_id: str | None = None) -> JournalScan:
         except orjson.JSONDecodeError as exc:
             if data.find(b"\n", end + 1) == -1 and not data[end + 1:].strip(b" \t\r\n\0"):
                 break  # the very last line is torn although its newline made it: treat as torn
-            return _damaged(scan, data, start, f"not valid JSON ({exc})", record=False)
+            return _damaged(scan, data, start, f"not valid JSON ({json_problem(exc)})", record=False)
         try:
             event = Event.from_dict(raw)
         except ValueError as exc:
@@ -73,6 +73,11 @@ def scan_journal(data: bytes, run_id: str | None = None) -> JournalScan:
     scan.tail = size - start
     scan.torn = bool(data[start:].strip(b"\0"))
     return scan
+
+
+def json_problem(exc: orjson.JSONDecodeError) -> str:
+    """What the JSON parser found wrong, and at which column (the caller names the file and the line)."""
+    return f"{exc.msg} at column {exc.colno}"
 
 
 def _damaged(scan: JournalScan, data: bytes, start: int, problem: str, *, record: bool = True) -> JournalScan:

@@ -23,7 +23,7 @@ from stepline.interfaces.cli._render import (
 if TYPE_CHECKING:
     from stepline import Engine
     from stepline.model import Run, RunMode
-    from stepline.store import RunDir, RunStore
+    from stepline.store import RunDir, RunStore, RunSummary
 
 ExecutorOption = Annotated[str | None, typer.Option("--executor", "-e",
                                                     help="Who does the steps: dry-run, scripted, openai, "
@@ -247,13 +247,15 @@ def list_runs(
     config: ConfigOption = None,
     as_json: JsonOutput = False,
 ) -> None:
-    """List the runs of this project, oldest first."""
+    """List the runs of this project, oldest first; a damaged run is listed as such (each run directory is
+    checked as `stepline doctor` checks it)."""
     from dataclasses import asdict
 
     from rich.table import Table
 
-    store = open_store(where(directory, project_root), config)
-    rows = list(store.summaries())
+    at = where(directory, project_root)
+    store = open_store(at, config)
+    rows = _checked(at, config, store, list(store.summaries()))
     if as_json:
         print_json([asdict(r) for r in rows])
         return
@@ -278,6 +280,27 @@ def list_runs(
             console.print(Text(f"{row.run_id} {row.status}: {row.damage}"
                                + (f"; see `stepline doctor {row.run_id}`" if row.status == "damaged" else "")),
                           soft_wrap=True)
+
+
+def _checked(at: Where, config: Path | None, store: RunStore, rows: list[RunSummary]) -> list[RunSummary]:
+    """``rows`` with every run whose manifest looks whole checked as ``stepline doctor`` checks it (the journal
+    line by line and folded, the audit files): a damaged one is listed as ``damaged``, with its first damage."""
+    from dataclasses import replace
+
+    from stepline import Engine
+    from stepline.engine import load_runtime_config
+    from stepline.store import RunDir
+
+    engine = Engine(project_root=at.root, config=load_runtime_config(at.root, at.option(config)))
+    checked = []
+    for row in rows:
+        if row.damage is None and row.status != "starting":
+            first = engine.diagnose(RunDir(store.root / row.run_id)).first()
+            if first is not None:
+                where = f"{first.path.name}:{first.line}" if first.line else first.path.name
+                row = replace(row, status="damaged", damage=f"{where}: {first.problem}")
+        checked.append(row)
+    return checked
 
 
 @app.command()
