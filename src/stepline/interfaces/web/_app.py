@@ -1,0 +1,114 @@
+"""The dashboard's FastAPI application: the API, the pages, the static files, and how errors are answered."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.middleware.base import RequestResponseEndpoint
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+from stepline.engine import RuntimeConfig
+from stepline.errors import (
+    JournalError,
+    NotFoundError,
+    ReaderError,
+    RunStateError,
+    SteplineError,
+    StorageError,
+    UsageError,
+)
+from stepline.interfaces.web._auth import Auth
+from stepline.interfaces.web._state import CrossSiteRefused, NotAuthenticated, WebState, authenticate
+
+__all__ = ["LOOPBACK_HOSTS", "create_app", "http_status"]
+
+#: Host names a server bound to the loopback interface answers to (a DNS-rebinding page gets 400).
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
+def http_status(exc: SteplineError) -> int:
+    """The HTTP status of a user error: what its CLI exit code means, said in HTTP."""
+    if isinstance(exc, NotFoundError):
+        return 404
+    if isinstance(exc, RunStateError):
+        return 409  # completed, failed, already decided, or driven by another process right now
+    if isinstance(exc, JournalError | ReaderError):
+        return 422  # a damaged run directory, an unreadable session file: the request is fine, the data is not
+    if isinstance(exc, UsageError):
+        return 400
+    if isinstance(exc, StorageError):
+        return 507
+    return 400
+
+
+def _wants_html(request: Request) -> bool:
+    return not request.url.path.startswith("/api")
+
+
+def create_app(project_root: Path, config: RuntimeConfig, token: str, *,
+               allowed_hosts: Sequence[str] | None = LOOPBACK_HOSTS) -> FastAPI:
+    """The dashboard of the project at ``project_root`` (absolute), guarded by ``token``.
+
+    ``allowed_hosts``: the ``Host`` values answered (the loopback names by default, against DNS rebinding);
+    None answers any (a server bound to another interface).
+    """
+    from stepline.interfaces.web._api import api
+    from stepline.interfaces.web._pages import error_page, login_page, pages
+
+    app = FastAPI(title="stepline", version=_version(), openapi_url=None, docs_url=None,
+                  redoc_url=None, description="Runs, events, artifacts, evidence and gates of one stepline "
+                  "project. Every call needs `Authorization: Bearer <token>` (the token `stepline serve` printed).")
+    app.state.web = WebState(project_root=project_root, config=config, auth=Auth(token))
+    if allowed_hosts is not None:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
+
+    @app.middleware("http")
+    async def headers(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        response = await call_next(request)
+        response.headers.setdefault("Cache-Control", "no-store")
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["Referrer-Policy"] = "same-origin"
+        response.headers["Content-Security-Policy"] = ("default-src 'self'; img-src 'self' data:; "
+                                                       "frame-ancestors 'none'; form-action 'self'")
+        return response
+
+    @app.exception_handler(NotAuthenticated)
+    async def not_authenticated(request: Request, exc: NotAuthenticated) -> Response:
+        if _wants_html(request):
+            return login_page(request)
+        return JSONResponse({"error": "missing or wrong token",
+                             "hint": "send Authorization: Bearer <the token `stepline serve` printed>"},
+                            status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(CrossSiteRefused)
+    async def cross_site(request: Request, exc: CrossSiteRefused) -> Response:
+        return JSONResponse({"error": f"refused: {exc}", "hint": "send the token as a Bearer header"},
+                            status_code=403)
+
+    @app.exception_handler(SteplineError)
+    async def user_error(request: Request, exc: SteplineError) -> Response:
+        status = http_status(exc)
+        if _wants_html(request):
+            return error_page(request, exc, status)
+        return JSONResponse({"error": exc.format_message(), "kind": type(exc).__name__}, status_code=status)
+
+    @app.get("/api/openapi.json", include_in_schema=False)
+    def openapi(request: Request) -> JSONResponse:
+        authenticate(request)  # the API's description is behind the token like the API
+        return JSONResponse(app.openapi())
+
+    app.include_router(api)
+    app.include_router(pages)
+    app.mount("/static", StaticFiles(directory=str(Path(__file__).with_name("static"))), name="static")
+    return app
+
+
+def _version() -> str:
+    from stepline import __version__
+
+    return __version__

@@ -1,0 +1,105 @@
+"""What every request of the dashboard shares: the project, its runtime config, the token, the runs index; and
+the checks a request passes before it reaches a route (the token, cross-site protection)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fastapi import Request
+
+from stepline.interfaces.web._auth import COOKIE, CSRF_FIELD, CSRF_HEADER, Auth, same_origin
+from stepline.interfaces.web._index import RunIndex
+
+if TYPE_CHECKING:
+    from stepline import Engine
+    from stepline.engine import RuntimeConfig
+    from stepline.model import Run
+    from stepline.store import RunDir
+
+__all__ = ["CrossSiteRefused", "NotAuthenticated", "WebState", "authenticate", "check_cross_site", "state_of"]
+
+
+class NotAuthenticated(Exception):
+    """No token, or a wrong one: 401 (a page answers with the login form)."""
+
+
+class CrossSiteRefused(Exception):
+    """A cookie-authenticated request that changes something without this server's CSRF value or origin."""
+
+
+@dataclass
+class WebState:
+    """The project the server shows and how it checks who asks."""
+
+    project_root: Path
+    config: RuntimeConfig
+    auth: Auth
+    index: RunIndex = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.index = RunIndex(self.engine().store, self.damage)
+
+    def damage(self, run_dir: RunDir) -> str | None:
+        """The first thing ``stepline doctor`` finds wrong with ``run_dir`` (``file:line: problem``), or None."""
+        first = self.engine().diagnose(run_dir).first()
+        if first is None:
+            return None
+        where = f"{first.path.name}:{first.line}" if first.line else first.path.name
+        return f"{where}: {first.problem}"
+
+    def engine(self) -> Engine:
+        """A fresh engine for one request (an Engine holds the state of the run it works on), built as the CLI
+        builds it for ``stepline approve``: the project root and its runtime config."""
+        from stepline import Engine
+
+        return Engine(project_root=self.project_root, config=self.config)
+
+    def run_dir(self, run_id: str) -> RunDir:
+        """The directory of ``run_id`` (a unique part of the id is enough), or NotFoundError."""
+        return self.index.store.open(run_id)
+
+    def load(self, run_dir: RunDir) -> Run:
+        """The run rebuilt from its journal (JournalError when the directory is damaged); takes no lock."""
+        return self.engine().load(run_dir)
+
+    def decide_gate(self, run_id: str, gate_id: str, *, approved: bool, by: str, notes: str | None,
+                    answer: str | None = None) -> str:
+        """Decide a gate exactly as ``stepline approve|reject|answer`` does: :meth:`Engine.decide_gate` takes
+        the run's lock and journals the decision, with the same audit records. The only write of the server."""
+        return self.engine().decide_gate(run_id, gate_id, approved=approved, by=by, notes=notes, answer=answer)
+
+
+def state_of(request: Request) -> WebState:
+    """The server's shared state."""
+    found: WebState = request.app.state.web
+    return found
+
+
+def authenticate(request: Request) -> str:
+    """Say how ``request`` proves it knows the token (``bearer`` or ``cookie``), or raise NotAuthenticated."""
+    auth = state_of(request).auth
+    if auth.bearer_ok(request.headers.get("authorization")):
+        return "bearer"
+    if auth.cookie_ok(request.cookies.get(COOKIE)):
+        return "cookie"
+    raise NotAuthenticated()
+
+
+def check_cross_site(request: Request, how: str, form: Any = None) -> None:
+    """Refuse a cookie-authenticated request that changes something unless it carries the CSRF value (header
+    or form field) and comes from this server's own pages. A bearer token is never sent by a browser on its
+    own, so a request that carries one needs no more."""
+    if how == "bearer":
+        return
+    auth = state_of(request).auth
+    given = request.headers.get(CSRF_HEADER)
+    if given is None and form is not None:
+        value = form.get(CSRF_FIELD)
+        given = value if isinstance(value, str) else None
+    if not auth.csrf_ok(given):
+        raise CrossSiteRefused("the request carries no valid CSRF token: use the dashboard's own form")
+    if not same_origin(request.headers.get("origin"), request.headers.get("referer"),
+                       request.headers.get("sec-fetch-site"), request.headers.get("host"), request.url.scheme):
+        raise CrossSiteRefused("the request comes from another site")

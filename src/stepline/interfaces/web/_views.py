@@ -1,0 +1,249 @@
+"""What the dashboard shows of a run and of a CCW session, as plain JSON-ready data (the API returns it, the
+pages render it). Read-only: the run is rebuilt from its journal by :meth:`Engine.load`, the audit files are
+read as they are, CCW sessions through :mod:`stepline.ccw`'s readers. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from stepline.errors import NotFoundError, UsageError
+from stepline.model import Event, Run
+from stepline.store import RunDir, RunSummary
+
+__all__ = [
+    "HIDDEN_EVENTS",
+    "MAX_ARTIFACT_BYTES",
+    "artifact_content",
+    "artifacts_view",
+    "ccw_board",
+    "drr_view",
+    "event_detail",
+    "event_view",
+    "events_page",
+    "evidence_view",
+    "gates_view",
+    "run_view",
+    "summary_view",
+]
+
+#: Journal records that are not events of the run's story (replay bookkeeping), as ``stepline show`` hides them.
+HIDDEN_EVENTS = frozenset({"CallStarted", "CallRecorded", "CursorMoved"})
+#: An artifact larger than this is shown cut (its sha256 is always that of the whole file).
+MAX_ARTIFACT_BYTES = 2_000_000
+
+
+def summary_view(row: RunSummary, shown: str, parent: str | None) -> dict[str, Any]:
+    """A runs-list row."""
+    return {**asdict(row), "shown_status": shown, "parent_run_id": parent}
+
+
+def event_detail(event_type: str, data: dict[str, Any]) -> str:
+    """One line saying what an event is about: the error, reason, file, gate, check or summary."""
+    if data.get("guardrail"):
+        return f"{data['guardrail']} ({data.get('stage')}): " + "; ".join(map(str, data.get("details") or []))
+    if data.get("gate") and "checked" in data:
+        return f"{data['gate']}: " + ("; ".join(map(str, data.get("issues") or [])) or "passed")
+    if event_type == "WorkflowStarted":
+        return f"{data.get('workflow', '')} ({data.get('format', '')}, {data.get('executor', '')})"
+    for key in ("error", "reason", "path", "gate_id", "summary", "name", "claim"):
+        if data.get(key):
+            return str(data[key])
+    return ""
+
+
+def event_view(event: Event) -> dict[str, Any]:
+    """An event as the timeline shows it (its whole data is in the API's events list)."""
+    return {"seq": event.seq, "time": event.time, "type": event.type, "step_id": event.step_id,
+            "detail": event_detail(event.type, event.data)}
+
+
+def events_page(events: list[Event], *, after: int, limit: int, hidden: bool) -> dict[str, Any]:
+    """Events with ``seq`` > ``after``, at most ``limit``; ``hidden``: also the replay bookkeeping records."""
+    chosen = [e for e in events if e.seq > after and (hidden or e.type not in HIDDEN_EVENTS)]
+    page = chosen[:limit]
+    return {"events": [{**event_view(e), "data": e.data} for e in page],
+            "next_after": page[-1].seq if page else after, "more": len(chosen) > limit,
+            "last_seq": events[-1].seq if events else 0}
+
+
+def run_view(run: Run, timeline: dict[str, Any], *, parent: str | None,
+             children: Iterable[RunSummary]) -> dict[str, Any]:
+    """A run: its fields, steps, pending gates, model usage, its parent and child runs."""
+    from stepline.interfaces.cli._render import secrets_in_artifacts
+
+    usage = timeline.get("usage") or {}
+    totals = {name: sum(float(bucket.get(name) or 0) for bucket in usage.values())
+              for name in ("calls", "input_tokens", "output_tokens", "cost_usd")}
+    spans = {span["step_id"]: span for span in timeline.get("steps") or []}
+    return {
+        "run_id": run.run_id,
+        "workflow": run.workflow.id,
+        "workflow_name": run.workflow.name,
+        "format": run.workflow.format,
+        "status": run.status.value,
+        "mode": run.mode,
+        "executor": run.executor,
+        "created_at": run.created_at,
+        "updated_at": run.updated_at,
+        "blocked_reason": run.blocked_reason,
+        "error": run.error,
+        "journal_seq": run.journal_seq,
+        "parent_run_id": run.parent_run_id or parent,
+        "children": [{"run_id": c.run_id, "workflow": c.workflow, "status": c.status} for c in children],
+        "steps": [{"step_id": s.step_id, "name": s.name, "status": s.status.value, "attempts": s.attempts,
+                   "started_at": s.started_at or spans.get(s.step_id, {}).get("started_at"),
+                   "ended_at": s.ended_at or spans.get(s.step_id, {}).get("ended_at"),
+                   "error": s.error, "blocked_reason": s.blocked_reason, "summary": s.summary,
+                   "outputs": list(s.outputs)} for s in run.steps.values()],
+        "pending_gates": [g for g in timeline.get("gates") or [] if g.get("status") == "pending"],
+        "usage": {"steps": usage, "total": totals},
+        "secrets_in_artifacts": secrets_in_artifacts(run),
+    }
+
+
+def gates_view(run_dir: RunDir) -> dict[str, Any]:
+    """A run's gates, pending and decided, and the decisions' records."""
+    gates = [g for g in _records(run_dir, "gates.json")]
+    return {"pending": [g for g in gates if g.get("status") == "pending"],
+            "decided": [g for g in gates if g.get("status") != "pending"],
+            "approvals": _records(run_dir, "approvals.json")}
+
+
+def _records(run_dir: RunDir, name: str) -> list[dict[str, Any]]:
+    found = run_dir.read(name, []) or []
+    return [r for r in found if isinstance(r, dict)] if isinstance(found, list) else []
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _artifact_path(project_root: Path, recorded: str) -> Path:
+    """Where a recorded artifact is on disk, refused when it leads out of the project."""
+    root = project_root.resolve()
+    path = (root / recorded).resolve()
+    if not path.is_relative_to(root):
+        raise UsageError(f"artifact {recorded!r} is outside the project {root}; the dashboard shows no such file")
+    return path
+
+
+def artifacts_view(run_dir: RunDir, project_root: Path) -> list[dict[str, Any]]:
+    """The run's artifacts as recorded (path, sha256, step), and whether the file on disk still has that hash."""
+    rows = []
+    for record in _records(run_dir, "artifacts.json"):
+        row = dict(record)
+        try:
+            path = _artifact_path(project_root, str(record.get("path", "")))
+            row["current_sha256"] = _sha256(path) if path.is_file() else None
+        except (UsageError, OSError):
+            row["current_sha256"] = None
+        row["exists"] = row["current_sha256"] is not None
+        row["unchanged"] = row["current_sha256"] == record.get("sha256")
+        rows.append(row)
+    return rows
+
+
+def artifact_content(run_dir: RunDir, project_root: Path, path: str) -> dict[str, Any]:
+    """One artifact the run recorded: its text (cut at :data:`MAX_ARTIFACT_BYTES`), its sha256 now and as
+    recorded. Only files in the run's ``artifacts.json`` are shown.
+
+    Raises:
+        NotFoundError: the run recorded no such artifact, or the file is gone.
+    """
+    records = [r for r in _records(run_dir, "artifacts.json") if r.get("path") == path]
+    if not records:
+        raise NotFoundError(f"run {run_dir.run_id} recorded no artifact {path!r}",
+                            hint=f"GET /api/runs/{run_dir.run_id}/artifacts lists them")
+    on_disk = _artifact_path(project_root, path)
+    try:
+        data = on_disk.read_bytes()
+    except OSError as exc:
+        raise NotFoundError(f"artifact {path}: {exc.strerror or exc}") from None
+    sha = hashlib.sha256(data).hexdigest()
+    recorded = records[-1].get("sha256")
+    cut = data[:MAX_ARTIFACT_BYTES]
+    return {"path": path, "step_id": records[-1].get("step_id"), "size": len(data), "sha256": sha,
+            "recorded_sha256": recorded, "unchanged": sha == recorded, "truncated": len(data) > len(cut),
+            "content": cut.decode("utf-8", errors="replace"),
+            "markdown": path.lower().endswith((".md", ".markdown"))}
+
+
+def evidence_view(run_dir: RunDir) -> dict[str, Any]:
+    """Evidence records with each one's score (reliability × congruence) and expiry, and the weakest link
+    (WLNK) per step and for the whole run, expired and invalid records left out as the engine leaves them."""
+    from pydantic import ValidationError
+
+    from stepline.evidence import is_expired, score, wlnk
+    from stepline.model import Evidence
+
+    rows: list[dict[str, Any]] = []
+    valid: dict[str, list[Evidence]] = {}
+    for raw in _records(run_dir, "evidence.json"):
+        row = dict(raw)
+        try:
+            record = Evidence.model_validate(raw)
+        except ValidationError as exc:
+            row.update(problem=f"not a valid evidence record: {exc.errors()[0]['msg']}", expired=None, score=None)
+            rows.append(row)
+            continue
+        try:
+            expired = is_expired(record)
+        except ValueError:
+            expired = None
+        row.update(score=score(record), expired=expired)
+        rows.append(row)
+        if not expired and record.level != "invalid":
+            valid.setdefault(record.step_id or "-", []).append(record)
+    every = [r for records in valid.values() for r in records]
+    return {"records": rows, "wlnk_by_step": {step: wlnk(records) for step, records in valid.items()},
+            "wlnk": wlnk(every) if every else None}
+
+
+def drr_view(run_dir: RunDir) -> list[dict[str, Any]]:
+    """The design rationale records of the run's decisions."""
+    return _records(run_dir, "drr.json")
+
+
+# --- CCW sessions --------------------------------------------------------------------------------------------
+
+
+def ccw_board(session_dir: Path) -> dict[str, Any]:
+    """A CCW session as a board: its tasks with their wave (the planner's, over all tasks), status, group,
+    agent, dependencies and summary (``.summaries/<id>-summary.md`` when it exists)."""
+    from stepline.ccw._session import infer_agent, read_ccw_session
+    from stepline.ccw._waves import plan_workflow_waves
+
+    session = read_ccw_session(session_dir)
+    spec = session.to_workflow_spec()
+    wave_of: dict[str, int] = {}
+    for wave in plan_workflow_waves(spec, completed=()):
+        for task_id in (*wave.tasks, *wave.containers_completed):
+            wave_of.setdefault(task_id, wave.index)
+    summaries = session_dir / ".summaries"
+    tasks = []
+    for task_id, ref in session.tasks.items():
+        summary_path = summaries / f"{task_id}-summary.md"
+        try:
+            summary = summary_path.read_text(encoding="utf-8", errors="replace") if summary_path.is_file() else None
+        except OSError:
+            summary = None
+        tasks.append({"id": task_id, "title": ref.title, "status": session.status[task_id],
+                      "wave": wave_of.get(task_id), "group": ref.execution_group,
+                      "agent": infer_agent(ref.agent, ref.type), "depends_on": list(ref.depends_on),
+                      "parent": ref.parent, "container": bool(session.children.get(task_id)),
+                      "summary": summary})
+    leaves = [t for t in tasks if not t["container"]]
+    return {"session_id": session.session_id, "path": str(session.session_dir), "layout": session.layout,
+            "project": str(session.session.get("project") or session.session.get("description") or ""),
+            "status": session.session.get("status"), "execution_model": session.strategy.model,
+            "done": sum(1 for t in leaves if t["status"] == "completed"), "total": len(leaves),
+            "conflicts": list(session.conflicts), "tasks": tasks}
