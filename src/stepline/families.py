@@ -1,4 +1,5 @@
-"""The workflow families stepline runs, in one place: native, BMAD (legacy, hybrid, micro-file) and CCW.
+"""The workflow families stepline runs, in one place: native, BMAD (legacy, hybrid, micro-file), Agent Skills
+and CCW.
 
 Each family is a package holding its readers and its step drivers; the engine knows none of them. This module
 is the only one that names them all: it picks the reader for a path (:func:`load_workflow`,
@@ -17,13 +18,14 @@ from stepline.formats import Diagnostic
 from stepline.model import WorkflowSpec
 from stepline.native import is_native_workflow, lint_native, load_native
 
-__all__ = ["detect_format", "lint_path", "load_workflow", "register_drivers"]
+__all__ = ["detect_format", "lint_path", "lint_tree", "load_workflow", "register_drivers"]
 
 #: The modules that register each family's step drivers (and flows) with the engine when imported.
 _DRIVERS = (
     "stepline.native._driver",  # native (R-F1)
     "stepline.bmad._legacy_driver",  # bmad-legacy (R-E2..R-E5)
     "stepline.bmad._microfile_driver",  # bmad-microfile and hybrid
+    "stepline.skills._driver",  # Agent Skills (R-F8)
     "stepline.ccw._driver",  # CCW sessions (R-E7, R-E8)
 )
 
@@ -36,6 +38,9 @@ def register_drivers() -> None:
 
 def detect_format(path: Path) -> str:
     """Name the format of the workflow at ``path`` (a file or a folder holding one)."""
+    if (path / "SKILL.md" if path.is_dir() else path.parent / "SKILL.md").is_file() and (
+            path.is_dir() or path.name == "SKILL.md" or path.name.startswith("workflow")):
+        return "bmad-skill"  # a skill folder, its SKILL.md, or the workflow.md it renders
     if path.is_dir():
         if (path / "workflow.yaml").is_file() and is_native_workflow(path / "workflow.yaml"):
             return "native"
@@ -45,16 +50,16 @@ def detect_format(path: Path) -> str:
             return "bmad-microfile"
         if path.name.startswith("WFS-") or (path / "workflow-session.json").is_file():
             return "ccw"
-        raise ReaderError("no workflow here (expected workflow.yaml, workflow.md, a WFS-* session or a "
-                          "native .yaml/.json file)", path=str(path))
+        raise ReaderError("no workflow here (expected workflow.yaml, workflow.md, SKILL.md, a WFS-* session or "
+                          "a native .yaml/.json file)", path=str(path))
     if is_native_workflow(path):
         return "native"
     if path.name == "workflow.yaml":
         return "bmad-legacy"
     if path.suffix == ".md" and path.name.startswith("workflow"):
         return "bmad-microfile"
-    raise ReaderError("not a workflow file (expected workflow.yaml, workflow*.md, or a native .yaml/.json "
-                      "file with steps:)", path=str(path))
+    raise ReaderError("not a workflow file (expected workflow.yaml, workflow*.md, SKILL.md, or a native "
+                      ".yaml/.json file with steps:)", path=str(path))
 
 
 def load_workflow(path: Path | str, *, project_root: Path | str | None = None,
@@ -71,6 +76,10 @@ def load_workflow(path: Path | str, *, project_root: Path | str | None = None,
 
 
 def _load_other(fmt: str, path: Path, root: Path, variables: dict[str, Any], mode: str | None) -> WorkflowSpec:
+    if fmt == "bmad-skill":
+        from stepline.skills import load_skill
+
+        return load_skill(path, project_root=root, variables=variables, mode=mode)
     if fmt in ("bmad-legacy", "bmad-microfile"):
         from stepline.bmad._load import load_bmad_workflow
 
@@ -83,6 +92,10 @@ def _load_other(fmt: str, path: Path, root: Path, variables: dict[str, Any], mod
 def _lint_one(fmt: str, path: Path, root: Path) -> list[Diagnostic]:
     if fmt == "native":
         return lint_native(path / "workflow.yaml" if path.is_dir() else path)
+    if fmt == "bmad-skill":
+        from stepline.skills import lint_skill
+
+        return lint_skill(path, root)
     if fmt == "bmad-legacy":
         from stepline.bmad._legacy import lint_bmad_legacy
 
@@ -98,29 +111,66 @@ def _lint_one(fmt: str, path: Path, root: Path) -> list[Diagnostic]:
 
 def lint_path(path: Path, *, project_root: Path | None = None) -> list[Diagnostic]:
     """Every problem in the workflow at ``path``, or in every workflow found under a folder."""
+    return lint_tree(path, project_root=project_root)[0]
+
+
+def _kind(fmt: str, path: Path) -> str:
+    """What ``validate`` counts a workflow as: its format, and for a skill its kind (``bmad-skill/shim``)."""
+    if fmt != "bmad-skill":
+        return fmt
+    from stepline.skills import skill_kind
+
+    try:
+        return f"bmad-skill/{skill_kind(path)}"
+    except ReaderError:
+        return "bmad-skill"
+
+
+def lint_tree(path: Path, *, project_root: Path | None = None) -> tuple[list[Diagnostic], dict[str, int]]:
+    """Every problem in the workflow at ``path`` or under a folder, and how many workflows of each kind were checked.
+
+    A folder holding no workflow stepline recognises is an error (``no-workflow``), never a silent pass.
+    """
     if not path.exists():
         raise NotFoundError(f"{path}: no such file or folder", hint="check the path")
     root = (project_root or Path.cwd()).resolve()
     try:
-        return _lint_one(detect_format(path), path, root)
+        fmt = detect_format(path)
+        return _lint_one(fmt, path, root), {_kind(fmt, path): 1}
     except ReaderError:
         if path.is_file():
             raise
     diagnostics: list[Diagnostic] = []
+    counts: dict[str, int] = {}
     for candidate in _workflows_under(path):
         try:
-            diagnostics.extend(_lint_one(detect_format(candidate), candidate, root))
+            fmt = detect_format(candidate)
+            kind = _kind(fmt, candidate)
+            diagnostics.extend(_lint_one(fmt, candidate, root))
         except ReaderError as exc:
+            kind = "unreadable"
             diagnostics.append(Diagnostic("error", "unreadable", exc.detail, exc.path or str(candidate), exc.line))
-    return diagnostics
+        counts[kind] = counts.get(kind, 0) + 1
+    if not counts:
+        diagnostics.append(Diagnostic("error", "no-workflow", "no workflow found here (no workflow.yaml, "
+                                      "workflow.md with steps, SKILL.md, WFS-* session or native workflow file)",
+                                      str(path)))
+    return diagnostics, counts
 
 
 def _workflows_under(folder: Path) -> list[Path]:
     """Every workflow file or session folder under ``folder`` (hidden folders other than .workflow skipped)."""
     found: list[Path] = []
+    skills: list[Path] = []
     for candidate in sorted(folder.rglob("*")):
         parts = candidate.relative_to(folder).parts
         if any(p.startswith(".") and p != ".workflow" for p in parts[:-1]):
+            continue
+        if parts[:2] == ("_bmad", "render") or any(candidate.is_relative_to(s) for s in skills):
+            continue  # a skill is checked as one, from its folder; render/ holds BMAD's generated snapshots
+        if candidate.is_dir() and (candidate / "SKILL.md").is_file():
+            skills.append(candidate)
+            found.append(candidate)
             continue
         if candidate.is_dir():
             if candidate.name.startswith("WFS-") and (candidate / ".task").is_dir():

@@ -5,10 +5,18 @@ template. The installed ``config.yaml`` holds, for every variable, the result te
 value (``settings`` first, else the default): ``{value}`` is the value, ``{other_key}`` another variable's
 value (without its ``{project-root}/`` prefix), ``{directory_name}`` the project folder's name, and
 ``{project-root}`` stays literal so the project can move. Every module's config also carries the core keys.
+
+A skill-era tree (BMAD v6.5+: modules of ``SKILL.md`` folders such as ``src/core-skills`` and
+``src/bmm-skills``, with the shared helpers in ``src/scripts``) is laid out as BMAD's own installer does:
+``_bmad/<module>/…`` as above, ``_bmad/scripts/`` (the helpers, without their tests), the central config
+``_bmad/config.toml`` (``[core]``, ``[modules.<code>]``, ``[agents.<code>]``; the variables a module declares
+with ``scope: user`` go to ``_bmad/config.user.toml`` instead) and ``_bmad/custom/`` for the team's and each
+person's overrides (``*.user.toml`` git-ignored); existing files there are never touched.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -53,6 +61,9 @@ class InstallReport:
     modules: tuple[InstalledModule, ...]
     config: dict[str, dict[str, Any]] = field(default_factory=dict)
     unused_settings: tuple[str, ...] = ()
+    #: Skill-era trees only: the shared scripts folder and the central config files written.
+    scripts: Path | None = None
+    central_config: tuple[Path, ...] = ()
 
 
 @dataclass(slots=True)
@@ -127,7 +138,13 @@ def install_bmad(src: Path, project: Path, settings: Mapping[str, str] | None = 
         written[source.name] = config
         installed.append(InstalledModule(source.name, source.folder, target, config_path, files))
     unused = tuple(sorted(key for key in settings if key not in used))
-    return InstallReport(project=project, modules=tuple(installed), config=written, unused_settings=unused)
+    scripts: Path | None = None
+    central: tuple[Path, ...] = ()
+    if any(next(s.folder.rglob("SKILL.md"), None) is not None for s in ordered):
+        scripts = _install_scripts(src, ordered, bmad)
+        central = _write_central_config(bmad, ordered, collected)
+    return InstallReport(project=project, modules=tuple(installed), config=written, unused_settings=unused,
+                         scripts=scripts, central_config=central)
 
 
 def _find_modules(src: Path) -> list[_Source]:
@@ -149,12 +166,77 @@ def _find_modules(src: Path) -> list[_Source]:
 
 
 def _sibling_core(src: Path) -> _Source | None:
-    """The core module next to an installed-alone module (``src/modules/bmm`` -> ``src/core``)."""
+    """The core module next to an installed-alone module (``src/modules/bmm`` -> ``src/core``,
+    ``src/bmm-skills`` -> ``src/core-skills``)."""
     for parent in src.resolve().parents:
-        candidate = parent / "core" / "module.yaml"
-        if candidate.is_file():
-            return _source(candidate.parent)
+        for name in ("core", "core-skills"):
+            candidate = parent / name / "module.yaml"
+            if candidate.is_file():
+                return _source(candidate.parent)
     return None
+
+
+def _install_scripts(src: Path, sources: list[_Source], bmad: Path) -> Path | None:
+    """Copy the shared helpers (``src/scripts``, beside the modules) to ``_bmad/scripts/`` (replacing it), and
+    make ``_bmad/custom/`` for overrides. None when the tree ships no scripts folder."""
+    candidates = [src / "src" / "scripts", src / "scripts", *(s.folder.parent / "scripts" for s in sources)]
+    found = next((c for c in candidates if c.is_dir() and any(c.glob("*.py"))), None)
+    custom = bmad / "custom"
+    custom.mkdir(parents=True, exist_ok=True)
+    if not (custom / ".gitignore").exists():
+        (custom / ".gitignore").write_text("*.user.toml\n", encoding="utf-8")
+    if found is None:
+        return None
+    target = bmad / "scripts"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(found, target, ignore=shutil.ignore_patterns("tests", "__pycache__", ".pytest_cache", "*.pyc"))
+    return target
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps("" if value is None else str(value), ensure_ascii=False)
+
+
+def _toml_table(name: str, values: Mapping[str, Any]) -> list[str]:
+    return [f"[{name}]", *(f"{json.dumps(str(k)) if not str(k).replace('_', '').replace('-', '').isalnum() else k}"
+                           f" = {_toml_value(v)}" for k, v in values.items() if not isinstance(v, dict)), ""]
+
+
+def _write_central_config(bmad: Path, sources: list[_Source], collected: Mapping[str, Mapping[str, Any]]
+                          ) -> tuple[Path, ...]:
+    """``_bmad/config.toml`` (team) and ``config.user.toml`` (the ``scope: user`` answers), as BMAD writes them."""
+    header = ["# Written by stepline bmad install; regenerated on every install. Pin values in",
+              "# _bmad/custom/config.toml (team) or _bmad/custom/config.user.toml (personal) instead.", ""]
+    team, user = list(header), list(header)
+    core_keys = set(collected.get("core", {}))
+    for source in sources:
+        values = collected.get(source.name, {})
+        scopes = {k: v.get("scope") for k, v in source.schema.items() if isinstance(v, dict)}
+        own = {k: v for k, v in values.items() if source.name == "core" or k not in core_keys}
+        section = "core" if source.name == "core" else f"modules.{source.name}"
+        team_values = {k: v for k, v in own.items() if scopes.get(k) != "user"}
+        user_values = {k: v for k, v in own.items() if scopes.get(k) == "user"}
+        if team_values:
+            team += _toml_table(section, team_values)
+        if user_values:
+            user += _toml_table(section, user_values)
+        for agent in source.schema.get("agents") or []:
+            if isinstance(agent, dict) and agent.get("code"):
+                described = {k: v for k, v in agent.items() if k != "code"}
+                team += _toml_table(f"agents.{json.dumps(str(agent['code']))}", {"module": source.name, **described})
+    written = [bmad / "config.toml"]
+    (bmad / "config.toml").write_text("\n".join(team), encoding="utf-8")
+    if len(user) > len(header):
+        (bmad / "config.user.toml").write_text("\n".join(user), encoding="utf-8")
+        written.append(bmad / "config.user.toml")
+    return tuple(written)
 
 
 def _source(folder: Path) -> _Source:

@@ -59,10 +59,16 @@ def install(
     if as_json:
         print_json({"project": str(report.project), "extras": copied, "unused_settings": list(report.unused_settings),
                     "modules": [{"name": m.name, "target": str(m.target), "config": str(m.config_path),
-                                 "files": m.files} for m in report.modules]})
+                                 "files": m.files} for m in report.modules],
+                    "scripts": str(report.scripts) if report.scripts else None,
+                    "central_config": [str(p) for p in report.central_config]})
         return
     for module in report.modules:
         console.print(f"installed {module.name:<6} {module.files:4} files -> {module.target}")
+    if report.scripts is not None:
+        console.print(f"installed shared scripts -> {report.scripts}")
+    for written in report.central_config:
+        console.print(f"wrote {written}")
     if copied:
         console.print(f"installed extra tasks: {', '.join(copied)}")
     for key in report.unused_settings:

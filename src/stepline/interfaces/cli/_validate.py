@@ -18,13 +18,16 @@ def validate(
     project_root: ProjectRoot = None,
     as_json: JsonOutput = False,
 ) -> None:
-    """Report every problem in a workflow (or every workflow under a folder); exit 10 on errors."""
+    """Report every problem in a workflow (or every workflow under a folder); exit 10 on errors.
+
+    The last line says how many workflows of each kind were checked; a folder with none is an error.
+    """
     from dataclasses import asdict
 
-    from stepline.families import lint_path
+    from stepline.families import lint_tree
 
     at = where(directory, project_root)
-    diagnostics = lint_path(at.path(path), project_root=at.root)
+    diagnostics, checked = lint_tree(at.path(path), project_root=at.root)
     errors = sum(1 for d in diagnostics if d.severity == "error")
     if as_json:
         print_json([asdict(d) for d in diagnostics])
@@ -32,6 +35,8 @@ def validate(
         for diagnostic in diagnostics:  # plain lines: editors and CI parse file:line, so never wrap them
             print(diagnostic)
         warnings = len(diagnostics) - errors
-        console.print(f"{errors} error(s), {warnings} warning(s)")
+        kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(checked.items()))
+        console.print(f"checked {sum(checked.values())} workflow(s){': ' + kinds if kinds else ''}; "
+                      f"{errors} error(s), {warnings} warning(s)", soft_wrap=True)
     if errors:
         raise typer.Exit(EXIT_INVALID)

@@ -1,0 +1,441 @@
+"""Running an Agent Skill (SPEC R-F8): the runtime owns the skill's structure, the executor only its judgement.
+
+* ``activate`` is the runtime's alone: the customization (resolved at load, see :mod:`stepline.skills._load`)
+  is journaled with the files it came from, ``{date}`` is fixed, and ``persistent_facts`` are read (``file:``
+  globs under the project root) into the run variable ``persistent_facts``, which every later request
+  carries. BMAD's ``render_skill.py`` / ``resolve_customization.py`` calls are this work: not asked of anyone.
+* **Just-in-time**: a step file (or a section of SKILL.md) is read when its step runs, rendered
+  (``{workflow.*}``, ``{{.config}}``, ``[[bmad-snapshot:…]]``, ``{project-root}``, run variables) and is the
+  only instruction text the executor gets; each hand-over is journaled (path, sha256 of the file and of what
+  was sent). ``references/`` and ``assets/`` reach the executor only through the protocol's ``read``.
+* **Routes**: after a step file's work, the runtime decides where it leaves from structured facts when they
+  show it — a file named by one of the step's variables (``spec_file``) whose frontmatter ``status`` a route
+  line maps (```draft` → step-02-plan.md``). Otherwise each other route (an EARLY EXIT, a loop back) is a
+  ``decide`` request with the route's line as the condition; none holding, the step's NEXT. The decision is
+  journaled with its reason and who made it. A revisited step runs as ``<step>@<n>``, at most
+  ``runtime.max_step_visits`` times.
+* **Intent** (a SKILL.md with intent modes): a pre-resolved intent (``--mode``, a shim, ``--var intent=…``)
+  is used as given; else when the skill's output folder holds no earlier document the first mode (Create)
+  is chosen by the runtime; else the executor (or the person, in normal mode) picks a mode, and documents in
+  progress (frontmatter ``status`` not final) are offered to resume.
+* Scripts the step names (``uv run {project-root}/_bmad/scripts/memlog.py …``, the skill's ``scripts/*.py``)
+  are listed in the request's context; the executor runs them with the ``runScript`` tool, through the tool
+  pipeline (journaled intent first, never re-run blindly after a crash).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from stepline import time
+from stepline.engine._context import StepContext
+from stepline.engine._runner import register_driver
+from stepline.errors import ReaderError, StepFailed
+from stepline.formats._files import read_text
+from stepline.formats._frontmatter import read_frontmatter
+from stepline.model import EventType, Run, StepStatus, WorkflowSpec
+from stepline.skills._load import SKILL_FORMAT
+from stepline.skills._render import RenderEnv, render_skill_text
+from stepline.skills._skill import SkillDoc, read_doc, read_skill_files, scripts_in
+
+__all__ = ["SkillFlow", "run_skill_step"]
+
+_OPEN = (StepStatus.RUNNING, StepStatus.BLOCKED, StepStatus.FAILED)
+_FACT_LIMIT = 65_536
+_SKIPPED_DIRS = {"_bmad", "node_modules", ".git", ".stepline", ".venv", "__pycache__"}
+_FINAL = {"final", "done", "complete", "completed", "approved"}
+
+
+class SkillFlow:
+    """One step at a time: where the last completed step's route led (the run's cursor), else the first step."""
+
+    def __init__(self, workflow: WorkflowSpec, run: Run) -> None:
+        self.run = run
+        self.first = workflow.steps[0].id
+        self.current = self._position()
+
+    def _position(self) -> str | None:
+        for sid, step in self.run.steps.items():
+            if step.status in _OPEN:
+                return sid
+        if "next" in self.run.cursor:
+            return str(self.run.cursor["next"]) if self.run.cursor["next"] else None
+        first = self.run.steps.get(self.first)
+        return self.first if first is None or first.status == StepStatus.PENDING else None
+
+    def take_ready(self, limit: int) -> list[str]:
+        """The one step that runs next, if any."""
+        if self.current is None or limit < 1:
+            return []
+        sid, self.current = self.current, None
+        return [sid]
+
+    def finished(self, step_id: str, status: StepStatus) -> list[str]:
+        """After a completed step, go where its route led; a blocked or failed step stops the run."""
+        if status == StepStatus.COMPLETED:
+            following = self.run.cursor.get("next")
+            self.current = str(following) if following else None
+        return []
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+
+
+def _skill(ctx: StepContext) -> dict[str, Any]:
+    record: dict[str, Any] = ctx.run.workflow.meta["skills"][ctx.spec.meta["skill"]]
+    return record
+
+
+def _env(ctx: StepContext) -> RenderEnv:
+    skill = _skill(ctx)
+    return RenderEnv(project_root=ctx.project_root, skill_root=Path(skill["root"]), central=skill["central"],
+                     customization=skill["customization"], names=dict(ctx.variables))
+
+
+def _render(ctx: StepContext, text: str) -> str:
+    return render_skill_text(text, _env(ctx), _skill(ctx).get("module"))
+
+
+def _record(ctx: StepContext, name: str, op: str, args: dict[str, Any], result: Any) -> None:
+    key = f"{ctx.spec.id}/{ctx.attempt}/{name}"
+    if key not in ctx.engine.calls.recorded:
+        ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": op, "args": args, "result": result})
+
+
+def _recorded(ctx: StepContext, name: str) -> Any:
+    found = ctx.engine.calls.recorded.get(f"{ctx.spec.id}/{ctx.attempt}/{name}")
+    return None if found is None else found.get("result")
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _hand_over(ctx: StepContext, role: str, path: Path, raw: str, sent: str) -> None:
+    """Journal what the executor is about to receive: the file, its hash and the hash of the rendered text."""
+    entry = {"role": role, "path": str(path), "sha256": _sha(raw), "sent_sha256": _sha(sent)}
+    ctx.handed_over.append(entry)
+    _record(ctx, f"handover/{ctx.invocations}", "handover", {"path": str(path), "role": role}, entry)
+
+
+def _set_var(ctx: StepContext, name: str, value: Any) -> None:
+    if ctx.variables.get(name) != value:
+        ctx.emit(EventType.VARIABLE_SET, {"name": name, "value": value})
+
+
+def _visit_id(run: Run, base: str) -> str:
+    first = run.steps.get(base)
+    if first is None or first.status == StepStatus.PENDING:
+        return base
+    return f"{base}@{2 + sum(1 for sid in run.steps if sid.startswith(base + '@'))}"
+
+
+def _check_visits(ctx: StepContext) -> None:
+    visit = int(ctx.spec.id.split("@", 1)[1]) if "@" in ctx.spec.id else 1
+    limit = ctx.engine.config.runtime.max_step_visits
+    if visit > limit:
+        raise StepFailed(f"step {ctx.spec.id.split('@')[0]!r} would run a {visit}th time (runtime.max_step_visits "
+                         f"is {limit}): the skill loops without reaching an end", retryable=False,
+                         hint="answer the loop's decide differently, or raise runtime.max_step_visits")
+
+
+def _skip_rest(ctx: StepContext, reason: str) -> None:
+    for spec in ctx.run.workflow.steps:
+        step = ctx.run.steps.get(spec.id)
+        if spec.id != ctx.spec.id and (step is None or step.status == StepStatus.PENDING):
+            ctx.engine.emit(EventType.STEP_SKIPPED, {"reason": reason}, step_id=spec.id)
+
+
+def _move(ctx: StepContext, following: str | None, **why: Any) -> None:
+    """Set the run's cursor to the next visit (None: the skill is done, steps off the path are skipped)."""
+    visit = _visit_id(ctx.run, following) if following else None
+    ctx.emit(EventType.CURSOR_MOVED, {"next": visit, "from": ctx.spec.id, **why})
+    if visit is None:
+        _skip_rest(ctx, "not on the path this run took")
+
+
+def _scripts(ctx: StepContext, doc: SkillDoc) -> list[dict[str, Any]]:
+    """The scripts the step names, each with where it is and whether it exists (for the runScript tool)."""
+    skill_root = Path(_skill(ctx)["root"])
+    found = []
+    for line, raw in doc.scripts:
+        rendered = raw.replace("{project-root}", str(ctx.project_root)).replace("{skill-root}", str(skill_root))
+        path = Path(rendered) if Path(rendered).is_absolute() else skill_root / rendered
+        found.append({"script": str(path), "line": line, "exists": path.is_file(), "tool": "runScript"})
+    return found
+
+
+def _base_context(ctx: StepContext) -> dict[str, Any]:
+    skill = _skill(ctx)
+    return {"skill": skill["name"], "skill_root": skill["root"], "headless": ctx.run.mode != "normal",
+            "intent": ctx.variables.get("intent")}
+
+
+def _entry_rules(ctx: StepContext) -> str:
+    """The entry document's standing rules (not its activation, not its pointer to the first step)."""
+    skill = _skill(ctx)
+    files = read_skill_files(Path(skill["root"]))
+    keep = [s.text for s in files.sections if "activation" not in s.title.lower() and "step-" not in s.text
+            and s.title.lower() != "conventions"]
+    return _render(ctx, "\n\n".join(keep))
+
+
+# --------------------------------------------------------------------------------------------------- activate
+
+
+def _load_facts(ctx: StepContext, entries: list[Any]) -> list[dict[str, Any]]:
+    """``persistent_facts``: ``file:`` globs under the project root read as text, other entries as written."""
+    facts: list[dict[str, Any]] = []
+    root = ctx.project_root
+    for entry in entries:
+        text = _render(ctx, str(entry))
+        if not text.startswith("file:"):
+            facts.append({"fact": text})
+            continue
+        pattern = text[len("file:"):].strip()
+        relative = pattern[len(str(root)) + 1:] if pattern.startswith(str(root) + "/") else pattern
+        if Path(relative).is_absolute():
+            matches = [Path(relative)] if Path(relative).is_file() else []
+        else:
+            matches = sorted(p for p in root.glob(relative) if p.is_file()
+                             and not _SKIPPED_DIRS.intersection(p.relative_to(root).parts[:-1]))
+        for path in matches:
+            content = read_text(path)
+            facts.append({"source": str(entry), "path": str(path), "sha256": _sha(content),
+                          "text": content[:_FACT_LIMIT]})
+        if not matches:
+            facts.append({"source": str(entry), "path": None, "note": f"no file matches {pattern}"})
+    return facts
+
+
+async def _activate(ctx: StepContext) -> None:
+    skill = _skill(ctx)
+    block = skill.get("block") or "workflow"
+    values = skill["customization"].get(block) or {}
+    _record(ctx, "customization", "customization", {"skill": skill["name"], "layers": skill["layers"]},
+            {"block": block, "values": values})
+    _record(ctx, "config", "config", {"files": skill["config_files"]}, {"central": skill["central"]})
+    if "date" not in ctx.variables:
+        _set_var(ctx, "date", time.now().date().isoformat())
+    facts = _load_facts(ctx, list(values.get("persistent_facts") or []) if isinstance(values, dict) else [])
+    _set_var(ctx, "persistent_facts", facts)
+    files = sum(1 for f in facts if f.get("path"))
+    ctx.step.summary = (f"customization from {len(skill['layers'])} file(s), config from "
+                        f"{len(skill['config_files'])} file(s), {files} persistent fact file(s)")
+    _move(ctx, ctx.spec.meta.get("next"))
+
+
+async def _on_activation(ctx: StepContext) -> None:
+    skill = _skill(ctx)
+    files = read_skill_files(Path(skill["root"]))
+    section = next((s for s in files.sections if "activation" in s.title.lower()), None)
+    raw = section.text if section else ""
+    done = ("The runtime has already resolved the customization, loaded the config and the persistent facts "
+            "(variable persistent_facts), and runs each activation_steps_prepend/append entry as a step of its "
+            "own. Do only what is left of the activation below (greeting, headless detection); do not start "
+            "the main workflow.")
+    body = _render(ctx, raw) if raw else "(the skill has no activation section)"
+    content = f"{done}\n\n{body}"
+    _hand_over(ctx, "activation", files.entry.path, raw, content)
+    outcome = await ctx.invoke("work", content=content, context=_base_context(ctx))
+    ctx.step.summary = outcome.summary
+    _move(ctx, ctx.spec.meta.get("next"))
+
+
+async def _instruction(ctx: StepContext) -> None:
+    text = _render(ctx, str(ctx.spec.meta["text"]))
+    outcome = await ctx.invoke("work", content=text, context=_base_context(ctx))
+    ctx.step.summary = outcome.summary
+    _move(ctx, ctx.spec.meta.get("next"))
+
+
+async def _shim(ctx: StepContext) -> None:
+    skill = _skill(ctx)
+    files = read_skill_files(Path(skill["root"]))
+    target = ctx.run.workflow.meta.get("forwarded_to")
+    raw = files.skill.text
+    content = (f"This skill forwards to {target}; the runtime runs {target} next with intent "
+               f"{ctx.variables.get('intent') or '(its own detection)'} and this skill's customization fields. "
+               f"Do only what this skill asks before forwarding (its notice).\n\n{_render(ctx, raw)}")
+    _hand_over(ctx, "shim", files.skill.path, raw, content)
+    outcome = await ctx.invoke("work", content=content, context={**_base_context(ctx), "forwards_to": target})
+    ctx.step.summary = outcome.summary
+    _move(ctx, ctx.spec.meta.get("next"))
+
+
+# ------------------------------------------------------------------------------------------------- step files
+
+
+def _status_of(ctx: StepContext, value: Any) -> tuple[Path, str] | None:
+    if not isinstance(value, str) or not value.strip().endswith(".md"):
+        return None
+    path = Path(value)
+    path = path if path.is_absolute() else ctx.project_root / path
+    if not path.is_file():
+        return None
+    status = read_frontmatter(read_text(path), path=str(path)).data.get("status")
+    return (path, str(status)) if status not in (None, "") else None
+
+
+async def _route(ctx: StepContext, doc: SkillDoc) -> tuple[str | None, str, str]:
+    """Where the step leaves: ``(step id, reason, decided by)``; see the module doc."""
+    meta = ctx.spec.meta
+    default = meta.get("next")
+    status_routes = {value: (target, line) for value, target, line in meta.get("status_routes", [])}
+    if status_routes:
+        for name in [*meta.get("frontmatter", {}), *ctx.variables]:
+            fact = _status_of(ctx, ctx.variables.get(name))
+            if fact is None:
+                continue
+            path, status = fact
+            if status in status_routes:
+                target, line = status_routes[status]
+                return target, (f"{name} = {path} has status {status!r}, which {meta['file']}:{line} sends to "
+                                f"{target}"), "runtime"
+            break
+    by_target: dict[str, list[dict[str, Any]]] = {}
+    for route in meta.get("routes", []):
+        by_target.setdefault(route["target"], []).append(route)
+    for target, routes in by_target.items():
+        condition = " / ".join(f"{meta['file']}:{r['line']}: {r['text']}" for r in routes)[:1500]
+        outcome = await ctx.invoke(
+            "decide", title=f"route from {meta['file']} to {routes[0]['file']}", condition=condition,
+            content=(f"You performed step {meta['file']}. Instead of going on to its next step "
+                     f"({default or 'the end'}), it may leave for {routes[0]['file']}"
+                     f"{' (a loop back)' if routes[0]['loop'] else ''}. Does the condition below hold now?"),
+            hints={"default": False}, context=_base_context(ctx))
+        if outcome.decision:
+            return target, outcome.reason or "the executor decided the condition holds", "executor"
+    return default, ("the step's NEXT" if default else "the step names no next step: the skill ends"), "runtime"
+
+
+async def _step_file(ctx: StepContext) -> None:
+    _check_visits(ctx)
+    skill = _skill(ctx)
+    root = Path(skill["root"])
+    name = str(ctx.spec.meta["file"])
+    path = root / name
+    if not path.is_file():
+        raise ReaderError(f"step file {name} does not exist", path=str(path), hint="fix the link to it")
+    doc = read_doc(root, path)
+    content = _render(ctx, doc.text)
+    _hand_over(ctx, "step", path, doc.text, content)
+    context = {**_base_context(ctx), "step_file": str(path), "scripts": _scripts(ctx, doc),
+               "workflow_rules": _entry_rules(ctx)}
+    outcome = await ctx.invoke("work", content=content, context=context)
+    ctx.step.summary = outcome.summary
+    target, reason, by = await _route(ctx, doc)
+    _record(ctx, "route", "route", {"from": name}, {"next": target, "reason": reason, "by": by})
+    _move(ctx, target, reason=reason, by=by)
+
+
+# --------------------------------------------------------------------------------------------------- sections
+
+
+def _outputs_exist(ctx: StepContext) -> tuple[bool, list[str]]:
+    """Whether the skill's output folders hold earlier documents, and the ones still in progress."""
+    skill = _skill(ctx)
+    block = skill["customization"].get(skill.get("block") or "workflow") or {}
+    folders = [Path(_render(ctx, str(v))) for k, v in block.items()
+               if isinstance(v, str) and ("output_path" in k or k.endswith(("output_folder", "output_dir")))]
+    found, in_progress = False, []
+    for folder in folders:
+        folder = folder if folder.is_absolute() else ctx.project_root / folder
+        for document in sorted(folder.rglob("*.md")) if folder.is_dir() else []:
+            found = True
+            status = read_frontmatter(read_text(document), path=str(document)).data.get("status")
+            if status is not None and str(status).lower() not in _FINAL:
+                in_progress.append(str(document))
+    return found or not folders, in_progress
+
+
+async def _intent(ctx: StepContext) -> None:
+    modes: list[dict[str, Any]] = ctx.spec.meta["modes"]
+    names = [m["name"] for m in modes]
+    given = str(ctx.variables.get("intent") or "").strip().lower()
+    chosen: dict[str, Any] | None = None
+    reason, by = "", "runtime"
+    if given:
+        chosen = next((m for m in modes if m["name"].lower() == given), None)
+        if chosen is None:
+            raise StepFailed(f"intent {given!r} is not one of this skill's modes ({', '.join(names)})",
+                             retryable=False, hint=f"use --mode {names[0].lower()}")
+        reason = f"intent {given!r} given (pre-resolved)"
+    else:
+        earlier, in_progress = _outputs_exist(ctx)
+        if not earlier:
+            chosen = modes[0]
+            reason = f"no earlier document in the skill's output folder: {modes[0]['name']}"
+        else:
+            question = "Which intent? " + "; ".join(m["text"][:160] for m in modes)
+            if in_progress:
+                question += " In progress (offered to resume): " + ", ".join(in_progress)
+            outcome = await ctx.invoke("answer", question=question, choices=names,
+                                       context={**_base_context(ctx), "in_progress": in_progress})
+            answer = (outcome.choice or "").strip().lower()
+            chosen = next((m for m in modes if m["name"].lower() == answer), modes[0])
+            reason, by = f"chosen by the executor ({outcome.choice!r})", "executor"
+            if in_progress:
+                _set_var(ctx, "resume_candidates", in_progress)
+    _set_var(ctx, "intent", chosen["name"].lower())
+    _record(ctx, "intent", "intent", {"modes": names}, {"intent": chosen["name"], "reason": reason, "by": by})
+    ctx.step.summary = f"intent {chosen['name']} ({reason})"
+    if not chosen["sections"]:  # a mode naming no section (Validate: "Load `references/validate.md`"): one request
+        outcome = await ctx.invoke("work", title=f"intent {chosen['name']}", content=_render(ctx, chosen["text"]),
+                                   context=_base_context(ctx))
+        ctx.step.summary += f"; {outcome.summary or 'done'}"
+    _move(ctx, chosen["sections"][0] if chosen["sections"] else None, reason=reason, by=by)
+
+
+def _next_section(ctx: StepContext) -> str | None:
+    intent = next((s for s in ctx.run.workflow.steps if s.meta.get("role") == "intent"
+                   and s.meta.get("skill") == ctx.spec.meta.get("skill")), None)
+    if intent is None:
+        following: str | None = ctx.spec.meta.get("next")
+        return following
+    current = str(ctx.variables.get("intent") or "").lower()
+    mode = next((m for m in intent.meta["modes"] if m["name"].lower() == current), None)
+    order: list[str] = mode["sections"] if mode else []
+    base = ctx.spec.id.split("@", 1)[0]
+    return order[order.index(base) + 1] if base in order and order.index(base) + 1 < len(order) else None
+
+
+async def _section(ctx: StepContext) -> None:
+    skill = _skill(ctx)
+    files = read_skill_files(Path(skill["root"]))
+    role = ctx.spec.meta["role"]
+    if role == "body":
+        raw = read_frontmatter(files.skill.text).body
+    else:
+        section = next((s for s in files.sections if s.title == ctx.spec.meta["title"]), None)
+        if section is None:
+            raise ReaderError(f"section {ctx.spec.meta['title']!r} is no longer in the skill",
+                              path=str(files.entry.path))
+        refs = list(ctx.spec.meta.get("references", []))
+        raw = section.text + "".join("\n\n" + s.text for s in files.sections if s.title in refs)
+    rules = [s.text for s in files.sections[:next((i for i, s in enumerate(files.sections)
+                                                    if "activation" in s.title.lower()), 0)]]
+    content = _render(ctx, raw)
+    _hand_over(ctx, "section", files.entry.path, raw, content)
+    doc = SkillDoc(path=files.entry.path, text=raw, frontmatter={}, body_line=1, scripts=scripts_in(raw))
+    context = {**_base_context(ctx), "section": ctx.spec.meta.get("title"), "scripts": _scripts(ctx, doc),
+               "skill_rules": _render(ctx, "\n\n".join(rules))}
+    outcome = await ctx.invoke("work", content=content, context=context)
+    ctx.step.summary = outcome.summary
+    _move(ctx, _next_section(ctx))
+
+
+# ------------------------------------------------------------------------------------------------------ entry
+
+_ROLES = {"activate": _activate, "on-activation": _on_activation, "instruction": _instruction, "shim": _shim,
+          "step-file": _step_file, "intent": _intent, "section": _section, "body": _section}
+
+
+async def run_skill_step(ctx: StepContext) -> None:
+    """Run one step of an Agent Skill (see the module doc)."""
+    await _ROLES[str(ctx.spec.meta["role"])](ctx)
+
+
+register_driver(SKILL_FORMAT, run_skill_step, SkillFlow)

@@ -1,0 +1,239 @@
+"""A skill as a WorkflowSpec: the runtime's activation, the customization's instructions, then the skill's steps.
+
+The steps, in order:
+
+* ``activate`` — done by the runtime alone: customization resolved (``customize.toml`` + ``_bmad/custom``
+  overrides), config loaded, ``persistent_facts`` read, ``{date}`` fixed. Nothing is asked of the executor.
+* ``prepend-<n>`` — one step per ``activation_steps_prepend`` entry.
+* ``on-activation`` — what the activation prose leaves to judgement (greeting, headless detection), handed to
+  the executor with the runtime's work stated as done.
+* ``append-<n>`` — one step per ``activation_steps_append`` entry.
+* a step-file skill: one step per step file (``step-02-plan``), in the order the links reach them;
+  a sections skill: ``intent`` when it has intent modes, then one step per section (``section-discovery``);
+  a shim: ``shim`` (its own text, the deprecation notice) and then the whole target skill, its intent
+  pre-resolved, its legacy customization fields taken from the shim.
+
+Customization is resolved here, at load, because the ``activation_steps_*`` entries are steps; the run's
+manifest keeps the resolved values, and ``activate`` journals them with the files they came from.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from stepline.errors import NotFoundError, ReaderError
+from stepline.model import SourceRef, StepSpec, WorkflowSpec
+from stepline.skills._customize import Customization, load_central_config, resolve_customization
+from stepline.skills._skill import (
+    SkillFiles,
+    read_skill_files,
+    referenced_sections,
+    skill_folder,
+    step_sections,
+)
+
+__all__ = ["SKILL_FORMAT", "find_skill", "load_skill", "module_of", "step_id_of"]
+
+#: The WorkflowSpec format of an Agent Skill (one driver runs all three kinds).
+SKILL_FORMAT: Literal["bmad-skill"] = "bmad-skill"
+
+
+def step_id_of(name: str) -> str:
+    """The step id of a step file: its stem (``steps/step-01-init.md`` -> ``step-01-init``)."""
+    return re.sub(r"[^\w.-]+", "-", Path(name).stem) or "step"
+
+
+def module_of(skill_root: Path) -> str | None:
+    """The module a skill belongs to: ``_bmad/<module>/…``, else the code of the nearest ``module.yaml``."""
+    parts = skill_root.parts
+    if "_bmad" in parts:
+        index = len(parts) - 1 - parts[::-1].index("_bmad")
+        if index + 1 < len(parts):
+            return parts[index + 1]
+    for parent in skill_root.parents:
+        schema = parent / "module.yaml"
+        if schema.is_file():
+            found = re.search(r"^code:\s*['\"]?([\w-]+)", schema.read_text(encoding="utf-8", errors="replace"), re.M)
+            return found[1] if found else parent.name
+    return None
+
+
+def find_skill(name: str, near: Path, project_root: Path | None) -> Path | None:
+    """The folder of skill ``name``: in the project's ``_bmad`` tree, else in the source tree ``near`` is in."""
+    roots: list[Path] = []
+    if project_root is not None and (project_root / "_bmad").is_dir():
+        roots.append(project_root / "_bmad")
+    roots.extend(list(near.parents)[:4])
+    for root in roots:
+        for candidate in sorted(root.rglob(f"{name}/SKILL.md")):
+            if "render" not in candidate.relative_to(root).parts[:1]:
+                return candidate.parent
+    return None
+
+
+def _flat_config(central: dict[str, Any], module: str | None, project_root: Path) -> dict[str, Any]:
+    """Config values by plain name: core first, the skill's module over it (``{project-root}`` resolved)."""
+    names: dict[str, Any] = {}
+    layers = [central.get("core") or {}]
+    modules = central.get("modules") or {}
+    layers.extend(v for k, v in modules.items() if k != module and isinstance(v, dict))
+    if module and isinstance(modules.get(module), dict):
+        layers.append(modules[module])
+    for layer in layers:
+        for key, value in layer.items():
+            if not isinstance(value, dict | list):
+                names[str(key)] = value.replace("{project-root}", str(project_root)) if isinstance(value, str) \
+                    else value
+    return names
+
+
+def _skill_record(files: SkillFiles, project_root: Path, custom: Customization, module: str | None,
+                  central: dict[str, Any], config_files: list[str]) -> dict[str, Any]:
+    return {"name": files.name, "root": str(files.root), "module": module, "kind": files.kind,
+            "entry": str(files.entry.path), "customization": custom.values, "defaults": custom.defaults,
+            "block": custom.block(), "layers": list(custom.layers), "central": central,
+            "config_files": config_files}
+
+
+def _instructions(custom: Customization, key: str) -> list[str]:
+    block = custom.values.get(custom.block() or "workflow") or {}
+    value = block.get(key) if isinstance(block, dict) else None
+    if isinstance(value, str):
+        return [value] if value.strip() else []
+    return [str(v) for v in value if str(v).strip()] if isinstance(value, list) else []
+
+
+def _skill_steps(files: SkillFiles, custom: Customization) -> list[StepSpec]:
+    """The steps of one skill (see the module doc), every one naming its skill in ``meta``."""
+    skill = files.name
+    source = SourceRef(path=str(files.entry.path), line=1)
+    steps = [StepSpec(id="activate", name="activate the skill", source=source,
+                      description="resolve customization, load config and persistent facts (the runtime's work)",
+                      meta={"role": "activate", "skill": skill})]
+    for number, text in enumerate(_instructions(custom, "activation_steps_prepend"), start=1):
+        steps.append(StepSpec(id=f"prepend-{number}", name=f"activation step (prepend) {number}", body=text,
+                              meta={"role": "instruction", "skill": skill, "text": text}))
+    steps.append(StepSpec(id="on-activation", name="on activation", source=source,
+                          meta={"role": "on-activation", "skill": skill}))
+    for number, text in enumerate(_instructions(custom, "activation_steps_append"), start=1):
+        steps.append(StepSpec(id=f"append-{number}", name=f"activation step (append) {number}", body=text,
+                              meta={"role": "instruction", "skill": skill, "text": text}))
+    if files.kind == "step-files":
+        steps.extend(_step_file_specs(files))
+    elif files.kind == "sections":
+        steps.extend(_section_specs(files))
+    for before, after in itertools.pairwise(steps):
+        before.meta.setdefault("next", after.id)
+    return steps
+
+
+def _step_file_specs(files: SkillFiles) -> list[StepSpec]:
+    specs = []
+    known = set(files.steps)
+    for name, step in sorted(files.steps.items(), key=lambda item: item[0] != files.first_step):
+        routes = [{"target": step_id_of(r.target), "file": r.target, "line": r.line, "text": r.text,
+                   "loop": _is_back(r.target, name)} for r in step.routes if r.target in known]
+        status = [[value, step_id_of(target), line] for value, target, line in step.status_routes if target in known]
+        specs.append(StepSpec(
+            id=step_id_of(name), name=name, source=SourceRef(path=str(files.root / name), line=1),
+            meta={"role": "step-file", "skill": files.name, "file": name,
+                  "next": step_id_of(step.next) if step.next and step.next in known else None,
+                  "routes": routes, "status_routes": status,
+                  "frontmatter": files.docs[name].frontmatter}))
+    return specs
+
+
+def _is_back(target: str, current: str) -> bool:
+    number = re.compile(r"step-(\d+)")
+    a, b = number.search(Path(target).name), number.search(Path(current).name)
+    return bool(a and b and int(a[1]) <= int(b[1]))
+
+
+def _section_specs(files: SkillFiles) -> list[StepSpec]:
+    sections = step_sections(files)
+    if not sections:  # no "On Activation": the skill's whole text is one step
+        return [StepSpec(id="skill", name=files.name, source=SourceRef(path=str(files.skill.path), line=1),
+                         meta={"role": "body", "skill": files.name})]
+    by_title = {s.title: s for s in sections}
+    specs: list[StepSpec] = []
+    if files.modes:
+        modes: list[dict[str, Any]] = [
+            {"name": m.name, "sections": [by_title[t].slug for t in m.sections if t in by_title], "text": m.text,
+             "line": m.line} for m in files.modes]
+        specs.append(StepSpec(id="intent", name="detect the intent", source=SourceRef(
+            path=str(files.entry.path), line=files.modes[0].line), meta={"role": "intent", "skill": files.name,
+                                                                         "modes": modes, "next": None}))
+        wanted = {str(slug) for mode in modes for slug in mode["sections"]}
+        sections = [s for s in sections if s.slug in wanted]
+    for section in sections:
+        refs = [r.title for r in referenced_sections(section.text, files.sections) if r.title != section.title]
+        specs.append(StepSpec(id=section.slug, name=section.title,
+                              source=SourceRef(path=str(files.entry.path), line=section.line),
+                              meta={"role": "section", "skill": files.name, "title": section.title,
+                                    "references": refs, **({"next": None} if files.modes else {})}))
+    return specs
+
+
+def _forwarded(shim: Customization, target: Customization) -> Customization:
+    """The target's customization with the shim's own fields over it (the shim pre-resolves them)."""
+    block = target.block() or "workflow"
+    given = shim.values.get(shim.block() or "workflow")
+    if not isinstance(given, dict):
+        return target
+    values = dict(target.values)
+    values[block] = {**(values.get(block) or {}), **given}
+    return Customization(values=values, defaults=target.defaults, layers=target.layers + shim.layers)
+
+
+def load_skill(path: Path | str, *, project_root: Path | str, variables: dict[str, Any] | None = None,
+               mode: str | None = None) -> WorkflowSpec:
+    """Read the skill at ``path`` (its folder or SKILL.md) into a WorkflowSpec for the ``bmad-skill`` driver.
+
+    ``mode`` (``--mode``) pre-resolves the intent of a skill with intent modes (create, update, validate).
+    """
+    root = Path(project_root).resolve()
+    files = read_skill_files(Path(path))
+    module = module_of(files.root)
+    central, config_files = load_central_config(root, module)
+    custom = resolve_customization(files.root, root)
+    skills = {files.name: _skill_record(files, root, custom, module, central, config_files)}
+    steps = _skill_steps(files, custom)
+    intent = (mode or "").lower() or None
+    forwarded = None
+    if files.kind == "shim":
+        target_root = find_skill(str(files.forward_to), files.root, root)
+        if target_root is None:
+            raise NotFoundError(f"skill {files.name!r} forwards to {files.forward_to!r}, which is not installed",
+                                hint=f"install the module holding {files.forward_to}")
+        target = read_skill_files(target_root)
+        if target.kind == "shim":
+            raise ReaderError(f"{files.forward_to} is itself a shim", path=str(target.skill.path), line=1)
+        target_module = module_of(target.root)
+        target_central, target_files = load_central_config(root, target_module)
+        target_custom = _forwarded(custom, resolve_customization(target.root, root))
+        skills[target.name] = _skill_record(target, root, target_custom, target_module, target_central,
+                                            target_files)
+        shim_step = StepSpec(id="shim", name=f"{files.name} (forwards to {target.name})",
+                             source=SourceRef(path=str(files.skill.path), line=1),
+                             meta={"role": "shim", "skill": files.name, "next": "activate"})
+        steps = [shim_step, *_skill_steps(target, target_custom)]
+        intent = intent or files.forward_intent
+        forwarded = target.name
+    names = _flat_config(central, module, root)
+    variables = {**names, "project-root": str(root), "skill-root": str(files.root), "skill-name": files.name,
+                 **(variables or {})}
+    if intent:
+        variables["intent"] = intent
+    return WorkflowSpec(
+        id=files.name, name=files.name, description=files.description, format=SKILL_FORMAT,
+        source=SourceRef(path=str(files.skill.path), line=1), root=str(files.root), variables=variables,
+        steps=steps, meta={"kind": files.kind, "skills": skills, "skill": files.name, "forwarded_to": forwarded,
+                           "intent": intent, "module": module})
+
+
+def skill_path(path: Path) -> Path:
+    """The skill folder for a path that is a skill folder, its SKILL.md or its workflow.md."""
+    return skill_folder(path)

@@ -1,0 +1,320 @@
+"""Reading one Agent Skill folder: its files, its entry document, its step-file graph or its sections.
+
+A skill is a folder with ``SKILL.md`` (frontmatter ``name``, ``description``). Its *entry document* is the
+``workflow.md`` beside it when there is one (``SKILL.md`` then only tells the model to render it), else
+``SKILL.md`` itself. When the entry document links to step files (``step-*.md``: by
+``[[bmad-snapshot:step-02-plan.md]]``, ``./step-02-plan.md`` or ``steps/step-01-x.md``) the skill is a
+*step-file* skill: the steps are those files, reached by following the links. Otherwise it is a *sections*
+skill: its ``## `` sections after "On Activation" are the steps, and when it has intent modes (``**Create.**
+… Run `## Discovery`, then `## Finalize`.``) each mode runs the sections it names. A *shim*
+(``description: Deprecated — forwards to bmad-prd (create intent).``) forwards to another skill.
+
+Pure: reads files, never imports the engine.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from stepline.errors import ReaderError
+from stepline.formats._files import read_text
+from stepline.formats._frontmatter import read_frontmatter
+from stepline.skills._render import SNAPSHOT_TOKEN
+
+__all__ = [
+    "Link",
+    "Mode",
+    "Section",
+    "SkillDoc",
+    "SkillFiles",
+    "StepFile",
+    "is_skill",
+    "read_doc",
+    "read_skill_files",
+    "referenced_sections",
+    "scripts_in",
+    "skill_folder",
+    "step_sections",
+]
+
+SkillKind = Literal["step-files", "sections", "shim"]
+
+_BACKTICK_PATH = re.compile(r"`((?:\{skill-root\}/|\./|\.\./)?(?:[\w.-]+/)*[\w.-]+"
+                            r"\.(?:md|csv|html|yaml|yml|json|toml|py))`")
+_BARE_PATH = re.compile(r"(?<![`\w/.])(\./(?:[\w.-]+/)*[\w.-]+\.md)(?![`\w])")
+_HEADING = re.compile(r"^(#{2,3})\s+(.+?)\s*#*\s*$")
+_SECTION_REF = re.compile(r"`##\s+([^`]+)`")
+_MODE = re.compile(r"^\*\*([A-Z][\w -]*?)(?:\s*\(([^)]*)\))?\.?\*\*\.?\s*(.*)")
+_FORWARD = re.compile(r"forwards to\s+`?([a-z0-9][a-z0-9-]*)`?(?:\s*\(([\w -]+?) intent\))?", re.I)
+_STATUS_ROUTE = re.compile(r"((?:`[\w-]+`\s*/\s*)*`[\w-]+`)\s*(?:→|->)\s*(?:`?\[\[bmad-snapshot:([\w./-]+\.md)\]\]`?"
+                           r"|`(\.{0,2}/?(?:[\w.-]+/)*step-[\w.-]+\.md)`)")
+_SCRIPT = re.compile(r"(?:uv run(?:\s+--[\w-]+)*|python3?)\s+\"?((?:\{project-root\}|\{skill-root\})?/?"
+                     r"(?:[\w.-]+/)*[\w.-]+\.py)\"?")
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A reference from one document to a file of the skill, with the line it is on."""
+
+    target: str  # the file's path relative to the skill root ("step-02-plan.md", "steps/step-01-x.md")
+    line: int
+    text: str  # the whole line, for conditions and diagnostics
+    snapshot: bool  # written as [[bmad-snapshot:…]]
+    section: str  # the heading it sits under ("NEXT", "INSTRUCTIONS", …)
+
+
+@dataclass(slots=True)
+class SkillDoc:
+    """One Markdown document of the skill, split into frontmatter, body and headed sections."""
+
+    path: Path
+    text: str
+    frontmatter: dict[str, Any]
+    body_line: int
+    links: list[Link] = field(default_factory=list)
+    scripts: list[tuple[int, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class StepFile:
+    """A step file and where it may go next.
+
+    ``routes`` are the links to other step files other than the default; ``status_routes`` maps a frontmatter
+    ``status`` value to the step file a line of the step sends it to (``draft`` → step-02-plan.md).
+    """
+
+    name: str  # relative to the skill root
+    next: str | None
+    routes: tuple[Link, ...]
+    status_routes: tuple[tuple[str, str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A ``## `` section of SKILL.md: its heading, its text (heading included) and where it starts."""
+
+    title: str
+    text: str
+    line: int
+
+    @property
+    def slug(self) -> str:
+        """The section's step id: ``section-`` and its title in lower-case words joined by dashes."""
+        words = re.findall(r"[a-z0-9]+", self.title.lower())
+        return "section-" + ("-".join(words) or "untitled")
+
+
+@dataclass(frozen=True, slots=True)
+class Mode:
+    """An intent mode of a sections skill (Create, Update, Validate): the sections it runs, in order."""
+
+    name: str
+    text: str
+    line: int
+    sections: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class SkillFiles:
+    """Everything read from one skill folder."""
+
+    root: Path
+    name: str
+    description: str
+    skill: SkillDoc
+    entry: SkillDoc
+    kind: SkillKind
+    steps: dict[str, StepFile] = field(default_factory=dict)
+    docs: dict[str, SkillDoc] = field(default_factory=dict)
+    first_step: str | None = None
+    sections: list[Section] = field(default_factory=list)
+    activation: str = ""
+    modes: list[Mode] = field(default_factory=list)
+    forward_to: str | None = None
+    forward_intent: str | None = None
+
+
+def is_skill(path: Path) -> bool:
+    """Whether ``path`` is a skill folder or its ``SKILL.md``."""
+    return (path.is_dir() and (path / "SKILL.md").is_file()) or (path.is_file() and path.name == "SKILL.md")
+
+
+def skill_folder(path: Path) -> Path:
+    """The skill folder of ``path`` (the folder itself, or the folder of its SKILL.md / workflow.md)."""
+    return path if path.is_dir() else path.parent
+
+
+def _is_step_name(name: str) -> bool:
+    return Path(name).name.startswith("step-") and name.endswith(".md")
+
+
+def _resolve(root: Path, doc_dir: Path, raw: str) -> str | None:
+    """A path written in a document, relative to the skill root (None: outside the skill, or a placeholder)."""
+    if raw.startswith("{skill-root}/"):
+        candidate = root / raw[len("{skill-root}/"):]
+    elif raw.startswith(("./", "../")):
+        candidate = doc_dir / raw
+    else:  # bare paths resolve from the skill root; a sibling of the document is accepted too
+        candidate = root / raw
+        if not candidate.exists() and (doc_dir / raw).exists():
+            candidate = doc_dir / raw
+    try:
+        return candidate.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return None
+
+
+def read_doc(root: Path, path: Path) -> SkillDoc:
+    """Read one Markdown document of the skill and find its links and script calls (line by line)."""
+    text = read_text(path)
+    fm = read_frontmatter(text, path=str(path))
+    doc = SkillDoc(path=path, text=text, frontmatter=dict(fm.data), body_line=fm.body_line)
+    section = ""
+    in_fence = False
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.lstrip().startswith("```"):
+            in_fence = not in_fence
+        heading = _HEADING.match(line) if not in_fence else None
+        if heading:
+            section = heading[2].strip()
+        for match in SNAPSHOT_TOKEN.finditer(line):
+            doc.links.append(Link(match[1], number, line.strip(), True, section))
+        if section.lower() == "conventions":
+            continue  # its paths are examples of the conventions ("Bare paths (e.g. `steps/step-01.md`)")
+        for match in [*_BACKTICK_PATH.finditer(line), *_BARE_PATH.finditer(line)]:
+            raw = match[1]
+            target = _resolve(root, path.parent, raw)
+            if target is not None and target not in ("SKILL.md",):
+                doc.links.append(Link(target, number, line.strip(), False, section))
+    doc.scripts = scripts_in(text)
+    return doc
+
+
+def scripts_in(text: str) -> list[tuple[int, str]]:
+    """``(line, script path as written)`` of every ``uv run …/X.py`` or ``python3 X.py`` call in ``text``."""
+    return [(number, match[1]) for number, line in enumerate(text.splitlines(), start=1)
+            for match in _SCRIPT.finditer(line)]
+
+
+def _sections(doc: SkillDoc) -> list[Section]:
+    """The ``## `` sections of a document, outside code fences."""
+    lines = doc.text.splitlines()
+    starts: list[tuple[int, str]] = []
+    in_fence = False
+    for index, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            in_fence = not in_fence
+        if not in_fence and index + 1 >= doc.body_line and line.startswith("## "):
+            starts.append((index, line[3:].strip().strip("#").strip()))
+    sections = []
+    for i, (start, title) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(lines)
+        sections.append(Section(title, "\n".join(lines[start:end]).strip("\n"), start + 1))
+    return sections
+
+
+def _step_file(files: SkillFiles, name: str, doc: SkillDoc) -> StepFile:
+    """Where a step file goes: its NEXT link (else its last forward link), and its other step links."""
+    links = [link for link in doc.links if _is_step_name(link.target) and link.target != name]
+    nexts = [link for link in links if link.section.upper().startswith("NEXT")]
+    default: Link | None = nexts[0] if nexts else None
+    if default is None:
+        forward = [link for link in links if _order(link.target) > _order(name)
+                   and "EARLY EXIT" not in link.text.upper()]
+        default = forward[-1] if forward else None
+    routes = tuple(link for link in links if default is None or link.target != default.target)
+    status: list[tuple[str, str, int]] = []
+    for link in links:
+        for match in _STATUS_ROUTE.finditer(link.text):
+            target = match[2] or _resolve(files.root, doc.path.parent, match[3])
+            if target is None:
+                continue
+            for value in re.findall(r"`([\w-]+)`", match[1]):
+                if all(value != s[0] for s in status):
+                    status.append((value, target, link.line))
+    return StepFile(name, default.target if default else None, routes, tuple(status))
+
+
+def _order(name: str) -> tuple[int, str]:
+    number = re.search(r"step-(\d+)", Path(name).name)
+    return (int(number[1]) if number else 10_000, Path(name).name)
+
+
+def _modes(sections: list[Section]) -> list[Mode]:
+    """The intent modes of a sections skill: bold-labelled paragraphs of a section named like "Intent …"."""
+    holder = next((s for s in sections if "intent" in s.title.lower() and "mode" in s.title.lower()), None)
+    if holder is None:
+        return []
+    names = {s.title.lower(): s.title for s in sections}
+    modes: list[Mode] = []
+    for offset, line in enumerate(holder.text.splitlines()):
+        match = _MODE.match(line.strip())
+        if not match:
+            continue
+        refs = tuple(names[r.strip().lower()] for r in _SECTION_REF.findall(line) if r.strip().lower() in names)
+        modes.append(Mode(match[1].strip(), line.strip(), holder.line + offset, refs))
+    return modes
+
+
+def _find_shim_target(files: SkillFiles) -> None:
+    match = _FORWARD.search(files.description)
+    if match and match[1] != files.name:
+        files.kind = "shim"
+        files.forward_to = match[1]
+        files.forward_intent = match[2].strip().lower() if match[2] else None
+
+
+def read_skill_files(path: Path) -> SkillFiles:
+    """Read the skill at ``path`` (its folder or SKILL.md); a missing SKILL.md or frontmatter is a ReaderError."""
+    root = skill_folder(path).resolve()
+    skill_path = root / "SKILL.md"
+    if not skill_path.is_file():
+        raise ReaderError("not a skill: no SKILL.md here", path=str(root), hint="pass a skill folder or its SKILL.md")
+    skill = read_doc(root, skill_path)
+    name = str(skill.frontmatter.get("name") or root.name)
+    description = str(skill.frontmatter.get("description") or "")
+    entry = read_doc(root, root / "workflow.md") if (root / "workflow.md").is_file() else skill
+    files = SkillFiles(root=root, name=name, description=description, skill=skill, entry=entry, kind="sections")
+    files.docs[entry.path.relative_to(root).as_posix()] = entry
+    first = next((link for link in entry.links if _is_step_name(link.target)), None)
+    if first is not None:
+        files.kind = "step-files"
+        files.first_step = first.target
+        _walk_steps(files, first.target)
+    files.sections = _sections(entry)
+    activation = next((s for s in files.sections if "activation" in s.title.lower()), None)
+    files.activation = activation.text if activation else ""
+    if files.kind == "sections":
+        files.modes = _modes(files.sections)
+    _find_shim_target(files)
+    return files
+
+
+def _walk_steps(files: SkillFiles, first: str) -> None:
+    """Read every step file reachable from ``first`` (a missing one is left for the linter to name)."""
+    pending = [first]
+    while pending:
+        name = pending.pop()
+        if name in files.steps or not (files.root / name).is_file():
+            continue
+        doc = read_doc(files.root, files.root / name)
+        files.docs[name] = doc
+        step = _step_file(files, name, doc)
+        files.steps[name] = step
+        pending.extend(t for t in [step.next, *(r.target for r in step.routes)] if t and t not in files.steps)
+
+
+def step_sections(files: SkillFiles) -> list[Section]:
+    """The sections of a sections skill that run as steps: those after "On Activation", else all but preamble."""
+    sections = files.sections
+    index = next((i for i, s in enumerate(sections) if "activation" in s.title.lower()), None)
+    return sections[index + 1:] if index is not None else []
+
+
+def referenced_sections(text: str, sections: list[Section]) -> list[Section]:
+    """The sections ``text`` names as ``## Title`` (handed over with the step that names them)."""
+    wanted = {r.strip().lower() for r in _SECTION_REF.findall(text)}
+    return [s for s in sections if s.title.lower() in wanted]
