@@ -45,6 +45,12 @@ def _pending_intents(project: Path) -> set[str]:
     return started - done
 
 
+def _pending_intents_applied_missing(session_dir: Path, in_flight: set[str]) -> set[str]:
+    """Of the completions a kill left in flight, those whose task JSON still does not say completed."""
+    return {task for task in in_flight
+            if json.loads((session_dir / ".task" / f"{task}.json").read_text(encoding="utf-8"))["status"] != "completed"}
+
+
 def _check_agreement(session_dir: Path, in_flight: set[str]) -> int:
     """Every task's TODO box, JSON status and summary agree, except completions still in flight."""
     todo = (session_dir / "TODO_LIST.md").read_text(encoding="utf-8").splitlines()
@@ -91,8 +97,16 @@ def test_sigkill_anywhere_in_a_parallel_session_keeps_files_consistent_and_runs_
             code = subprocess.run([sys.executable, str(CHILD), kind, str(n), "--", *args], capture_output=True,
                                   text=True, timeout=120).returncode
         in_flight = _pending_intents(project)
-        _check_agreement(session_dir, in_flight)
+        _check_agreement(session_dir, in_flight)  # the raw files: they may lag only the journaled completions
         redo_points += bool(in_flight)
+        # `ccw status` first writes what the journal holds: then every task's three files agree, before any
+        # resume, and the status it prints is theirs.
+        status = subprocess.run([sys.executable, "-m", "stepline.interfaces.cli", "ccw", "status", session_dir.name,
+                                 "-C", str(project), "--json"], capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0, status.stderr
+        completed = _check_agreement(session_dir, set())
+        shown = json.loads(status.stdout)
+        assert shown["done"] == completed and not _pending_intents_applied_missing(session_dir, in_flight)
         if code == 0:
             continue
         assert code == -signal.SIGKILL

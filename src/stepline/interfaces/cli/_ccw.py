@@ -50,11 +50,11 @@ def _settle(at: Where, config: Path | None, session_dir: Path) -> PendingComplet
     pending = apply_pending_completions(open_store(at, config), session_dir)
     if pending.applied:
         err_console.print(f"{session_dir.name}: wrote {len(pending.applied)} completion(s) its last run had "
-                          f"journaled before it stopped: {', '.join(pending.applied)}", markup=False)
+                          f"journaled before it stopped: {', '.join(pending.applied)}", markup=False, soft_wrap=True)
     if pending.in_flight:
         err_console.print(f"{session_dir.name}: process {pending.holder} is writing {len(pending.in_flight)} "
                           f"completion(s) now (its files may lag them): {', '.join(pending.in_flight)}",
-                          markup=False)
+                          markup=False, soft_wrap=True)
     return pending
 
 
