@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,3 +131,62 @@ def client_for(project: Project) -> TestClient:
 
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_slow_workflow(root: Path, steps: int = 3, pause: float = 0.4) -> Path:
+    """A workflow whose steps each run ``sleep pause`` (a shell tool, allowed without approval by the project's
+    config) and whose last step waits at a human gate: a run another process drives, slowly."""
+    config = root / "config"
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "runtime.yaml").write_text(yaml.safe_dump({"tools": {"risk_policy": {"high_requires_approval": False}}}),
+                                         encoding="utf-8")
+    spec = {"id": "slow", "steps": [
+        *({"id": f"work-{n}", "name": f"Work {n}", "body": "Work.",
+           "tools": [{"name": "shell", "args": {"command": f"sleep {pause}"}, "required": True}]}
+          for n in range(1, steps + 1)),
+        {"id": "ship", "name": "Ship it", "body": "Ship.", "human_gate": "required"},
+    ]}
+    path = root / "slow.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def stepline_command(root: Path, *args: str) -> list[str]:
+    """The command line of ``stepline ARGS -C root`` in this interpreter."""
+    return [sys.executable, "-m", "stepline.interfaces.cli", *args, "-C", str(root)]
+
+
+class Server:
+    """``stepline serve`` in a process of its own on a free port of 127.0.0.1; stop it with :meth:`stop`."""
+
+    def __init__(self, root: Path, *extra: str) -> None:
+        self.process = subprocess.Popen(stepline_command(root, "serve", "--port", "0", *extra),
+                                        stderr=subprocess.PIPE, text=True)
+        assert self.process.stderr is not None
+        self.lines: list[str] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = self.process.stderr.readline()
+            if not line:
+                break
+            self.lines.append(line.strip())
+            found = re.search(r"(http://127\.0\.0\.1:\d+)/", line)
+            if found:
+                self.url = found.group(1)
+                if "--token" not in extra:
+                    self.lines.append(self.process.stderr.readline().strip())  # the token line
+                return
+        self.stop()
+        raise AssertionError(f"stepline serve did not start: {self.lines}")
+
+    def stop(self) -> None:
+        """Stop the server (Ctrl-C) and wait for it."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stderr is not None:
+            self.process.stderr.close()

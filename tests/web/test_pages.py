@@ -1,0 +1,109 @@
+"""The server-rendered pages: login, runs list, a run, an artifact, a CCW board, and the gate form."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from web.dashboard_project import TOKEN, Project, client_for, read_json
+
+ORIGIN = {"Origin": "http://127.0.0.1:8765"}
+
+
+def _login(client: TestClient) -> None:
+    answer = client.post("/login", data={"token": TOKEN, "next": "/"}, headers=ORIGIN, follow_redirects=False)
+    assert answer.status_code == 303 and answer.headers["location"] == "/"
+
+
+@pytest.fixture
+def browser(shared: Project) -> Iterator[TestClient]:
+    """A client logged in with the cookie, as a browser is."""
+    with client_for(shared) as client:
+        _login(client)
+        yield client
+
+
+def test_pages_need_a_login(anonymous: TestClient, shared: Project) -> None:
+    """Without the cookie every page is the login form with 401; a wrong token is refused; `next` stays local."""
+    for url in ("/", f"/runs/{shared.blocked}", "/ccw", f"/runs/{shared.blocked}/artifact?path=docs/notes.md"):
+        page = anonymous.get(url)
+        assert page.status_code == 401 and 'name="token"' in page.text
+        assert "Draft the notes" not in page.text and "Release 2.0" not in page.text and "IMPL" not in page.text
+    wrong = anonymous.post("/login", data={"token": "nope", "next": "/"}, headers=ORIGIN, follow_redirects=False)
+    assert wrong.status_code == 401 and "not the token" in wrong.text and "set-cookie" not in wrong.headers
+    away = anonymous.post("/login", data={"token": TOKEN, "next": "//evil.example/"}, headers=ORIGIN,
+                          follow_redirects=False)
+    assert away.status_code == 303 and away.headers["location"] == "/"
+    forged = anonymous.post("/login", data={"token": TOKEN}, headers={"Origin": "http://evil.example"})
+    assert forged.status_code == 403 and "set-cookie" not in forged.headers
+
+
+def test_the_runs_list_shows_every_run_and_the_damaged_ones_errors(browser: TestClient, shared: Project) -> None:
+    """Each run with its status; a damaged run's row says what is wrong (never a 500); filters keep to theirs."""
+    page = browser.get("/")
+    assert page.status_code == 200
+    for run_id in (shared.blocked, shared.completed, shared.question, shared.damaged_journal):
+        assert f'href="/runs/{run_id}"' in page.text
+    assert "manifest.json: not valid JSON" in page.text and "journal.jsonl:3: bad record" in page.text
+    assert f"stepline doctor {shared.damaged_journal}" in page.text
+    blocked = browser.get("/", params={"status": "blocked"}).text
+    assert shared.blocked in blocked and shared.completed not in blocked
+
+
+def test_a_run_page_shows_steps_gate_artifacts_and_timeline(browser: TestClient, shared: Project) -> None:
+    """The blocked run's page: its steps, the gate's question with approve/reject, its artifact, its events."""
+    page = browser.get(f"/runs/{shared.blocked}").text
+    assert 'data-step-id="draft"' in page and 'data-step-id="announce"' in page
+    assert "Approval needed" in page and 'value="approve"' in page and 'value="reject"' in page
+    assert "the step&#39;s human_gate is required" in page
+    assert "docs/notes.md" in page and "WorkflowBlocked" in page and "/static/run.js" in page
+    evidence = browser.get(f"/runs/{shared.completed}").text
+    assert "WLNK 0.72" in evidence and "ev-old" in evidence and "expired" in evidence
+    question = browser.get(f"/runs/{shared.question}").text
+    assert "Which colour? [red/blue]" in question and 'name="answer"' in question
+
+
+def test_a_damaged_run_page_shows_the_error(browser: TestClient, shared: Project) -> None:
+    """A damaged run directory: its page says where and how to learn more."""
+    page = browser.get(f"/runs/{shared.damaged_journal}")
+    assert page.status_code == 200 and "This run directory is damaged" in page.text
+    assert "journal.jsonl:3" in page.text and f"stepline doctor {shared.damaged_journal}" in page.text
+    missing = browser.get("/runs/run-nope")
+    assert missing.status_code == 404 and "no run &#39;run-nope&#39;" in missing.text
+
+
+def test_an_artifact_is_rendered_with_its_html_escaped(browser: TestClient, shared: Project) -> None:
+    """Markdown becomes HTML; a <script> in the document is text, never markup."""
+    page = browser.get(f"/runs/{shared.blocked}/artifact", params={"path": "docs/notes.md"}).text
+    assert "<h1>Release 2.0</h1>" in page and "<strong>Faster</strong>" in page
+    assert "<script>alert" not in page and "&lt;script&gt;alert" in page
+    assert "default-src 'self'" in browser.get("/").headers["content-security-policy"]
+
+
+def test_a_ccw_session_is_a_board_by_wave_and_status(browser: TestClient) -> None:
+    """The sessions list, then the board: a row per wave, the tasks as cards, a summary rendered."""
+    assert "WFS-report-export" in browser.get("/ccw").text
+    board = browser.get("/ccw/WFS-report-export").text
+    assert board.count('class="card ') == 5 and "<strong>the thing</strong>" in board
+    assert board.index('data-task-id="IMPL-001"') < board.index('data-task-id="IMPL-003"') < board.index(
+        'data-task-id="IMPL-005"')
+
+
+def test_the_gate_form_decides_with_the_csrf_value_only(fresh: Project) -> None:
+    """The form without the CSRF value is refused and changes nothing; with it the gate is approved."""
+    url = f"/runs/{fresh.blocked}/gates/step:announce"
+    gates = fresh.runs / fresh.blocked / "gates.json"
+    with client_for(fresh) as client:
+        _login(client)
+        refused = client.post(url, data={"decision": "approve", "by": "mallory"}, headers=ORIGIN)
+        assert refused.status_code == 403 and read_json(gates)[0]["status"] == "pending"
+        csrf = client.app.state.web.auth.csrf_value  # type: ignore[attr-defined]
+        form = {"decision": "approve", "by": "ada", "notes": "ok", "csrf_token": csrf}
+        decided = client.post(url, data=form, headers=ORIGIN, follow_redirects=False)
+        assert decided.status_code == 303, decided.text
+        page = client.get(decided.headers["location"]).text
+        assert "Gate step:announce decided" in page and 'value="ada"' not in page  # no gate pending any more
+        assert "Approval needed" not in page and ">ada<" in page
+    assert read_json(gates)[0]["status"] == "approved" and read_json(gates)[0]["approver"] == "ada"
