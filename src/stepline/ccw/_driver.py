@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stepline import time
+from stepline.ccw._commit import commit_task
 from stepline.ccw._prompt import build_task_prompt, render_container_summary, render_summary
 from stepline.ccw._session import CcwSession, read_ccw_session
 from stepline.ccw._state import (
@@ -300,7 +301,9 @@ async def run_ccw_task(ctx: StepContext) -> None:
         completion = _container_completion(ctx)
         ctx.step.summary = "all subtasks completed"
     else:
-        completion = await _task_completion(ctx, committer)
+        completion, changed = await _task_completion(ctx, committer)
+        if ctx.run.workflow.meta.get("with_commit"):
+            await commit_task(ctx, changed, ctx.step.summary or completion.summary)  # the agent's words first
     committer.commit(spec.id, key, completion)
 
 
@@ -330,7 +333,8 @@ def _container_completion(ctx: StepContext) -> Completion:
                       summary=render_container_summary(spec.id, spec.name, spec.meta.get("children") or []))
 
 
-async def _task_completion(ctx: StepContext, committer: Committer) -> Completion:
+async def _task_completion(ctx: StepContext, committer: Committer) -> tuple[Completion, list[str]]:
+    """The task's completion, and the project files its agent changed (outside the session folder)."""
     spec = ctx.spec
     paths: dict[str, Any] = ctx.run.workflow.meta["paths"]
     task_json = str(spec.meta["task_json"])
@@ -354,9 +358,11 @@ async def _task_completion(ctx: StepContext, committer: Committer) -> Completion
         summary = render_summary(view, task_id=spec.id, title=spec.name, agent_summary=outcome.summary,
                                  files_modified=written)
     ctx.step.summary = next(iter((outcome.summary or "").strip().splitlines()), "")[:200] or None
+    session_dir = Path(paths["session_dir"])
+    changed = [rel for rel in written if not (ctx.project_root / rel).is_relative_to(session_dir)]
     return Completion(task_id=spec.id, task_json=_session_relative(ctx, task_json),
                       history=_history(task.data.get("status"), ctx.step.started_at, time.now_iso()),
-                      summary_path=summary_path, summary=summary)
+                      summary_path=summary_path, summary=summary), changed
 
 
 def _task_prompt(ctx: StepContext, view: TaskView, flow_context: dict[str, str]) -> tuple[str, dict[str, str]]:
@@ -706,8 +712,11 @@ def _apply_pending(store: RunStore, session_dir: Path) -> PendingCompletions:
     return PendingCompletions(applied=tuple(item.completion.task_id for item in pending))
 
 
-async def execute_session(engine: Engine, session_dir: Path) -> Run:
+async def execute_session(engine: Engine, session_dir: Path, *, with_commit: bool = False) -> Run:
     """Run a session to its end: resume its interrupted or blocked run, else start a new one.
+
+    ``with_commit`` (a new run's setting, kept by its resumes): one git commit per completed task, of the
+    files it changed (:mod:`stepline.ccw._commit`).
 
     A run that completed or failed is not resumed: a new run starts from the session's files, where the
     completed tasks are ticked (they complete without their agent) and a failed task is tried again. One
@@ -720,6 +729,8 @@ async def execute_session(engine: Engine, session_dir: Path) -> Run:
             # The session is marked active by the run's committer, once the first tasks are under way.
             if previous is not None and previous[1] in (RunStatus.RUNNING, RunStatus.BLOCKED):
                 return await engine.resume(previous[0])
+            if with_commit:
+                spec.meta["with_commit"] = True
             return await engine.start(spec)
         except Stopped as stopped:
             raise RunStateError(f"session {session.session_id}: its files could not be written ({stopped.cause}); "

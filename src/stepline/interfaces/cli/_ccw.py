@@ -125,6 +125,8 @@ def execute(
                                       "task is done.")] = False,
     complete: Annotated[bool | None, typer.Option("--complete/--no-complete", help="Archive the session when "
                                                   "every task is done (default: with -y).")] = None,
+    with_commit: Annotated[bool, typer.Option("--with-commit", help="Commit each completed task's changed files "
+                                              "(CCW v7: '{type}: {title} - {summary}').")] = False,
     directory: Directory = None,
     project_root: ProjectRoot = None,
     config: ConfigOption = None,
@@ -147,7 +149,7 @@ def execute(
     engine.concurrency = concurrency
     import asyncio  # here, not at the top: `stepline --help` imports every command module
 
-    run = asyncio.run(execute_session(engine, chosen))
+    run = asyncio.run(execute_session(engine, chosen, with_commit=with_commit))
     archived = (complete_session(chosen, engine.store) if complete and run.status.value == "completed"
                 else None)
     if as_json:
