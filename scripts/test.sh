@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set everything up and run the whole test suite: ruff, mypy (strict, on src/), pytest.
 source "$(dirname "$0")/_venv.sh" dev
+bash scripts/browser.sh  # Debian's chromium for tests/web/test_browser.py (skipped, saying so, where it cannot be had)
 echo "== ruff check"; .venv/bin/ruff check src tests bench
 echo "== mypy src"; .venv/bin/mypy src
 echo "== pytest"; .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -50,6 +50,9 @@ def event_detail(event_type: str, data: dict[str, Any]) -> str:
         return f"{data['gate']}: " + ("; ".join(map(str, data.get("issues") or [])) or "passed")
     if event_type == "WorkflowStarted":
         return f"{data.get('workflow', '')} ({data.get('format', '')}, {data.get('executor', '')})"
+    if data.get("tool"):
+        status = data.get("status") or data.get("error") or ""
+        return f"{data['tool']} ({data.get('risk', '')} risk){': ' + str(status) if status else ''}"
     for key in ("error", "reason", "path", "gate_id", "summary", "name", "claim"):
         if data.get(key):
             return str(data[key])
