@@ -133,7 +133,7 @@ def _skill_steps(files: SkillFiles, custom: Customization) -> list[StepSpec]:
 def _step_file_specs(files: SkillFiles) -> list[StepSpec]:
     specs = []
     known = set(files.steps)
-    for name, step in sorted(files.steps.items(), key=lambda item: item[0] != files.first_step):
+    for name, step in sorted(files.steps.items(), key=lambda item: (item[0] != files.first_step, _order(item[0]))):
         routes = [{"target": step_id_of(r.target), "file": r.target, "line": r.line, "text": r.text,
                    "loop": _is_back(r.target, name)} for r in step.routes if r.target in known]
         status = [[value, step_id_of(target), line] for value, target, line in step.status_routes if target in known]
@@ -144,6 +144,11 @@ def _step_file_specs(files: SkillFiles) -> list[StepSpec]:
                   "routes": routes, "status_routes": status,
                   "frontmatter": files.docs[name].frontmatter}))
     return specs
+
+
+def _order(name: str) -> tuple[int, str]:
+    number = re.search(r"step-(\d+)", Path(name).name)
+    return (int(number[1]) if number else 10_000, Path(name).name)
 
 
 def _is_back(target: str, current: str) -> bool:

@@ -116,8 +116,12 @@ def format_custom_value(value: Any) -> str | None:
     return "\n".join(lines)
 
 
-def render_skill_text(text: str, env: RenderEnv, module: str | None = None) -> str:
-    """Render ``text`` of the skill (see the module doc); unknown tokens stay as written."""
+def render_skill_text(text: str, env: RenderEnv, module: str | None = None, *, plain: bool = True) -> str:
+    """Render ``text`` of the skill (see the module doc); unknown tokens stay as written.
+
+    ``plain`` False leaves ``{project-root}`` and the other plain names as written: the output is then what
+    ``render_skill.py`` publishes (the model resolves those itself).
+    """
     root = env.project_root
 
     def short(match: re.Match[str]) -> str:
@@ -139,7 +143,7 @@ def render_skill_text(text: str, env: RenderEnv, module: str | None = None) -> s
     def snapshot(match: re.Match[str]) -> str:
         return str(env.skill_root / match[1])
 
-    def plain(match: re.Match[str]) -> str:
+    def plain_name(match: re.Match[str]) -> str:
         name = match[1]
         if name == "project-root":
             return str(root)
@@ -154,7 +158,7 @@ def render_skill_text(text: str, env: RenderEnv, module: str | None = None) -> s
     text = CONFIG_TOKEN.sub(dotted, text)
     text = CUSTOM_TOKEN.sub(custom, text)
     text = SNAPSHOT_TOKEN.sub(snapshot, text)
-    return _PLAIN_TOKEN.sub(plain, text)
+    return _PLAIN_TOKEN.sub(plain_name, text) if plain else text
 
 
 def unknown_tokens(text: str, env: RenderEnv, module: str | None = None) -> list[tuple[int, str, str]]:

@@ -1,0 +1,176 @@
+"""Running skills: runtime activation, just-in-time step files, routes decided and journaled, intent, shims,
+scripts through the tool pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from stepline import Engine
+from stepline.executors import StepSession
+from stepline.families import load_workflow, register_drivers
+from stepline.model import Event, Run, StepStatus
+
+from .conftest import Recorder
+
+register_drivers()
+
+
+def _run(project: Path, path: Path, executor: Recorder, variables: dict[str, Any] | None = None,
+         mode: str | None = None) -> tuple[Run, list[Event]]:
+    engine = Engine(project_root=project, executor=executor, mode="yolo")
+    workflow = load_workflow(path, project_root=project, variables=variables, mode=mode)
+    run = asyncio.run(engine.start(workflow, variables))
+    return run, list(engine.store.open(run.run_id).events())
+
+
+def _calls(events: list[Event], op: str) -> list[dict[str, Any]]:
+    return [e.data for e in events if e.type == "CallRecorded" and e.data.get("op") == op]
+
+
+def _path(run: Run) -> list[str]:
+    return [sid for sid, step in run.steps.items() if step.status == StepStatus.COMPLETED]
+
+
+def test_a_route_shown_by_a_status_is_decided_by_the_runtime(mini: Path) -> None:
+    """spec_file names a spec whose status the step's route line maps: the runtime takes that route, unasked."""
+    (mini / "out").mkdir()
+    (mini / "out" / "spec.md").write_text("---\ntitle: x\nstatus: in-review\n---\n# Spec\n", encoding="utf-8")
+    recorder = Recorder()
+    run, events = _run(mini, mini / "_bmad" / "mini" / "tiny-build", recorder, {"spec_file": "out/spec.md"})
+    assert run.status == "completed"
+    assert _path(run) == ["activate", "on-activation", "step-01-route", "step-04-review"]
+    route = _calls(events, "route")[0]["result"]
+    assert route["next"] == "step-04-review" and route["by"] == "runtime"
+    assert "status 'in-review'" in route["reason"] and "step-01-route.md:12" in route["reason"]
+    assert [r.step_id for r in recorder.requests if r.kind == "decide"] == ["step-04-review"]  # only the loop
+
+
+def test_other_routes_are_the_executors_decisions(mini: Path) -> None:
+    """Without a status fact each alternative route is a decide request; a yes takes it, a loop revisits a step."""
+    answers = {"step-01-route:step-03-do.md": [True], "step-04-review:step-03-do.md": [True, False]}
+
+    class Deciding(Recorder):
+        async def perform(self, request: Any, session: StepSession) -> None:
+            if request.kind == "decide":
+                self.requests.append(request)
+                key = request.step_id.split("@")[0] + ":" + request.title.split(" to ")[-1]
+                queue = answers.get(key, [])
+                await session.decide(queue.pop(0) if queue else False, f"answer for {key}")
+                return
+            await super().perform(request, session)
+
+    run, events = _run(mini, mini / "_bmad" / "mini" / "tiny-build", Deciding())
+    assert _path(run) == ["activate", "on-activation", "step-01-route", "step-03-do", "step-04-review",
+                          "step-03-do@2", "step-04-review@2"]
+    assert run.steps["step-02-plan"].status == StepStatus.SKIPPED
+    routes = [(c["key"].split("/")[0], c["result"]["next"], c["result"]["by"]) for c in _calls(events, "route")]
+    assert routes == [("step-01-route", "step-03-do", "executor"), ("step-03-do", "step-04-review", "runtime"),
+                      ("step-04-review", "step-03-do", "executor"), ("step-03-do@2", "step-04-review", "runtime"),
+                      ("step-04-review@2", None, "runtime")]
+
+
+def test_just_in_time_the_executor_holds_only_the_current_step(mini: Path) -> None:
+    """Each step file is handed over when its step runs, never earlier; a reference is not inlined."""
+    recorder = Recorder()
+    _, events = _run(mini, mini / "_bmad" / "mini" / "tiny-build", recorder)
+    titles = {"step-01-route": "# Step 1: Route", "step-02-plan": "# Step 2: Plan", "step-03-do": "# Step 3: Do",
+              "step-04-review": "# Step 4: Review"}
+    for request in recorder.work():
+        held = [step for step, title in titles.items() if title in request.content]
+        assert held == ([request.step_id] if request.step_id in titles else []), request.step_id
+    review = next(r for r in recorder.work() if r.step_id == "step-04-review")
+    assert "references/guide.md" in review.content and "Look for missing tests." not in review.content
+    started: set[str] = set()
+    for event in events:
+        if event.type == "WorkflowStepStarted":
+            started.add(str(event.step_id))
+        if event.type == "CallRecorded" and event.data["op"] == "handover" and event.data["args"]["role"] == "step":
+            step = Path(event.data["args"]["path"]).stem
+            assert step in started and event.step_id == step, "a step file was handed over before its turn"
+    assert len([c for c in _calls(events, "handover") if c["args"]["role"] == "step"]) == 4
+
+
+def test_activation_is_the_runtimes_and_instructions_are_steps(mini: Path) -> None:
+    """Customization layers journaled, facts read from file: globs, prepend/append entries run as steps, and the
+    step text is rendered with the customization and config values."""
+    (mini / "docs").mkdir()
+    (mini / "docs" / "house-rules.md").write_text("Tabs are forbidden.\n", encoding="utf-8")
+    (mini / "_bmad" / "custom" / "tiny-build.toml").write_text(
+        '[workflow]\nactivation_steps_prepend = ["Check out a branch."]\ngreeting = "Hi from the team"\n',
+        encoding="utf-8")
+    recorder = Recorder()
+    run, events = _run(mini, mini / "_bmad" / "mini" / "tiny-build", recorder)
+    assert _path(run)[:4] == ["activate", "prepend-1", "on-activation", "step-01-route"]
+    assert next(r for r in recorder.work() if r.step_id == "prepend-1").content == "Check out a branch."
+    custom = _calls(events, "customization")[0]
+    assert [Path(p).name for p in custom["args"]["layers"]] == ["customize.toml", "tiny-build.toml"]
+    assert custom["result"]["values"]["greeting"] == "Hi from the team"
+    facts = run.variables["persistent_facts"]
+    assert {"fact": "Prefer small diffs."} in facts
+    assert any(f.get("path", "") and f["text"] == "Tabs are forbidden.\n" for f in facts)
+    plan = next(r for r in recorder.work() if r.step_id == "step-02-plan")
+    assert "Greeting: Hi from the team." in plan.content
+    route = next(r for r in recorder.work() if r.step_id == "step-01-route")
+    assert f"Speak in `English`; work goes to `{mini}/out/work`" in route.content
+    assert all(r.variables["persistent_facts"] == facts for r in recorder.work()[1:])
+
+
+def test_intent_create_is_decided_from_the_disk(mini: Path) -> None:
+    """No earlier document in the skill's output folder: Create, by the runtime; its sections run in order."""
+    recorder = Recorder()
+    run, events = _run(mini, mini / "_bmad" / "mini" / "tiny-doc", recorder)
+    assert _path(run) == ["activate", "on-activation", "intent", "section-drafting", "section-finish"]
+    intent = _calls(events, "intent")[0]["result"]
+    assert intent["intent"] == "Create" and intent["by"] == "runtime"
+    drafting = next(r for r in recorder.work() if r.step_id == "section-drafting")
+    assert "## Checklist" in drafting.content and "## Finish" not in drafting.content  # referenced section only
+
+
+def test_an_in_progress_document_is_offered_to_resume(mini: Path) -> None:
+    """With a draft in the output folder the executor picks the intent, told what is in progress."""
+    draft = mini / "out" / "work" / "docs" / "doc-1" / "doc.md"
+    draft.parent.mkdir(parents=True)
+    draft.write_text("---\nstatus: draft\n---\n# Doc\n", encoding="utf-8")
+    recorder = Recorder()
+    run, events = _run(mini, mini / "_bmad" / "mini" / "tiny-doc", recorder)
+    asked = next(r for r in recorder.requests if r.kind == "answer")
+    assert asked.choices == ["Create", "Update", "Validate"] and asked.context["in_progress"] == [str(draft)]
+    assert run.variables["resume_candidates"] == [str(draft)]
+    assert _calls(events, "intent")[0]["result"]["by"] == "executor"
+
+
+def test_a_shim_forwards_with_its_intent_and_fields(mini: Path) -> None:
+    """tiny-old runs its notice, then tiny-doc with intent create and the shim's on_complete."""
+    recorder = Recorder()
+    run, _ = _run(mini, mini / "_bmad" / "mini" / "v6-shims" / "tiny-old", recorder)
+    assert _path(run) == ["shim", "activate", "on-activation", "intent", "section-drafting", "section-finish"]
+    finish = next(r for r in recorder.work() if r.step_id == "section-finish")
+    assert "Run `Tell the user the old name still works.` if non-empty." in finish.content
+    assert run.variables["intent"] == "create"
+
+
+def test_mode_flag_preresolves_the_intent(mini: Path) -> None:
+    """--mode validate runs the Validate mode, which names no section: one request at the intent step."""
+    recorder = Recorder()
+    run, _ = _run(mini, mini / "_bmad" / "mini" / "tiny-doc", recorder, mode="validate")
+    assert _path(run) == ["activate", "on-activation", "intent"]
+    assert any("assets/rubric.md" in r.content for r in recorder.work() if r.step_id == "intent")
+
+
+def test_scripts_run_as_tools_through_the_pipeline(mini: Path) -> None:
+    """The step lists its script; the executor's runScript call runs it in the project root, journaled."""
+
+    async def note(session: StepSession) -> None:
+        result = await session.call_tool("runScript", {"script": "_bmad/scripts/note.py", "args": ["--text", "did"]})
+        assert result["status"] == "ok", result
+
+    recorder = Recorder(calls={"step-03-do": note})
+    run, events = _run(mini, mini / "_bmad" / "mini" / "tiny-build", recorder)
+    assert run.status == "completed"
+    do = next(r for r in recorder.work() if r.step_id == "step-03-do")
+    assert do.context["scripts"] == [{"script": str(mini / "_bmad" / "scripts" / "note.py"), "line": 3,
+                                      "exists": True, "tool": "runScript"}]
+    assert (mini / "notes.txt").read_text(encoding="utf-8") == "did\n"
+    assert [e.data["args"]["name"] for e in events if e.type == "CallStarted"] == ["runScript"]
