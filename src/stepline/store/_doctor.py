@@ -24,7 +24,7 @@ import orjson
 
 from stepline import time
 from stepline.errors import JournalError, RunStateError, StorageError
-from stepline.model import Event, Run
+from stepline.model import Event, EventType, Run
 from stepline.store._files import atomic_write_bytes, fsync_path, stale_temp_files, sweep_temp_files
 from stepline.store._lock import lock_holder
 from stepline.store._rundir import AUDIT_FILES, RunDir, missing_records
@@ -85,6 +85,8 @@ class Diagnosis:
     holder: int | None = None
     #: The run recorded nothing (no manifest, no journal record): it stopped before its first record.
     unstarted: bool = False
+    #: Decisions of a person (approvals, rejections, answers) among the lines the repair cuts: asked again.
+    cut_decisions: int = 0
 
     @property
     def damaged(self) -> bool:
@@ -120,17 +122,21 @@ class Diagnosis:
                     "unreadable audit files into a backup folder; the run then starts them afresh (what they held "
                     "is in the backup, and each decision, artifact and tool call in the journal)")
         upto = f"record {self.records}" if self.records else "its start (no record is good)"
+        asked = (f"; {self.cut_decisions} decision(s) of a person among them (approvals, answers) are asked again"
+                 if self.cut_decisions else "")
+        if not self.records:
+            asked = "; the run starts again from its first step, and the decisions of a person are asked again"
         return (f"can be resumed from {upto}: `stepline doctor {run} --truncate-to-last-good` keeps the journal "
                 f"and the manifest as they are in a backup folder, cuts the journal after line {self.records} "
                 f"({self.lines_after} line(s) from line {self.records + 1} on), then `stepline resume {run}` "
-                "does again what the cut records did")
+                f"does again what the cut records did{asked}")
 
     def report(self) -> list[str]:
         """Every line ``stepline doctor`` prints."""
         lines = [f"run {self.run_id}  ({self.path})"]
         if self.unstarted:
             return [*lines, "  manifest.json: none; journal.jsonl: no record", f"verdict: {self.verdict()}"]
-        lines.append(f"  manifest.json: {self.manifest.problem if self.manifest else 'whole'}"
+        lines.append(f"  {self.manifest.short() if self.manifest else 'manifest.json: whole'}"
                      + (f" (written after record {self.manifest_seq})" if self.manifest_seq else ""))
         if self.journal is not None:
             lines.append(f"  journal.jsonl: {self.records} good record(s), then damage: {self.journal.short()}")
@@ -163,6 +169,7 @@ class Diagnosis:
             "records": self.records, "lines_after": self.lines_after, "tail_bytes": self.tail, "torn": self.torn,
             "manifest_seq": self.manifest_seq, "status": self.status, "audit": [str(f) for f in self.audit],
             "temp_files": [str(p) for p in self.temp_files], "holder": self.holder, "unstarted": self.unstarted,
+            "cut_decisions": self.cut_decisions,
             "verdict": self.verdict(),
         }
 
@@ -219,11 +226,18 @@ def _journal(run_dir: RunDir, found: Diagnosis, run: Run | None, check: Check | 
             found.lines_after = data.count(b"\n", found.good_bytes)
             found.tail, found.torn = 0, False
     found.records = len(events)
+    if found.journal is not None:
+        cut = data[found.good_bytes:]
+        found.cut_decisions = sum(cut.count(b'"type":"%s"' % kind.encode()) for kind in _DECISIONS)
     if run is not None:
         if found.journal is None and found.records < (found.manifest_seq or 0):
             found.journal = Finding(path, missing_records(found.records, found.manifest_seq or 0), found.records + 1)
         if found.journal is None and check is not None:
             found.status = run.status.value
+
+
+#: The records of a person's decision (what a cut journal asks again).
+_DECISIONS = (EventType.HUMAN_GATE_APPROVED, EventType.HUMAN_GATE_REJECTED, EventType.ANSWER_GIVEN)
 
 
 def _offset(data: bytes, lines: int) -> int:
