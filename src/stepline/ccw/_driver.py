@@ -811,26 +811,10 @@ def mark_session_started(session_dir: Path, now: str) -> None:
 
 def remove_stale_temp_files(session_dir: Path) -> None:
     """Delete temp files a killed writer left (``.<name>.<pid>.tmp`` of a process that no longer exists)."""
+    from stepline.store import sweep_temp_files
+
     for folder in (session_dir, session_dir / ".task", session_dir / ".summaries"):
-        try:
-            with os.scandir(folder) as entries:  # not glob: this runs at every execute, on big folders too
-                names = [entry.name for entry in entries if entry.name[0] == "." and entry.name.endswith(".tmp")]
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for name in names:
-            pid = name.rsplit(".", 2)[-2]
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-                (folder / name).unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        sweep_temp_files(folder)
 
 
 def _hours_between(start: object, end: str) -> float | None:
