@@ -382,10 +382,15 @@ async def _intent(ctx: StepContext) -> None:
     _set_var(ctx, "intent", chosen["name"].lower())
     _record(ctx, "intent", "intent", {"modes": names}, {"intent": chosen["name"], "reason": reason, "by": by})
     ctx.step.summary = f"intent {chosen['name']} ({reason})"
-    if not chosen["sections"]:  # a mode naming no section (Validate: "Load `references/validate.md`"): one request
-        outcome = await ctx.invoke("work", title=f"intent {chosen['name']}", content=_render(ctx, chosen["text"]),
-                                   context=_base_context(ctx))
-        ctx.step.summary += f"; {outcome.summary or 'done'}"
+    # The mode's own paragraph is work too ("Bind {doc_workspace} …, seed the memlog"), done before its sections;
+    # a mode naming no section ("Load `references/validate.md`") is only that.
+    text = chosen["text"]
+    context = {**_base_context(ctx), "intent": chosen["name"].lower(),
+               "scripts": _scripts(ctx, SkillDoc(path=Path(ctx.spec.source.path if ctx.spec.source else "."),
+                                                 text=text, frontmatter={}, body_line=1, scripts=scripts_in(text))),
+               "then": [s.removeprefix("section-") for s in chosen["sections"]]}
+    outcome = await ctx.invoke("work", title=f"intent {chosen['name']}", content=_render(ctx, text), context=context)
+    ctx.step.summary += f"; {outcome.summary or 'done'}"
     _move(ctx, chosen["sections"][0] if chosen["sections"] else None, reason=reason, by=by)
 
 

@@ -1,0 +1,160 @@
+"""bmad-build (step files) and bmad-prd (sections) end to end with the openai executor against the local fake
+OpenAI server, and bmad-prd killed with SIGKILL at three points and resumed: its memlog.py calls happen once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakes import fake_openai
+from fakes.policy import Call, Policy, Request
+from stepline import Engine
+from stepline.families import load_workflow, register_drivers
+from stepline.model import Event
+from stepline.store import read_journal
+
+from .conftest import CORPUS_V611
+
+pytestmark = [pytest.mark.corpus,
+              pytest.mark.skipif(not CORPUS_V611.is_dir(), reason="shared/corpus/bmad/v6.11.0 is not available")]
+
+register_drivers()
+
+CHILD = Path(__file__).with_name("crash_child.py")
+WORKSPACE = "_bmad-output/planning-artifacts/prds/prd-by-fake-model"
+MEMLOG = "_bmad/scripts/memlog.py"
+BUILD = Path("_bmad/bmm/ship/bmad-build")
+PRD = Path("_bmad/bmm/plan/bmad-prd")
+
+
+class SkillPolicy(Policy):
+    """The fake model, doing what a skill's step says about its memlog: ``memlog.py init`` once where the step
+    says to seed it, ``memlog.py append`` where the step says to record something (with the runScript tool)."""
+
+    def _first(self, request: Request, tools: dict[str, dict[str, Any]]) -> list[Call]:
+        calls = super()._first(request, tools)
+        text = request.parts.get("Step instructions", "")
+        if request.kind != "work" or "call_tool" not in tools:
+            return calls
+        if "memlog.py init" in text:
+            calls += [("set_var", {"name": "doc_workspace", "value": WORKSPACE}),
+                      ("call_tool", {"name": "runScript", "args": {"script": MEMLOG, "args": [
+                          "init", "--workspace", WORKSPACE, "--field", "topic=Fake product"]}})]
+        elif "memlog.py append" in text:
+            calls.append(("call_tool", {"name": "runScript", "args": {"script": MEMLOG, "args": [
+                "append", "--workspace", WORKSPACE, "--type", "event", "--text", f"{request.step_id} done"]}}))
+        return calls
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[fake_openai.FakeOpenAI]:
+    """The fake OpenAI server, started once for the module."""
+    with fake_openai.FakeOpenAI().running() as running:
+        yield running
+
+
+def _use(server: fake_openai.FakeOpenAI) -> SkillPolicy:
+    server.reset()
+    policy = SkillPolicy()
+    server.responder = fake_openai.responder(policy)
+    return policy
+
+
+def _events(project: Path, run_id: str) -> list[Event]:
+    return list(read_journal(project / ".stepline" / "runs" / run_id / "journal.jsonl"))
+
+
+def _run(project: Path, skill: Path, server: fake_openai.FakeOpenAI) -> tuple[str, list[Event]]:
+    engine = Engine(project_root=project, executor="openai", mode="yolo",
+                    executor_options={"base_url": server.base_url, "api_key": "test", "model": "fake"})
+    run = asyncio.run(engine.start(load_workflow(project / skill, project_root=project)))
+    assert run.status.value == "completed", run.error
+    return run.run_id, _events(project, run.run_id)
+
+
+def _handovers_in_turn(events: list[Event]) -> list[str]:
+    """The step files handed over, checking each is handed over by its own step, after that step started."""
+    started: set[str] = set()
+    handed: list[str] = []
+    for event in events:
+        if event.type == "WorkflowStepStarted":
+            started.add(str(event.step_id))
+        if event.type == "CallRecorded" and event.data["op"] == "handover" and event.data["args"]["role"] == "step":
+            name = Path(event.data["args"]["path"]).stem
+            assert name in started and event.step_id == name, f"{name} handed over before its turn"
+            handed.append(name)
+    return handed
+
+
+def test_bmad_build_with_the_openai_executor(v611: Path, server: fake_openai.FakeOpenAI) -> None:
+    """Every step file of the default chain reaches the model in its turn, routes are the model's decides, and
+    the journal holds the customization used."""
+    policy = _use(server)
+    _, events = _run(v611, BUILD, server)
+    assert _handovers_in_turn(events) == ["step-01-clarify-and-route", "step-02-plan", "step-03-implement",
+                                          "step-04-review", "step-05-present"]
+    assert policy.errors == []
+    kinds = policy.kinds()
+    assert kinds["work"] == 6 and kinds["decide"] == 3 + 2  # step-01's three other routes, step-04's two loops
+    custom = next(e.data for e in events if e.type == "CallRecorded" and e.data["op"] == "customization")
+    assert [layer["id"] for layer in custom["result"]["values"]["review_layers"]] == [
+        "blind-hunter", "edge-case-hunter", "verification-gap"]
+    review = next(r for r in policy.requests if r.step_id == "step-04-review")
+    assert "#### Blind Hunter (`blind-hunter`)" in review.parts["Step instructions"]  # rendered from customization
+    assert "# Step 5" not in review.parts["Step instructions"]
+
+
+def test_bmad_prd_with_the_openai_executor(v611: Path, server: fake_openai.FakeOpenAI) -> None:
+    """bmad-prd's sections run as steps: Create decided from the empty disk, the memlog seeded and appended to
+    through runScript by the model, in the format memlog.py writes."""
+    policy = _use(server)
+    _, events = _run(v611, PRD, server)
+    done = [e.step_id for e in events if e.type == "WorkflowStepCompleted"]
+    assert done == ["activate", "on-activation", "intent", "section-discovery", "section-finalize"]
+    assert policy.errors == []
+    memlog = (v611 / WORKSPACE / ".memlog.md").read_text(encoding="utf-8")
+    assert memlog.startswith("---\ntopic: Fake product\nupdated: ")
+    assert memlog.endswith("\n---\n\n- (event) section-finalize done\n")
+
+
+def _child(project: Path, server: fake_openai.FakeOpenAI, pattern: str, n: int, *args: str
+           ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "test",
+           "STEPLINE_OPENAI_MODEL": "fake"}
+    return subprocess.run([sys.executable, str(CHILD), pattern, str(n), "--", *args, "-C", str(project), "-q"],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("pattern", "n", "where"), [
+    ('"name":"runScript"', 2, "just after memlog init's result was journaled"),
+    ('"step_id":"section-finalize"', 1, "as Finalize starts, before its memlog append"),
+    ('"name":"runScript"', 4, "just after the append's result was journaled, before Finalize completed"),
+])
+def test_sigkill_then_resume_runs_each_script_once(v611: Path, server: fake_openai.FakeOpenAI, pattern: str,
+                                                   n: int, where: str) -> None:
+    """Killed at each point, `stepline resume` finishes the run; memlog.py's init and append ran once each."""
+    _use(server)
+    first = _child(v611, server, pattern, n, "run", str(PRD), "--executor", "openai", "--yolo")
+    assert first.returncode == -signal.SIGKILL, (where, first.stdout, first.stderr)
+    run_id = next((v611 / ".stepline" / "runs").iterdir()).name
+    resumed = _child(v611, server, "-", 0, "resume", run_id)
+    assert resumed.returncode == 0, (where, resumed.stdout, resumed.stderr)
+    events = _events(v611, run_id)
+    assert events[-1].type == "WorkflowCompleted"
+    scripts = [json.dumps(e.data["args"]["args"]["args"][:1]) for e in events
+               if e.type == "CallStarted" and e.data["args"]["name"] == "runScript"]
+    assert scripts == ['["init"]', '["append"]'], where
+    memlog = (v611 / WORKSPACE / ".memlog.md").read_text(encoding="utf-8")
+    assert memlog.count("- (event) section-finalize done") == 1 and memlog.count("topic: Fake product") == 1
+    completed = [e.step_id for e in events if e.type == "WorkflowStepCompleted"]
+    assert completed == ["activate", "on-activation", "intent", "section-discovery", "section-finalize"], where
