@@ -136,9 +136,20 @@ def test_an_in_progress_document_is_offered_to_resume(mini: Path) -> None:
     recorder = Recorder()
     run, events = _run(mini, mini / "_bmad" / "mini" / "tiny-doc", recorder)
     asked = next(r for r in recorder.requests if r.kind == "answer")
-    assert asked.choices == ["Create", "Update", "Validate"] and asked.context["in_progress"] == [str(draft)]
+    assert asked.choices == ["Create", "Update", "Validate"] and str(draft) in (asked.question or "")
     assert run.variables["resume_candidates"] == [str(draft)]
     assert _calls(events, "intent")[0]["result"]["by"] == "executor"
+
+
+def test_in_normal_mode_the_person_picks_the_intent(mini: Path) -> None:
+    """Not in #yolo, with nobody at a terminal, the intent question is a gate the run blocks on."""
+    draft = mini / "out" / "work" / "docs" / "doc-1" / "doc.md"
+    draft.parent.mkdir(parents=True)
+    draft.write_text("---\nstatus: final\n---\n# Doc\n", encoding="utf-8")
+    engine = Engine(project_root=mini, executor=Recorder(), mode="normal")
+    run = asyncio.run(engine.start(load_workflow(mini / "_bmad" / "mini" / "tiny-doc", project_root=mini)))
+    assert run.status == "blocked" and run.steps["intent"].status == StepStatus.BLOCKED
+    assert "resume_candidates" not in run.variables  # a final document is not in progress
 
 
 def test_a_shim_forwards_with_its_intent_and_fields(mini: Path) -> None:

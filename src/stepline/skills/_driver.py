@@ -369,16 +369,11 @@ async def _intent(ctx: StepContext) -> None:
             chosen = modes[0]
             reason = f"no earlier document in the skill's output folder: {modes[0]['name']}"
         else:
-            question = "Which intent? " + "; ".join(m["text"][:160] for m in modes)
-            if in_progress:
-                question += " In progress (offered to resume): " + ", ".join(in_progress)
-            outcome = await ctx.invoke("answer", question=question, choices=names,
-                                       context={**_base_context(ctx), "in_progress": in_progress})
-            answer = (outcome.choice or "").strip().lower()
-            chosen = next((m for m in modes if m["name"].lower() == answer), modes[0])
-            reason, by = f"chosen by the executor ({outcome.choice!r})", "executor"
             if in_progress:
                 _set_var(ctx, "resume_candidates", in_progress)
+            chosen, answer = await _ask_intent(ctx, modes, in_progress)
+            reason = f"chosen: {answer!r}"
+            by = "executor" if ctx.run.mode == "yolo" else "person"
     _set_var(ctx, "intent", chosen["name"].lower())
     _record(ctx, "intent", "intent", {"modes": names}, {"intent": chosen["name"], "reason": reason, "by": by})
     ctx.step.summary = f"intent {chosen['name']} ({reason})"
@@ -392,6 +387,28 @@ async def _intent(ctx: StepContext) -> None:
     outcome = await ctx.invoke("work", title=f"intent {chosen['name']}", content=_render(ctx, text), context=context)
     ctx.step.summary += f"; {outcome.summary or 'done'}"
     _move(ctx, chosen["sections"][0] if chosen["sections"] else None, reason=reason, by=by)
+
+
+async def _ask_intent(ctx: StepContext, modes: list[dict[str, Any]], in_progress: list[str]
+                      ) -> tuple[dict[str, Any], str]:
+    """Ask which mode: the person (terminal, MCP client; a question gate when nobody is there), or in #yolo the
+    executor as the simulated user. An answer naming no mode is asked again."""
+    names = [m["name"] for m in modes]
+    question = "Which intent? " + " ".join(m["text"][:200] for m in modes)
+    if in_progress:
+        question += " In progress, offered to resume (Update continues one): " + ", ".join(in_progress)
+    note = ""
+    for round_no in range(ctx.engine.config.runtime.max_step_visits):
+        answer = await ctx.engine.human.ask(ctx, note + question, names, f"{ctx.spec.id}/{ctx.attempt}/intent/"
+                                            f"{round_no}")
+        picked = answer.strip().strip("[]*.").lower()
+        found = next((m for m in modes if m["name"].lower() == picked
+                      or (len(picked) == 1 and m["name"].lower().startswith(picked))), None)
+        if found is not None:
+            return found, answer
+        note = f"{answer!r} is not one of {', '.join(names)}. "
+    raise StepFailed(f"no intent chosen after {ctx.engine.config.runtime.max_step_visits} questions",
+                     retryable=False, hint=f"run with --mode {names[0].lower()}")
 
 
 def _next_section(ctx: StepContext) -> str | None:
