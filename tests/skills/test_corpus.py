@@ -4,6 +4,8 @@ completion with the dry-run executor in #yolo, following its chain."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from stepline.families import load_workflow, register_drivers
 from stepline.model import StepStatus
 from stepline.skills._skill import read_skill_files
 
-from .conftest import CORPUS_V611
+from .conftest import CORPUS_V611, FIXTURE
 
 pytestmark = [pytest.mark.corpus,
               pytest.mark.skipif(not CORPUS_V611.is_dir(), reason="shared/corpus/bmad/v6.11.0 is not available")]
@@ -81,3 +83,20 @@ def test_every_skill_runs_to_completion(installed: Path, skill: str) -> None:
     else:
         assert done[:2] == ["activate", "on-activation"] or done[:3] == ["shim", "activate", "on-activation"]
         assert len(done) >= 3
+
+
+def test_a_module_installed_later_keeps_what_is_there(tmp_path: Path) -> None:
+    """Installing an external module into a v6.11.0 project adds its config tables and scripts; core's and
+    bmm's stay, and the BMAD script that renders skills still works on the result."""
+    project = tmp_path / "shop"
+    install_bmad(CORPUS_V611, project, {})
+    install_bmad(FIXTURE, project, {})
+    bmad = project / "_bmad"
+    team = tomllib.loads((bmad / "config.toml").read_text(encoding="utf-8"))
+    assert sorted(team["modules"]) == ["bmm", "mini"] and team["core"]["output_folder"]
+    assert {"memlog.py", "note.py"} <= {p.name for p in (bmad / "scripts").iterdir()}
+    printed = subprocess.run([sys.executable, str(bmad / "scripts" / "render_skill.py"), "--project-root",
+                              str(project), "--skill", str(bmad / "mini" / "tiny-build")],
+                             capture_output=True, text=True, check=True).stdout
+    rendered = Path(printed.strip().removeprefix("read and follow ")).parent / "step-01-route.md"
+    assert f"work goes to `{project}/out/work`" in rendered.read_text(encoding="utf-8")

@@ -178,7 +178,10 @@ def _sibling_core(src: Path) -> _Source | None:
 
 def _install_scripts(src: Path, sources: list[_Source], bmad: Path) -> Path | None:
     """Copy the shared helpers (``src/scripts``, beside the modules) to ``_bmad/scripts/`` (replacing it), and
-    make ``_bmad/custom/`` for overrides. None when the tree ships no scripts folder."""
+    make ``_bmad/custom/`` for overrides. None when the tree ships no scripts folder.
+
+    Installing core replaces the folder (as BMAD's installer does); a module installed alone only adds to it.
+    """
     candidates = [src / "src" / "scripts", src / "scripts", *(s.folder.parent / "scripts" for s in sources)]
     found = next((c for c in candidates if c.is_dir() and any(c.glob("*.py"))), None)
     custom = bmad / "custom"
@@ -188,9 +191,10 @@ def _install_scripts(src: Path, sources: list[_Source], bmad: Path) -> Path | No
     if found is None:
         return None
     target = bmad / "scripts"
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(found, target, ignore=shutil.ignore_patterns("tests", "__pycache__", ".pytest_cache", "*.pyc"))
+    if target.exists() and any(s.name == "core" for s in sources):
+        shutil.rmtree(target)  # BMAD's own scripts: replaced whole, so a file removed upstream does not linger
+    shutil.copytree(found, target, ignore=shutil.ignore_patterns("tests", "__pycache__", ".pytest_cache", "*.pyc"),
+                    dirs_exist_ok=True)  # a module installed alone adds its scripts to the shared ones
     return target
 
 
@@ -209,32 +213,65 @@ def _toml_table(name: str, values: Mapping[str, Any]) -> list[str]:
                            f" = {_toml_value(v)}" for k, v in values.items() if not isinstance(v, dict)), ""]
 
 
+def _toml_document(data: Mapping[str, Any]) -> list[str]:
+    """``[core]``, then ``[modules.<code>]`` and ``[agents."<code>"]`` tables (any other table as written)."""
+    lines: list[str] = []
+    order = {"core": 0, "modules": 1, "agents": 2}
+    for top, value in sorted(data.items(), key=lambda item: order.get(item[0], 3)):
+        if not isinstance(value, dict):
+            continue
+        if top in ("modules", "agents"):
+            for name, table in value.items():
+                if isinstance(table, dict):
+                    lines += _toml_table(f"{top}.{json.dumps(str(name)) if top == 'agents' else name}", table)
+        else:
+            lines += _toml_table(str(top), value)
+    return lines
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    import tomllib
+
+    if not path.is_file():
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ReaderError(f"cannot update it: {exc}", path=str(path),
+                          hint="fix or delete it, then install again") from exc
+
+
 def _write_central_config(bmad: Path, sources: list[_Source], collected: Mapping[str, Mapping[str, Any]]
                           ) -> tuple[Path, ...]:
-    """``_bmad/config.toml`` (team) and ``config.user.toml`` (the ``scope: user`` answers), as BMAD writes them."""
+    """``_bmad/config.toml`` (team) and ``config.user.toml`` (the ``scope: user`` answers), as BMAD writes them.
+
+    The tables of the modules installed now are replaced; those of modules installed earlier are kept.
+    """
     header = ["# Written by stepline bmad install; regenerated on every install. Pin values in",
               "# _bmad/custom/config.toml (team) or _bmad/custom/config.user.toml (personal) instead.", ""]
-    team, user = list(header), list(header)
+    team, user = _read_toml(bmad / "config.toml"), _read_toml(bmad / "config.user.toml")
     core_keys = set(collected.get("core", {}))
     for source in sources:
         values = collected.get(source.name, {})
         scopes = {k: v.get("scope") for k, v in source.schema.items() if isinstance(v, dict)}
         own = {k: v for k, v in values.items() if source.name == "core" or k not in core_keys}
-        section = "core" if source.name == "core" else f"modules.{source.name}"
-        team_values = {k: v for k, v in own.items() if scopes.get(k) != "user"}
-        user_values = {k: v for k, v in own.items() if scopes.get(k) == "user"}
-        if team_values:
-            team += _toml_table(section, team_values)
-        if user_values:
-            user += _toml_table(section, user_values)
+        for data, wanted in ((team, False), (user, True)):
+            chosen = {k: v for k, v in own.items() if (scopes.get(k) == "user") == wanted}
+            holder = data if source.name == "core" else data.setdefault("modules", {})
+            holder.pop(source.name if source.name != "core" else "core", None)
+            if chosen:
+                holder["core" if source.name == "core" else source.name] = chosen
+        agents = team.setdefault("agents", {})
+        for code in [c for c, a in agents.items() if isinstance(a, dict) and a.get("module") == source.name]:
+            del agents[code]
         for agent in source.schema.get("agents") or []:
             if isinstance(agent, dict) and agent.get("code"):
-                described = {k: v for k, v in agent.items() if k != "code"}
-                team += _toml_table(f"agents.{json.dumps(str(agent['code']))}", {"module": source.name, **described})
+                agents[str(agent["code"])] = {"module": source.name,
+                                              **{k: v for k, v in agent.items() if k != "code"}}
     written = [bmad / "config.toml"]
-    (bmad / "config.toml").write_text("\n".join(team), encoding="utf-8")
-    if len(user) > len(header):
-        (bmad / "config.user.toml").write_text("\n".join(user), encoding="utf-8")
+    (bmad / "config.toml").write_text("\n".join(header + _toml_document(team)), encoding="utf-8")
+    if _toml_document(user):
+        (bmad / "config.user.toml").write_text("\n".join(header + _toml_document(user)), encoding="utf-8")
         written.append(bmad / "config.user.toml")
     return tuple(written)
 
