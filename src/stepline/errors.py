@@ -144,6 +144,9 @@ class StorageError(SteplineError):
     journal says, so it can be resumed once the cause is gone (the hint says how).
     """
 
+    #: The errnos of a disk that refuses to store more (full, over quota, read-only): not a step's failure.
+    REFUSALS: ClassVar[frozenset[int]] = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
     @classmethod
     def from_os(cls, exc: OSError, path: object, doing: str = "write") -> StorageError:
         """The one line for ``exc``, raised while doing ``doing`` (a verb: write, create, lock) to ``path``."""

@@ -121,6 +121,7 @@ class Journal:
         self._background = 0
         self._flusher: Flusher | None = None
         self._deferred: list[bytes] = []  # records not yet written (sync="deferred")
+        self._grow_by = self.GROW_BY  # 0 once the disk had no room for a block (see _grow)
         self._repair_tail()
 
     def _repair_tail(self) -> None:
@@ -210,16 +211,21 @@ class Journal:
         return StorageError.from_os(exc, self.path)
 
     def _grow(self, need: int) -> None:
-        """Extend the file with zeros (the caller fsyncs the new size), so later syncs are data-only."""
+        """Extend the file with zeros (the caller fsyncs the new size), so later syncs are data-only. On a disk
+        too full for a whole block, by what the records need (each record's sync then also syncs the size)."""
         if self._flusher is not None:
             self._await_helper(self._requested)
-        grow = max(self.GROW_BY, need)
+        grow = max(self._grow_by, need)
         try:
             _pwrite_all(self._fd, bytes(grow), self._size)
-        except OSError:
+        except OSError as exc:
             with contextlib.suppress(OSError):  # give back what a full disk let it have
                 os.ftruncate(self._fd, self._size)
-            raise
+            if grow == need or exc.errno not in StorageError.REFUSALS:
+                raise
+            self._grow_by = 0  # the records may still fit where a block does not: no block from now on
+            self._grow(need)
+            return
         self._size += grow
 
     def sync(self) -> None:
