@@ -128,6 +128,9 @@ def test_bmad_prd_with_the_openai_executor(v611: Path, server: fake_openai.FakeO
     done = [e.step_id for e in events if e.type == "WorkflowStepCompleted"]
     assert done == ["activate", "on-activation", "intent", "section-discovery", "section-finalize"]
     assert policy.errors == []
+    contexts = [json.loads(r.parts["Context"]) for r in policy.requests if r.kind == "work"]
+    assert {c.get("headless_reference") for c in contexts} == {  # #yolo is headless: the skill's own reference
+        str(v611 / PRD / "references" / "headless.md")}
     memlog = (v611 / WORKSPACE / ".memlog.md").read_text(encoding="utf-8")
     assert memlog.startswith("---\ntopic: Fake product\nupdated: ")
     assert memlog.endswith("\n---\n\n- (event) section-finalize done\n")

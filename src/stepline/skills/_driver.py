@@ -176,9 +176,16 @@ def _scripts(ctx: StepContext, doc: SkillDoc) -> list[dict[str, Any]]:
 
 
 def _base_context(ctx: StepContext) -> dict[str, Any]:
+    """What every request of the skill carries besides its instructions. An unattended run (#yolo,
+    non-interactive) is the skill's headless mode: its ``references/headless.md``, if any, is named (the
+    executor reads it through ``read``, as the skill says to, for the whole run)."""
     skill = _skill(ctx)
-    return {"skill": skill["name"], "skill_root": skill["root"], "headless": ctx.run.mode != "normal",
-            "intent": ctx.variables.get("intent")}
+    context = {"skill": skill["name"], "skill_root": skill["root"], "headless": ctx.run.mode != "normal",
+               "intent": ctx.variables.get("intent")}
+    headless = Path(skill["root"]) / "references" / "headless.md"
+    if ctx.run.mode != "normal" and headless.is_file():
+        context["headless_reference"] = str(headless)
+    return context
 
 
 def _entry_rules(ctx: StepContext) -> str:
