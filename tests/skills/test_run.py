@@ -223,3 +223,12 @@ def test_subagent_layers_are_parallel_executor_calls(mini: Path) -> None:
     assert "#### Linter (`lint`) — its subagent returned:\n\nsubagent: Linter: 1 finding" in review[3].content
     assert _calls(events, "subagents")[0]["result"][1] == {"id": "tests", "name": "Tests",
                                                           "result": "subagent: Tests: 1 finding"}
+
+
+def test_the_modules_config_user_yaml_names_the_user(mini: Path) -> None:
+    """`{user_name}` in the prose comes from _bmad/<module>/config.yaml with config.user.yaml over it."""
+    (mini / "_bmad" / "mini" / "config.user.yaml").write_text("user_name: Grace\n", encoding="utf-8")
+    recorder = Recorder()
+    _run(mini, mini / "_bmad" / "mini" / "tiny-doc", recorder)
+    activation = next(r for r in recorder.work() if r.step_id == "on-activation")
+    assert "2. Greet Grace in English." in activation.content
