@@ -32,6 +32,8 @@ class RuntimeSection(_Section):
     step_timeout_seconds: float = Field(default=1800.0, gt=0)
     max_step_visits: int = Field(default=25, ge=1, description="a goto loop revisiting a step more often fails")
     concurrency: int = Field(default=4, ge=1)
+    backend: Literal["local", "ray"] = Field(default="local", description="where executor work runs (ray: a cluster)")
+    ray_address: str | None = Field(default=None, description="the Ray cluster to join (None: RAY_ADDRESS or local)")
 
 
 class RiskPolicy(_Section):

@@ -46,6 +46,9 @@ class StepContext:
         self.spec = spec
         self.step = step
         self.attempt = attempt
+        #: The attempt whose journal keys this one's calls use: itself, or the attempt a lost Ray worker left,
+        #: whose calls this one replays (see Engine._run_step).
+        self.calls_attempt = attempt
         self.project_root = engine.project_root
         self.invocations = 0
         self.default_output: str | None = (

@@ -176,6 +176,10 @@ class Engine:
                 from stepline.executors._cassette import wrap_recording
 
                 self._executor = wrap_recording(self._executor, Path(str(record)))
+            if self.config.runtime.backend == "ray":  # R-D1: the executor's work runs on a Ray cluster
+                self._executor = _on_ray(self._executor, self.config, (self.executor_name, options), record)
+        elif self.config.runtime.backend == "ray" and self._executor.name != "ray":  # an executor object passed in
+            self._executor = _on_ray(self._executor, self.config, None, None)
         return self._executor
 
     @property
@@ -609,19 +613,25 @@ class Engine:
         policy = spec.retries
         max_attempts = 1 + (policy.max if policy is not None else self.config.runtime.max_retries)
         timeout = spec.timeout_seconds or self.config.runtime.step_timeout_seconds
+        replays: int | None = None  # the attempt whose journaled calls this one replays (after a lost worker)
         while True:
             if step.status == StepStatus.RUNNING:  # interrupted mid-attempt: continue it, replaying its calls
                 attempt = step.attempts
+                replays = self._replayed_attempt(spec.id, attempt)
             elif step.status == StepStatus.BLOCKED:
                 attempt = step.attempts
+                replays = self._replayed_attempt(spec.id, attempt)
                 self.emit(EventType.STEP_STARTED, {"attempt": attempt, "name": spec.name, "resumed": True},
                           step_id=spec.id)
             else:
                 attempt = step.attempts + 1
                 # Deferred: written with the step's next record, or before anything it does outside the process.
                 self.emit(EventType.STEP_STARTED, {"attempt": attempt, "name": spec.name,
-                                                   "inputs": spec.inputs or None}, step_id=spec.id, sync="deferred")
+                                                   "inputs": spec.inputs or None,
+                                                   **({"replays": replays} if replays else {})},
+                          step_id=spec.id, sync="deferred")
             ctx = StepContext(self, run, spec, step, attempt)
+            ctx.calls_attempt = replays or attempt
             try:  # seed 004: the step is running (started_at set) when its human gate is enforced
                 if not await self._pass_gate(ctx):  # rejected, and the step says to go on without it
                     self._complete(ctx)
@@ -642,6 +652,8 @@ class Engine:
             except (TimeoutError, SteplineError, Exception) as exc:
                 error, retryable = _describe_failure(exc, timeout)
                 final = not retryable or attempt >= max_attempts
+                # A lost Ray worker's calls were all performed and journaled here: the next attempt replays them.
+                replays = ctx.calls_attempt if getattr(exc, "replays_calls", False) else None
                 self.emit(EventType.STEP_FAILED, {"error": error, "attempt": attempt, "final": final},
                           step_id=spec.id, sync=final)
                 if final:
@@ -655,6 +667,15 @@ class Engine:
             self._complete(ctx)
             return StepStatus.COMPLETED
 
+    def _replayed_attempt(self, step_id: str, attempt: int) -> int | None:
+        """The attempt whose calls ``attempt`` of ``step_id`` replays, as its first StepStarted record says."""
+        for event in reversed(self._events):
+            if (event.step_id == step_id and event.type == EventType.STEP_STARTED.value
+                    and event.data.get("attempt") == attempt and not event.data.get("resumed")):
+                replays = event.data.get("replays")
+                return replays if isinstance(replays, int) else None
+        return None
+
     async def _attempt(self, ctx: StepContext, driver: StepDriver) -> None:
         """Seed 004's order: input guardrails, tools, the executor, output guardrails, validation gates."""
         check_step_inputs(ctx)
@@ -666,7 +687,7 @@ class Engine:
     async def _run_step_tools(self, ctx: StepContext) -> None:
         """Run the tool calls the StepSpec declares, through the pipeline, before the executor."""
         for index, call in enumerate(ctx.spec.tools):
-            key = f"{ctx.spec.id}/{ctx.attempt}/tools/{index}"
+            key = f"{ctx.spec.id}/{ctx.calls_attempt}/tools/{index}"
             if key in self.calls.recorded:
                 continue
             args = {k: render_variables(v, ctx.variables) if isinstance(v, str) else v for k, v in call.args.items()}
@@ -734,7 +755,7 @@ class Engine:
     # -- executor and tools ---------------------------------------------------------------------------------
     async def invoke(self, ctx: StepContext, request: StepRequest, invocation: int) -> Outcome:
         """Call the executor for ``request`` exactly once across crashes: a journaled outcome is replayed."""
-        key = f"{ctx.spec.id}/{ctx.attempt}/{invocation}/outcome"
+        key = f"{ctx.spec.id}/{ctx.calls_attempt}/{invocation}/outcome"
         recorded = self.calls.recorded.get(key)
         if recorded is not None:
             return Outcome.from_dict(recorded["result"])
@@ -842,6 +863,18 @@ def _describe_failure(exc: BaseException, timeout: float) -> tuple[str, bool]:
     tb = traceback.extract_tb(exc.__traceback__)
     where = f" at {tb[-1].filename}:{tb[-1].lineno}" if tb else ""
     return f"{type(exc).__name__}: {exc}{where}", True
+
+
+def _on_ray(executor: Executor, config: RuntimeConfig, recipe: tuple[str, dict[str, Any]] | None,
+           record: Any) -> Executor:
+    """``executor`` wrapped to run on Ray (``runtime.backend: ray``); workers build it from ``recipe``."""
+    from stepline.distributed import ray_executor
+    from stepline.errors import UsageError
+
+    if record:
+        raise UsageError("--record writes its cassette in the executor's process, a Ray worker",
+                         hint="record with --backend local, then replay on any backend")
+    return ray_executor(executor, recipe=recipe, address=config.runtime.ray_address)
 
 
 def _public_options(options: dict[str, Any]) -> dict[str, Any]:

@@ -73,7 +73,7 @@ class JournaledSession(StepSession):
     def __init__(self, ctx: StepContext, request: StepRequest, invocation: int) -> None:
         self.ctx = ctx
         self.request = request
-        self.prefix = f"{ctx.spec.id}/{ctx.attempt}/{invocation}"
+        self.prefix = f"{ctx.spec.id}/{ctx.calls_attempt}/{invocation}"
         self.index = 0
         self.outcome = Outcome()
 

@@ -18,6 +18,7 @@ from stepline.interfaces.cli._app import (
     where,
 )
 from stepline.interfaces.cli._render import console, err_console, print_json
+from stepline.interfaces.cli._runs import BackendOption, RayAddressOption
 
 if TYPE_CHECKING:
     from stepline.ccw._driver import PendingCompletions
@@ -132,12 +133,14 @@ def execute(
     config: ConfigOption = None,
     as_json: JsonOutput = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+    backend: BackendOption = None,
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Execute a session's tasks in dependency order, concurrently; resume it after an interruption."""
     from stepline.ccw._driver import complete_session, execute_session
     from stepline.ccw._session import discover_sessions
     from stepline.interfaces.cli._render import print_secrets_in_artifacts, run_exit_code, run_summary
-    from stepline.interfaces.cli._runs import build_engine
+    from stepline.interfaces.cli._runs import build_engine, use_backend
 
     at = where(directory, project_root)
     chosen = (_session_dir(at, resume_session) if resume_session
@@ -145,6 +148,7 @@ def execute(
     if not quiet and not as_json and not resume_session:
         err_console.print(f"✓ Selected session: {chosen.name}")
     engine = build_engine(at, config, executor, script, "yolo" if yes else "normal", quiet or as_json)
+    use_backend(engine, backend, ray_address)
     complete = yes if complete is None else complete
     engine.concurrency = concurrency
     import asyncio  # here, not at the top: `stepline --help` imports every command module

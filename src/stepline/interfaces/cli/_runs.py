@@ -31,6 +31,32 @@ ExecutorOption = Annotated[str | None, typer.Option("--executor", "-e",
 ScriptOption = Annotated[Path | None, typer.Option("--script", help="Script of protocol calls for the "
                                                    "scripted executor (implies --executor scripted).")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")]
+BackendOption = Annotated[str | None, typer.Option("--backend", help="Where executor work runs: local (this "
+                                                   "process) or ray (a Ray cluster). Default: runtime.backend.")]
+RayAddressOption = Annotated[str | None, typer.Option("--ray-address", help="The Ray cluster to join (what `ray "
+                                                      "start --head` printed); default: RAY_ADDRESS, else a "
+                                                      "local Ray.")]
+
+
+def use_backend(engine: Engine, backend: str | None, ray_address: str | None) -> None:
+    """Apply ``--backend``/``--ray-address`` to the engine's runtime config (they override runtime.yaml)."""
+    from stepline.errors import UsageError
+
+    runtime = engine.config.runtime
+    if backend is not None:
+        if backend not in ("local", "ray"):
+            raise UsageError(f"unknown backend {backend!r}", hint="use --backend local or --backend ray")
+        runtime.backend = backend  # type: ignore[assignment]  # checked just above
+    if ray_address is not None:
+        if runtime.backend != "ray":
+            raise UsageError("--ray-address goes with --backend ray")
+        runtime.ray_address = ray_address
+    if runtime.backend == "ray":
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise UsageError("--backend ray needs Ray, which is not installed",
+                             hint="install it with `pip install 'stepline[ray]'`, or run with --backend local")
 
 
 def parse_vars(pairs: list[str]) -> dict[str, str]:
@@ -116,6 +142,8 @@ def run(
                                                   "back.")] = None,
     as_json: JsonOutput = False,
     quiet: Quiet = False,
+    backend: BackendOption = None,
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Run a workflow from its first step until it completes, fails or waits for a person."""
     from stepline.errors import UsageError
@@ -135,6 +163,7 @@ def run(
         executor = "replay"
         extra["cassette"] = str(at.option(cassette))
     engine = build_engine(at, config, executor, script, mode, quiet or as_json, extra)
+    use_backend(engine, backend, ray_address)
     workflow = load_workflow(at.path(path).absolute(), project_root=at.root, variables=variables,
                              mode=workflow_mode)
     import asyncio  # here, not at the top: `stepline --help` imports every command module
@@ -153,9 +182,12 @@ def resume(
     config: ConfigOption = None,
     as_json: JsonOutput = False,
     quiet: Quiet = False,
+    backend: BackendOption = None,
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Continue a run from its first unfinished step; completed steps never run again."""
     engine = build_engine(where(directory, project_root), config, executor, script, "normal", quiet or as_json)
+    use_backend(engine, backend, ray_address)
     import asyncio
 
     result = asyncio.run(engine.resume(run_id))

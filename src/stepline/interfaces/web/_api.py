@@ -129,7 +129,7 @@ async def stream_events(state: State, request: Request, run_id: str,
     resume_from = request.headers.get("last-event-id", "")
     if resume_from.isdigit():
         after = max(after, int(resume_from))
-    return StreamingResponse(_follow(request, state, JournalTail(run_dir.journal_path, run_dir.run_id), after),
+    return StreamingResponse(_follow(request, JournalTail(run_dir.journal_path, run_dir.run_id), after),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
@@ -139,11 +139,11 @@ def _sse(event: str, data: Any, event_id: int | None = None) -> bytes:
     return f"{head}event: {event}\ndata: ".encode() + orjson.dumps(data) + b"\n\n"
 
 
-async def _follow(request: Request, state: WebState, tail: JournalTail, after: int) -> AsyncIterator[bytes]:
+async def _follow(request: Request, tail: JournalTail, after: int) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     quiet_since = loop.time()
     yield b"retry: 2000\n\n"
-    while not state.stopping() and not await request.is_disconnected():
+    while not await request.is_disconnected():
         try:
             events = tail.read_new()
         except TailReset as exc:

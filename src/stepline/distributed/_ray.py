@@ -1,0 +1,244 @@
+"""The Ray backend (``--backend ray``): each step's executor work runs on a Ray cluster, the run stays here.
+
+:class:`RayExecutor` wraps the run's executor. Its ``perform`` sends the request to an *executor host* — an
+async Ray actor, one per node of the cluster, that builds the run's executor once and runs many steps' work
+concurrently (agents and model calls wait far more than they compute, so one process per step would cost a
+process start per step and a process per slot). The host's executor speaks the step protocol to a
+:class:`~stepline.distributed._channel.RemoteSession`, whose every call comes back over one TCP connection to
+this process, where the step's real journaled session runs it (see :mod:`stepline.distributed._channel` for
+why the channel is a socket). So the coordinating process keeps the lock, the journal and the run state; a
+worker holds nothing that a crash could lose.
+
+Faults:
+
+- a worker (or its node) dies mid-step: Ray restarts the host, and the step's attempt fails with
+  :class:`WorkerLost`, retried by the step's retry policy. Every call the lost attempt made was performed and
+  journaled *here*, in full, so the engine lets the next attempt replay them (``replays_calls``): nothing
+  the lost attempt did is done twice.
+- the coordinator dies: the hosts are its actors and die with it; ``stepline resume`` (with ``--backend
+  ray`` or locally) replays the journal as after any crash.
+- a step past its timeout: the engine cancels the step's task here, and the host's task is cancelled on the
+  cluster (``ray.cancel``), so an agent process it runs is stopped too.
+
+Files a CLI agent edits on a worker reach the project only if the worker sees the project at the same path
+(one machine, or a shared filesystem such as NFS mounted at the same path on every node): see README
+"Running on a cluster". Everything that goes through the protocol (``write_output``, file tools) is done here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from stepline.distributed._channel import Channel, RemoteSession, SessionServer, serve_calls
+from stepline.errors import ExecutorError, SteplineError, UsageError
+from stepline.executors import Executor, StepRequest, StepSession, create_executor
+
+__all__ = ["RayExecutor", "WorkerLost", "ray_executor"]
+
+_INSTALL_HINT = "install it with `pip install 'stepline[ray]'`, or run with --backend local"
+
+
+class WorkerLost(ExecutorError):
+    """The Ray worker or node doing a step's work died before the work ended.
+
+    ``replays_calls``: every protocol call of the lost attempt was performed and journaled by the coordinator,
+    so the next attempt replays them instead of doing them again (the engine reads this attribute).
+    """
+
+    replays_calls: ClassVar[bool] = True
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=True,
+                         hint="the step is retried by its retry policy (retries: / runtime.max_retries)")
+
+
+class ExecutorHost:
+    """The Ray actor that runs steps' executor work on one node (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._executors: dict[str, Executor] = {}
+
+    def pid(self) -> int:
+        """The worker process's id (tests kill it)."""
+        return os.getpid()
+
+    async def perform(self, key: str, box: list[Any], request: StepRequest, host: str, port: int,
+                      token: str) -> None:
+        """Build (once) the run's executor and let it do ``request``, its protocol calls sent to the coordinator."""
+        executor = self._executors.get(key)
+        if executor is None:
+            recipe = await box[0]
+            executor = self._executors.setdefault(key, _build(recipe))
+        session = await RemoteSession.connect(host, port, token)
+        try:
+            await executor.perform(request, session)
+        finally:
+            await session.aclose()
+
+
+def _build(recipe: Any) -> Executor:
+    """The executor a recipe names: ``("named", name, options)`` is built here; an executor object is used as it is."""
+    if isinstance(recipe, Executor):
+        return recipe
+    _, name, options = recipe
+    return create_executor(name, options)
+
+
+@dataclass(slots=True)
+class _Host:
+    actor: Any
+    busy: int = 0
+
+
+class RayExecutor(Executor):
+    """Runs another executor's work on a Ray cluster (see the module docstring).
+
+    Args:
+        inner: the run's executor (built here too, to check it can run remotely).
+        recipe: how a worker builds it: ``(name, options)`` for a registered executor; None ships ``inner``
+            itself (an executor object a program or a test passes in; it must pickle).
+        address: the cluster (``ray start``'s address, ``ray://…``); None: ``RAY_ADDRESS``, else a local
+            Ray started for this process.
+    """
+
+    name: ClassVar[str] = "ray"
+
+    def __init__(self, inner: Executor, *, recipe: tuple[str, dict[str, Any]] | None = None,
+                 address: str | None = None) -> None:
+        if inner.speaks_for_user:
+            raise UsageError(f"executor {inner.name!r} speaks with the person at this terminal and cannot run on a "
+                             "Ray worker", hint="run it with --backend local")
+        self.inner = inner
+        self.address = address
+        self._recipe: Any = ("named", *recipe) if recipe is not None else inner
+        self._key = uuid.uuid4().hex
+        self._hosts: list[_Host] = []
+        self._box: list[Any] = []
+        self._server: SessionServer | None = None
+        self._owns_ray = False
+
+    def _start(self) -> SessionServer:
+        """Join (or start) the cluster and place one executor host per live node; once per run."""
+        ray = _ray()
+        if not ray.is_initialized():
+            try:
+                ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
+                         logging_level="warning")
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                where = self.address or os.environ.get("RAY_ADDRESS") or "a local Ray"
+                raise UsageError(f"cannot join the Ray cluster at {where}: {exc}",
+                                 hint="start it with `ray start --head`, or pass the address it printed to "
+                                      "--ray-address") from None
+            self._owns_ray = True
+        try:
+            self._box = [ray.put(self._recipe)]
+        except Exception as exc:  # whatever the pickler says, the fix is the same
+            raise UsageError(f"executor {self.inner.name!r} cannot be sent to Ray workers "
+                             f"({type(exc).__name__}: {exc})", hint="use a registered executor by name, or run "
+                             "with --backend local") from None
+        host_class = ray.remote(max_restarts=-1, max_task_retries=0, num_cpus=0,
+                                max_concurrency=10_000)(ExecutorHost)
+        for node in ray.nodes():
+            if node.get("Alive"):
+                strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node["NodeID"], soft=True)
+                self._hosts.append(_Host(host_class.options(scheduling_strategy=strategy).remote()))
+        server = SessionServer(ray.util.get_node_ip_address())
+        self._server = server
+        return server
+
+    @property
+    def hosts(self) -> list[Any]:
+        """The executor hosts' actor handles (one per node)."""
+        return [host.actor for host in self._hosts]
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        """Send ``request`` to the least busy host and serve its protocol calls here until it ends."""
+        server = self._server or self._start()
+        await server.start()
+        host = min(self._hosts, key=lambda h: h.busy)
+        channel = server.open()
+        ref = host.actor.perform.remote(self._key, self._box, request, server.host, server.port, channel.token)
+        done: asyncio.Future[Any] = asyncio.wrap_future(ref.future())
+        done.add_done_callback(_retrieve)
+        host.busy += 1
+        try:
+            await serve_calls(channel, session, done)
+            await done
+        except asyncio.CancelledError:
+            _ray().cancel(ref)  # the step ran out of time or the run stops: its work stops on the cluster too
+            raise
+        except Exception as exc:  # translated at this one boundary
+            raise _translate(exc, channel) from None
+        finally:
+            host.busy -= 1
+            server.close_channel(channel)
+
+    async def aclose(self) -> None:
+        """Stop the hosts (they hold nothing of the run), the listener and, if this process started it, Ray."""
+        ray = _ray()
+        if self._server is not None:
+            await self._server.aclose()
+            self._server = None
+        for host in self._hosts:
+            with contextlib.suppress(Exception):  # a host already gone is what we want
+                ray.kill(host.actor, no_restart=True)
+        self._hosts = []
+        if self._owns_ray:
+            ray.shutdown()
+            self._owns_ray = False
+        await self.inner.aclose()
+
+
+class _PureRayExecutor(RayExecutor):
+    """A :class:`RayExecutor` around a pure executor (no effect outside its process: nothing to make durable)."""
+
+    pure: ClassVar[bool] = True
+
+
+def ray_executor(inner: Executor, *, recipe: tuple[str, dict[str, Any]] | None = None,
+                 address: str | None = None) -> RayExecutor:
+    """The Ray backend's executor around ``inner`` (pure when ``inner`` is)."""
+    cls = _PureRayExecutor if inner.pure else RayExecutor
+    return cls(inner, recipe=recipe, address=address)
+
+
+def _ray() -> Any:
+    """The ``ray`` module (typed loosely: its own annotations are partial), or a UsageError saying how to get it."""
+    try:
+        ray = importlib.import_module("ray")
+        importlib.import_module("ray.util.scheduling_strategies")
+    except ImportError:
+        raise UsageError("--backend ray needs Ray, which is not installed", hint=_INSTALL_HINT) from None
+    return ray
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # looked at, so a cancelled step's lost result is not logged as never retrieved
+
+
+def _translate(exc: BaseException, channel: Channel) -> BaseException:
+    """What the engine sees of a remote ``perform`` that raised: the coordinator's own exception when the
+    worker's error came from a protocol call, the worker's stepline error, or :class:`WorkerLost`."""
+    rex = importlib.import_module("ray.exceptions")
+
+    if isinstance(exc, rex.RayTaskError):
+        cause = exc.cause
+        number = getattr(cause, "remote_call", None)
+        if number in channel.failures:
+            return channel.failures[number]
+        if isinstance(cause, SteplineError):
+            return cause
+        return ExecutorError(f"{type(cause).__name__}: {cause} (on a Ray worker)", retryable=True)
+    if isinstance(exc, rex.RayActorError | rex.WorkerCrashedError | rex.NodeDiedError | rex.OwnerDiedError
+                  | rex.ObjectLostError | rex.LocalRayletDiedError | rex.TaskCancelledError):
+        return WorkerLost(f"the Ray worker running the step died ({type(exc).__name__})")
+    if isinstance(exc, rex.RayError):
+        return ExecutorError(f"Ray failed to run the step: {type(exc).__name__}: {exc}", retryable=True)
+    return exc
