@@ -58,7 +58,7 @@ def test_watch_a_run_live_then_approve_its_gate_by_clicking(tmp_path: Path) -> N
             run = subprocess.Popen(stepline_command(root, "run", "slow.yaml", "--non-interactive", "-q"),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             link = page.locator("table.runs a[href^='/runs/run-']").first
-            for _ in range(50):
+            for _ in range(100):  # the run shows up as soon as its process has made its folder
                 page.reload()
                 if link.count():
                     break

@@ -107,3 +107,22 @@ def test_the_gate_form_decides_with_the_csrf_value_only(fresh: Project) -> None:
         assert "Gate step:announce decided" in page and 'value="ada"' not in page  # no gate pending any more
         assert "Approval needed" not in page and ">ada<" in page
     assert read_json(gates)[0]["status"] == "approved" and read_json(gates)[0]["approver"] == "ada"
+
+
+def test_a_run_whose_process_has_not_written_its_manifest_yet_is_starting(fresh: Project) -> None:
+    """A run folder with no manifest yet, locked by a live process, is `starting` (list and page), not damaged."""
+    from stepline.store import RunStore
+
+    run_dir = RunStore(fresh.runs).create()
+    with run_dir.lock(), client_for(fresh) as client:
+        _login(client)
+        rows = {r["run_id"]: r for r in client.get("/api/runs").json()["runs"]}
+        assert rows[run_dir.run_id]["shown_status"] == "starting" and rows[run_dir.run_id]["damage"] is None
+        page = client.get(f"/runs/{run_dir.run_id}")
+        assert page.status_code == 200 and "This run is starting" in page.text and "damaged" not in page.text
+    with client_for(fresh) as client:  # once its process is gone, the same folder is a run that never started
+        _login(client)
+        rows = {r["run_id"]: r for r in client.get("/api/runs").json()["runs"]}
+        assert rows[run_dir.run_id]["shown_status"] == "not started"
+        page = client.get(f"/runs/{run_dir.run_id}")
+        assert page.status_code == 200 and "This run recorded nothing" in page.text

@@ -14,7 +14,7 @@ from fastapi.responses import StreamingResponse
 from fastapi.security import HTTPBearer
 from pydantic import BaseModel, Field
 
-from stepline.errors import JournalError, NotFoundError
+from stepline.errors import JournalError, NotFoundError, RunStateError
 from stepline.interfaces.web._index import shown_status
 from stepline.interfaces.web._state import WebState, authenticate, check_cross_site, state_of
 from stepline.interfaces.web._tail import JournalTail, TailReset
@@ -74,13 +74,19 @@ def runs_page(state: WebState, status: str | None, workflow: str | None, page: i
 
 
 def run_detail(state: WebState, run_id: str) -> dict[str, Any]:
-    """A run rebuilt from its journal; a damaged run directory is ``status: damaged`` with the error."""
+    """A run rebuilt from its journal; a damaged run directory is ``status: damaged`` with the error, one that
+    recorded nothing yet ``starting`` (its process is alive) or ``not started``."""
     from stepline.engine import build_timeline
 
     run_dir = state.run_dir(run_id)
     try:
         run = state.load(run_dir)
         timeline = build_timeline(run_dir)
+    except RunStateError as exc:
+        # It recorded nothing yet: its process is setting up its first steps, or it stopped before (a full disk).
+        starting = run_dir.holder() is not None
+        return {"run_id": run_dir.run_id, "status": "starting" if starting else "not started",
+                "damage": None if starting else exc.format_message(), "parent_run_id": None, "children": []}
     except JournalError as exc:
         return {"run_id": run_dir.run_id, "status": "damaged", "damage": exc.format_message(),
                 "parent_run_id": state.index.parent_of(run_dir.run_id),
@@ -129,7 +135,7 @@ async def stream_events(state: State, request: Request, run_id: str,
     resume_from = request.headers.get("last-event-id", "")
     if resume_from.isdigit():
         after = max(after, int(resume_from))
-    return StreamingResponse(_follow(request, JournalTail(run_dir.journal_path, run_dir.run_id), after),
+    return StreamingResponse(_follow(request, state, JournalTail(run_dir.journal_path, run_dir.run_id), after),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
@@ -139,11 +145,11 @@ def _sse(event: str, data: Any, event_id: int | None = None) -> bytes:
     return f"{head}event: {event}\ndata: ".encode() + orjson.dumps(data) + b"\n\n"
 
 
-async def _follow(request: Request, tail: JournalTail, after: int) -> AsyncIterator[bytes]:
+async def _follow(request: Request, state: WebState, tail: JournalTail, after: int) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     quiet_since = loop.time()
     yield b"retry: 2000\n\n"
-    while not await request.is_disconnected():
+    while not state.stopping() and not await request.is_disconnected():
         try:
             events = tail.read_new()
         except TailReset as exc:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from starlette.middleware.base import RequestResponseEndpoint
 from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stepline.engine import RuntimeConfig
 from stepline.errors import (
@@ -50,11 +50,13 @@ def _wants_html(request: Request) -> bool:
 
 
 def create_app(project_root: Path, config: RuntimeConfig, token: str, *,
-               allowed_hosts: Sequence[str] | None = LOOPBACK_HOSTS) -> FastAPI:
+               allowed_hosts: Sequence[str] | None = LOOPBACK_HOSTS,
+               stopping: Callable[[], bool] = lambda: False) -> FastAPI:
     """The dashboard of the project at ``project_root`` (absolute), guarded by ``token``.
 
     ``allowed_hosts``: the ``Host`` values answered (the loopback names by default, against DNS rebinding);
-    None answers any (a server bound to another interface).
+    None answers any (a server bound to another interface). ``stopping``: whether the server is shutting down
+    (live streams then end, so that it does not wait for them).
     """
     from stepline.interfaces.web._api import api
     from stepline.interfaces.web._pages import error_page, login_page, pages
@@ -62,20 +64,9 @@ def create_app(project_root: Path, config: RuntimeConfig, token: str, *,
     app = FastAPI(title="stepline", version=_version(), openapi_url=None, docs_url=None,
                   redoc_url=None, description="Runs, events, artifacts, evidence and gates of one stepline "
                   "project. Every call needs `Authorization: Bearer <token>` (the token `stepline serve` printed).")
-    app.state.web = WebState(project_root=project_root, config=config, auth=Auth(token))
+    app.state.web = WebState(project_root=project_root, config=config, auth=Auth(token), stopping=stopping)
     if allowed_hosts is not None:
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
-
-    @app.middleware("http")
-    async def headers(request: Request, call_next: RequestResponseEndpoint) -> Response:
-        response = await call_next(request)
-        response.headers.setdefault("Cache-Control", "no-store")
-        response.headers["X-Content-Type-Options"] = "nosniff"
-        response.headers["X-Frame-Options"] = "DENY"
-        response.headers["Referrer-Policy"] = "same-origin"
-        response.headers["Content-Security-Policy"] = ("default-src 'self'; img-src 'self' data:; "
-                                                       "frame-ancestors 'none'; form-action 'self'")
-        return response
 
     @app.exception_handler(NotAuthenticated)
     async def not_authenticated(request: Request, exc: NotAuthenticated) -> Response:
@@ -105,7 +96,40 @@ def create_app(project_root: Path, config: RuntimeConfig, token: str, *,
     app.include_router(api)
     app.include_router(pages)
     app.mount("/static", StaticFiles(directory=str(Path(__file__).with_name("static"))), name="static")
+    app.add_middleware(_SecurityHeaders)
     return app
+
+
+#: Sent with every response: nothing is cached, framed, sniffed, or loaded from anywhere but this server.
+SECURITY_HEADERS = [
+    (b"cache-control", b"no-store"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"same-origin"),
+    (b"content-security-policy", b"default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
+                                 b"form-action 'self'"),
+]
+
+
+class _SecurityHeaders:
+    """Adds :data:`SECURITY_HEADERS` to every response (plain ASGI: a live stream passes through untouched)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                names = {name.lower() for name, _ in message.get("headers", [])}
+                message["headers"] = [*message.get("headers", []),
+                                      *((n, v) for n, v in SECURITY_HEADERS if n not in names)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 def _version() -> str:

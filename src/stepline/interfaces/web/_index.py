@@ -148,7 +148,7 @@ class RunIndex:
 
     def _checked_row(self, row: RunSummary) -> RunSummary:
         """``row``, marked damaged when its run directory is (checked again only when a file of it changed)."""
-        if self.check is None or row.damage is not None or row.status == "not started":
+        if self.check is None or row.damage is not None or row.status in ("starting", "not started"):
             return row
         folder = self.store.root / row.run_id
         stats = tuple(_stat(folder / name) for name in ("journal.jsonl", *RUN_FILES) if name != "timeline.json")

@@ -109,7 +109,8 @@ def runs_list(request: Request, state: State, _: Authenticated,
     """Every run, newest first, filtered and paged; a damaged run's row says what is wrong."""
     listing = runs_page(state, status or None, workflow or None, page, per_page)
     return _render(request, "runs.html", listing=listing, status=status or "", workflow=workflow or "",
-                   statuses=("running", "blocked", "completed", "failed", "interrupted", "damaged", "not started"))
+                   statuses=("starting", "running", "blocked", "completed", "failed", "interrupted", "damaged",
+                             "not started"))
 
 
 @pages.get("/runs/{run_id}", response_class=HTMLResponse)
@@ -117,8 +118,9 @@ def run_page(request: Request, state: State, _: Authenticated, run_id: str) -> H
     """A run: steps, pending gate, artifacts, evidence, decisions, usage and its timeline, followed live."""
     run = run_detail(state, run_id)
     run_dir = state.run_dir(run["run_id"])
-    if run["status"] == "damaged":
-        return _render(request, "run.html", run=run, damaged=True)
+    if run["status"] in ("damaged", "starting", "not started"):
+        return _render(request, "run.html", run=run, damaged=run["status"] != "starting",
+                       starting=run["status"] == "starting")
     try:
         events = run_dir.events()
         artifacts = artifacts_view(run_dir, state.project_root)

@@ -3,6 +3,7 @@ the checks a request passes before it reaches a route (the token, cross-site pro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,8 @@ class WebState:
     project_root: Path
     config: RuntimeConfig
     auth: Auth
+    #: Whether the server is shutting down (a live stream ends then).
+    stopping: Callable[[], bool] = lambda: False
     index: RunIndex = field(init=False)
 
     def __post_init__(self) -> None:

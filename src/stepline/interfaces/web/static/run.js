@@ -6,6 +6,10 @@
   var root = document.getElementById("run");
   if (!root || !window.EventSource) { return; }
   var runId = root.dataset.runId;
+  if (root.dataset.status === "starting") {  // no manifest yet: look again once the first steps are under way
+    window.setTimeout(function () { window.location.reload(); }, 500);
+    return;
+  }
   var lastSeq = parseInt(root.dataset.lastSeq || "0", 10);
   var stepStatus = {
     WorkflowStepStarted: "running", WorkflowStepCompleted: "completed", WorkflowStepFailed: "failed",
