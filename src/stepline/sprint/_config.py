@@ -1,0 +1,110 @@
+"""``config/sprint.yaml``: how the sprint loop verifies, reviews, retries, isolates and budgets a story.
+
+Every key is optional; an unknown key is an error naming file:line (a typo must not silently change what
+"verified" means). An annotated example is in the README's "The sprint loop".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from stepline._yaml import find_yaml_line, load_yaml_text
+from stepline.errors import ConfigError
+from stepline.formats._files import read_text
+
+__all__ = ["BudgetLimit", "SprintConfig", "load_sprint_config"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class VerifySection(_Section):
+    """The project's own checks, run after every build and before the commit; each must exit 0."""
+
+    commands: list[str] = Field(default_factory=list)
+    timeout_seconds: float = Field(default=600.0, gt=0)
+
+
+class LayerConfig(_Section):
+    """A review layer given in the config (replaces the dev skill's layers when any is given)."""
+
+    id: str
+    name: str = ""
+    instruction: str
+
+
+class ReviewSection(_Section):
+    """Review in fresh contexts: the layers, and whether to review at all."""
+
+    enabled: bool = True
+    layers: list[LayerConfig] = Field(default_factory=list)
+
+
+class RetriesSection(_Section):
+    """How many times a stage may be tried for one story before the story is deferred."""
+
+    build: int = Field(default=3, ge=1, description="builds per story (the first and the fixes)")
+    review: int = Field(default=2, ge=1, description="review rounds per story")
+
+
+class BudgetLimit(_Section):
+    """A limit on what the agents' calls cost, in tokens and/or dollars (cache reads at their price)."""
+
+    tokens: float | None = Field(default=None, gt=0)
+    cost_usd: float | None = Field(default=None, gt=0)
+
+
+class BudgetsSection(_Section):
+    """Per story and per loop; ``warn`` reports going past a limit, ``enforce`` defers the story / stops."""
+
+    mode: Literal["warn", "enforce"] = "warn"
+    story: BudgetLimit = Field(default_factory=BudgetLimit)
+    run: BudgetLimit = Field(default_factory=BudgetLimit)
+    #: Dollars per million tokens, for executors that report tokens but no cost.
+    input_per_mtok: float = Field(default=3.0, ge=0)
+    output_per_mtok: float = Field(default=15.0, ge=0)
+    cache_read_per_mtok: float = Field(default=0.3, ge=0)
+
+
+class CheckpointsSection(_Section):
+    """Optional human gates per story: before the build (review the plan), after the commit."""
+
+    before_build: bool = False
+    after_commit: bool = False
+
+
+class SprintConfig(_Section):
+    """The whole ``config/sprint.yaml``."""
+
+    verify: VerifySection = Field(default_factory=VerifySection)
+    review: ReviewSection = Field(default_factory=ReviewSection)
+    retries: RetriesSection = Field(default_factory=RetriesSection)
+    budgets: BudgetsSection = Field(default_factory=BudgetsSection)
+    checkpoints: CheckpointsSection = Field(default_factory=CheckpointsSection)
+    isolation: Literal["none", "worktree"] = "none"
+    executor: str | None = None
+    agent_timeout_seconds: float = Field(default=3600.0, gt=0)
+
+
+def load_sprint_config(root: Path, path: Path | None = None) -> SprintConfig:
+    """``path`` (or ``config/sprint.yaml`` under ``root`` when it exists; defaults otherwise)."""
+    target = path or root / "config" / "sprint.yaml"
+    if not target.is_file():
+        if path is not None:
+            raise ConfigError("no such sprint config file", path=str(path))
+        return SprintConfig()
+    text = read_text(target)
+    data = load_yaml_text(text, path=str(target), error=ConfigError) or {}
+    if not isinstance(data, dict):
+        raise ConfigError("must be a mapping of sections (verify, review, retries, …)", path=str(target), line=1)
+    try:
+        return SprintConfig.model_validate(data)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        keys = tuple(problem["loc"])
+        raise ConfigError(f"{'.'.join(str(k) for k in keys)}: {problem['msg']}", path=str(target),
+                          line=find_yaml_line(text, keys)) from None

@@ -1,0 +1,631 @@
+"""The stages of one story's run (format ``sprint``): each a step of the journal, each done exactly once.
+
+* ``baseline``: the runtime (not the agent) records the commit the story starts from, and in a worktree run
+  makes the story's worktree and branch; a non-isolated run needs a clean working tree.
+* ``build``: the dev workflow found on disk, done by the executor in a fresh session (one ``work`` request),
+  told what failed before when it is a retry.
+* ``verify`` / ``verify-final``: trust nothing — the story's file says review/done, the change is not empty
+  (the story file and the board do not count), the history descends from the baseline, the board is
+  consistent, and every ``verify.commands`` exits 0 (each result journaled with its output, once).
+* ``review``: the review layers, in parallel, each a separate executor call that sees the story and the diff
+  only; findings triaged ``patch`` (back to build), ``defer`` (into deferred-work.md), ``escalate`` (a question
+  gate a person answers with ``stepline answer``); each finding recorded as evidence.
+* ``commit``: the story's change as one commit on the baseline (the agent's commits squashed into it), its
+  message from the story's title, with trailers that find it again after a crash; ``merge`` (worktree runs)
+  brings the branch into the main checkout; ``advance`` moves the board to ``done``.
+* ``defer``: a story out of budget is written to deferred-work.md with the reason; its attempt is kept (the
+  worktree branch, or a patch file), and a non-isolated checkout is put back to the baseline.
+
+Effects that leave the process (git, the board, deferred-work.md) journal their intent (fsynced) first and
+their result after; an intent without a result is redone idempotently or looked up (a commit by trailers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shlex
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from stepline import time
+from stepline.engine._runner import register_driver
+from stepline.errors import ExecutorError, StepFailed
+from stepline.model import EventType, Run, WorkflowSpec
+from stepline.sprint._board import read_board, set_status, status_rank
+from stepline.sprint._flow import STAGES, Budget, SprintFlow
+from stepline.sprint._project import ReviewLayer, find_project
+from stepline.sprint._usage import Usage, over_limit, usage_of_calls
+from stepline.tools._git import find_commit, git, git_ok, is_ancestor, with_trailers
+
+if TYPE_CHECKING:
+    from stepline.engine._context import StepContext
+
+__all__ = ["FORMAT", "parse_findings", "run_sprint_stage", "story_workflow"]
+
+FORMAT: Literal["sprint"] = "sprint"
+_DONE_STATES = ("review", "in-review", "done", "ready for review")
+_DEFAULT_LAYER = ReviewLayer(
+    id="adversarial", name="Adversarial Reviewer",
+    instruction="Review this change against its story as a skeptical senior engineer. Look for what is wrong "
+                "and what is missing: acceptance criteria not met, untested paths, edge cases, broken behaviour."
+                "\n\nStory:\n{verbatim_intent}\n\nDiff:\n{diff_output}\n")
+_FINDING = re.compile(r"^\s*(?:[-*]\s*)?\[?(patch|defer|escalate|intent_gap|bad_spec)\]?\s*[:\-–]\s*(.+)$",
+                      re.IGNORECASE)
+
+
+def story_workflow(key: str, *, builds: int, reviews: int, merge: bool) -> WorkflowSpec:
+    """The workflow of one story's run: its stages (visits beyond the first are added as they happen)."""
+    from stepline.model import StepSpec
+
+    steps = [StepSpec(id=stage, name=f"{stage} {key}") for stage in STAGES if merge or stage != "merge"]
+    return WorkflowSpec(id=f"sprint-story:{key}", name=f"sprint story {key}", format=FORMAT, steps=steps,
+                        meta={"story": key, "budget": {"builds": builds, "reviews": reviews, "merge": merge}})
+
+
+def _flow(workflow: WorkflowSpec, run: Run) -> SprintFlow:
+    raw = workflow.meta.get("budget") or {}
+    return SprintFlow(run, Budget(builds=int(raw.get("builds", 3)), reviews=int(raw.get("reviews", 2)),
+                                  merge=bool(raw.get("merge"))))
+
+
+# -- journaled helpers ------------------------------------------------------------------------------------------
+def _set(ctx: StepContext, name: str, value: Any) -> None:
+    """A run variable later stages read (journaled; set again identically when a stage is redone)."""
+    if ctx.run.variables.get(name) != value:
+        ctx.emit(EventType.VARIABLE_SET, {"name": name, "value": value})
+
+
+async def _once(ctx: StepContext, name: str, compute: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    """The journaled result of ``name`` in this stage, or ``compute``'s, journaled (a check, a command)."""
+    key = f"{ctx.spec.id}/sprint/{name}"
+    recorded = ctx.engine.calls.recorded.get(key)
+    if recorded is not None:
+        cached: dict[str, Any] = recorded["result"]
+        return cached
+    result = await compute()
+    ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": f"sprint:{name}", "result": result})
+    return result
+
+
+async def _effect(ctx: StepContext, name: str, args: dict[str, Any], do: Callable[[bool], Awaitable[dict[str, Any]]]
+                  ) -> dict[str, Any]:
+    """An effect outside the process, once: intent fsynced, then ``do(redo)``, then its result. ``redo`` is
+    True when an earlier attempt journaled the intent and no result (the effect may have happened)."""
+    key = f"{ctx.spec.id}/sprint/{name}"
+    calls = ctx.engine.calls
+    recorded = calls.recorded.get(key)
+    if recorded is not None:
+        cached: dict[str, Any] = recorded["result"]
+        return cached
+    redo = key in calls.started
+    if not redo:
+        ctx.emit(EventType.CALL_STARTED, {"key": key, "op": f"sprint:{name}", "args": args}, sync=True)
+    result = await do(redo)
+    ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": f"sprint:{name}", "args": args, "result": result})
+    return result
+
+
+def _vars(ctx: StepContext) -> dict[str, Any]:
+    return ctx.run.variables
+
+
+def _workspace(ctx: StepContext) -> Path:
+    return Path(str(_vars(ctx).get("sprint_workspace") or ctx.project_root))
+
+
+def _excluded(ctx: StepContext) -> list[str]:
+    """Pathspecs the story's change never includes: the loop's ledgers (the board, deferred-work.md beside
+    it) and stepline's own folder."""
+    board = Path(str(_vars(ctx)["sprint_board"]))
+    try:
+        rel = board.relative_to(ctx.project_root)
+    except ValueError:
+        rel = Path(board.name)
+    return [f":(exclude){rel.as_posix()}", f":(exclude){(rel.parent / 'deferred-work.md').as_posix()}",
+            ":(exclude).stepline"]
+
+
+def _own_paths(ctx: StepContext) -> list[str]:
+    """The board and stepline's folder, as paths (what :func:`_excluded` excludes)."""
+    return [spec.removeprefix(":(exclude)") for spec in _excluded(ctx)]
+
+
+def _config(ctx: StepContext) -> dict[str, Any]:
+    config: dict[str, Any] = _vars(ctx).get("sprint_config") or {}
+    return config
+
+
+def _usage(ctx: StepContext) -> Usage:
+    total = Usage()
+    for name, value in _vars(ctx).items():
+        if name.startswith("sprint_usage:") and isinstance(value, dict):
+            total = total + Usage.from_dict(value)
+    return total
+
+
+def _note_usage(ctx: StepContext) -> None:
+    budgets = _config(ctx).get("budgets") or {}
+    prices = {"input": float(budgets.get("input_per_mtok", 3.0)), "output": float(budgets.get("output_per_mtok", 15.0)),
+              "cache_read": float(budgets.get("cache_read_per_mtok", 0.3))}
+    prefix = ctx.spec.id + "/"
+    records = [r for k, r in ctx.engine.calls.recorded.items() if k.startswith(prefix)]
+    _set(ctx, f"sprint_usage:{ctx.spec.id}", usage_of_calls(records, prices).to_dict())
+
+
+def _over_budget(ctx: StepContext) -> str | None:
+    """Why the story may not make another call (its ``enforce`` limit is spent); None when it may."""
+    budgets = _config(ctx).get("budgets") or {}
+    story = budgets.get("story") or {}
+    used = _usage(ctx)
+    spent = _vars(ctx).get("sprint_spent_before") or {}
+    run_limit = budgets.get("run") or {}
+    problem = over_limit(used, story.get("tokens"), story.get("cost_usd"))
+    if problem is None:
+        problem = over_limit(used + Usage.from_dict(spent), run_limit.get("tokens"), run_limit.get("cost_usd"))
+        problem = f"the loop's budget: {problem}" if problem else None
+    else:
+        problem = f"the story's budget: {problem}"
+    if problem and budgets.get("mode") == "enforce":
+        return problem
+    if problem:
+        ctx.emit(EventType.VALIDATION_FAILED, {"check": "budget", "warning": problem})
+    return None
+
+
+# -- stages ---------------------------------------------------------------------------------------------------------
+async def _baseline(ctx: StepContext) -> None:
+    root, key = ctx.project_root, str(_vars(ctx)["sprint_story"])
+    isolated = _vars(ctx).get("sprint_isolation") == "worktree"
+
+    async def record() -> dict[str, Any]:
+        head = await git_ok(root, "rev-parse", "HEAD")
+        board = read_board(Path(str(_vars(ctx)["sprint_board"])))
+        return {"head": head, "board": board.statuses()}
+
+    base = await _once(ctx, "baseline", record)
+    workspace = root
+    if isolated:
+        branch = f"sprint/{key}"
+        folder = root / ".stepline" / "sprint" / "worktrees" / key
+
+        async def make(redo: bool) -> dict[str, Any]:
+            if not (folder / ".git").exists():
+                code, out = await git(root, "worktree", "add", "-B", branch, str(folder), base["head"])
+                if code != 0:
+                    first = out.splitlines()[0] if out else code
+                    raise StepFailed(f"cannot make the story's worktree {folder}: {first}", retryable=False)
+            return {"path": str(folder), "branch": branch}
+
+        made = await _effect(ctx, "worktree", {"path": str(folder), "branch": branch}, make)
+        workspace = Path(made["path"])
+        _set(ctx, "sprint_branch", made["branch"])
+    else:
+        code, out = await git(root, "status", "--porcelain", "--untracked-files=all", "--", ".", *_excluded(ctx))
+        dirty = [line[3:] for line in out.splitlines() if line.strip()] if code == 0 else []
+        if code != 0:
+            raise StepFailed(f"{root} is not a git repository (git: {out.splitlines()[0] if out else code})",
+                             retryable=False)
+        if dirty and not ctx.engine.calls.recorded.get(f"{ctx.spec.id}/sprint/clean"):
+            raise StepFailed(f"the working tree has uncommitted changes ({', '.join(dirty[:5])}); commit or stash "
+                             f"them, or run with isolation: worktree", retryable=False)
+    _set(ctx, "sprint_baseline", base["head"])
+    _set(ctx, "sprint_board_at_baseline", base["board"])
+    _set(ctx, "sprint_workspace", str(workspace))
+    ctx.step.choice = "recorded"
+    ctx.step.summary = f"baseline {base['head'][:12]} in {workspace}"
+
+
+def _feedback(ctx: StepContext) -> str:
+    notes = _vars(ctx).get("sprint_feedback")
+    return str(notes) if notes else ""
+
+
+def _build_prompt(ctx: StepContext) -> str:
+    key = str(_vars(ctx)["sprint_story"])
+    workspace = _workspace(ctx)
+    project = find_project(workspace)
+    story = project.story_file(key)
+    dev = _vars(ctx).get("sprint_dev") or {}
+    lines = [f"Implement BMAD story `{key}` in {workspace}, unattended.", ""]
+    if dev.get("era") == "skill":
+        lines += [f"Use the BMAD dev skill `{dev.get('name')}` ({dev.get('path')}): follow its SKILL.md as written "
+                  f"for the story `{key}`."]
+    elif dev:
+        lines += [f"Follow the BMAD dev-story workflow {dev.get('path')} for the story `{key}`."]
+    if story is not None:
+        text = story.path.read_text(encoding="utf-8", errors="replace")[:20000]
+        lines += ["", f"## The story ({story.path})", "", text]
+    lines += ["", "## Rules", "",
+              "- Implement the story with its tests; run the project's checks before you finish.",
+              "- When done, set the story file's status to `review` (its `Status:` line or front matter `status:`).",
+              "- Commit your work or leave it in the working tree; stepline verifies, reviews and commits it.",
+              "- Report back with finish(summary=...) on the stepline MCP server."]
+    if feedback := _feedback(ctx):
+        lines += ["", "## What failed last time (fix it)", "", feedback]
+    return "\n".join(lines) + "\n"
+
+
+async def _build(ctx: StepContext) -> None:
+    if problem := _over_budget(ctx):
+        ctx.step.choice, ctx.step.summary = "over-budget", f"not built: {problem}"
+        _set(ctx, "sprint_reason", ctx.step.summary)
+        return
+    timeout = float(_config(ctx).get("agent_timeout_seconds") or 3600)
+    try:
+        outcome = await asyncio.wait_for(
+            ctx.invoke("work", title=f"build story {_vars(ctx)['sprint_story']}", content=_build_prompt(ctx),
+                       context={"project_root": str(_workspace(ctx))},
+                       hints={"cli_mode": "write", "stage": "build", "story": _vars(ctx)["sprint_story"]}),
+            timeout=timeout)
+    except (ExecutorError, TimeoutError) as exc:  # the agent's failure is the story's, not the loop's
+        message = str(exc) or f"the agent ran past {timeout:.0f}s"
+        ctx.step.choice, ctx.step.summary = "failed", f"the agent failed: {message}"
+        _set(ctx, "sprint_feedback", ctx.step.summary)
+        _note_usage(ctx)
+        return
+    _note_usage(ctx)
+    ctx.step.choice = "built"
+    ctx.step.summary = outcome.summary or "built"
+
+
+async def _changed_files(ctx: StepContext, base: str) -> list[str]:
+    """Files the story changed since ``base`` (commits and working tree, untracked included), minus the board,
+    stepline's folder and the story's own file."""
+    workspace = _workspace(ctx)
+    _, committed = await git(workspace, "diff", "--name-only", base, "--", ".", *_excluded(ctx))
+    _, untracked = await git(workspace, "ls-files", "--others", "--exclude-standard", "--", ".", *_excluded(ctx))
+    files = {f for f in (committed + "\n" + untracked).splitlines() if f.strip()}
+    story = find_project(workspace).story_file(str(_vars(ctx)["sprint_story"]))
+    if story is not None:
+        files.discard(story.path.resolve().relative_to(workspace.resolve()).as_posix())
+    return sorted(files)
+
+
+async def _run_command(command: str, cwd: Path, timeout: float) -> dict[str, Any]:
+    process = await asyncio.create_subprocess_exec(*shlex.split(command), cwd=cwd, stdout=asyncio.subprocess.PIPE,
+                                                   stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = await asyncio.wait_for(process.communicate(), timeout=timeout)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return {"command": command, "exit": None, "output": f"timed out after {timeout:.0f}s"}
+    text = out.decode("utf-8", "replace")
+    return {"command": command, "exit": process.returncode, "output": text[-20000:]}
+
+
+async def _verify(ctx: StepContext) -> None:
+    key = str(_vars(ctx)["sprint_story"])
+    base = str(_vars(ctx)["sprint_baseline"])
+    workspace = _workspace(ctx)
+    failures: list[str] = []
+
+    async def story_status() -> dict[str, Any]:
+        story = find_project(workspace).story_file(key)
+        if story is None:
+            return {"ok": False, "detail": f"no story or spec file for {key}"}
+        ok = (story.status or "") in _DONE_STATES
+        return {"ok": ok, "detail": f"{story.path.name} says status {story.status!r}"
+                + ("" if ok else " (expected review or done)")}
+
+    async def diff() -> dict[str, Any]:
+        files = await _changed_files(ctx, base)
+        return {"ok": bool(files), "detail": f"{len(files)} file(s) changed: {', '.join(files[:10])}" if files
+                else "no change besides the story file and the board (the agent claimed work it did not do)"}
+
+    async def history() -> dict[str, Any]:
+        head = await git_ok(workspace, "rev-parse", "HEAD")
+        if not await is_ancestor(workspace, base, head):
+            return {"ok": False, "detail": f"HEAD {head[:12]} does not descend from the baseline {base[:12]} "
+                                           "(history was rewritten)"}
+        return {"ok": True, "detail": f"HEAD {head[:12]} descends from {base[:12]}"
+                + (" (working-tree change only)" if head == base else "")}
+
+    async def board() -> dict[str, Any]:
+        board_path = Path(str(_vars(ctx)["sprint_board"]))
+        local = workspace / board_path.relative_to(ctx.project_root) if board_path.is_relative_to(
+            ctx.project_root) else board_path
+        try:
+            now = read_board(local if local.is_file() else board_path)
+        except Exception as exc:  # a board the agent broke is the story's failure, said in one line
+            return {"ok": False, "detail": f"the board cannot be read: {exc}"}
+        before: dict[str, str] = _vars(ctx).get("sprint_board_at_baseline") or {}
+        problems = []
+        for entry in now.entries:
+            old = before.get(entry.key)
+            if old is None:
+                continue
+            if status_rank(entry.kind, entry.status) < status_rank(entry.kind, old):
+                problems.append(f"{entry.key} went back from {old} to {entry.status}")
+            elif entry.kind == "story" and entry.key != key and entry.status != old:
+                problems.append(f"another story {entry.key} moved {old} -> {entry.status}")
+        if now.entry(key) is None:
+            problems.append(f"{key} is no longer on the board")
+        return {"ok": not problems, "detail": "; ".join(problems) or "consistent"}
+
+    checks: list[tuple[str, Callable[[], Awaitable[dict[str, Any]]]]] = [
+        ("story-status", story_status), ("diff", diff), ("history", history), ("board", board)]
+    verify_cfg = _config(ctx).get("verify") or {}
+    for index, command in enumerate(verify_cfg.get("commands") or []):
+        async def run(command: str = command) -> dict[str, Any]:
+            result = await _run_command(command, workspace, float(verify_cfg.get("timeout_seconds") or 600))
+            return {**result, "ok": result["exit"] == 0,
+                    "detail": f"`{command}` exited {result['exit']}" + ("" if result["exit"] == 0 else
+                                                                       ": " + _last_lines(result["output"]))}
+        checks.append((f"command-{index + 1}", run))
+    for name, check in checks:
+        result = await _once(ctx, f"check/{name}", check)
+        if not result["ok"]:
+            failures.append(f"{name}: {result['detail']}")
+    ctx.step.choice = "fail" if failures else "pass"
+    ctx.step.summary = "; ".join(failures) if failures else f"{len(checks)} checks passed"
+    if failures:
+        _set(ctx, "sprint_feedback", "\n".join(f"- {f}" for f in failures))
+        _set(ctx, "sprint_reason", f"verification failed: {ctx.step.summary}")
+    _record_evidence(ctx, f"{ctx.spec.id}: {ctx.step.summary}", "L1" if not failures else "invalid")
+
+
+def _last_lines(text: str, count: int = 3) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return " | ".join(lines[-count:])[:400]
+
+
+def _record_evidence(ctx: StepContext, claim: str, level: str) -> None:
+    import hashlib
+
+    digest = hashlib.sha256(claim.encode("utf-8")).hexdigest()[:12]
+    ctx.engine.record_evidence(ctx, {
+        "id": f"sprint-{ctx.spec.id}-{digest}", "claim": claim[:500], "level": level, "source": "stepline sprint",
+        "date": time.now_iso(), "valid_until": None, "congruence": "CL3", "wlnk": None,
+        "carrier_ref": f"run {ctx.run.run_id} step {ctx.spec.id}", "reliability": 0.9 if level == "L1" else 0.5})
+
+
+def parse_findings(text: str) -> list[dict[str, str]]:
+    """The findings of a reviewer's report: lines ``patch: …``, ``defer: …``, ``escalate: …`` (a BMAD
+    ``intent_gap`` or ``bad_spec`` escalates); other lines are not findings."""
+    findings = []
+    for line in text.splitlines():
+        match = _FINDING.match(line)
+        if match:
+            kind = match.group(1).lower()
+            kind = "escalate" if kind in ("intent_gap", "bad_spec") else kind
+            findings.append({"triage": kind, "text": match.group(2).strip()})
+    return findings
+
+
+async def _diff_text(ctx: StepContext) -> str:
+    workspace, base = _workspace(ctx), str(_vars(ctx)["sprint_baseline"])
+    _, text = await git(workspace, "diff", base, "--", ".", *_excluded(ctx))
+    _, untracked = await git(workspace, "ls-files", "--others", "--exclude-standard", "--", ".", *_excluded(ctx))
+    for name in untracked.splitlines()[:50]:
+        path = workspace / name
+        if path.is_file():
+            body = path.read_text(encoding="utf-8", errors="replace")[:8000]
+            text += f"\n--- /dev/null\n+++ b/{name}\n" + "".join(f"+{line}\n" for line in body.splitlines())
+    return text[:60000]
+
+
+async def _review(ctx: StepContext) -> None:
+    review_cfg = _config(ctx).get("review") or {}
+    if not review_cfg.get("enabled", True):
+        ctx.step.choice, ctx.step.summary = "skipped", "review disabled in config/sprint.yaml"
+        return
+    if problem := _over_budget(ctx):
+        ctx.step.choice, ctx.step.summary = "over-budget", f"not reviewed: {problem}"
+        _set(ctx, "sprint_reason", ctx.step.summary)
+        return
+    key = str(_vars(ctx)["sprint_story"])
+    workspace = _workspace(ctx)
+    story = find_project(workspace).story_file(key)
+    intent = story.path.read_text(encoding="utf-8", errors="replace") if story else f"(no story file for {key})"
+    diff = await _diff_text(ctx)
+    layers = [ReviewLayer(**raw) for raw in _vars(ctx).get("sprint_layers") or []] or [_DEFAULT_LAYER]
+    skill_root = str(Path(str((_vars(ctx).get("sprint_dev") or {}).get("path") or workspace)).parent)
+
+    def content(layer: ReviewLayer) -> str:
+        body = (layer.instruction.replace("{diff_output}", diff).replace("{verbatim_intent}", intent)
+                .replace("{skill-root}", skill_root).replace("{project-root}", str(workspace)))
+        if "{diff_output}" not in layer.instruction:
+            body += f"\n\nDiff:\n{diff}\n"
+        return (f"You are the review layer '{layer.name}' for story {key}. You see the story and the diff only; "
+                "do not change any file.\n\n" + body +
+                "\n\nReport with finish(summary=...): one finding per line, each starting with its triage — "
+                "`patch: <what to fix>` (the builder must fix it), `defer: <real but not this story's>` or "
+                "`escalate: <needs a person's decision>` — or `none` when you find nothing.\n")
+
+    async def one(layer: ReviewLayer) -> tuple[ReviewLayer, str]:
+        try:
+            outcome = await ctx.invoke("work", title=f"review {key}: {layer.name}", content=content(layer),
+                                       context={"project_root": str(workspace)},
+                                       hints={"cli_mode": "analysis", "stage": "review", "layer": layer.id,
+                                              "story": key})
+        except ExecutorError as exc:
+            return layer, f"escalate: the {layer.name} reviewer failed: {exc}"
+        return layer, outcome.summary or ""
+
+    results = await asyncio.gather(*(one(layer) for layer in layers))  # invocations numbered in layer order
+    _note_usage(ctx)
+    findings = [{**f, "layer": layer.id} for layer, report in results for f in parse_findings(report)]
+    for finding in findings:
+        _record_evidence(ctx, f"{finding['layer']} [{finding['triage']}] {finding['text']}", "L0")
+    deferred = [f for f in findings if f["triage"] == "defer"]
+    if deferred:
+        await _append_deferred(ctx, "review", [f"[{f['layer']}] {f['text']}" for f in deferred])
+    patches = [f for f in findings if f["triage"] == "patch"]
+    escalations = [f for f in findings if f["triage"] == "escalate"]
+    choice = "patch" if patches else "clean"
+    if escalations:
+        question = (f"Story {key}: the review escalates: " + "; ".join(f["text"] for f in escalations)
+                    + ". Answer fix (send it back to the builder), accept (go on) or defer (set the story aside).")
+        answer = (await ctx.engine.human.ask(ctx, question, ["fix", "accept", "defer"],
+                                             f"{ctx.spec.id}-escalation")).strip().lower()
+        if answer.startswith("defer"):
+            choice = "defer"
+            _set(ctx, "sprint_reason", "a person deferred it at the review's escalation: "
+                 + "; ".join(f["text"] for f in escalations))
+        elif answer.startswith("fix"):
+            choice = "patch"
+            patches += escalations
+    if choice == "patch":
+        _set(ctx, "sprint_feedback", "\n".join(f"- [{f['layer']}] {f['text']}" for f in patches))
+        _set(ctx, "sprint_reason", "review findings not fixed within the budget: "
+             + "; ".join(f["text"] for f in patches))
+    ctx.step.choice = choice
+    ctx.step.summary = (f"{len(layers)} layer(s): {len(patches)} to fix, {len(deferred)} deferred, "
+                        f"{len(escalations)} escalated")
+
+
+def _story_title(path: Path | None, key: str) -> str:
+    if path is None or not path.is_file():
+        return key
+    text = path.read_text(encoding="utf-8", errors="replace")
+    match = re.search(r"^title:\s*['\"]?(.+?)['\"]?\s*$", text, re.MULTILINE) if text.startswith("---") else None
+    heading = match or re.search(r"^#\s+(.+?)\s*$", text, re.MULTILINE)
+    return heading.group(1) if heading else key
+
+
+def _mark_story_done(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    if text.startswith("---") and re.search(r"^status:.*$", text, re.MULTILINE):
+        new = re.sub(r"^status:.*$", "status: done", text, count=1, flags=re.MULTILINE)
+    else:
+        new = re.sub(r"^(\s*\**Status\**\s*:\s*).*$", r"\1done", text, count=1, flags=re.MULTILINE)
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+
+
+async def _commit(ctx: StepContext) -> None:
+    key, base = str(_vars(ctx)["sprint_story"]), str(_vars(ctx)["sprint_baseline"])
+    workspace = _workspace(ctx)
+    story = find_project(workspace).story_file(key)
+    message = f"story {key}: {_story_title(story.path if story else None, key)}"
+    trailers = {"Stepline-Run": ctx.run.run_id, "Stepline-Story": key}
+
+    async def commit(redo: bool) -> dict[str, Any]:
+        if redo and (sha := await find_commit(workspace, trailers)):
+            return {"sha": sha, "redo": "found in the history"}
+        if story is not None:
+            _mark_story_done(story.path)
+        # One commit per story on the baseline: the agent's commits are squashed into it (still in the reflog).
+        await git_ok(workspace, "reset", "-q", "--soft", base)
+        await git_ok(workspace, "add", "-A", "--", ".")
+        await git(workspace, "reset", "-q", base, "--", *_own_paths(ctx))  # the board and .stepline stay out
+        await git_ok(workspace, "commit", "-q", "--no-verify", "-m", with_trailers(message, trailers))
+        return {"sha": await git_ok(workspace, "rev-parse", "HEAD"), "message": message}
+
+    result = await _effect(ctx, "commit", {"baseline": base, "message": message}, commit)
+    _set(ctx, "sprint_commit", result["sha"])
+    ctx.step.choice = "committed"
+    ctx.step.summary = f"{result['sha'][:12]} {message}"
+
+
+async def _merge(ctx: StepContext) -> None:
+    root, branch = ctx.project_root, str(_vars(ctx)["sprint_branch"])
+    sha = str(_vars(ctx)["sprint_commit"])
+
+    async def merge(redo: bool) -> dict[str, Any]:
+        if not await is_ancestor(root, sha, "HEAD"):
+            code, out = await git(root, "merge", "--no-edit", "-q", branch)
+            if code != 0:
+                await git(root, "merge", "--abort")
+                raise StepFailed(f"cannot merge {branch} into the main checkout: {out.splitlines()[0] if out else code}"
+                                 f"; the branch is kept, merge it by hand", retryable=False)
+        head = await git_ok(root, "rev-parse", "HEAD")
+        await git(root, "worktree", "remove", "--force", str(_workspace(ctx)))
+        return {"head": head}
+
+    result = await _effect(ctx, "merge", {"branch": branch, "commit": sha}, merge)
+    ctx.step.choice = "merged"
+    ctx.step.summary = f"{branch} merged, HEAD {result['head'][:12]}"
+
+
+async def _advance(ctx: StepContext) -> None:
+    key = str(_vars(ctx)["sprint_story"])
+    board_path = Path(str(_vars(ctx)["sprint_board"]))
+    lock = ctx.project_root / ".stepline" / "sprint" / "board.lock"
+
+    async def advance(redo: bool) -> dict[str, Any]:
+        changed = set_status(board_path, key, "done", lock_path=lock)
+        board = read_board(board_path)
+        entry = board.entry(key)
+        epic = f"epic-{entry.epic}" if entry is not None and entry.epic is not None else None
+        if epic and board.entry(epic) is not None:
+            mine = [s for s in board.stories if s.epic == entry.epic]  # type: ignore[union-attr]
+            set_status(board_path, epic, "done" if all(s.status == "done" for s in mine) else "in-progress",
+                       lock_path=lock)
+        return {"changed": changed}
+
+    await _effect(ctx, "advance", {"key": key, "status": "done"}, advance)
+    ctx.step.choice = "done"
+    ctx.step.summary = f"{key}: done on the board"
+
+
+async def _append_deferred(ctx: StepContext, name: str, lines: list[str]) -> None:
+    key = str(_vars(ctx)["sprint_story"])
+    target = Path(str(_vars(ctx)["sprint_board"])).parent / "deferred-work.md"
+    marker = f"<!-- stepline {ctx.run.run_id} {ctx.spec.id} {name} -->"
+    block = (f"\n## {key} ({time.now_iso()[:10]}, {name})\n{marker}\n\n" + "\n".join(f"- {line}" for line in lines)
+             + "\n")
+
+    async def append(redo: bool) -> dict[str, Any]:
+        text = target.read_text(encoding="utf-8") if target.is_file() else "# Deferred work\n"
+        if marker not in text:  # a redo after a crash finds its block already there
+            from stepline.store import atomic_write_bytes
+
+            atomic_write_bytes(target, (text.rstrip("\n") + "\n" + block).encode("utf-8"))
+        return {"path": str(target)}
+
+    await _effect(ctx, f"deferred/{name}", {"path": str(target)}, append)
+
+
+async def _defer(ctx: StepContext) -> None:
+    key, base = str(_vars(ctx)["sprint_story"]), str(_vars(ctx).get("sprint_baseline") or "")
+    reason = str(_vars(ctx).get("sprint_reason") or "it did not converge within its budget")
+    workspace = _workspace(ctx)
+    kept: str
+    if _vars(ctx).get("sprint_isolation") == "worktree":
+        kept = f"branch {_vars(ctx).get('sprint_branch')} (worktree {workspace})"
+    else:
+        patch = ctx.project_root / ".stepline" / "sprint" / "deferred" / f"{key}-{ctx.run.run_id}.patch"
+
+        async def put_back(redo: bool) -> dict[str, Any]:
+            board = Path(str(_vars(ctx)["sprint_board"]))
+            ledgers = {path: path.read_bytes() for path in (board, board.parent / "deferred-work.md")
+                       if path.is_file()}  # the loop's own files survive the reset, whatever git tracks
+            if not patch.is_file():
+                patch.parent.mkdir(parents=True, exist_ok=True)
+                await git(workspace, "add", "-A", "-N", "--", ".")
+                await git(workspace, "reset", "-q", "--", *_own_paths(ctx))
+                _, text = await git(workspace, "diff", base, "--", ".", *_excluded(ctx))
+                patch.write_text(text + "\n", encoding="utf-8")
+            await git_ok(workspace, "reset", "-q", "--hard", base)
+            await git(workspace, "clean", "-q", "-fd", "--", ".", *_excluded(ctx))
+            from stepline.store import atomic_write_bytes
+
+            for path, data in ledgers.items():  # the board never goes back: what the agent moved stays
+                atomic_write_bytes(path, data)
+            return {"patch": str(patch)}
+
+        await _effect(ctx, "put-back", {"baseline": base, "patch": str(patch)}, put_back)
+        kept = f"patch {patch.relative_to(ctx.project_root)}"
+    await _append_deferred(ctx, "deferred", [f"deferred by the sprint loop: {reason}", f"run: {ctx.run.run_id}",
+                                             f"attempt kept as {kept}"])
+    ctx.step.choice = "deferred"
+    ctx.step.summary = f"{key} deferred: {reason}"
+
+
+_STAGE_DRIVERS: dict[str, Callable[[StepContext], Awaitable[None]]] = {
+    "baseline": _baseline, "build": _build, "verify": _verify, "verify-final": _verify, "review": _review,
+    "commit": _commit, "merge": _merge, "advance": _advance, "defer": _defer,
+}
+
+
+async def run_sprint_stage(ctx: StepContext) -> None:
+    """Run one stage of a story (the step's id names it: ``build@2`` is the second build)."""
+    await _STAGE_DRIVERS[ctx.spec.id.split("@", 1)[0]](ctx)
+    _set(ctx, "sprint_stage", ctx.spec.id)
+
+
+register_driver(FORMAT, run_sprint_stage, _flow)

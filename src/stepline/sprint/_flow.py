@@ -1,0 +1,93 @@
+"""Which stage of a story's run comes next (pure: the run's finished stages in, the next stage's id out).
+
+A story's run is ``baseline → build → verify → review → verify-final → commit → (merge) → advance``. A failed
+verify sends the story back to build (``build@2``, ``verify@2`` …) while the build budget lasts; review
+findings to fix do the same while the review budget lasts; a story out of budget goes to ``defer``. Each
+stage's driver ends it with a ``choice`` (``pass``/``fail``, ``clean``/``patch``/``defer`` …), which the journal
+keeps, so the same walk over a resumed run reaches the same next stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stepline.model import Run, StepStatus
+
+__all__ = ["STAGES", "SprintFlow", "next_stage", "visit"]
+
+STAGES = ("baseline", "build", "verify", "review", "verify-final", "commit", "merge", "advance", "defer")
+
+
+def visit(base: str, number: int) -> str:
+    """The id of the ``number``-th visit of stage ``base`` (``build``, ``build@2`` …)."""
+    return base if number <= 1 else f"{base}@{number}"
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """How often a stage may run for one story."""
+
+    builds: int
+    reviews: int
+    merge: bool
+
+
+def next_stage(run: Run, budget: Budget) -> str | None:
+    """The stage to run now: the first not completed along the walk the finished stages' choices make."""
+    builds = reviews = 1
+    sid = "baseline"
+    while True:
+        step = run.steps.get(sid)
+        if step is None or step.status != StepStatus.COMPLETED:
+            return sid
+        choice = step.choice or ""
+        base = sid.split("@", 1)[0]
+        if base == "baseline":
+            sid = visit("build", builds)
+        elif base == "build":
+            sid = "defer" if choice == "over-budget" else visit("verify", builds)
+        elif base in ("verify", "verify-final"):
+            if choice == "pass":
+                sid = "commit" if base == "verify-final" else visit("review", reviews)
+            elif builds < budget.builds:
+                builds += 1
+                sid = visit("build", builds)
+            else:
+                sid = "defer"
+        elif base == "review":
+            if choice in ("clean", "skipped"):
+                sid = "verify-final"
+            elif choice == "patch" and builds < budget.builds and reviews < budget.reviews:
+                builds += 1
+                reviews += 1
+                sid = visit("build", builds)
+            else:
+                sid = "defer"
+        elif base == "commit":
+            sid = "merge" if budget.merge else "advance"
+        elif base == "merge":
+            sid = "advance"
+        else:  # advance, defer: the story is settled
+            return None
+
+
+class SprintFlow:
+    """The engine's view of :func:`next_stage`: one stage at a time; a blocked or failed stage ends the run."""
+
+    def __init__(self, run: Run, budget: Budget) -> None:
+        self.run = run
+        self.budget = budget
+        self.stopped = False
+
+    def take_ready(self, limit: int) -> list[str]:
+        """The next stage, unless the last one blocked or failed (the run stops there, resumable)."""
+        if self.stopped:
+            return []
+        sid = next_stage(self.run, self.budget)
+        return [sid] if sid is not None else []
+
+    def finished(self, step_id: str, status: StepStatus) -> list[str]:
+        """Stop at a stage that did not complete."""
+        if status != StepStatus.COMPLETED:
+            self.stopped = True
+        return []

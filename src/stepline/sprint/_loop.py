@@ -1,0 +1,190 @@
+"""The sprint loop: take the board's stories in sprint order, one durable run each, until none is left.
+
+No model decides what happens next: the loop picks the next ``ready-for-dev`` story, starts its run (see
+:mod:`stepline.sprint._driver`) and reads how it ended — committed, deferred, blocked on a person, failed.
+A story whose run was interrupted (the loop was killed) or is blocked is resumed before any new one starts;
+a story committed or deferred by an earlier loop is never taken again. What the loop was asked to do
+(``--epic``, ``--max-stories`` …) is kept in ``.stepline/sprint/loop.json`` for ``stepline sprint resume``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stepline import time
+from stepline.errors import NotFoundError
+from stepline.model import Run, RunStatus
+from stepline.sprint._board import Board, read_board
+from stepline.sprint._config import SprintConfig
+from stepline.sprint._driver import story_workflow
+from stepline.sprint._plan import plan_stories
+from stepline.sprint._project import SprintProject
+from stepline.sprint._usage import Usage, over_limit
+
+if TYPE_CHECKING:
+    from stepline.engine import Engine
+    from stepline.store import RunStore
+
+__all__ = ["LoopOptions", "StoryResult", "StoryRun", "latest_story_runs", "load_loop", "run_loop", "save_loop",
+           "story_usage"]
+
+_PREFIX = "sprint-story:"
+
+
+@dataclass(slots=True)
+class LoopOptions:
+    """What a loop was asked to do."""
+
+    epic: int | None = None
+    story: str | None = None
+    max_stories: int | None = None
+    executor: str | None = None
+    sprint_id: str = field(default_factory=lambda: "sprint-" + time.now().strftime("%Y%m%d-%H%M%S"))
+
+
+@dataclass(frozen=True, slots=True)
+class StoryRun:
+    """A story's latest run, as its manifest says."""
+
+    key: str
+    run_id: str
+    status: str
+
+
+@dataclass(slots=True)
+class StoryResult:
+    """How one story of the loop ended."""
+
+    key: str
+    run_id: str
+    outcome: str  # committed, deferred, blocked, failed
+    summary: str
+    usage: Usage
+
+
+def _loop_file(root: Path) -> Path:
+    return root / ".stepline" / "sprint" / "loop.json"
+
+
+def save_loop(root: Path, options: LoopOptions) -> None:
+    """Keep the loop's options for ``stepline sprint resume``."""
+    from stepline.store import atomic_write_json
+
+    path = _loop_file(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, asdict(options))
+
+
+def load_loop(root: Path) -> LoopOptions:
+    """The options of the last ``stepline sprint run`` here."""
+    from stepline.store import read_json
+
+    raw = read_json(_loop_file(root), None)
+    if not isinstance(raw, dict):
+        raise NotFoundError(f"{_loop_file(root)}: no sprint loop was started here",
+                            hint="start one with `stepline sprint run`")
+    return LoopOptions(epic=raw.get("epic"), story=raw.get("story"), max_stories=raw.get("max_stories"),
+                       executor=raw.get("executor"), sprint_id=str(raw.get("sprint_id") or "sprint"))
+
+
+def latest_story_runs(store: RunStore) -> dict[str, StoryRun]:
+    """Each story's latest run in the store."""
+    found: dict[str, StoryRun] = {}
+    for summary in store.summaries():
+        if summary.workflow.startswith(_PREFIX):
+            key = summary.workflow[len(_PREFIX):]
+            found[key] = StoryRun(key=key, run_id=summary.run_id, status=summary.status)
+    return found
+
+
+def story_usage(run: Run) -> Usage:
+    """What a story's run has cost so far (its stages' recorded usage)."""
+    total = Usage()
+    for name, value in run.variables.items():
+        if name.startswith("sprint_usage:") and isinstance(value, dict):
+            total = total + Usage.from_dict(value)
+    return total
+
+
+def _outcome(run: Run) -> tuple[str, str]:
+    if run.status == RunStatus.BLOCKED:
+        return "blocked", run.blocked_reason or "waiting for a person"
+    if run.status == RunStatus.FAILED:
+        return "failed", run.error or "a stage failed"
+    for sid, outcome in (("advance", "committed"), ("defer", "deferred")):
+        step = run.steps.get(sid)
+        if step is not None and step.status.value == "completed":
+            return outcome, step.summary or outcome
+    return "failed", "the run ended without settling the story"
+
+
+def _variables(project: SprintProject, config: SprintConfig, key: str, options: LoopOptions,
+               spent: Usage) -> dict[str, Any]:
+    dev = project.dev
+    layers = ([{"id": layer.id, "name": layer.name or layer.id, "instruction": layer.instruction}
+               for layer in config.review.layers] if config.review.layers else
+              [{"id": layer.id, "name": layer.name, "instruction": layer.instruction}
+               for layer in (dev.review_layers if dev else ())])
+    return {"sprint_story": key, "sprint_id": options.sprint_id, "sprint_board": str(project.board_path),
+            "sprint_isolation": config.isolation, "sprint_config": config.model_dump(mode="json"),
+            "sprint_dev": {"name": dev.name, "path": str(dev.path), "era": dev.era} if dev else None,
+            "sprint_layers": layers, "sprint_spent_before": spent.to_dict()}
+
+
+def settled_and_unfinished(store: RunStore) -> tuple[set[str], dict[str, str]]:
+    """Stories an earlier loop settled (their run completed), and those whose run is to be resumed."""
+    settled: set[str] = set()
+    unfinished: dict[str, str] = {}
+    for key, story_run in latest_story_runs(store).items():
+        if story_run.status == RunStatus.COMPLETED.value:
+            settled.add(key)
+        elif story_run.status in (RunStatus.RUNNING.value, RunStatus.BLOCKED.value, RunStatus.FAILED.value):
+            unfinished[key] = story_run.run_id
+    return settled, unfinished
+
+
+def plan(project: SprintProject, store: RunStore, options: LoopOptions) -> tuple[Board, list[str], dict[str, str]]:
+    """The board, the stories the loop takes in order, and the runs of those to resume."""
+    board = read_board(project.board_path)
+    settled, unfinished = settled_and_unfinished(store)
+    keys = plan_stories(board, epic=options.epic, story=options.story, max_stories=options.max_stories,
+                        unfinished=unfinished, settled=settled)
+    return board, keys, {k: unfinished[k] for k in keys if k in unfinished}
+
+
+async def run_loop(engine: Engine, project: SprintProject, config: SprintConfig, options: LoopOptions,
+                   *, report: Any = None) -> list[StoryResult]:
+    """Run the loop until no story is left, one blocks or fails, or the loop's enforced budget is spent.
+
+    ``report(result)`` is called as each story ends.
+    """
+    if project.dev is None:
+        raise NotFoundError(f"{project.root}: no BMAD dev workflow is installed (bmad-build-auto, bmad-dev-auto, "
+                            "bmad-dev-story or dev-story)", hint="install BMAD with `stepline bmad install SRC`")
+    _, keys, to_resume = plan(project, engine.store, options)
+    results: list[StoryResult] = []
+    spent = Usage()
+    for key in keys:
+        limit = config.budgets.run
+        problem = over_limit(spent, limit.tokens, limit.cost_usd)
+        if problem and config.budgets.mode == "enforce":
+            results.append(StoryResult(key, "", "stopped", f"the loop's budget is spent: {problem}", Usage()))
+            break
+        if key in to_resume:
+            run = await engine.resume(to_resume[key])
+        else:
+            workflow = story_workflow(key, builds=config.retries.build, reviews=config.retries.review,
+                                      merge=config.isolation == "worktree")
+            run = await engine.start(workflow, _variables(project, config, key, options, spent))
+        outcome, summary = _outcome(run)
+        usage = story_usage(run)
+        spent = spent + usage
+        result = StoryResult(key=key, run_id=run.run_id, outcome=outcome, summary=summary, usage=usage)
+        results.append(result)
+        if report is not None:
+            report(result)
+        if outcome in ("blocked", "failed"):
+            break  # the checkout holds this story's work: the next story waits for it (resume)
+    return results

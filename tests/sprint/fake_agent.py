@@ -1,0 +1,172 @@
+"""A fake coding agent for the sprint loop's tests: it edits files and commits as an agent would.
+
+Invoked as ``claude`` by the cli-agent executor (``bin/claude``): it reads the MCP config from argv, asks
+stepline for its step (``get_step``) over plain HTTP JSON-RPC (no SDK: each start must be cheap), then acts
+by the step's stage (``build`` or ``review``) and the story, as ``FAKE_SPRINT`` (JSON: story prefix ->
+behaviour) says:
+
+``honest``  writes the story's module and test, marks the story ``review`` (its file and the board), commits;
+``liar``    the first time only marks the story ``review`` and claims success (no code); then honest;
+``breaker`` the first time writes its module but breaks an earlier story's code; then honest (and repairs);
+``stubborn`` always writes a module whose test fails.
+
+Reviews answer ``none``, except that ``FAKE_REVIEW`` (JSON: story prefix -> report) gives a layer's report.
+Every call is appended to ``FAKE_LOG`` (JSON lines: story, stage, step, run). ``FAKE_KILL`` =
+``<story prefix>:<stage>`` with ``FAKE_KILL_MARKER``: the first such call SIGKILLs its parent (the stepline
+process) halfway through its work, once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+FUNCTIONS = {"1-1": ("add", "a + b", 5), "1-2": ("sub", "a - b", -1), "1-3": ("mul", "a * b", 6),
+             "1-4": ("div", "a / b", 2 / 3), "2-1": ("mod", "a % b", 2)}
+
+
+class Mcp:
+    """Just enough streamable-HTTP MCP client: initialize, then tools/call."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.session: str | None = None
+        self.ids = 0
+        self._post({"jsonrpc": "2.0", "id": self._id(), "method": "initialize",
+                    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                               "clientInfo": {"name": "fake", "version": "1"}}})
+        self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _id(self) -> int:
+        self.ids += 1
+        return self.ids
+
+    def _post(self, body: dict[str, Any]) -> Any:
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        if self.session:
+            headers["mcp-session-id"] = self.session
+        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        with urllib.request.urlopen(request, timeout=60) as response:
+            self.session = response.headers.get("mcp-session-id") or self.session
+            text = response.read().decode()
+        if "id" not in body:
+            return None
+        for line in text.splitlines():
+            if line.startswith("data:"):
+                message = json.loads(line[5:])
+                if message.get("id") == body["id"]:
+                    return message
+        return json.loads(text) if text.strip().startswith("{") else None
+
+    def call(self, name: str, args: dict[str, Any]) -> Any:
+        message = self._post({"jsonrpc": "2.0", "id": self._id(), "method": "tools/call",
+                              "params": {"name": name, "arguments": args}})
+        result = message["result"]
+        if result.get("isError"):
+            raise SystemExit(f"{name} failed: {result}")
+        return result.get("structuredContent") or result
+
+
+def _git(*args: str) -> None:
+    subprocess.run(["git", *args], check=True, capture_output=True)
+
+
+def _story_file(prefix: str) -> Path:
+    found = sorted(Path("_bmad-output/implementation-artifacts").glob(f"{prefix}-*.md"))
+    return found[0]
+
+
+def _mark_review(prefix: str) -> None:
+    story = _story_file(prefix)
+    story.write_text(re.sub(r"^status:.*$", "status: review", story.read_text(), count=1, flags=re.M))
+    board = Path("_bmad-output/implementation-artifacts/sprint-status.yaml")
+    board.write_text(re.sub(rf"^(\s+{prefix}-[\w-]+:\s*)\S+", r"\1review", board.read_text(), count=1, flags=re.M))
+
+
+def _write_module(prefix: str, correct: bool) -> None:
+    name, expr, expected = FUNCTIONS[prefix]
+    body = expr if correct else "None  # not done yet"
+    Path(f"calc_{name}.py").write_text(f"def {name}(a, b):\n    return {body}\n")
+    Path("tests").mkdir(exist_ok=True)
+    args = "2, 3"
+    Path(f"tests/test_{name}.py").write_text(
+        f"import unittest\n\nfrom calc_{name} import {name}\n\n\nclass Test(unittest.TestCase):\n"
+        f"    def test_{name}(self):\n        self.assertAlmostEqual({name}({args}), {expected!r})\n")
+
+
+def _kill_point(prefix: str, stage: str) -> None:
+    wanted, marker = os.environ.get("FAKE_KILL", ""), os.environ.get("FAKE_KILL_MARKER", "")
+    if wanted == f"{prefix}:{stage}" and marker and not Path(marker).exists():
+        Path(marker).write_text("killed")
+        os.kill(os.getppid(), signal.SIGKILL)
+        sys.exit(9)
+
+
+def build(prefix: str, behaviour: str, retry: bool) -> str:
+    if behaviour == "liar" and not retry:
+        _mark_review(prefix)
+        return "Implemented the story and all its tests pass."
+    if behaviour == "stubborn":
+        _write_module(prefix, correct=False)
+        _mark_review(prefix)
+        _git("add", "-A")
+        _git("commit", "-q", "--allow-empty", "-m", f"wip {prefix}")
+        return "Done, tests pass (they do not)."
+    _write_module(prefix, correct=True)
+    if behaviour == "breaker" and not retry:
+        Path("calc_add.py").write_text("def add(a, b):\n    return a - b  # oops\n")
+    elif Path("calc_add.py").exists() and "oops" in Path("calc_add.py").read_text():
+        Path("calc_add.py").write_text("def add(a, b):\n    return a + b\n")
+    _kill_point(prefix, "build")
+    _mark_review(prefix)
+    _git("add", "-A")
+    _git("commit", "-q", "-m", f"feat: story {prefix}")
+    return f"Implemented story {prefix} with its test."
+
+
+def _main_status() -> str | None:
+    """``git status --porcelain`` of the main checkout (``FAKE_MAIN``), as the agent sees it while it works."""
+    main = os.environ.get("FAKE_MAIN")
+    if not main:
+        return None
+    return subprocess.run(["git", "-C", main, "status", "--porcelain"], capture_output=True, text=True).stdout
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    prompt = sys.stdin.read()
+    config = json.loads(Path(argv[argv.index("--mcp-config") + 1]).read_text())
+    mcp = Mcp(config["mcpServers"]["stepline"]["url"])
+    step = mcp.call("get_step", {})
+    hints = step.get("hints") or {}
+    stage, story = hints.get("stage"), str(hints.get("story") or "")
+    prefix = "-".join(story.split("-")[:2])
+    with open(os.environ["FAKE_LOG"], "a", encoding="utf-8") as log:
+        log.write(json.dumps({"story": story, "stage": stage, "step": step["step_id"], "run": step["run_id"],
+                              "layer": hints.get("layer"), "cwd": os.getcwd(), "main_status": _main_status()})
+                  + "\n")
+    if stage == "build":
+        behaviour = json.loads(os.environ.get("FAKE_SPRINT", "{}")).get(prefix, "honest")
+        summary = build(prefix, behaviour, retry="What failed last time" in prompt)
+    else:
+        reports = json.loads(os.environ.get("FAKE_REVIEW", "{}"))
+        summary = reports.get(f"{prefix}:{hints.get('layer')}", "none")
+    mcp.call("finish", {"summary": summary})
+    session = f"fake-{step['step_id']}"
+    for event in ({"type": "system", "subtype": "init", "session_id": session},
+                  {"type": "result", "subtype": "success", "is_error": False, "result": summary,
+                   "session_id": session, "total_cost_usd": 0.0,
+                   "usage": {"input_tokens": 1000, "output_tokens": 200, "cache_read_input_tokens": 500}}):
+        print(json.dumps(event), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
