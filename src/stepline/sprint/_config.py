@@ -70,13 +70,6 @@ class BudgetsSection(_Section):
     cache_read_per_mtok: float = Field(default=0.3, ge=0)
 
 
-class CheckpointsSection(_Section):
-    """Optional human gates per story: before the build (review the plan), after the commit."""
-
-    before_build: bool = False
-    after_commit: bool = False
-
-
 class SprintConfig(_Section):
     """The whole ``config/sprint.yaml``."""
 
@@ -84,7 +77,6 @@ class SprintConfig(_Section):
     review: ReviewSection = Field(default_factory=ReviewSection)
     retries: RetriesSection = Field(default_factory=RetriesSection)
     budgets: BudgetsSection = Field(default_factory=BudgetsSection)
-    checkpoints: CheckpointsSection = Field(default_factory=CheckpointsSection)
     isolation: Literal["none", "worktree"] = "none"
     executor: str | None = None
     agent_timeout_seconds: float = Field(default=3600.0, gt=0)

@@ -1,0 +1,45 @@
+"""An escalated review finding blocks the story on a question a person answers; an enforced budget defers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sprint_kit import ARTIFACTS, git, make_project
+
+from stepline.interfaces.cli._app import run_cli
+
+
+def test_an_escalation_waits_for_a_person_and_the_answer_lets_the_story_go_on(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_project(tmp_path / "calc", layers=1)
+    monkeypatch.setenv("FAKE_REVIEW", json.dumps({"1-1:layer-1": "escalate: should add() accept strings?"}))
+    assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 9
+    out = capsys.readouterr()
+    [blocked] = json.loads(out.out)
+    assert blocked["outcome"] == "blocked" and "should add() accept strings?" in blocked["summary"]
+    assert "stepline answer" in out.err
+    assert git(root, "log", "--format=%(trailers:key=Stepline-Story)").strip() == ""  # the loop committed nothing
+    assert run_cli(["answer", blocked["run_id"], "accept", "-C", str(root)]) == 0
+    capsys.readouterr()
+    assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q"]) == 0
+    assert [r["outcome"] for r in json.loads(capsys.readouterr().out)] == ["committed"]
+    assert git(root, "log", "--format=%s", "-1").strip() == "story 1-1-add: Story 1-1: add"
+    reviews = [json.loads(line) for line in agent_env.read_text().splitlines() if '"review"' in line]
+    assert len(reviews) == 1  # the review was not asked again after the answer
+
+
+def test_an_enforced_story_budget_defers_the_story_before_its_next_call(
+        tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_project(tmp_path / "calc", layers=1)
+    config = root / "config" / "sprint.yaml"
+    config.write_text(config.read_text() + "budgets: {mode: enforce, story: {tokens: 1000}}\n")
+    git(root, "commit", "-q", "-am", "a budget")
+    assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 0
+    [result] = json.loads(capsys.readouterr().out)
+    assert result["outcome"] == "deferred"
+    assert "the story's budget: 1200 tokens > the limit of 1000" in result["summary"]
+    assert result["usage"]["input_tokens"] == 1000 and result["usage"]["output_tokens"] == 200
+    assert "## 1-1-add" in (root / ARTIFACTS / "deferred-work.md").read_text()
+    assert not [line for line in agent_env.read_text().splitlines() if '"review"' in line]  # no call past the limit
