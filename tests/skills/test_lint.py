@@ -78,7 +78,9 @@ def _broken_copy(tmp_path: Path) -> Path:
 def test_lint_names_every_defect_with_file_and_line(tmp_path: Path) -> None:
     """Broken snapshot link, missing reference, unknown field, missing script, unreachable step, missing file."""
     skill = _broken_copy(tmp_path)
-    found = {(d.code, Path(d.path).name, d.line) for d in lint_skill(skill, tmp_path)}
+    diagnostics = lint_skill(skill, tmp_path)
+    assert {d.code for d in diagnostics if d.severity == "warning"} == {"unreachable-step"}  # dead, not broken
+    found = {(d.code, Path(d.path).name, d.line) for d in diagnostics}
     assert found == {
         ("broken-snapshot-link", "step-02-plan.md", 7),
         ("missing-file", "step-04-review.md", 3),
@@ -116,3 +118,19 @@ def test_corpus_validates(v611: Path) -> None:
     assert [str(d) for d in diagnostics if d.severity == "error"] == []
     assert counts == {"bmad-skill/sections": 26, "bmad-skill/shim": 18, "bmad-skill/step-files": 5}
     assert CORPUS_V611.is_dir()
+
+
+def test_a_link_relative_to_the_skill_root_from_a_step_folder_is_followed(tmp_path: Path) -> None:
+    """`./steps/step-02.md` written inside steps/step-01.md names the skill's steps/step-02.md (some releases
+    write links from the skill root); a markdown link or a quoted path to an output document is not a link."""
+    skill = tmp_path / "quick"
+    (skill / "steps").mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: quick\ndescription: d\n---\nFollow `./steps/step-01-a.md`.\n",
+                                    encoding="utf-8")
+    (skill / "steps" / "step-01-a.md").write_text(
+        "# A\n\nSee [the overview](./overview.md) and \"./index.md\".\n\n## NEXT\n\nRead fully and follow "
+        "`./steps/step-02-b.md`\n", encoding="utf-8")
+    (skill / "steps" / "step-02-b.md").write_text("# B\n", encoding="utf-8")
+    files = read_skill_files(skill)
+    assert files.steps["steps/step-01-a.md"].next == "steps/step-02-b.md"
+    assert lint_skill(skill, tmp_path) == []

@@ -104,13 +104,20 @@ def test_bmad_build_with_the_openai_executor(v611: Path, server: fake_openai.Fak
                                           "step-04-review", "step-05-present"]
     assert policy.errors == []
     kinds = policy.kinds()
-    assert kinds["work"] == 6 and kinds["decide"] == 3 + 2  # step-01's three other routes, step-04's two loops
+    # six steps, plus step-04's three review layers as subagents and its continuation; step-01's three other
+    # routes and step-04's two loops back are the model's decides
+    assert kinds["work"] == 6 + 3 + 1 and kinds["decide"] == 3 + 2
     custom = next(e.data for e in events if e.type == "CallRecorded" and e.data["op"] == "customization")
     assert [layer["id"] for layer in custom["result"]["values"]["review_layers"]] == [
         "blind-hunter", "edge-case-hunter", "verification-gap"]
-    review = next(r for r in policy.requests if r.step_id == "step-04-review")
-    assert "#### Blind Hunter (`blind-hunter`)" in review.parts["Step instructions"]  # rendered from customization
-    assert "# Step 5" not in review.parts["Step instructions"]
+    review = [r for r in policy.requests if r.step_id == "step-04-review" and r.kind == "work"]
+    assert [r.title for r in review] == ["step-04-review.md", "subagent: Blind Hunter", "subagent: Edge Case Hunter",
+                                         "subagent: Verification Gap Reviewer",
+                                         "step-04-review.md (after its subagents)"]
+    hunter = review[2].parts["Step instructions"]  # the layer's instruction from customize.toml, rendered
+    assert f"Read `{v611}/_bmad/bmm/ship/bmad-build/review-prompts/edge-case-hunter.md`" in hunter
+    assert "diff_output by the fake model" in hunter  # the value the step set for its layers
+    assert "# Step 5" not in review[0].parts["Step instructions"] + review[-1].parts["Step instructions"]
 
 
 def test_bmad_prd_with_the_openai_executor(v611: Path, server: fake_openai.FakeOpenAI) -> None:
@@ -121,6 +128,9 @@ def test_bmad_prd_with_the_openai_executor(v611: Path, server: fake_openai.FakeO
     done = [e.step_id for e in events if e.type == "WorkflowStepCompleted"]
     assert done == ["activate", "on-activation", "intent", "section-discovery", "section-finalize"]
     assert policy.errors == []
+    contexts = [json.loads(r.parts["Context"]) for r in policy.requests if r.kind == "work"]
+    assert {c.get("headless_reference") for c in contexts} == {  # #yolo is headless: the skill's own reference
+        str(v611 / PRD / "references" / "headless.md")}
     memlog = (v611 / WORKSPACE / ".memlog.md").read_text(encoding="utf-8")
     assert memlog.startswith("---\ntopic: Fake product\nupdated: ")
     assert memlog.endswith("\n---\n\n- (event) section-finalize done\n")

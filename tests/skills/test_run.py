@@ -185,3 +185,50 @@ def test_scripts_run_as_tools_through_the_pipeline(mini: Path) -> None:
                                       "exists": True, "tool": "runScript"}]
     assert (mini / "notes.txt").read_text(encoding="utf-8") == "did\n"
     assert [e.data["args"]["name"] for e in events if e.type == "CallStarted"] == ["runScript"]
+
+
+def test_subagent_layers_are_parallel_executor_calls(mini: Path) -> None:
+    """Layers whose instruction launches a subagent run as their own requests, at the same time, each with only
+    its instruction (the value the step set substituted); the step then continues with their results."""
+    (mini / "_bmad" / "custom" / "tiny-build.toml").write_text(
+        '[[workflow.checks]]\nid = "lint"\nname = "Linter"\ninstruction = "Launch a subagent: lint {change}."\n'
+        '[[workflow.checks]]\nid = "tests"\nname = "Tests"\ninstruction = "Launch a subagent: test {change}."\n',
+        encoding="utf-8")
+    both_started = asyncio.Event()
+    running: list[str] = []
+
+    class Layered(Recorder):
+        async def perform(self, request: Any, session: StepSession) -> None:
+            if request.step_id == "step-04-review" and request.title.startswith("subagent:"):
+                self.requests.append(request)
+                running.append(request.title)
+                if len(running) == 2:
+                    both_started.set()
+                await asyncio.wait_for(both_started.wait(), 5)  # only returns if the other layer runs meanwhile
+                await session.finish(summary=f"{request.title}: 1 finding")
+                return
+            if request.step_id == "step-04-review" and "set_var('change'" in request.content:
+                await session.set_var("change", "CHANGE-7")
+            await super().perform(request, session)
+
+    executor = Layered()
+    run, events = _run(mini, mini / "_bmad" / "mini" / "tiny-build", executor)
+    assert run.status == "completed"
+    review = [r for r in executor.work() if r.step_id == "step-04-review"]
+    assert [r.title for r in review] == ["step-04-review.md", "subagent: Linter", "subagent: Tests",
+                                         "step-04-review.md (after its subagents)"]
+    assert "runs these 2 layers as parallel subagents" in review[0].content and "lint" not in review[0].content
+    assert [r.content for r in review[1:3]] == ["Launch a subagent: lint CHANGE-7.",
+                                                "Launch a subagent: test CHANGE-7."]
+    assert "#### Linter (`lint`) — its subagent returned:\n\nsubagent: Linter: 1 finding" in review[3].content
+    assert _calls(events, "subagents")[0]["result"][1] == {"id": "tests", "name": "Tests",
+                                                          "result": "subagent: Tests: 1 finding"}
+
+
+def test_the_modules_config_user_yaml_names_the_user(mini: Path) -> None:
+    """`{user_name}` in the prose comes from _bmad/<module>/config.yaml with config.user.yaml over it."""
+    (mini / "_bmad" / "mini" / "config.user.yaml").write_text("user_name: Grace\n", encoding="utf-8")
+    recorder = Recorder()
+    _run(mini, mini / "_bmad" / "mini" / "tiny-doc", recorder)
+    activation = next(r for r in recorder.work() if r.step_id == "on-activation")
+    assert "2. Greet Grace in English." in activation.content

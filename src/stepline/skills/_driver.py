@@ -18,6 +18,11 @@
   is used as given; else when the skill's output folder holds no earlier document the first mode (Create)
   is chosen by the runtime; else the executor (or the person, in normal mode) picks a mode, and documents in
   progress (frontmatter ``status`` not final) are offered to resume.
+* **Subagents**: a ``{workflow.<x>}`` list of layers (tables with an ``instruction``) that launch subagents —
+  bmad-build's review layers — is not handed to one conversation: the step's request is told the runtime runs
+  them (and to set the values their instructions need, ``{diff_output}``), then each layer is its own request
+  with only its instruction, at most ``runtime.concurrency`` at once, and a last request continues the step
+  with their results in place of the layers (journaled as ``subagents``).
 * Scripts the step names (``uv run {project-root}/_bmad/scripts/memlog.py …``, the skill's ``scripts/*.py``)
   are listed in the request's context; the executor runs them with the ``runScript`` tool, through the tool
   pipeline (journaled intent first, never re-run blindly after a crash).
@@ -25,7 +30,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +44,7 @@ from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
 from stepline.model import EventType, Run, StepStatus, WorkflowSpec
 from stepline.skills._load import SKILL_FORMAT
-from stepline.skills._render import RenderEnv, render_skill_text
+from stepline.skills._render import CUSTOM_TOKEN, RenderEnv, render_skill_text
 from stepline.skills._skill import SkillDoc, read_doc, read_skill_files, scripts_in
 
 __all__ = ["SkillFlow", "run_skill_step"]
@@ -46,6 +53,7 @@ _OPEN = (StepStatus.RUNNING, StepStatus.BLOCKED, StepStatus.FAILED)
 _FACT_LIMIT = 65_536
 _SKIPPED_DIRS = {"_bmad", "node_modules", ".git", ".stepline", ".venv", "__pycache__"}
 _FINAL = {"final", "done", "complete", "completed", "approved"}
+_PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_]*)\}")
 
 
 class SkillFlow:
@@ -168,9 +176,16 @@ def _scripts(ctx: StepContext, doc: SkillDoc) -> list[dict[str, Any]]:
 
 
 def _base_context(ctx: StepContext) -> dict[str, Any]:
+    """What every request of the skill carries besides its instructions. An unattended run (#yolo,
+    non-interactive) is the skill's headless mode: its ``references/headless.md``, if any, is named (the
+    executor reads it through ``read``, as the skill says to, for the whole run)."""
     skill = _skill(ctx)
-    return {"skill": skill["name"], "skill_root": skill["root"], "headless": ctx.run.mode != "normal",
-            "intent": ctx.variables.get("intent")}
+    context = {"skill": skill["name"], "skill_root": skill["root"], "headless": ctx.run.mode != "normal",
+               "intent": ctx.variables.get("intent")}
+    headless = Path(skill["root"]) / "references" / "headless.md"
+    if ctx.run.mode != "normal" and headless.is_file():
+        context["headless_reference"] = str(headless)
+    return context
 
 
 def _entry_rules(ctx: StepContext) -> str:
@@ -311,6 +326,37 @@ async def _route(ctx: StepContext, doc: SkillDoc) -> tuple[str | None, str, str]
     return default, ("the step's NEXT" if default else "the step names no next step: the skill ends"), "runtime"
 
 
+def _subagent_layers(ctx: StepContext, text: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The ``{workflow.<x>}`` tokens of ``text`` whose value is a list of layers (tables with an ``instruction``)
+    that launch subagents, each with its active layers (an empty instruction disables one)."""
+    skill = _skill(ctx)
+    found = []
+    for match in CUSTOM_TOKEN.finditer(text):
+        value = (skill["customization"].get(match[1]) or {}).get(match[2])
+        if not isinstance(value, list) or not value or not all(isinstance(v, dict) for v in value):
+            continue
+        active = [v for v in value if str(v.get("instruction", "")).strip()]
+        if any("subagent" in str(v["instruction"]).lower() for v in active):
+            found.append((match[0], active))
+    return found
+
+
+async def _run_subagents(ctx: StepContext, layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each layer as its own ``work`` request (a fresh context: only its instruction), at most
+    ``runtime.concurrency`` at a time; the results in the layers' order."""
+    limit = asyncio.Semaphore(ctx.engine.config.runtime.concurrency)
+
+    async def one(layer: dict[str, Any]) -> dict[str, Any]:
+        async with limit:  # FIFO: the requests are numbered in the layers' order, the same on a resume
+            name = str(layer.get("name") or layer.get("id"))
+            outcome = await ctx.invoke("work", title=f"subagent: {name}", content=_render(ctx, layer["instruction"]),
+                                       context={**_base_context(ctx), "subagent": layer.get("id"),
+                                                "fresh_context": True})
+        return {"id": layer.get("id"), "name": name, "result": outcome.summary or ""}
+
+    return list(await asyncio.gather(*(one(layer) for layer in layers)))
+
+
 async def _step_file(ctx: StepContext) -> None:
     _check_visits(ctx)
     skill = _skill(ctx)
@@ -320,12 +366,33 @@ async def _step_file(ctx: StepContext) -> None:
     if not path.is_file():
         raise ReaderError(f"step file {name} does not exist", path=str(path), hint="fix the link to it")
     doc = read_doc(root, path)
-    content = _render(ctx, doc.text)
-    _hand_over(ctx, "step", path, doc.text, content)
     context = {**_base_context(ctx), "step_file": str(path), "scripts": _scripts(ctx, doc),
                "workflow_rules": _entry_rules(ctx)}
+    layers = _subagent_layers(ctx, doc.text)
+    raw = doc.text
+    for token, active in layers:  # the runtime launches them: the step is told so, and what they need from it
+        needs = sorted({n for layer in active for n in _PLACEHOLDER.findall(_render(ctx, layer["instruction"]))})
+        names = ", ".join(str(layer.get("name") or layer.get("id")) for layer in active)
+        ask = "".join(f" Before you finish, set it with set_var('{n}', …) — the layers need it." for n in needs)
+        raw = raw.replace(token, f"(The runtime runs these {len(active)} layers as parallel subagents once you "
+                                 f"finish this request: {names}.{ask} Do everything before them now.)")
+    content = _render(ctx, raw)
+    _hand_over(ctx, "step", path, doc.text, content)
     outcome = await ctx.invoke("work", content=content, context=context)
     ctx.step.summary = outcome.summary
+    if layers:
+        results = [result for _, active in layers for result in await _run_subagents(ctx, active)]
+        _record(ctx, "subagents", "subagents", {"layers": [r["id"] for r in results]}, results)
+        rest = doc.text
+        for token, active in layers:
+            ids = {layer.get("id") for layer in active}
+            rest = rest.replace(token, "\n\n".join(f"#### {r['name']} (`{r['id']}`) — its subagent returned:\n\n"
+                                                   f"{r['result']}" for r in results if r["id"] in ids))
+        continuation = ("The layers ran as parallel subagents; their results stand below in place of the layers. "
+                        "Continue this step from there (do not redo what came before them).\n\n" + _render(ctx, rest))
+        outcome = await ctx.invoke("work", title=f"{name} (after its subagents)", content=continuation,
+                                   context=context)
+        ctx.step.summary = outcome.summary
     target, reason, by = await _route(ctx, doc)
     _record(ctx, "route", "route", {"from": name}, {"next": target, "reason": reason, "by": by})
     _move(ctx, target, reason=reason, by=by)

@@ -62,8 +62,9 @@ def _lint_doc(doc: SkillDoc, root: Path, project_root: Path, env: RenderEnv, mod
             if match[1] not in sources:
                 out.append(Diagnostic("error", "broken-snapshot-link", f"[[bmad-snapshot:{match[1]}]] names no "
                                       "Markdown file of the skill", path, number))
-    for link in doc.links:
-        if not link.snapshot and _checked_path(root, link.target) and not (root / link.target).exists():
+    shape = doc.path.relative_to(root).parts[0] in ("templates", "assets") if doc.path != root else False
+    for link in doc.links:  # a template's or asset's links are its output's (./architecture.md), not the skill's
+        if not link.snapshot and not shape and _checked_path(root, link.target) and not (root / link.target).exists():
             out.append(Diagnostic("error", "missing-file", f"{link.target} does not exist in the skill", path,
                                   link.line))
     for number, token, why in unknown_tokens(doc.text, env, module):
@@ -129,7 +130,7 @@ def lint_skill(path: Path, project_root: Path) -> list[Diagnostic]:
         for step in sorted(root.rglob("step-*.md")):
             rel = step.relative_to(root).as_posix()
             if rel not in reached:
-                out.append(Diagnostic("error", "unreachable-step", f"no route from {files.entry.path.name} reaches "
+                out.append(Diagnostic("warning", "unreachable-step", f"no route from {files.entry.path.name} reaches "
                                       f"{rel}", str(step), 1))
     if files.kind == "shim" and find_skill(str(files.forward_to), root, project_root) is None:
         out.append(Diagnostic("error", "shim-target", f"forwards to {files.forward_to!r}, which is not installed "

@@ -26,7 +26,12 @@ from typing import Any, Literal
 
 from stepline.errors import NotFoundError, ReaderError
 from stepline.model import SourceRef, StepSpec, WorkflowSpec
-from stepline.skills._customize import Customization, load_central_config, resolve_customization
+from stepline.skills._customize import (
+    Customization,
+    load_central_config,
+    load_module_config,
+    resolve_customization,
+)
 from stepline.skills._skill import (
     SkillFiles,
     read_skill_files,
@@ -75,13 +80,16 @@ def find_skill(name: str, near: Path, project_root: Path | None) -> Path | None:
 
 
 def _flat_config(central: dict[str, Any], module: str | None, project_root: Path) -> dict[str, Any]:
-    """Config values by plain name: core first, the skill's module over it (``{project-root}`` resolved)."""
+    """Config values by plain name (``{user_name}``): core first, the skill's module over it, then the module's
+    ``config.yaml`` + ``config.user.yaml``, which the skills' prose says to load (``{project-root}`` resolved)."""
     names: dict[str, Any] = {}
     layers = [central.get("core") or {}]
     modules = central.get("modules") or {}
     layers.extend(v for k, v in modules.items() if k != module and isinstance(v, dict))
     if module and isinstance(modules.get(module), dict):
         layers.append(modules[module])
+    if module:
+        layers.append(load_module_config(project_root, module))
     for layer in layers:
         for key, value in layer.items():
             if not isinstance(value, dict | list):

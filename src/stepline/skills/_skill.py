@@ -44,7 +44,9 @@ SkillKind = Literal["step-files", "sections", "shim"]
 
 _BACKTICK_PATH = re.compile(r"`((?:\{skill-root\}/|\./|\.\./)?(?:[\w.-]+/)*[\w.-]+"
                             r"\.(?:md|csv|html|yaml|yml|json|toml|py))`")
-_BARE_PATH = re.compile(r"(?<![`\w/.])(\./(?:[\w.-]+/)*[\w.-]+\.md)(?![`\w])")
+_BARE_PATH = re.compile(r"(?<![`\w/.(\"'])(\./(?:[\w.-]+/)*[\w.-]+\.md)(?![`\w])")
+#: "(e.g. `agents/foo.md`)": an example of a convention, not a reference
+_EXAMPLE = re.compile(r"\(e\.g\.[^)]*\)|\be\.g\.,?\s*`[^`]*`")
 _HEADING = re.compile(r"^(#{2,3})\s+(.+?)\s*#*\s*$")
 _SECTION_REF = re.compile(r"`##\s+([^`]+)`")
 _MODE = re.compile(r"^\*\*([A-Z][\w -]*?)(?:\s*\(([^)]*)\))?\.?\*\*\.?\s*(.*)")
@@ -155,8 +157,10 @@ def _resolve(root: Path, doc_dir: Path, raw: str) -> str | None:
     """A path written in a document, relative to the skill root (None: outside the skill, or a placeholder)."""
     if raw.startswith("{skill-root}/"):
         candidate = root / raw[len("{skill-root}/"):]
-    elif raw.startswith(("./", "../")):
+    elif raw.startswith(("./", "../")):  # from the document; some releases mean the skill root (steps/ -> steps/)
         candidate = doc_dir / raw
+        if not candidate.exists() and (root / raw).exists():
+            candidate = root / raw
     else:  # bare paths resolve from the skill root; a sibling of the document is accepted too
         candidate = root / raw
         if not candidate.exists() and (doc_dir / raw).exists():
@@ -184,7 +188,7 @@ def read_doc(root: Path, path: Path) -> SkillDoc:
             doc.links.append(Link(match[1], number, line.strip(), True, section))
         if section.lower() == "conventions":
             continue  # its paths are examples of the conventions ("Bare paths (e.g. `steps/step-01.md`)")
-        for match in [*_BACKTICK_PATH.finditer(line), *_BARE_PATH.finditer(line)]:
+        for match in [*_BACKTICK_PATH.finditer(_EXAMPLE.sub("", line)), *_BARE_PATH.finditer(line)]:
             raw = match[1]
             target = _resolve(root, path.parent, raw)
             if target is not None and target not in ("SKILL.md",):
