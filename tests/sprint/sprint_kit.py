@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BMAD = Path("/work/shared/corpus/bmad/v6.11.0")
+BMAD = HERE.parents[2] / "shared" / "corpus" / "bmad" / "v6.11.0"  # beside the repository, as tests/conftest.py
 ARTIFACTS = "_bmad-output/implementation-artifacts"
 
 BOARD = """\

@@ -7,13 +7,15 @@ import threading
 from pathlib import Path
 
 import pytest
-from sprint_kit import ARTIFACTS, BOARD, make_project
+from sprint_kit import ARTIFACTS, BMAD, BOARD, make_project
 
 from stepline.errors import NotFoundError, ReaderError
 from stepline.interfaces.cli._app import run_cli
 from stepline.sprint import find_project, plan_stories, read_board, set_status
 
-OLD_ERA = Path("/work/shared/corpus/bmad/v6.0.0-alpha.23")
+pytestmark = [pytest.mark.corpus, pytest.mark.skipif(not BMAD.is_dir(), reason=f"no BMAD release at {BMAD}")]
+
+OLD_ERA = BMAD.parent / "v6.0.0-alpha.23"
 
 
 def _board(tmp_path: Path, text: str = BOARD) -> Path:

@@ -6,9 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from sprint_kit import ARTIFACTS, git, make_project
+from sprint_kit import ARTIFACTS, BMAD, git, make_project
 
 from stepline.interfaces.cli._app import run_cli
+
+pytestmark = [pytest.mark.corpus, pytest.mark.skipif(not BMAD.is_dir(), reason=f"no BMAD release at {BMAD}")]
 
 
 def test_an_escalation_waits_for_a_person_and_the_answer_lets_the_story_go_on(

@@ -13,9 +13,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from sprint_kit import ARTIFACTS, git, make_project
+from sprint_kit import ARTIFACTS, BMAD, git, make_project
 
 from stepline.interfaces.cli._app import run_cli
+
+pytestmark = [pytest.mark.corpus, pytest.mark.skipif(not BMAD.is_dir(), reason=f"no BMAD release at {BMAD}")]
 
 HERE = Path(__file__).resolve().parent
 BEHAVIOURS = {"1-2": "liar", "1-3": "breaker", "1-4": "stubborn"}
@@ -111,6 +113,7 @@ def _child(root: Path, command: str, **env: str) -> subprocess.CompletedProcess[
                           capture_output=True, text=True, timeout=120, env={**os.environ, **env})
 
 
+@pytest.mark.slow
 def test_sigkill_mid_build_mid_verify_after_git_commit_and_before_the_board_then_resume(
         tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each story committed exactly once, no finished stage or agent call repeated, the board exactly right."""
