@@ -122,7 +122,8 @@ def test_corpus_validates(v611: Path) -> None:
 
 def test_a_link_relative_to_the_skill_root_from_a_step_folder_is_followed(tmp_path: Path) -> None:
     """`./steps/step-02.md` written inside steps/step-01.md names the skill's steps/step-02.md (some releases
-    write links from the skill root); a markdown link or a quoted path to an output document is not a link."""
+    write links from the skill root); frontmatter nextStepFile/altStepFile are links; a markdown link or a quoted
+    path to an output document is not a link."""
     skill = tmp_path / "quick"
     (skill / "steps").mkdir(parents=True)
     (skill / "SKILL.md").write_text("---\nname: quick\ndescription: d\n---\nFollow `./steps/step-01-a.md`.\n",
@@ -130,7 +131,12 @@ def test_a_link_relative_to_the_skill_root_from_a_step_folder_is_followed(tmp_pa
     (skill / "steps" / "step-01-a.md").write_text(
         "# A\n\nSee [the overview](./overview.md) and \"./index.md\".\n\n## NEXT\n\nRead fully and follow "
         "`./steps/step-02-b.md`\n", encoding="utf-8")
-    (skill / "steps" / "step-02-b.md").write_text("# B\n", encoding="utf-8")
+    (skill / "steps" / "step-02-b.md").write_text("---\nnextStepFile: './step-03-c.md'\naltStepFile: "
+                                                  "'./step-04-d.md'\n---\n# B\n", encoding="utf-8")
+    (skill / "steps" / "step-03-c.md").write_text("# C\n", encoding="utf-8")
+    (skill / "steps" / "step-04-d.md").write_text("# D\n", encoding="utf-8")
     files = read_skill_files(skill)
     assert files.steps["steps/step-01-a.md"].next == "steps/step-02-b.md"
+    second = files.steps["steps/step-02-b.md"]  # frontmatter links, the micro-file way
+    assert second.next == "steps/step-03-c.md" and [r.target for r in second.routes] == ["steps/step-04-d.md"]
     assert lint_skill(skill, tmp_path) == []

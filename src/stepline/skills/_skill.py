@@ -176,6 +176,13 @@ def read_doc(root: Path, path: Path) -> SkillDoc:
     text = read_text(path)
     fm = read_frontmatter(text, path=str(path))
     doc = SkillDoc(path=path, text=text, frontmatter=dict(fm.data), body_line=fm.body_line)
+    for key, value in fm.data.items():  # nextStepFile: './step-02.md' (the micro-file way some releases keep)
+        if isinstance(value, str) and value.endswith(".md") and "{" not in value.replace("{skill-root}", "") and (
+                key.endswith("StepFile") or Path(value).name.startswith("step-")):
+            target = _resolve(root, path.parent, value if value.startswith(("./", "../", "{")) else "./" + value)
+            if target is not None:
+                doc.links.append(Link(target, fm.line_of(key) or 1, f"{key}: {value}", False,
+                                      "NEXT" if key == "nextStepFile" else "frontmatter"))
     section = ""
     in_fence = False
     for number, line in enumerate(text.splitlines(), start=1):
