@@ -156,9 +156,12 @@ def test_sigkill_then_resume_runs_each_script_once(v611: Path, server: fake_open
     _use(server)
     first = _child(v611, server, pattern, n, "run", str(PRD), "--executor", "openai", "--yolo")
     assert first.returncode == -signal.SIGKILL, (where, first.stdout, first.stderr)
-    run_id = next((v611 / ".stepline" / "runs").iterdir()).name
+    runs = [p.name for p in (v611 / ".stepline" / "runs").iterdir() if p.is_dir() and p.name.startswith("run-")]
+    assert len(runs) == 1, runs
+    run_id = runs[0]
     resumed = _child(v611, server, "-", 0, "resume", run_id)
-    assert resumed.returncode == 0, (where, resumed.stdout, resumed.stderr)
+    assert resumed.returncode == 0, (where, resumed.returncode, resumed.stdout, resumed.stderr,
+                                     [(e.type, e.step_id, e.data) for e in _events(v611, run_id)[-4:]])
     events = _events(v611, run_id)
     assert events[-1].type == "WorkflowCompleted"
     scripts = [json.dumps(e.data["args"]["args"]["args"][:1]) for e in events
