@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stepline._yaml import find_yaml_line, load_yaml_text
+from stepline.context._config import TelisConfig
 from stepline.errors import ConfigError
 from stepline.formats._files import read_text
 from stepline.guardrails import GuardrailPolicy
@@ -85,6 +86,7 @@ class RuntimeConfig(_Section):
     guardrails: GuardrailPolicy = Field(default_factory=GuardrailPolicy)
     time: TimeSection = Field(default_factory=TimeSection)
     executors: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    telis: TelisConfig = Field(default_factory=TelisConfig)  # TELIS context: shards, retrieval, language servers
     source: str | None = Field(default=None, exclude=True)
 
 

@@ -85,6 +85,7 @@ class StepContext:
             context={"project_root": str(self.project_root), **(context or {})},
             mode=self.run.mode, workflow_id=self.run.workflow.id, attempt=self.attempt,
             hints={**(hints or {}), "invocation": self.invocations - 1}, evidence=self.spec.evidence,
+            telis_context=redact(self.step.telis_context) if self.step.telis_context else None,
         )
         return await self.engine.invoke(self, request, self.invocations - 1)
 

@@ -16,7 +16,7 @@ import random
 import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stepline import time
 from stepline.engine._checks import check_step_inputs, check_step_outputs, run_validation_gates
@@ -30,6 +30,7 @@ from stepline.engine._retry import retry_delay
 from stepline.engine._session import JournaledSession, Outcome, repair_torn_appends, sha256_file
 from stepline.engine._signals import StepBlocked
 from stepline.engine._state import CallLog, apply, fold, stamp
+from stepline.engine._telis import close_context, resolve_step_context
 from stepline.errors import (
     ExecutorError,
     JournalError,
@@ -66,6 +67,9 @@ from stepline.store import (
     sweep_temp_files,
     truncate_to_last_good,
 )
+
+if TYPE_CHECKING:
+    from stepline.context import ContextResolver
 
 __all__ = ["Engine", "EventListener", "StepDriver", "register_driver"]
 
@@ -163,6 +167,7 @@ class Engine:
         self._events: list[Event] = []
         self._random = random.Random(0)
         self._deadlines = Deadlines()
+        self.telis: ContextResolver | None = None  # the run's TELIS resolver, made when a step first asks (_telis)
 
     # -- public API -----------------------------------------------------------------------------------------
     @property
@@ -496,6 +501,7 @@ class Engine:
                 write_timeline(run_dir, self._events)
             finally:
                 try:
+                    await close_context(self)  # the run's language servers end with it
                     if self._executor is not None:
                         await self._executor.aclose()
                 finally:
@@ -680,6 +686,7 @@ class Engine:
         """Seed 004's order: input guardrails, tools, the executor, output guardrails, validation gates."""
         check_step_inputs(ctx)
         await self._run_step_tools(ctx)
+        await resolve_step_context(self, ctx)  # TELIS (R-C1): the step's context, before its executor runs
         await driver(ctx)
         check_step_outputs(ctx)
         await run_validation_gates(ctx)

@@ -205,6 +205,10 @@ def _step_skipped(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) 
     step.error = _text(data, "reason")
 
 
+def _context_resolved(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:
+    step.telis_context = _mapping(data["context"], "context")
+
+
 def _tool_done(step: RunStep, data: dict[str, Any], at: str, calls: CallLog) -> None:
     step.tools.append(data)
 
@@ -243,6 +247,7 @@ _STEP_FOLDS: dict[str, _StepFold] = {
     _E.STEP_BLOCKED: _step_blocked,
     _E.STEP_SKIPPED: _step_skipped,
     _E.TOOL_COMPLETED: _tool_done,
+    _E.CONTEXT_RESOLVED: _context_resolved,
     _E.TOOL_FAILED: _tool_done,
     _E.ARTIFACT_READY: _artifact_ready,
     _E.VALIDATION_FAILED: _validation_failed,

@@ -284,6 +284,10 @@ def build_prompt(request: StepRequest, mode: Mode) -> str:
         lines += ["", "## Instructions", "", request.content.strip()]
     if request.question:
         lines += ["", "## Question", "", request.question]
+    if request.telis_context:  # TELIS (R-C1): shards and a language server's answer, resolved for this step
+        from stepline.context import render_context
+
+        lines += ["", "## Context (TELIS)", "", render_context(request.telis_context)]
     if request.menu:
         lines += ["", "## Menu (pass the key as finish(choice=...))", ""]
         lines += [f"[{o.key}] {o.label}" + (" (default)" if o.default else "") for o in request.menu]

@@ -288,6 +288,10 @@ def build_prompt(request: StepRequest) -> tuple[str, str]:
         parts.append("## Variables\n" + _json(redact_obj(request.variables)))
     if request.context:
         parts.append("## Context\n" + _json(redact_obj(request.context)))
+    if request.telis_context:  # TELIS (R-C1): shards and a language server's answer, resolved for this step
+        from stepline.context import render_context
+
+        parts.append("## Context (TELIS)\n" + render_context(request.telis_context))
     return system, redact("\n\n".join(parts))
 
 

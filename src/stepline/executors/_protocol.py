@@ -57,6 +57,9 @@ class StepRequest:
     #: The step's evidence requirement (``"L1"``, ``"QUINT L1"``), the same on every request of the step: when the
     #: step completes, the evidence it recorded (``call_tool("recordEvidence", …)``) must meet it. None: no requirement.
     evidence: str | None = None
+    #: The step's TELIS context (SPEC R-C1), resolved and journaled before the executor runs: shards, a language
+    #: server's answer, warnings, its fingerprint (see :mod:`stepline.context`). None: the step asks for none.
+    telis_context: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form (for the journal, cassettes and prompts)."""

@@ -36,6 +36,8 @@ class EventType(StrEnum):
     TOOL_COMPLETED = "ToolCompleted"
     TOOL_FAILED = "ToolFailed"
     TOOL_APPROVAL_REQUIRED = "ToolApprovalRequired"
+    CONTEXT_RESOLVED = "ContextResolved"  # TELIS (R-C1): a step's context, journaled whole before its executor runs
+    CONTEXT_DRIFT = "ContextDrift"  # a source of a step's context changed since it was last used
     # Journal-only records: what makes a resumed step replay instead of repeating.
     CALL_STARTED = "CallStarted"
     CALL_RECORDED = "CallRecorded"

@@ -13,8 +13,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "console",
+    "context_detail",
     "err_console",
     "one_line",
+    "print_contexts",
     "print_errors",
     "print_json",
     "print_secrets_in_artifacts",
@@ -146,6 +148,52 @@ def print_errors(run: Run) -> None:
         first, *rest = error.splitlines() or [""]
         text = "\n".join([f"  {step_id}: {first}", *(f"    {line}" for line in rest)])
         console.print(Text(text), soft_wrap=True)
+
+
+def context_detail(data: dict[str, Any]) -> str | None:
+    """What ``show`` says of a TELIS event (a context resolved, a source drifted); None for any other event."""
+    context = data.get("context")
+    if isinstance(context, dict):
+        lsp = context.get("lsp") or {}
+        parts = [f"{len(context.get('shards') or [])} shard(s), phase {context.get('phase', 0)}, "
+                 f"{context.get('tokens', 0)}/{(context.get('request') or {}).get('budget_tokens', '?')} tokens"]
+        if lsp:
+            parts.append(f"{lsp.get('method')} {lsp.get('document')}:{lsp.get('line')}:{lsp.get('character')}"
+                         f" via {lsp.get('server') or 'no server'}")
+        if context.get("warnings"):
+            parts.append(f"{len(context['warnings'])} warning(s)")
+        return "; ".join(parts) + f"; {str(context.get('fingerprint', ''))[:19]}"
+    if isinstance(data.get("sources"), list) and "replayed" in data:
+        changed = ", ".join(f"{s.get('source')} changed" + (f" (since {s['since']})" if s.get("since") else "")
+                            for s in data["sources"] if isinstance(s, dict))
+        return ("drift in the replayed context: " if data["replayed"] else "drift: ") + changed
+    return None
+
+
+def print_contexts(run: Run) -> None:
+    """Each step's TELIS context: its shards (tier, score, source), the language server's answer, warnings."""
+    from rich.text import Text
+
+    steps = [step for step in run.steps.values() if step.telis_context]
+    if not steps:
+        return
+    console.print(Text("context (TELIS):", style="bold"))
+    for step in steps:
+        context = step.telis_context or {}
+        lines = [f"  {step.step_id}: {context.get('fingerprint')}  {context.get('tokens', 0)} tokens, phase "
+                 f"{context.get('phase', 0)} ({context.get('stopped')}); query: "
+                 f"{(context.get('request') or {}).get('query') or '-'}"]
+        for shard in context.get("shards") or []:
+            lines.append(f"    [{shard.get('tier')}] {shard.get('title')} ({shard.get('source')}, score "
+                         f"{shard.get('score')}, {shard.get('tokens')} tokens)")
+        lsp = context.get("lsp")
+        if lsp:
+            result = lsp.get("result") or {}
+            answer = result.get("text") or "; ".join(s.get("label", "") for s in result.get("signatures") or [])
+            lines.append(f"    {lsp.get('method')} at {lsp.get('document')}:{lsp.get('line')}:{lsp.get('character')}"
+                         f" ({lsp.get('server') or 'no server'}): {one_line(answer)[:160] or '-'}")
+        lines += [f"    warning: {warning}" for warning in context.get("warnings") or []]
+        console.print(Text("\n".join(lines)), soft_wrap=True)
 
 
 def run_exit_code(run: Run) -> int:

@@ -10,8 +10,10 @@ import typer
 from stepline.interfaces.cli._app import ConfigOption, Directory, JsonOutput, ProjectRoot, Where, app, where
 from stepline.interfaces.cli._render import (
     console,
+    context_detail,
     err_console,
     one_line,
+    print_contexts,
     print_errors,
     print_json,
     print_secrets_in_artifacts,
@@ -385,6 +387,7 @@ def show(
             usage.add_row(step_id, *(f"{v:g}" for v in values))
         usage.add_row("[bold]run[/bold]", *(f"{v:g}" for v in totals))
         console.print(usage)
+    print_contexts(found)
     print_errors(found)
     print_secrets_in_artifacts(found)
 
@@ -395,6 +398,9 @@ def _event_detail(data: dict[str, Any]) -> str:
         return f"{data['guardrail']} ({data.get('stage')}): " + "; ".join(data.get("details") or [])
     if data.get("gate") and "checked" in data:  # a validation gate
         return f"{data['gate']}: " + ("; ".join(map(str, data.get("issues") or [])) or "passed")
+    context = context_detail(data)  # TELIS: a context resolved, a source drifted
+    if context is not None:
+        return context
     return str(data.get("error") or data.get("reason") or data.get("path") or data.get("gate_id")
                or data.get("summary") or "")
 
