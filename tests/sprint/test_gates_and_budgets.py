@@ -45,3 +45,37 @@ def test_an_enforced_story_budget_defers_the_story_before_its_next_call(
     assert result["usage"]["input_tokens"] == 1000 and result["usage"]["output_tokens"] == 200
     assert "## 1-1-add" in (root / ARTIFACTS / "deferred-work.md").read_text()
     assert not [line for line in agent_env.read_text().splitlines() if '"review"' in line]  # no call past the limit
+
+
+def test_checkpoints_wait_before_the_build_and_after_the_commit_and_a_rejection_defers(
+        tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_project(tmp_path / "calc", layers=1)
+    config = root / "config" / "sprint.yaml"
+    config.write_text(config.read_text() + "checkpoints: {before_build: true, after_commit: true}\n")
+    git(root, "commit", "-q", "-am", "checkpoints")
+    start = git(root, "rev-parse", "HEAD").strip()
+    assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 9
+    [blocked] = json.loads(capsys.readouterr().out)
+    assert "step:checkpoint-plan" in blocked["summary"] and agent_env.read_text() == ""  # no code before approval
+    assert run_cli(["approve", blocked["run_id"], "--by", "lead", "-C", str(root)]) == 0
+    capsys.readouterr()
+    assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q"]) == 9
+    [blocked] = json.loads(capsys.readouterr().out)
+    assert "step:checkpoint-commit" in blocked["summary"]
+    assert git(root, "log", "--format=%s", "-1").strip() == "story 1-1-add: Story 1-1: add"
+    assert run_cli(["reject", blocked["run_id"], "--by", "lead", "-C", str(root)]) == 0
+    capsys.readouterr()
+    assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q"]) == 0
+    [result] = json.loads(capsys.readouterr().out)
+    assert result["outcome"] == "deferred" and "rejected the checkpoint-commit" in result["summary"]
+    assert git(root, "rev-parse", "HEAD").strip() == start  # the rejected commit is undone, kept as a patch
+    assert "calc_add.py" in next((root / ".stepline" / "sprint" / "deferred").glob("1-1-add-*.patch")).read_text()
+
+
+def test_a_loop_without_an_executor_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_project(tmp_path / "calc", layers=1)
+    config = root / "config" / "sprint.yaml"
+    config.write_text(config.read_text().replace("executor: cli-agent\n", ""))
+    assert run_cli(["sprint", "run", "-C", str(root)]) == 2
+    assert "error: the sprint loop needs an executor that builds (pass --executor NAME" in capsys.readouterr().err
+    assert not (root / ".stepline" / "runs").exists()

@@ -70,6 +70,13 @@ class BudgetsSection(_Section):
     cache_read_per_mtok: float = Field(default=0.3, ge=0)
 
 
+class CheckpointsSection(_Section):
+    """Per-story human gates (``stepline approve RUN``, then ``stepline sprint resume``); a rejection defers."""
+
+    before_build: bool = False
+    after_commit: bool = False
+
+
 class SprintConfig(_Section):
     """The whole ``config/sprint.yaml``."""
 
@@ -77,6 +84,7 @@ class SprintConfig(_Section):
     review: ReviewSection = Field(default_factory=ReviewSection)
     retries: RetriesSection = Field(default_factory=RetriesSection)
     budgets: BudgetsSection = Field(default_factory=BudgetsSection)
+    checkpoints: CheckpointsSection = Field(default_factory=CheckpointsSection)
     isolation: Literal["none", "worktree"] = "none"
     executor: str | None = None
     agent_timeout_seconds: float = Field(default=3600.0, gt=0)

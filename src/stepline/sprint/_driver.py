@@ -34,7 +34,7 @@ from stepline.engine._runner import register_driver
 from stepline.errors import ExecutorError, StepFailed
 from stepline.model import EventType, Run, WorkflowSpec
 from stepline.sprint._board import read_board, set_status, status_rank
-from stepline.sprint._flow import STAGES, Budget, SprintFlow
+from stepline.sprint._flow import CHECKPOINTS, STAGES, Budget, SprintFlow
 from stepline.sprint._project import ReviewLayer, find_project
 from stepline.sprint._usage import Usage, over_limit, usage_of_calls
 from stepline.tools._git import find_commit, git, git_ok, is_ancestor, with_trailers
@@ -55,19 +55,26 @@ _FINDING = re.compile(r"^\s*(?:[-*]\s*)?\[?(patch|defer|escalate|intent_gap|bad_
                       re.IGNORECASE)
 
 
-def story_workflow(key: str, *, builds: int, reviews: int, merge: bool) -> WorkflowSpec:
+def story_workflow(key: str, *, builds: int, reviews: int, merge: bool, plan_gate: bool = False,
+                   commit_gate: bool = False) -> WorkflowSpec:
     """The workflow of one story's run: its stages (visits beyond the first are added as they happen)."""
     from stepline.model import StepSpec
 
-    steps = [StepSpec(id=stage, name=f"{stage} {key}") for stage in STAGES if merge or stage != "merge"]
+    wanted = {"merge": merge, "checkpoint-plan": plan_gate, "checkpoint-commit": commit_gate}
+    steps = [StepSpec(id=stage, name=f"{stage} {key}", human_gate="required" if stage in CHECKPOINTS else None,
+                      on_reject="skip" if stage in CHECKPOINTS else "fail")
+             for stage in STAGES if wanted.get(stage, True)]
+    budget = {"builds": builds, "reviews": reviews, "merge": merge, "plan_gate": plan_gate,
+              "commit_gate": commit_gate}
     return WorkflowSpec(id=f"sprint-story:{key}", name=f"sprint story {key}", format=FORMAT, steps=steps,
-                        meta={"story": key, "budget": {"builds": builds, "reviews": reviews, "merge": merge}})
+                        meta={"story": key, "budget": budget})
 
 
 def _flow(workflow: WorkflowSpec, run: Run) -> SprintFlow:
     raw = workflow.meta.get("budget") or {}
     return SprintFlow(run, Budget(builds=int(raw.get("builds", 3)), reviews=int(raw.get("reviews", 2)),
-                                  merge=bool(raw.get("merge"))))
+                                  merge=bool(raw.get("merge")), plan_gate=bool(raw.get("plan_gate")),
+                                  commit_gate=bool(raw.get("commit_gate"))))
 
 
 # -- journaled helpers ------------------------------------------------------------------------------------------
@@ -583,6 +590,10 @@ async def _append_deferred(ctx: StepContext, name: str, lines: list[str]) -> Non
 async def _defer(ctx: StepContext) -> None:
     key, base = str(_vars(ctx)["sprint_story"]), str(_vars(ctx).get("sprint_baseline") or "")
     reason = str(_vars(ctx).get("sprint_reason") or "it did not converge within its budget")
+    for checkpoint in CHECKPOINTS:  # a rejected checkpoint completes without its driver, so without a choice
+        step = ctx.run.steps.get(checkpoint)
+        if step is not None and step.status.value == "completed" and step.choice != "approved":
+            reason = f"a person rejected the {checkpoint}: {step.summary}"
     workspace = _workspace(ctx)
     kept: str
     if _vars(ctx).get("sprint_isolation") == "worktree":
@@ -616,9 +627,16 @@ async def _defer(ctx: StepContext) -> None:
     ctx.step.summary = f"{key} deferred: {reason}"
 
 
+async def _checkpoint(ctx: StepContext) -> None:
+    """A person approved the checkpoint (the engine's gate let the stage run); a rejection never gets here."""
+    ctx.step.choice = "approved"
+    ctx.step.summary = f"{ctx.spec.id} approved"
+
+
 _STAGE_DRIVERS: dict[str, Callable[[StepContext], Awaitable[None]]] = {
     "baseline": _baseline, "build": _build, "verify": _verify, "verify-final": _verify, "review": _review,
     "commit": _commit, "merge": _merge, "advance": _advance, "defer": _defer,
+    "checkpoint-plan": _checkpoint, "checkpoint-commit": _checkpoint,
 }
 
 

@@ -1,6 +1,8 @@
 """Which stage of a story's run comes next (pure: the run's finished stages in, the next stage's id out).
 
-A story's run is ``baseline → build → verify → review → verify-final → commit → (merge) → advance``. A failed
+A story's run is ``baseline → build → verify → review → verify-final → commit → (merge) → advance``, with
+the checkpoints ``checkpoint-plan`` (before the build) and ``checkpoint-commit`` (after the commit) when the
+config asks for them: human gates, a rejected one defers the story. A failed
 verify sends the story back to build (``build@2``, ``verify@2`` …) while the build budget lasts; review
 findings to fix do the same while the review budget lasts; a story out of budget goes to ``defer``. Each
 stage's driver ends it with a ``choice`` (``pass``/``fail``, ``clean``/``patch``/``defer`` …), which the journal
@@ -13,9 +15,12 @@ from dataclasses import dataclass
 
 from stepline.model import Run, StepStatus
 
-__all__ = ["STAGES", "SprintFlow", "next_stage", "visit"]
+__all__ = ["CHECKPOINTS", "STAGES", "SprintFlow", "next_stage", "visit"]
 
-STAGES = ("baseline", "build", "verify", "review", "verify-final", "commit", "merge", "advance", "defer")
+STAGES = ("baseline", "checkpoint-plan", "build", "verify", "review", "verify-final", "commit", "checkpoint-commit",
+          "merge", "advance", "defer")
+#: The stages that are human gates (per-story checkpoints, when the config asks for them).
+CHECKPOINTS = ("checkpoint-plan", "checkpoint-commit")
 
 
 def visit(base: str, number: int) -> str:
@@ -30,6 +35,8 @@ class Budget:
     builds: int
     reviews: int
     merge: bool
+    plan_gate: bool = False
+    commit_gate: bool = False
 
 
 def next_stage(run: Run, budget: Budget) -> str | None:
@@ -43,7 +50,11 @@ def next_stage(run: Run, budget: Budget) -> str | None:
         choice = step.choice or ""
         base = sid.split("@", 1)[0]
         if base == "baseline":
-            sid = visit("build", builds)
+            sid = "checkpoint-plan" if budget.plan_gate else visit("build", builds)
+        elif base == "checkpoint-plan":  # a rejected checkpoint completes without its driver: no choice
+            sid = visit("build", builds) if choice == "approved" else "defer"
+        elif base == "checkpoint-commit":
+            sid = ("merge" if budget.merge else "advance") if choice == "approved" else "defer"
         elif base == "build":
             sid = "defer" if choice == "over-budget" else visit("verify", builds)
         elif base in ("verify", "verify-final"):
@@ -64,7 +75,7 @@ def next_stage(run: Run, budget: Budget) -> str | None:
             else:
                 sid = "defer"
         elif base == "commit":
-            sid = "merge" if budget.merge else "advance"
+            sid = "checkpoint-commit" if budget.commit_gate else "merge" if budget.merge else "advance"
         elif base == "merge":
             sid = "advance"
         else:  # advance, defer: the story is settled

@@ -176,7 +176,9 @@ async def run_loop(engine: Engine, project: SprintProject, config: SprintConfig,
             run = await engine.resume(to_resume[key])
         else:
             workflow = story_workflow(key, builds=config.retries.build, reviews=config.retries.review,
-                                      merge=config.isolation == "worktree")
+                                      merge=config.isolation == "worktree",
+                                      plan_gate=config.checkpoints.before_build,
+                                      commit_gate=config.checkpoints.after_commit)
             run = await engine.start(workflow, _variables(project, config, key, options, spent))
         outcome, summary = _outcome(run)
         usage = story_usage(run)

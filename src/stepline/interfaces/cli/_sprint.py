@@ -1,0 +1,206 @@
+"""``stepline sprint …``: BMAD's implementation phase, unattended (R-L1): run, status, resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from stepline.interfaces.cli._app import (
+    EXIT_BLOCKED,
+    EXIT_FAILED,
+    ConfigOption,
+    Directory,
+    JsonOutput,
+    ProjectRoot,
+    Where,
+    app,
+    where,
+)
+from stepline.interfaces.cli._render import console, err_console, print_json
+
+if TYPE_CHECKING:
+    from stepline.sprint._config import SprintConfig
+    from stepline.sprint._loop import LoopOptions, StoryResult
+    from stepline.sprint._project import SprintProject
+
+sprint_app = typer.Typer(name="sprint", help="Run BMAD stories from sprint-status.yaml: build, verify, review, "
+                                             "commit, advance the board.", no_args_is_help=True)
+app.add_typer(sprint_app, name="sprint")
+
+SprintConfigOption = Annotated[Path | None, typer.Option("--sprint-config", help="The sprint loop's config "
+                                                         "(default: config/sprint.yaml in the project root).")]
+
+
+def _project(at: Where, sprint_config: Path | None) -> tuple[SprintProject, SprintConfig]:
+    from stepline.sprint._config import load_sprint_config
+    from stepline.sprint._project import find_project
+
+    return find_project(at.root), load_sprint_config(at.root, at.option(sprint_config))
+
+
+def _print_plan(project: SprintProject, config: SprintConfig, keys: list[str], resume: dict[str, str],
+                as_json: bool) -> None:
+    layers = [layer.id for layer in config.review.layers] or [
+        layer.id for layer in (project.dev.review_layers if project.dev else ())] or ["adversarial"]
+    dev = project.dev
+    plan: dict[str, Any] = {
+        "board": str(project.board_path), "dev_workflow": str(dev.path) if dev else None,
+        "verify_commands": config.verify.commands, "review_layers": layers if config.review.enabled else [],
+        "isolation": config.isolation, "builds_per_story": config.retries.build,
+        "review_rounds": config.retries.review,
+        "stories": [{"key": key, "story_file": str(s.path) if (s := project.story_file(key)) else None,
+                     "resume_run": resume.get(key)} for key in keys]}
+    if as_json:
+        print_json(plan)
+        return
+    console.print(f"board: {project.board_path}", markup=False)
+    console.print(f"dev workflow: {dev.path if dev else 'none found'}", markup=False)
+    console.print(f"verify: {', '.join(config.verify.commands) or '(no project commands)'}; review layers: "
+                  f"{', '.join(plan['review_layers']) or 'none'}; isolation: {config.isolation}", markup=False)
+    if not keys:
+        console.print("no story is ready-for-dev")
+    for number, story in enumerate(plan["stories"], start=1):
+        note = f" (resume run {story['resume_run']})" if story["resume_run"] else ""
+        console.print(f"{number}. {story['key']}{note}: baseline → build → verify → review → verify → commit"
+                      f"{' → merge' if config.isolation == 'worktree' else ''} → advance   "
+                      f"[{story['story_file'] or 'no story file yet'}]", markup=False)
+
+
+def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, options: LoopOptions,
+           quiet: bool, as_json: bool) -> None:
+    import asyncio
+
+    from stepline.errors import UsageError
+    from stepline.interfaces.cli._runs import build_engine
+    from stepline.sprint._loop import run_loop, save_loop
+
+    project, config = _project(at, sprint_config)
+    executor = options.executor or config.executor
+    if executor is None:  # the dry-run executor would "build" nothing and every story would be deferred
+        raise UsageError("the sprint loop needs an executor that builds", hint="pass --executor NAME (cli-agent, "
+                         "openai, anthropic, scripted, …) or set executor: in config/sprint.yaml")
+    engine = build_engine(at, config_path, executor, None, "non-interactive", quiet or as_json)
+    save_loop(at.root, options)
+
+    def report(result: StoryResult) -> None:
+        if not as_json:
+            style = {"committed": "green", "deferred": "yellow", "blocked": "yellow"}.get(result.outcome, "red")
+            console.print(f"[{style}]{result.outcome}[/{style}] {result.key} (run {result.run_id}, "
+                          f"{result.usage.tokens:.0f} tokens, ${result.usage.cost_usd:.4f})")
+            console.print(f"  {result.summary}", markup=False, soft_wrap=True)
+
+    results = asyncio.run(run_loop(engine, project, config, options, report=report))
+    if as_json:
+        print_json([{"key": r.key, "run_id": r.run_id, "outcome": r.outcome, "summary": r.summary,
+                     "usage": r.usage.to_dict()} for r in results])
+    elif not results:
+        console.print("no story is ready-for-dev")
+    outcomes = {r.outcome for r in results}
+    if "failed" in outcomes:
+        raise typer.Exit(EXIT_FAILED)
+    if "blocked" in outcomes:
+        blocked = next(r for r in results if r.outcome == "blocked")
+        err_console.print(f"story {blocked.key} waits for a person: answer with `stepline answer {blocked.run_id} "
+                          f"...` (or approve), then `stepline sprint resume`", markup=False, soft_wrap=True)
+        raise typer.Exit(EXIT_BLOCKED)
+
+
+@sprint_app.command("run")
+def run(
+    epic: Annotated[int | None, typer.Option("--epic", help="Only this epic's stories.")] = None,
+    story: Annotated[str | None, typer.Option("--story", help="Only this story (its key or N-M).")] = None,
+    max_stories: Annotated[int | None, typer.Option("--max-stories", min=1, help="At most this many stories.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; run nothing.")] = False,
+    executor: Annotated[str | None, typer.Option("--executor", "-e", help="Who builds and reviews (cli-agent, "
+                                                 "openai, anthropic, scripted, …).")] = None,
+    sprint_config: SprintConfigOption = None,
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
+    config: ConfigOption = None,
+    as_json: JsonOutput = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+) -> None:
+    """Take the board's ready-for-dev stories in sprint order; per story one durable run: baseline, build,
+    verify, review, verify, commit, advance the board. Stories that do not converge are deferred."""
+    from stepline.interfaces.cli._runs import open_store
+    from stepline.sprint._loop import LoopOptions, plan
+
+    at = where(directory, project_root)
+    options = LoopOptions(epic=epic, story=story, max_stories=max_stories, executor=executor)
+    if dry_run:
+        project, sprint = _project(at, sprint_config)
+        _, keys, resume = plan(project, open_store(at, config), options)
+        _print_plan(project, sprint, keys, resume, as_json)
+        return
+    _drive(at, config, sprint_config, options, quiet, as_json)
+
+
+@sprint_app.command("resume")
+def resume(
+    sprint_config: SprintConfigOption = None,
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
+    config: ConfigOption = None,
+    as_json: JsonOutput = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+) -> None:
+    """Go on with the last `sprint run` here: its interrupted or blocked story first (no finished stage,
+    commit or model call is repeated), then the stories left."""
+    from stepline.sprint._loop import load_loop
+
+    at = where(directory, project_root)
+    _drive(at, config, sprint_config, load_loop(at.root), quiet, as_json)
+
+
+@sprint_app.command("status")
+def status(
+    sprint_config: SprintConfigOption = None,
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
+    config: ConfigOption = None,
+    as_json: JsonOutput = False,
+) -> None:
+    """The board: each story's status, the loop's stage and attempts, tokens/cost, last event."""
+    from rich.table import Table
+
+    from stepline import Engine
+    from stepline.interfaces.cli._runs import open_store
+    from stepline.sprint._board import read_board
+    from stepline.sprint._loop import latest_story_runs, story_usage
+
+    at = where(directory, project_root)
+    project, _ = _project(at, sprint_config)
+    board = read_board(project.board_path)
+    store = open_store(at, config)
+    runs = latest_story_runs(store)
+    loader = Engine(project_root=at.root)
+    rows: list[dict[str, Any]] = []
+    for entry in board.entries:
+        row: dict[str, Any] = {"key": entry.key, "kind": entry.kind, "status": entry.status, "run": None,
+                               "state": None, "stage": None, "attempts": 0, "tokens": 0, "cost_usd": 0.0,
+                               "last_event": None}
+        story_run = runs.get(entry.key)
+        if story_run is not None:
+            run_dir = store.open(story_run.run_id)
+            story = loader.load(run_dir)
+            events = run_dir.events()
+            usage = story_usage(story)
+            defer = story.steps.get("defer")
+            state = ("deferred" if defer is not None and defer.status.value == "completed" else story.status.value)
+            row.update(run=story.run_id, state=state, stage=story.variables.get("sprint_stage"),
+                       attempts=sum(1 for sid in story.steps if sid.split("@")[0] == "build"
+                                    and story.steps[sid].status.value != "pending"),
+                       tokens=int(usage.tokens), cost_usd=round(usage.cost_usd, 4),
+                       last_event=f"{events[-1].type} {events[-1].time[11:19]}" if events else None)
+        rows.append(row)
+    if as_json:
+        print_json({"board": str(project.board_path), "entries": rows})
+        return
+    table = Table("key", "status", "loop", "stage", "builds", "tokens", "cost $", "last event", box=None)
+    for row in rows:
+        table.add_row(row["key"], row["status"], row["state"] or "", row["stage"] or "",
+                      str(row["attempts"] or ""), str(row["tokens"] or ""),
+                      f"{row['cost_usd']:.4f}" if row["cost_usd"] else "", row["last_event"] or "")
+    console.print(table)
