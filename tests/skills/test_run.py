@@ -232,3 +232,17 @@ def test_the_modules_config_user_yaml_names_the_user(mini: Path) -> None:
     _run(mini, mini / "_bmad" / "mini" / "tiny-doc", recorder)
     activation = next(r for r in recorder.work() if r.step_id == "on-activation")
     assert "2. Greet Grace in English." in activation.content
+
+
+def test_a_route_that_hinges_on_a_file_is_decided_by_the_disk(mini: Path) -> None:
+    """"If `{{.work_folder}}/STOP.md` exists → step-04": the runtime looks, and takes the route when it does."""
+    recorder = Recorder()
+    run, events = _run(mini, mini / "_bmad" / "mini" / "tiny-build", recorder)
+    assert "step-02-plan" in _path(run)  # no STOP.md: not taken, and not asked
+    assert not any("STOP.md" in (r.condition or "") for r in recorder.requests if r.kind == "decide")
+    (mini / "out" / "work").mkdir(parents=True)
+    (mini / "out" / "work" / "STOP.md").write_text("stop\n", encoding="utf-8")
+    run, events = _run(mini, mini / "_bmad" / "mini" / "tiny-build", Recorder())
+    assert _path(run) == ["activate", "on-activation", "step-01-route", "step-04-review"]
+    route = _calls(events, "route")[0]["result"]
+    assert route["by"] == "runtime" and route["reason"].startswith(f"{mini}/out/work/STOP.md exists")

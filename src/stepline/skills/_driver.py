@@ -10,10 +10,10 @@
   was sent). ``references/`` and ``assets/`` reach the executor only through the protocol's ``read``.
 * **Routes**: after a step file's work, the runtime decides where it leaves from structured facts when they
   show it — a file named by one of the step's variables (``spec_file``) whose frontmatter ``status`` a route
-  line maps (```draft` → step-02-plan.md``). Otherwise each other route (an EARLY EXIT, a loop back) is a
-  ``decide`` request with the route's line as the condition; none holding, the step's NEXT. The decision is
-  journaled with its reason and who made it. A revisited step runs as ``<step>@<n>``, at most
-  ``runtime.max_step_visits`` times.
+  line maps (```draft` → step-02-plan.md``), or a file a route line hinges on (``If `x` exists →``).
+  Otherwise each other route (an EARLY EXIT, a loop back) is a ``decide`` request with the route's line as
+  the condition; none holding, the step's NEXT. The decision is journaled with its reason and who made it.
+  A revisited step runs as ``<step>@<n>``, at most ``runtime.max_step_visits`` times.
 * **Intent** (a SKILL.md with intent modes): a pre-resolved intent (``--mode``, a shim, ``--var intent=…``)
   is used as given; else when the skill's output folder holds no earlier document the first mode (Create)
   is chosen by the runtime; else the executor (or the person, in normal mode) picks a mode, and documents in
@@ -54,6 +54,7 @@ _FACT_LIMIT = 65_536
 _SKIPPED_DIRS = {"_bmad", "node_modules", ".git", ".stepline", ".venv", "__pycache__"}
 _FINAL = {"final", "done", "complete", "completed", "approved"}
 _PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_]*)\}")
+_EXISTS = re.compile(r"\b(?:if|when)\s+`([^`]+)`\s+(exists|is missing|does not exist|doesn't exist)\b", re.I)
 
 
 class SkillFlow:
@@ -294,6 +295,20 @@ def _status_of(ctx: StepContext, value: Any) -> tuple[Path, str] | None:
     return (path, str(status)) if status not in (None, "") else None
 
 
+def _existence_fact(ctx: StepContext, line: str) -> tuple[bool, Path] | None:
+    """``(holds, path)`` for a route line that hinges on a file (``If `{x}/STOP.md` exists``, ``is missing``,
+    ``does not exist``), once the path renders completely; None for any other line."""
+    match = _EXISTS.search(line)
+    if match is None:
+        return None
+    rendered = _render(ctx, match[1])
+    if "{" in rendered or "<" in rendered:
+        return None
+    path = Path(rendered) if Path(rendered).is_absolute() else ctx.project_root / rendered
+    exists = path.exists()
+    return (exists if match[2].lower() == "exists" else not exists), path
+
+
 async def _route(ctx: StepContext, doc: SkillDoc) -> tuple[str | None, str, str]:
     """Where the step leaves: ``(step id, reason, decided by)``; see the module doc."""
     meta = ctx.spec.meta
@@ -312,6 +327,13 @@ async def _route(ctx: StepContext, doc: SkillDoc) -> tuple[str | None, str, str]
             break
     by_target: dict[str, list[dict[str, Any]]] = {}
     for route in meta.get("routes", []):
+        on_disk = _existence_fact(ctx, route["text"])
+        if on_disk is not None:  # "If `x` exists → …": the disk answers, not the executor
+            holds, file = on_disk
+            if holds:
+                return route["target"], f"{file} {'exists' if file.exists() else 'is missing'}, " \
+                                        f"which {meta['file']}:{route['line']} sends to {route['target']}", "runtime"
+            continue
         by_target.setdefault(route["target"], []).append(route)
     for target, routes in by_target.items():
         condition = " / ".join(f"{meta['file']}:{r['line']}: {r['text']}" for r in routes)[:1500]
