@@ -69,7 +69,7 @@ class Answer(BaseModel):
 def runs_page(state: WebState, status: str | None, workflow: str | None, page: int, per_page: int) -> dict[str, Any]:
     """One page of the runs list (newest first), as the API returns it."""
     found = state.index.page(status=status, workflow=workflow, page=page, per_page=per_page)
-    return {"runs": [summary_view(row, shown_status(row), state.index.parent_of(row.run_id)) for row in found.rows],
+    return {"runs": [summary_view(row, shown_status(row), found.parents.get(row.run_id)) for row in found.rows],
             "total": found.total, "page": found.page, "per_page": found.per_page, "pages": found.pages}
 
 

@@ -31,7 +31,7 @@ __all__ = ["RunIndex", "RunPage", "shown_status"]
 _Stat = tuple[int, int] | None
 
 
-def _stat(path: Path) -> _Stat:
+def _stat(path: str | Path) -> _Stat:
     try:
         found = os.stat(path)
     except OSError:
@@ -59,6 +59,8 @@ class RunPage:
     total: int
     page: int
     per_page: int
+    #: The parent run of each row that has one.
+    parents: dict[str, str]
 
     @property
     def pages(self) -> int:
@@ -80,18 +82,18 @@ class RunIndex:
         self._parents: dict[str, str] = {}
 
     def _take_fingerprint(self) -> dict[str, tuple[_Stat, _Stat, _Stat]]:
-        root = self.store.root
+        root = str(self.store.root)
         try:
             names = os.listdir(root)
         except (FileNotFoundError, NotADirectoryError):
             return {}
         found: dict[str, tuple[_Stat, _Stat, _Stat]] = {}
-        for name in names:
-            folder = root / name
-            manifest = _stat(folder / "manifest.json")
+        for name in names:  # plain strings: a Path per file costs more than the stat itself
+            folder = f"{root}/{name}/"
+            manifest = _stat(folder + "manifest.json")
             # Without a manifest the journal says whether the run is damaged or never started.
-            journal = _stat(folder / "journal.jsonl") if manifest is None else None
-            found[name] = (manifest, _stat(folder / "lock"), journal)
+            journal = _stat(folder + "journal.jsonl") if manifest is None else None
+            found[name] = (manifest, _stat(folder + "lock"), journal)
         return found
 
     def rows(self) -> list[RunSummary]:
@@ -143,8 +145,9 @@ class RunIndex:
                   if (not status or shown_status(row) == status or row.status == status)
                   and (not wanted or wanted in row.workflow.lower())]
         start = (page - 1) * per_page
-        return RunPage(rows=[self._checked_row(row) for row in chosen[start:start + per_page]], total=len(chosen),
-                       page=page, per_page=per_page)
+        shown = [self._checked_row(row) for row in chosen[start:start + per_page]]
+        parents = {row.run_id: self._parents[row.run_id] for row in shown if row.run_id in self._parents}
+        return RunPage(rows=shown, total=len(chosen), page=page, per_page=per_page, parents=parents)
 
     def _checked_row(self, row: RunSummary) -> RunSummary:
         """``row``, marked damaged when its run directory is (checked again only when a file of it changed)."""
