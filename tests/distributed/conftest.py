@@ -79,6 +79,9 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The address of a two-node Ray cluster on 127.0.0.1 that this test process is connected to."""
     import ray_agents
 
+    # A loopback cluster for this session only: no token (Ray 2.60 makes one in ~/.ray when asked to).
+    saved = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"  # for the nodes, this process and the CLI processes tests start
     port = _free_port()
     temp = Path(tmp_path_factory.mktemp("ray"))
     common = ["--node-ip-address", "127.0.0.1", "--object-store-memory", str(80 * 1024 * 1024),
@@ -100,6 +103,10 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         if ray.is_initialized():
             ray.shutdown()
         left = _stop(procs)
+        if saved is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = saved
     assert not left, f"Ray processes still alive after the cluster was stopped: {left}"
 
 

@@ -45,7 +45,8 @@ async def _model(step_id: str) -> dict[str, str]:
 
 
 class Sleeper(Executor):
-    """Sleeps ``seconds`` on the worker; marks in ``marks`` whether it was cancelled there or ran to its end."""
+    """Sleeps ``seconds`` on the worker; marks in ``marks`` that it started, and whether it was cancelled there or
+    ran to its end."""
 
     name = "sleeper"
 
@@ -56,6 +57,7 @@ class Sleeper(Executor):
     async def perform(self, request: StepRequest, session: StepSession) -> None:
         """Sleep, then finish; a cancel on the cluster is written down as it happens."""
         marks = Path(self.marks)
+        (marks / f"{request.step_id}.started").write_text(str(os.getpid()), encoding="utf-8")
         try:
             await asyncio.sleep(self.seconds)
         except asyncio.CancelledError:

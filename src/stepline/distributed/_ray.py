@@ -41,6 +41,8 @@ from stepline.executors import Executor, StepRequest, StepSession, create_execut
 
 __all__ = ["RayExecutor", "WorkerLost", "ray_executor"]
 
+#: How long a cancelled step waits for its remote work to acknowledge the cancel.
+_CANCEL_WAIT = 10.0
 _INSTALL_HINT = "install it with `pip install 'stepline[ray]'`, or run with --backend local"
 
 
@@ -171,7 +173,10 @@ class RayExecutor(Executor):
             await serve_calls(channel, session, done)
             await done
         except asyncio.CancelledError:
-            _ray().cancel(ref)  # the step ran out of time or the run stops: its work stops on the cluster too
+            # The step ran out of time or the run stops: its work stops on the cluster too, and is seen to stop
+            # (for a while) before the step's end is recorded; the hosts are not torn down under a cancel.
+            _ray().cancel(ref)
+            await asyncio.wait({done}, timeout=_CANCEL_WAIT)
             raise
         except Exception as exc:  # translated at this one boundary
             raise _translate(exc, channel) from None
