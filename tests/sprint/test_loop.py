@@ -103,6 +103,12 @@ def test_the_loop_commits_the_honest_story_catches_the_liar_and_the_breaker_and_
     reviews = [c for c in calls if c["stage"] == "review" and c["story"] == "1-1-add"]
     assert sorted(c["layer"] for c in reviews) == ["blind-hunter", "edge-case-hunter"]  # in parallel, each alone
     assert not [c for c in calls if c["story"] == "1-4-div" and c["stage"] == "review"]  # never reviewed
+    # The liar's timeline, as `stepline logs` prints it (-f returns once the run has ended).
+    assert run_cli(["logs", runs["1-2-sub"], "-f", "-C", str(root)]) == 0
+    timeline = capsys.readouterr().out
+    assert "check diff: FAILED no change besides the story file" in timeline
+    assert "cli-agent:claude: Implemented the story and all its tests pass." in timeline
+    assert "check command-1: ok" in timeline and timeline.rstrip().endswith("WorkflowCompleted")
     # A second loop finds nothing to do: committed and deferred stories are settled.
     assert run_cli(["sprint", "run", "-C", str(root), "-q"]) == 0
     assert "no story is ready-for-dev" in capsys.readouterr().out

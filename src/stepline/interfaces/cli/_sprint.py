@@ -204,3 +204,62 @@ def status(
                       str(row["attempts"] or ""), str(row["tokens"] or ""),
                       f"{row['cost_usd']:.4f}" if row["cost_usd"] else "", row["last_event"] or "")
     console.print(table)
+
+
+def _log_line(event: Any) -> str | None:
+    """One line of ``stepline logs`` for a journal record (None: nothing to say)."""
+    data: dict[str, Any] = event.data
+    step = event.step_id or "-"
+    when = str(event.time)[11:19]
+    if event.type == "CallRecorded":
+        op, result = str(data.get("op", "")), data.get("result")
+        if op.startswith("memo:") and isinstance(result, dict):  # an agent's (or model's) call ended
+            text = " ".join(str(result.get("text") or "").split())[:300]
+            usage = result.get("usage") or {}
+            return (f"{when} {step:<14} {op[5:]}: {text or '(no text)'}  "
+                    f"[{usage.get('input_tokens', 0):.0f} in / {usage.get('output_tokens', 0):.0f} out]")
+        if op.startswith("sprint:check/") and isinstance(result, dict):
+            mark = "ok" if result.get("ok") else "FAILED"
+            output = str(result.get("output") or "").strip()
+            tail = ("\n    " + "\n    ".join(output.splitlines()[-15:])) if output and not result.get("ok") else ""
+            return f"{when} {step:<14} check {op[13:]}: {mark} {result.get('detail', '')}{tail}"
+        if op.startswith("sprint:") and isinstance(result, dict):
+            return f"{when} {step:<14} {op[7:]}: {', '.join(f'{k}={v}' for k, v in result.items())[:300]}"
+        return None
+    if event.type in ("CallStarted", "CursorMoved", "VariableSet"):
+        return None
+    detail = " ".join(str(data.get("error") or data.get("reason") or data.get("summary") or data.get("gate_id")
+                          or "").split())
+    return f"{when} {step:<14} {event.type}{': ' + detail[:400] if detail else ''}"
+
+
+@app.command("logs")
+def logs(
+    run_id: Annotated[str, typer.Argument(help="The run (a sprint story's run id, as `sprint status` shows).")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing as the run goes on, until it "
+                                         "ends (Ctrl-C to stop watching; the run goes on).")] = False,
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
+    config: ConfigOption = None,
+) -> None:
+    """A run's timeline as it is journaled: stages, checks with their output, each agent call's text and
+    tokens when it ends, gates. With -f, follow a run another process drives."""
+    import time as clock
+
+    from stepline.interfaces.cli._runs import open_store
+    from stepline.store import read_journal
+
+    at = where(directory, project_root)
+    run_dir = open_store(at, config).open(run_id)
+    seen = 0
+    while True:
+        events = read_journal(run_dir.journal_path, run_dir.run_id)
+        for event in events[seen:]:
+            line = _log_line(event)
+            if line is not None:
+                print(line, flush=True)
+        seen = len(events)
+        ended = bool(events) and events[-1].type in ("WorkflowCompleted", "WorkflowFailed", "WorkflowBlocked")
+        if not follow or (ended and run_dir.holder() is None):
+            return
+        clock.sleep(0.3)
