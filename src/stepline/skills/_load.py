@@ -167,6 +167,8 @@ def _is_back(target: str, current: str) -> bool:
 
 def _section_specs(files: SkillFiles) -> list[StepSpec]:
     sections = step_sections(files)
+    if not sections and files.activation:
+        return []  # activation is the whole skill (an agent's persona and menu): on-activation does it
     if not sections:  # no "On Activation": the skill's whole text is one step
         return [StepSpec(id="skill", name=files.name, source=SourceRef(path=str(files.skill.path), line=1),
                          meta={"role": "body", "skill": files.name})]
