@@ -78,6 +78,7 @@ class Project:
     question: str
     damaged_journal: str
     damaged_manifest: str
+    child: str
 
     @property
     def runs(self) -> Path:
@@ -115,12 +116,16 @@ def build_project(root: Path) -> Project:
     (broken / "journal.jsonl").write_bytes(b"\n".join(lines))
     unreadable = copy_run(runs, completed, "run-20200101000000-0000beef")
     (unreadable / "manifest.json").write_text("{not json", encoding="utf-8")
+    child = copy_run(runs, completed, "run-20990101000000-0000c41d")  # as if the blocked run had invoked it
+    manifest = read_json(child / "manifest.json")
+    manifest["parent_run_id"] = blocked
+    (child / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     shutil.copytree(FIXTURES / "ccw" / "project-flat" / ".workflow", root / ".workflow")
     session = root / ".workflow" / "active" / "WFS-report-export"
     (session / ".summaries").mkdir(exist_ok=True)
     (session / ".summaries" / "IMPL-001-summary.md").write_text("# IMPL-001\n\nDid **the thing**.\n", encoding="utf-8")
     return Project(root=root, blocked=blocked, completed=completed, question=question,
-                   damaged_journal=broken.name, damaged_manifest=unreadable.name)
+                   damaged_journal=broken.name, damaged_manifest=unreadable.name, child=child.name)
 
 
 def client_for(project: Project) -> TestClient:

@@ -82,7 +82,7 @@ def test_runs_are_listed_newest_first_filtered_and_paged(api: TestClient, shared
     """The list has every run (damaged ones with their damage), filters by status and workflow, and pages."""
     listing = api.get("/api/runs").json()
     ids = [r["run_id"] for r in listing["runs"]]
-    assert listing["total"] == 5 and ids == sorted(ids, reverse=True)
+    assert listing["total"] == 6 and ids == sorted(ids, reverse=True)
     rows = {r["run_id"]: r for r in listing["runs"]}
     assert rows[shared.blocked]["status"] == "blocked" and rows[shared.blocked]["steps_done"] == 1
     assert rows[shared.damaged_manifest]["status"] == "damaged"
@@ -95,10 +95,11 @@ def test_runs_are_listed_newest_first_filtered_and_paged(api: TestClient, shared
     by_workflow = api.get("/api/runs", params={"workflow": "SURV"}).json()
     assert [r["run_id"] for r in by_workflow["runs"]] == [shared.question]
 
-    first = api.get("/api/runs", params={"per_page": 2}).json()
-    third = api.get("/api/runs", params={"per_page": 2, "page": 3}).json()
-    assert (first["pages"], len(first["runs"]), len(third["runs"])) == (3, 2, 1)
-    assert first["runs"][0]["run_id"] == ids[0] and third["runs"][0]["run_id"] == ids[4]
+    first = api.get("/api/runs", params={"per_page": 4}).json()
+    second = api.get("/api/runs", params={"per_page": 4, "page": 2}).json()
+    assert (first["pages"], len(first["runs"]), len(second["runs"])) == (2, 4, 2)
+    assert [r["run_id"] for r in first["runs"] + second["runs"]] == ids
+    assert api.get("/api/runs", params={"per_page": 4, "page": 3}).json()["runs"] == []
     assert api.get("/api/runs", params={"per_page": 0}).status_code == 422
 
 
@@ -109,7 +110,12 @@ def test_a_run_has_its_steps_pending_gate_and_usage(api: TestClient, shared: Pro
     assert [(s["step_id"], s["status"]) for s in run["steps"]] == [("draft", "completed"), ("announce", "blocked")]
     assert run["steps"][0]["summary"] == "drafted"
     assert [g["gate_id"] for g in run["pending_gates"]] == ["step:announce"]
-    assert run["usage"]["total"]["calls"] == 0 and run["parent_run_id"] is None and run["children"] == []
+    assert run["usage"]["total"]["calls"] == 0 and run["parent_run_id"] is None
+    assert run["children"] == [{"run_id": shared.child, "workflow": "checked", "status": "completed"}]
+    child = api.get(f"/api/runs/{shared.child}").json()
+    assert child["parent_run_id"] == shared.blocked and child["status"] == "completed"
+    rows = {r["run_id"]: r for r in api.get("/api/runs").json()["runs"]}
+    assert rows[shared.child]["parent_run_id"] == shared.blocked and rows[shared.blocked]["parent_run_id"] is None
 
 
 def test_a_damaged_run_is_reported_not_a_server_error(api: TestClient, shared: Project) -> None:

@@ -59,6 +59,8 @@ def test_a_run_page_shows_steps_gate_artifacts_and_timeline(browser: TestClient,
     assert "Approval needed" in page and 'value="approve"' in page and 'value="reject"' in page
     assert "the step&#39;s human_gate is required" in page
     assert "docs/notes.md" in page and "WorkflowBlocked" in page and "/static/run.js" in page
+    assert "Child runs:" in page and f'href="/runs/{shared.child}"' in page
+    assert f'Started by <a href="/runs/{shared.blocked}"' in browser.get(f"/runs/{shared.child}").text
     evidence = browser.get(f"/runs/{shared.completed}").text
     assert "WLNK 0.72" in evidence and "ev-old" in evidence and "expired" in evidence
     question = browser.get(f"/runs/{shared.question}").text

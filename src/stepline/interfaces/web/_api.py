@@ -209,8 +209,8 @@ def pending_gates(state: State) -> list[dict[str, Any]]:
     """What waits for a person, in every run that can be read (as ``stepline gates``)."""
     rows: list[dict[str, Any]] = []
     for summary in state.index.rows():
-        if summary.damage is not None or summary.status != "blocked":
-            continue
+        if summary.damage is not None or summary.status not in ("blocked", "running"):
+            continue  # a gate opens in a running run and stays open once it stops blocked
         try:
             pending = gates_view(state.run_dir(summary.run_id))["pending"]
         except JournalError:
