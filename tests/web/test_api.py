@@ -255,3 +255,33 @@ def test_a_foreign_host_name_is_refused(shared: Project) -> None:
     """A page of another site that rebinds its name to 127.0.0.1 gets 400 (the Host is not a loopback name)."""
     with TestClient(client_for(shared).app, base_url="http://attacker.example") as client:
         assert client.get("/api/runs", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 400
+
+
+def test_model_usage_and_cost_are_summed_per_step_and_run(tmp_path: Path) -> None:
+    """A run whose model calls were journaled (the openai executor against a fake endpoint): the API and the
+    page show each step's calls, tokens and cost, and the run's totals."""
+    import asyncio
+
+    from fakes.fake_openai import FakeOpenAI, completion
+    from fakes.runs import greeting_workflow
+    from stepline import Engine
+
+    root = tmp_path / "project"
+    root.mkdir()
+    with FakeOpenAI().running() as server:
+        server.queue(completion(("write_output", {"content": "Hello, Ada!\n"})),
+                     completion(("finish", {"summary": "greeted"})))
+        engine = Engine(project_root=root, executor="openai", mode="yolo", executor_options={
+            "base_url": server.base_url, "api_key": "sk-test-0123456789abcdefghijklmnopqrstuv", "model": "fake-gpt",
+            "prices": {"fake-gpt": {"input": 1.0, "output": 2.0}}})
+        run_id = asyncio.run(engine.start(greeting_workflow())).run_id
+    project = Project(root=root, blocked=run_id, completed=run_id, question=run_id, damaged_journal="",
+                      damaged_manifest="", child="")
+    with client_for(project) as client:
+        client.headers["Authorization"] = f"Bearer {TOKEN}"
+        usage = client.get(f"/api/runs/{run_id}").json()["usage"]
+        assert usage["steps"]["write"]["calls"] == 2 and usage["total"]["input_tokens"] == 200
+        assert usage["total"]["cost_usd"] == pytest.approx(2 * (100 * 1.0 + 20 * 2.0) / 1e6)
+        client.post("/login", data={"token": TOKEN}, headers={"Origin": "http://127.0.0.1:8765"})
+        page = client.get(f"/runs/{run_id}").text
+        assert "Model usage" in page and "<td>200</td><td>40</td><td>0.0003</td>" in page.replace("\n", "")
