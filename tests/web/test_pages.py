@@ -128,3 +128,15 @@ def test_a_run_whose_process_has_not_written_its_manifest_yet_is_starting(fresh:
         assert rows[run_dir.run_id]["shown_status"] == "not started"
         page = client.get(f"/runs/{run_dir.run_id}")
         assert page.status_code == 200 and "This run recorded nothing" in page.text
+
+
+def test_a_long_timeline_lists_the_newest_events_and_points_to_the_api(browser: TestClient, shared: Project,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the page's limit, the newest events are listed and the rest is one API call away."""
+    from stepline.interfaces.web import _pages
+
+    monkeypatch.setattr(_pages, "TIMELINE_ROWS", 3)
+    page = browser.get(f"/runs/{shared.blocked}").text
+    timeline = page[page.index('id="timeline"'):]
+    assert timeline.count("<tr><td>") == 3 and "WorkflowBlocked" in timeline and "WorkflowStarted" not in timeline
+    assert "earlier events are not listed here" in page and f"/api/runs/{shared.blocked}/events" in page

@@ -38,6 +38,8 @@ State = Annotated[WebState, Depends(state_of)]
 Authenticated = Annotated[str, Depends(authenticate)]
 pages = APIRouter(include_in_schema=False)
 
+#: The newest events a run page lists (the API pages through all of them).
+TIMELINE_ROWS = 500
 #: The status columns of a CCW board, in the order work flows through them.
 BOARD_COLUMNS = ("pending", "in_progress", "blocked", "completed", "failed", "skipped", "container")
 
@@ -132,8 +134,10 @@ def run_page(request: Request, state: State, _: Authenticated, run_id: str) -> H
         return _render(request, "run.html", run=run, damaged=True)
     from stepline.interfaces.web._views import HIDDEN_EVENTS, event_view
 
-    timeline = [event_view(e) for e in events if e.type not in HIDDEN_EVENTS]
+    shown = [e for e in events if e.type not in HIDDEN_EVENTS]
+    timeline = [event_view(e) for e in shown[-TIMELINE_ROWS:]]
     return _render(request, "run.html", run=run, damaged=False, timeline=timeline,
+                   earlier=max(0, len(shown) - TIMELINE_ROWS),
                    last_seq=events[-1].seq if events else 0, artifacts=artifacts, evidence=evidence, gates=gates,
                    drr=drr, decided_by=request.cookies.get("stepline_by", ""),
                    notice=request.query_params.get("decided"))
