@@ -10,7 +10,8 @@ behaviour) says:
 ``breaker`` the first time writes its module but breaks an earlier story's code; then honest (and repairs);
 ``stubborn`` always writes a module whose test fails.
 
-Reviews answer ``none``, except that ``FAKE_REVIEW`` (JSON: story prefix -> report) gives a layer's report.
+Reviews answer ``none``, except that ``FAKE_REVIEW`` (JSON: ``<story prefix>:<layer>[:<step>]`` -> report)
+gives a layer's report (of one review round, when the step is named).
 Every call is appended to ``FAKE_LOG`` (JSON lines: story, stage, step, run). ``FAKE_KILL`` =
 ``<story prefix>:<stage>`` with ``FAKE_KILL_MARKER``: the first such call SIGKILLs its parent (the stepline
 process) halfway through its work, once.
@@ -150,14 +151,17 @@ def main() -> int:
     prefix = "-".join(story.split("-")[:2])
     with open(os.environ["FAKE_LOG"], "a", encoding="utf-8") as log:
         log.write(json.dumps({"story": story, "stage": stage, "step": step["step_id"], "run": step["run_id"],
-                              "layer": hints.get("layer"), "cwd": os.getcwd(), "main_status": _main_status()})
+                              "layer": hints.get("layer"), "cwd": os.getcwd(), "main_status": _main_status(),
+                              "told": prompt.split("## What failed last time (fix it)", 1)[1].split("##")[0].strip()
+                              if "## What failed last time" in prompt else None})
                   + "\n")
     if stage == "build":
         behaviour = json.loads(os.environ.get("FAKE_SPRINT", "{}")).get(prefix, "honest")
         summary = build(prefix, behaviour, retry="What failed last time" in prompt)
     else:
         reports = json.loads(os.environ.get("FAKE_REVIEW", "{}"))
-        summary = reports.get(f"{prefix}:{hints.get('layer')}", "none")
+        summary = reports.get(f"{prefix}:{hints.get('layer')}:{step['step_id']}",
+                              reports.get(f"{prefix}:{hints.get('layer')}", "none"))
     mcp.call("finish", {"summary": summary})
     session = f"fake-{step['step_id']}"
     for event in ({"type": "system", "subtype": "init", "session_id": session},

@@ -79,3 +79,14 @@ def test_a_loop_without_an_executor_is_refused_in_one_line(tmp_path: Path, capsy
     assert run_cli(["sprint", "run", "-C", str(root)]) == 2
     assert "error: the sprint loop needs an executor that builds (pass --executor NAME" in capsys.readouterr().err
     assert not (root / ".stepline" / "runs").exists()
+
+
+def test_a_review_finding_to_patch_goes_back_to_the_builder_then_is_reviewed_again(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_project(tmp_path / "calc", layers=1)
+    monkeypatch.setenv("FAKE_REVIEW", json.dumps({"1-1:layer-1:review": "patch: add() needs a docstring"}))
+    assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 0
+    assert [r["outcome"] for r in json.loads(capsys.readouterr().out)] == ["committed"]
+    calls = [json.loads(line) for line in agent_env.read_text().splitlines()]
+    assert [c["step"] for c in calls] == ["build", "review", "build@2", "review@2"]
+    assert calls[2]["told"] == "- [layer-1] add() needs a docstring"  # the builder was told what to fix

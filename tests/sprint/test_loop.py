@@ -161,24 +161,25 @@ def test_a_worktree_run_leaves_the_main_checkout_clean_until_the_merge(
         tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Each story builds in its own worktree and branch; the honest one is merged, the stubborn one's branch kept."""
     root = make_project(tmp_path / "calc", layers=1, isolation="worktree", builds=1)
-    monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-2": "stubborn"}))
+    monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-3": "stubborn"}))
     monkeypatch.setenv("FAKE_MAIN", str(root))
     start = git(root, "rev-parse", "HEAD").strip()
-    code = run_cli(["sprint", "run", "--max-stories", "2", "-C", str(root), "--json", "-q"])
+    code = run_cli(["sprint", "run", "--max-stories", "3", "-C", str(root), "--json", "-q"])
     out = capsys.readouterr()
     assert code == 0, out.err
-    assert [r["outcome"] for r in json.loads(out.out)] == ["committed", "deferred"]
+    assert [r["outcome"] for r in json.loads(out.out)] == ["committed", "committed", "deferred"]
     calls = _calls(agent_env)
     assert calls and all(c["cwd"].startswith(str(root / ".stepline" / "sprint" / "worktrees")) for c in calls)
     # What the agents saw of the main checkout while they worked: clean for the first story; for the second,
     # only the board, which the loop advanced after the first story's merge (the board is never committed).
     seen = {c["story"]: c["main_status"] for c in calls}
-    assert seen["1-1-add"] == "" and seen["1-2-sub"] == f" M {ARTIFACTS}/sprint-status.yaml\n", seen
-    assert _story_commits(root) == Counter({"1-1-add": 1})
-    assert git(root, "rev-parse", "HEAD~1").strip() == start  # the story's commit, merged on top
-    assert (root / "calc_add.py").is_file() and not (root / "calc_sub.py").exists()
+    assert seen["1-1-add"] == "" and seen["1-2-sub"] == seen["1-3-mul"] == f" M {ARTIFACTS}/sprint-status.yaml\n"
+    assert _story_commits(root) == Counter({"1-1-add": 1, "1-2-sub": 1})
+    assert git(root, "rev-parse", "HEAD~2").strip() == start  # the stories' commits, merged on top
+    assert (root / "calc_sub.py").is_file() and not (root / "calc_mul.py").exists()
     assert not (root / ".stepline" / "sprint" / "worktrees" / "1-1-add").exists()  # merged: worktree removed
-    assert (root / ".stepline" / "sprint" / "worktrees" / "1-2-sub" / "calc_sub.py").is_file()  # kept
-    assert "sprint/1-2-sub" in git(root, "branch", "--list", "sprint/*")
-    assert _board(root)["1-1-add"] == "done" and _board(root)["1-2-sub"] == "ready-for-dev"
+    assert (root / ".stepline" / "sprint" / "worktrees" / "1-3-mul" / "calc_mul.py").is_file()  # kept
+    assert "sprint/1-3-mul" in git(root, "branch", "--list", "sprint/*")
+    board = _board(root)
+    assert (board["1-1-add"], board["1-2-sub"], board["1-3-mul"]) == ("done", "done", "ready-for-dev")
     assert git(root, "status", "--porcelain", "--", ".", f":(exclude){ARTIFACTS}") == ""

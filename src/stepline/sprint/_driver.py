@@ -139,6 +139,14 @@ def _own_paths(ctx: StepContext) -> list[str]:
     return [spec.removeprefix(":(exclude)") for spec in _excluded(ctx)]
 
 
+def _local_board(ctx: StepContext, workspace: Path) -> Path:
+    """The board in the story's checkout: the main one, or a worktree's copy (which the agent edits there)."""
+    board = Path(str(_vars(ctx)["sprint_board"]))
+    if board.is_relative_to(ctx.project_root) and (local := workspace / board.relative_to(ctx.project_root)).is_file():
+        return local
+    return board
+
+
 def _config(ctx: StepContext) -> dict[str, Any]:
     config: dict[str, Any] = _vars(ctx).get("sprint_config") or {}
     return config
@@ -187,9 +195,7 @@ async def _baseline(ctx: StepContext) -> None:
     isolated = _vars(ctx).get("sprint_isolation") == "worktree"
 
     async def record() -> dict[str, Any]:
-        head = await git_ok(root, "rev-parse", "HEAD")
-        board = read_board(Path(str(_vars(ctx)["sprint_board"])))
-        return {"head": head, "board": board.statuses()}
+        return {"head": await git_ok(root, "rev-parse", "HEAD")}
 
     base = await _once(ctx, "baseline", record)
     workspace = root
@@ -217,8 +223,12 @@ async def _baseline(ctx: StepContext) -> None:
         if dirty and not ctx.engine.calls.recorded.get(f"{ctx.spec.id}/sprint/clean"):
             raise StepFailed(f"the working tree has uncommitted changes ({', '.join(dirty[:5])}); commit or stash "
                              f"them, or run with isolation: worktree", retryable=False)
+
+    async def board() -> dict[str, Any]:  # the board as the story's checkout has it (a worktree: as committed)
+        return {"statuses": read_board(_local_board(ctx, workspace)).statuses()}
+
     _set(ctx, "sprint_baseline", base["head"])
-    _set(ctx, "sprint_board_at_baseline", base["board"])
+    _set(ctx, "sprint_board_at_baseline", (await _once(ctx, "board", board))["statuses"])
     _set(ctx, "sprint_workspace", str(workspace))
     ctx.step.choice = "recorded"
     ctx.step.summary = f"baseline {base['head'][:12]} in {workspace}"
@@ -331,11 +341,8 @@ async def _verify(ctx: StepContext) -> None:
                 + (" (working-tree change only)" if head == base else "")}
 
     async def board() -> dict[str, Any]:
-        board_path = Path(str(_vars(ctx)["sprint_board"]))
-        local = workspace / board_path.relative_to(ctx.project_root) if board_path.is_relative_to(
-            ctx.project_root) else board_path
         try:
-            now = read_board(local if local.is_file() else board_path)
+            now = read_board(_local_board(ctx, workspace))
         except Exception as exc:  # a board the agent broke is the story's failure, said in one line
             return {"ok": False, "detail": f"the board cannot be read: {exc}"}
         before: dict[str, str] = _vars(ctx).get("sprint_board_at_baseline") or {}
