@@ -56,12 +56,21 @@ def test_every_endpoint_refuses_a_missing_or_wrong_token_and_changes_nothing(fre
     assert _snapshot(fresh) == before
 
 
-def test_every_read_endpoint_answers_with_the_right_token(api: TestClient, shared: Project) -> None:
-    """The right token opens every endpoint (the decisions are tested below, on a project of their own)."""
+def test_every_read_endpoint_answers_with_the_right_token_and_writes_nothing(api: TestClient,
+                                                                             shared: Project) -> None:
+    """The right token opens every endpoint (the decisions are tested below, on a project of their own); reading
+    every run, damaged ones included, and every page changes no file of any run."""
+    before = _snapshot(shared)
     for method, url, _ in _endpoints(shared):
         if method == "GET":
             answer = api.get(url)
             assert answer.status_code == 200, (url, answer.text)
+    for run_id in (shared.blocked, shared.completed, shared.question, shared.damaged_journal,
+                   shared.damaged_manifest, shared.child):
+        assert api.get(f"/api/runs/{run_id}").status_code == 200
+        assert api.get(f"/runs/{run_id}").status_code == 200
+    assert api.get("/").status_code == 200 and api.get("/ccw/WFS-report-export").status_code == 200
+    assert _snapshot(shared) == before
 
 
 def test_the_openapi_document_describes_every_endpoint(api: TestClient) -> None:
