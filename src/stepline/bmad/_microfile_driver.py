@@ -40,6 +40,7 @@ from stepline.engine._signals import StepBlocked
 from stepline.errors import NotFoundError, ReaderError, StepFailed
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import mark_step_completed, read_frontmatter, update_frontmatter
+from stepline.formats._prose import lean_step_text
 from stepline.model import EventType, Run, StepSpec, StepStatus, WorkflowSpec
 from stepline.store import atomic_write_bytes
 
@@ -486,11 +487,14 @@ async def _run_step_file(ctx: StepContext) -> None:
     if document is not None:
         _create_document(ctx, document)
     env = {**ctx.variables, **meta["frontmatter"]}
-    content = render_variables(text, env)
+    # The menu, the next-step loading and the frontmatter rules are the runtime's: not sent (unless configured).
+    lean = None if ctx.engine.config.prompts.full_step_text else lean_step_text(text)
+    content = render_variables(lean.text if lean is not None else text, env)
     visited = frozenset(str(s.meta.get("file")) for s in ctx.run.workflow.steps
                         if ctx.run.steps.get(s.id) is not None and ctx.run.steps[s.id].status != StepStatus.PENDING)
     options, authored = build_menu(meta, env, visited)
-    _hand_over(ctx, "step", path, text, content, warnings=warnings, data=sorted(data))
+    _hand_over(ctx, "step", path, text, content, warnings=warnings, data=sorted(data),
+               left_out=lean.left_out if lean is not None else None)
     outcome = await ctx.invoke(
         "work", content=content, menu=[o.as_menu_option() for o in options],
         context={"step_file": str(path), "data": data, "output": str(output) if output else None,

@@ -77,6 +77,13 @@ class TimeSection(_Section):
     default_timezone: str = DEFAULT_TIMEZONE
 
 
+class PromptsSection(_Section):
+    """What a model request carries (SPEC R-X7)."""
+
+    full_step_text: bool = Field(default=False, description="send step files whole, control prose included (the "
+                                 "menu, next-step loading, frontmatter rules the runtime owns)")
+
+
 class RuntimeConfig(_Section):
     """The whole runtime configuration."""
 
@@ -86,6 +93,7 @@ class RuntimeConfig(_Section):
     guardrails: GuardrailPolicy = Field(default_factory=GuardrailPolicy)
     time: TimeSection = Field(default_factory=TimeSection)
     executors: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    prompts: PromptsSection = Field(default_factory=PromptsSection)
     telis: TelisConfig = Field(default_factory=TelisConfig)  # TELIS context: shards, retrieval, language servers
     source: str | None = Field(default=None, exclude=True)
 

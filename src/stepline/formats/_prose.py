@@ -1,0 +1,118 @@
+"""A step file without the control prose the runtime owns (issue 21, SPEC R-X7).
+
+A BMAD step file (micro-file ``step-NN-*.md``, a skill's step file) is written for a model that runs the
+workflow itself: beside the judgement work — the role, the rules about the content, what a good result looks
+like — it tells the model how to present the menu and act on each option, when to load the next step file, how
+to update the frontmatter, and not to look ahead. Under stepline the runtime does all of that, so that prose is
+only cost, and an instruction the model must then ignore.
+
+:func:`lean_step_text` recognises it by structure, not by a list of files:
+
+* the frontmatter (the file and task references the runtime resolves);
+* whole sections whose heading names a mechanism the runtime owns — a menu (``Present MENU OPTIONS``,
+  ``Menu Handling Logic``), the step's completion or the next step (``CRITICAL STEP COMPLETION NOTE``,
+  ``NEXT STEP``) — with their subsections;
+* single list items (and one-line paragraphs) elsewhere that only speak of those mechanisms: the frontmatter and
+  ``stepsCompleted``, loading or reading the next or the complete step file, the menu and its ``[C]`` answer,
+  halting for the user's menu choice, looking ahead, skipping or reordering steps.
+
+Everything else stays, in order. What was left out is returned (the headings of the sections, and the count of
+single lines), so the journal can say it, and a run can be configured to send the full text instead.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+__all__ = ["LeanText", "lean_step_text"]
+
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+#: Section headings that name a mechanism the runtime owns (the section and its subsections are left out).
+_CONTROL_SECTION = re.compile(
+    r"(?i)\b(present|handle|display|show)\b.*\bmenu\b|\bmenu\s+(options|handling|selection)\b|"
+    r"^\W*(\d+\.\s*)?(final|checkpoint)?\s*menu\W*$|\b(checkpoint|final)\s+menu\b|"
+    r"step\s+completion|\bnext\s+step\b|load(ing)?\s+next")
+#: A list item or one-line paragraph that only speaks of the runtime's mechanisms.
+_CONTROL_LINE = re.compile(
+    r"(?i)(frontmatter|stepsCompleted|lastStep|nextStepFile|"
+    r"\bnext\s+step\b|step\s+file|\bload(ing)?\b.{0,40}\bstep\b|read\s+(the\s+)?(complete|entire)|"
+    r"\bmenu\b|\[C\]|'C'|\"C\"|halt\s+and\s+wait|wait\s+for\s+user\s+(input|selection)|"
+    r"look(ing)?\s+ahead|future\s+steps|skip(ping)?\s+steps|optimiz(e|ing)\s+sequences)")
+_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+
+
+@dataclass(frozen=True, slots=True)
+class LeanText:
+    """A step file's text for the executor, and what was left out of it."""
+
+    text: str
+    #: Headings of the sections left out, in order.
+    sections: tuple[str, ...] = field(default_factory=tuple)
+    #: How many single lines (list items, one-line paragraphs) were left out elsewhere.
+    lines: int = 0
+    #: Whether the frontmatter was left out.
+    frontmatter: bool = False
+
+    @property
+    def left_out(self) -> dict[str, object]:
+        """What the journal records of it."""
+        return {"sections": list(self.sections), "lines": self.lines, "frontmatter": self.frontmatter}
+
+
+def _without_frontmatter(lines: list[str]) -> tuple[list[str], bool]:
+    if not lines or lines[0].strip() != "---":
+        return lines, False
+    for index in range(1, len(lines)):
+        if lines[index].strip() in ("---", "..."):
+            return lines[index + 1:], True
+    return lines, False
+
+
+def lean_step_text(text: str) -> LeanText:
+    """``text`` without the control prose the runtime owns (see the module docstring)."""
+    lines, frontmatter = _without_frontmatter(text.splitlines(keepends=True))
+    kept: list[str] = []
+    sections: list[str] = []
+    dropped_lines = 0
+    skipping_level = 0  # > 0: inside a left-out section of that heading level
+    in_fence = False
+    for line in lines:
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        heading = None if in_fence else _HEADING.match(line)
+        if heading is not None:
+            level = len(heading[1])
+            if skipping_level and level > skipping_level:
+                continue  # a subsection of a left-out section
+            skipping_level = 0
+            if _CONTROL_SECTION.search(heading[2]):
+                skipping_level = level
+                sections.append(heading[2])
+                continue
+        elif skipping_level:
+            continue
+        elif not in_fence and _is_control_line(line):
+            dropped_lines += 1
+            continue
+        kept.append(line)
+    lean = re.sub(r"\n{3,}", "\n\n", "".join(kept)).strip("\n")
+    return LeanText(text=lean + "\n" if lean else "", sections=tuple(sections), lines=dropped_lines,
+                    frontmatter=frontmatter)
+
+
+#: Work the executor does (a report to save, content to write): a line asking for it stays, even when it also
+#: says when (before the next step); a menu's ``IF C:`` line does not (the runtime acts on the answer).
+_WORK = re.compile(r"(?i)\b(save|write|append|create|generate|produce|document)\b")
+_MENU_BRANCH = re.compile(r"(?i)^\s*(?:[-*+]\s*)?\**\s*IF\b")
+
+
+def _is_control_line(line: str) -> bool:
+    stripped = line.strip()
+    if not stripped or not _CONTROL_LINE.search(stripped):
+        return False
+    if _WORK.search(stripped) and not _MENU_BRANCH.match(stripped) and "frontmatter" not in stripped.lower():
+        return False
+    # A list item, or a short bold/critical one-liner; never a sentence inside a longer paragraph of guidance.
+    return bool(_ITEM.match(line)) or stripped.startswith(("**", "ONLY", "CRITICAL", "🚨", "⚠️")) or len(stripped) < 160
