@@ -86,7 +86,7 @@ def _story_file(prefix: str) -> Path:
 
 def _mark_review(prefix: str) -> None:
     story = _story_file(prefix)
-    story.write_text(re.sub(r"^status:.*$", "status: review", story.read_text(), count=1, flags=re.M))
+    story.write_text(re.sub(r"^(status|Status):.*$", r"\1: review", story.read_text(), count=1, flags=re.M))
     board = Path("_bmad-output/implementation-artifacts/sprint-status.yaml")
     board.write_text(re.sub(rf"^(\s+{prefix}-[\w-]+:\s*)\S+", r"\1review", board.read_text(), count=1, flags=re.M))
 
@@ -152,6 +152,7 @@ def main() -> int:
     with open(os.environ["FAKE_LOG"], "a", encoding="utf-8") as log:
         log.write(json.dumps({"story": story, "stage": stage, "step": step["step_id"], "run": step["run_id"],
                               "layer": hints.get("layer"), "cwd": os.getcwd(), "main_status": _main_status(),
+                              "prompt": prompt,
                               "told": prompt.split("## What failed last time (fix it)", 1)[1].split("##")[0].strip()
                               if "## What failed last time" in prompt else None})
                   + "\n")

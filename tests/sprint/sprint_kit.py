@@ -9,6 +9,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BMAD = HERE.parents[2] / "shared" / "corpus" / "bmad" / "v6.11.0"  # beside the repository, as tests/conftest.py
+OLD_BMAD = BMAD.parent / "v6.0.0-alpha.23"  # the old era: workflows/4-implementation/dev-story
 ARTIFACTS = "_bmad-output/implementation-artifacts"
 
 BOARD = """\
@@ -55,17 +56,29 @@ def _git(root: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout
 
 
-def make_project(root: Path, *, layers: int | None = 1, isolation: str = "none", builds: int = 3) -> Path:
+OLD_STORY = """\
+# Story {key}: {name}
+
+Status: ready-for-dev
+
+## Story
+
+As a user I want `{name}(a, b)` in `calc_{name}.py`, with a unit test.
+"""
+
+
+def make_project(root: Path, *, layers: int | None = 1, isolation: str = "none", builds: int = 3,
+                 old_era: bool = False) -> Path:
     """The project: BMAD installed, four ready stories, committed; config for the fake agent and the checks."""
     from stepline.bmad import install_bmad
 
     root.mkdir(parents=True)
-    install_bmad(BMAD, root, {})
+    install_bmad(OLD_BMAD if old_era else BMAD, root, {})
     artifacts = root / ARTIFACTS
     artifacts.mkdir(parents=True, exist_ok=True)
     (artifacts / "sprint-status.yaml").write_text(BOARD.format(artifacts=ARTIFACTS))
     for key, name in (("1-1", "add"), ("1-2", "sub"), ("1-3", "mul"), ("1-4", "div"), ("2-1", "mod")):
-        (artifacts / f"{key}-{name}.md").write_text(STORY.format(key=key, name=name))
+        (artifacts / f"{key}-{name}.md").write_text((OLD_STORY if old_era else STORY).format(key=key, name=name))
     (root / "tests").mkdir()
     (root / "tests" / "test_smoke.py").write_text(
         "import unittest\n\n\nclass Smoke(unittest.TestCase):\n"

@@ -90,3 +90,19 @@ def test_a_review_finding_to_patch_goes_back_to_the_builder_then_is_reviewed_aga
     calls = [json.loads(line) for line in agent_env.read_text().splitlines()]
     assert [c["step"] for c in calls] == ["build", "review", "build@2", "review@2"]
     assert calls[2]["told"] == "- [layer-1] add() needs a docstring"  # the builder was told what to fix
+
+
+def test_an_old_era_project_runs_with_its_dev_story_workflow(
+        tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """BMAD v6.0.0-alpha.23: the dev-story workflow found on disk, a story file with a `Status:` line."""
+    root = make_project(tmp_path / "calc", layers=1, old_era=True)
+    assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 0
+    assert [r["outcome"] for r in json.loads(capsys.readouterr().out)] == ["committed"]
+    story = (root / ARTIFACTS / "1-1-add.md").read_text()
+    assert "Status: done" in story
+    assert git(root, "log", "--format=%s", "-1").strip() == "story 1-1-add: Story 1-1: add"
+    assert "## Story" in git(root, "show", "HEAD:" + ARTIFACTS + "/1-1-add.md")
+    calls = [json.loads(line) for line in agent_env.read_text().splitlines()]
+    assert [c["step"] for c in calls] == ["build", "review"]
+    assert "Follow the BMAD dev-story workflow" in calls[0]["prompt"]
+    assert "4-implementation/dev-story/workflow.yaml" in calls[0]["prompt"]

@@ -100,7 +100,12 @@ def test_the_loop_commits_the_honest_story_catches_the_liar_and_the_breaker_and_
     breaker = loader.load(store.open(runs["1-3-mul"]))
     assert "command-1" in str(breaker.steps["verify"].summary) and breaker.steps["verify@2"].choice == "pass"
     calls = _calls(agent_env)
+    assert "Use the BMAD dev skill `bmad-build-auto`" in calls[0]["prompt"]  # found on disk
+    assert "What failed last time" not in calls[0]["prompt"]
+    retry = next(c for c in calls if c["story"] == "1-2-sub" and c["step"] == "build@2")
+    assert "no change besides the story file" in retry["told"]  # the liar is told what was caught
     reviews = [c for c in calls if c["stage"] == "review" and c["story"] == "1-1-add"]
+    assert all("calc_add.py" in c["prompt"] and "Story 1-1: add" in c["prompt"] for c in reviews)  # diff + spec
     assert sorted(c["layer"] for c in reviews) == ["blind-hunter", "edge-case-hunter"]  # in parallel, each alone
     assert not [c for c in calls if c["story"] == "1-4-div" and c["stage"] == "review"]  # never reviewed
     # The liar's timeline, as `stepline logs` prints it (-f returns once the run has ended).

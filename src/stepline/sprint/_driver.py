@@ -609,21 +609,27 @@ async def _defer(ctx: StepContext) -> None:
         patch = ctx.project_root / ".stepline" / "sprint" / "deferred" / f"{key}-{ctx.run.run_id}.patch"
 
         async def put_back(redo: bool) -> dict[str, Any]:
+            from stepline.store import atomic_write_bytes, atomic_write_json, read_json
+
             board = Path(str(_vars(ctx)["sprint_board"]))
-            ledgers = {path: path.read_bytes() for path in (board, board.parent / "deferred-work.md")
-                       if path.is_file()}  # the loop's own files survive the reset, whatever git tracks
+            # The loop's own files survive the reset, whatever git tracks: saved (durably, so a crash between
+            # the reset and their restore loses nothing) before it, written back after it.
+            saved = patch.with_suffix(".ledgers.json")
+            ledgers: dict[str, str] | None = read_json(saved, None)
+            if ledgers is None:
+                ledgers = {str(path): path.read_text(encoding="utf-8") for path in
+                           (board, board.parent / "deferred-work.md") if path.is_file()}
+                saved.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_json(saved, ledgers)
             if not patch.is_file():
-                patch.parent.mkdir(parents=True, exist_ok=True)
                 await git(workspace, "add", "-A", "-N", "--", ".")
                 await git(workspace, "reset", "-q", "--", *_own_paths(ctx))
                 _, text = await git(workspace, "diff", base, "--", ".", *_excluded(ctx))
-                patch.write_text(text + "\n", encoding="utf-8")
+                atomic_write_bytes(patch, (text + "\n").encode("utf-8"))
             await git_ok(workspace, "reset", "-q", "--hard", base)
             await git(workspace, "clean", "-q", "-fd", "--", ".", *_excluded(ctx))
-            from stepline.store import atomic_write_bytes
-
-            for path, data in ledgers.items():  # the board never goes back: what the agent moved stays
-                atomic_write_bytes(path, data)
+            for path, text in ledgers.items():  # the board never goes back: what the agent moved stays
+                atomic_write_bytes(Path(path), text.encode("utf-8"))
             return {"patch": str(patch)}
 
         await _effect(ctx, "put-back", {"baseline": base, "patch": str(patch)}, put_back)
