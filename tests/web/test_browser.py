@@ -36,7 +36,7 @@ def test_watch_a_run_live_then_approve_its_gate_by_clicking(tmp_path: Path) -> N
 
     root = tmp_path / "project"
     root.mkdir()
-    write_slow_workflow(root, steps=3, pause=0.8)
+    write_slow_workflow(root, steps=3, pause=1.0)
     shutil.copytree(FIXTURES / "ccw" / "project-flat" / ".workflow", root / ".workflow")
     shots = tmp_path / "screenshots"
     shots.mkdir()
@@ -46,7 +46,8 @@ def test_watch_a_run_live_then_approve_its_gate_by_clicking(tmp_path: Path) -> N
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
             page = browser.new_page(viewport={"width": 1200, "height": 900})
-            page.set_default_timeout(15_000)
+            page.set_default_timeout(30_000)
+            expect.set_options(timeout=30_000)  # a loaded CI machine: the run's steps may take a while
 
             page.goto(f"{server.url}/")
             expect(page.locator("input[name=token]")).to_be_visible()
