@@ -251,14 +251,24 @@ class ContextResolver:
         return built
 
     def _expand(self, documents: list[str], warnings: list[str]) -> list[Path]:
+        """The files ``documents`` name: project paths, folders (walked) or globs, absolute or relative to the
+        root. A workflow's inputs list alternatives (BMAD's whole or sharded document), so a name that matches
+        nothing is no warning unless none matches; a text that is no path (``FULL_LOAD``) is passed over."""
         found: dict[Path, None] = {}
         for document in documents:
-            if any(ch in document for ch in "*?["):
-                matches = sorted(self.root.glob(document.lstrip("/")))
+            pattern = document
+            if Path(document).is_absolute():
+                try:
+                    pattern = Path(document).relative_to(self.root).as_posix()
+                except ValueError:
+                    warnings.append(f"document {document!r} is outside the project; left out")
+                    continue
+            if any(ch in pattern for ch in "*?["):
+                matches = sorted(self.root.glob(pattern))
+            elif "/" in pattern or "." in pattern or (self.root / pattern).exists():
+                matches = [self.root / pattern]
             else:
-                matches = [self.root / document]
-            if not matches:
-                warnings.append(f"document {document!r} matches no file")
+                continue
             for match in matches:
                 target = match.resolve()
                 if not target.is_relative_to(self.root):
@@ -269,8 +279,9 @@ class ContextResolver:
                             found.setdefault(path, None)
                 elif target.is_file():
                     found.setdefault(target, None)
-                elif match == self.root / document:
-                    warnings.append(f"document {document!r} not found")
+        if not found:
+            warnings.append("none of the step's documents exists: " + ", ".join(documents[:5])
+                            + (", …" if len(documents) > 5 else ""))
         if len(found) > _MAX_STEP_FILES:
             warnings.append(f"the step's documents name {len(found)} files; the first {_MAX_STEP_FILES} are searched")
         return list(found)[:_MAX_STEP_FILES]
@@ -346,6 +357,7 @@ class ContextResolver:
             if before is None or before.get("sha256") != digest:
                 known[source] = {"sha256": digest, "run_id": run_id, "step_id": step_id}
                 self._known_dirty = True
+        self._save_known()  # now, not at the run's end: a run that is killed has still used these
         return changed
 
     def _digest_now(self, source: str) -> str | None:

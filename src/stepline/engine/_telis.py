@@ -27,7 +27,10 @@ async def resolve_step_context(engine: Engine, ctx: StepContext) -> None:
     """Give ``ctx``'s step its context: the journaled one of this attempt, or a new resolution (journaled)."""
     recorded = ctx.step.telis_context
     if recorded is not None and recorded.get("attempt") == ctx.attempt:
-        changed = _resolver(engine).changed_sources(recorded)
+        resolver = _resolver(engine)
+        changed = resolver.changed_sources(recorded)
+        # What the step uses is the recorded context: its sources' digests are the ones last used.
+        resolver.note_sources(recorded, run_id=ctx.run.run_id, step_id=ctx.spec.id)
         if changed:
             ctx.emit(EventType.CONTEXT_DRIFT, {"fingerprint": recorded.get("fingerprint"), "replayed": True,
                                                "sources": changed})
