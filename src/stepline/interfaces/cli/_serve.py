@@ -51,7 +51,11 @@ def serve(
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
-    application = create_app(at.root, runtime, token, allowed_hosts=LOOPBACK_HOSTS if loopback else None)
+    server: uvicorn.Server | None = None  # the app's live streams end once it is told to stop
+    application = create_app(at.root, runtime, token, allowed_hosts=LOOPBACK_HOSTS if loopback else None,
+                             stopping=lambda: server is not None and server.should_exit)
+    server = uvicorn.Server(uvicorn.Config(application, log_level="warning", timeout_graceful_shutdown=2,
+                                           lifespan="off"))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -71,6 +75,4 @@ def serve(
     if not loopback:
         err_console.print(f"warning: listening on {host}, not the loopback interface: anyone who can reach it "
                           "and has the token sees and decides your runs; put TLS in front", markup=False)
-    server = uvicorn.Server(uvicorn.Config(application, log_level="warning", timeout_graceful_shutdown=2,
-                                           lifespan="off"))
     server.run(sockets=[listener])
