@@ -35,7 +35,7 @@ from stepline import errors
 from stepline.errors import ExecutorError, SteplineError
 from stepline.executors import StepSession, WriteMode
 
-__all__ = ["Channel", "RemoteSession", "SessionServer", "serve_calls"]
+__all__ = ["Channel", "RemoteCallError", "RemoteSession", "SessionServer", "original_failure", "serve_calls"]
 
 #: A reply line may carry a whole file a step read (``read``): far above asyncio's 64 KiB default.
 _LINE_LIMIT = 256 * 1024 * 1024
@@ -142,6 +142,12 @@ class SessionServer:
             pass  # the worker went away (killed, cancelled): the step's task learns it from Ray
         finally:
             writer.close()
+
+
+def original_failure(channel: Channel, worker_error: BaseException) -> BaseException | None:
+    """The coordinator's own exception behind ``worker_error`` (what a worker raised from a refused call), if any."""
+    number = getattr(worker_error, "remote_call", None)
+    return channel.failures.get(number) if isinstance(number, int) else None
 
 
 async def serve_calls(channel: Channel, session: StepSession, done: asyncio.Future[Any]) -> None:

@@ -35,7 +35,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from stepline.distributed._channel import Channel, RemoteSession, SessionServer, serve_calls
+from stepline.distributed._channel import Channel, RemoteSession, SessionServer, original_failure, serve_calls
 from stepline.errors import ExecutorError, SteplineError, UsageError
 from stepline.executors import Executor, StepRequest, StepSession, create_executor
 
@@ -235,9 +235,9 @@ def _translate(exc: BaseException, channel: Channel) -> BaseException:
 
     if isinstance(exc, rex.RayTaskError):
         cause = exc.cause
-        number = getattr(cause, "remote_call", None)
-        if number in channel.failures:
-            return channel.failures[number]
+        original = original_failure(channel, cause)
+        if original is not None:
+            return original
         if isinstance(cause, SteplineError):
             return cause
         return ExecutorError(f"{type(cause).__name__}: {cause} (on a Ray worker)", retryable=True)

@@ -1,0 +1,54 @@
+"""``--backend``/``--ray-address`` and ``runtime.backend``: a wrong choice is one clear line and a usage exit
+code, before any run is created; ``local`` stays the default and imports no Ray."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from stepline.interfaces.cli._app import run_cli
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in err[0], err
+    return err[0]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--backend", "spark"], "unknown backend 'spark'"),
+    (["--ray-address", "127.0.0.1:6379"], "--ray-address goes with --backend ray"),
+])
+def test_a_wrong_backend_option_is_a_usage_error_and_no_run_is_created(
+        project: Path, write_workflow: Callable[..., Path], capsys: pytest.CaptureFixture[str],
+        args: list[str], says: str) -> None:
+    """A backend that does not exist, or an address without the Ray backend: exit 2, nothing written."""
+    path = write_workflow([{"id": "a"}])
+    assert run_cli(["run", str(path), "-C", str(project), "-q", *args]) == 2
+    assert says in _one_line_error(capsys)
+    assert not (project / ".stepline" / "runs").exists() or not any((project / ".stepline" / "runs").iterdir())
+
+
+def test_a_wrong_runtime_backend_names_the_config_file_and_line(
+        project: Path, write_workflow: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """runtime.backend is checked with the rest of config/runtime.yaml (file:line, exit 4)."""
+    path = write_workflow([{"id": "a"}])
+    (project / "config").mkdir()
+    (project / "config" / "runtime.yaml").write_text("runtime:\n  backend: spark\n", encoding="utf-8")
+    assert run_cli(["run", str(path), "-C", str(project), "-q"]) == 4
+    line = _one_line_error(capsys)
+    assert "runtime.yaml:2" in line and "runtime.backend" in line
+
+
+def test_the_local_backend_runs_without_importing_ray(project: Path, write_workflow: Callable[..., Path]) -> None:
+    """The default backend never imports Ray (a fresh interpreter runs a workflow; ray is not in sys.modules)."""
+    path = write_workflow([{"id": "a"}])
+    code = ("import sys; from stepline.interfaces.cli._app import run_cli; "
+            f"rc = run_cli(['run', {str(path)!r}, '-C', {str(project)!r}, '-q']); "
+            "print(rc, 'ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split()[-2:] == ["0", "False"], out.stderr
