@@ -22,6 +22,9 @@ def test_an_escalation_waits_for_a_person_and_the_answer_lets_the_story_go_on(
     [blocked] = json.loads(out.out)
     assert blocked["outcome"] == "blocked" and "should add() accept strings?" in blocked["summary"]
     assert "stepline answer" in out.err
+    assert run_cli(["sprint", "status", "-C", str(root), "--json"]) == 0
+    row = next(r for r in json.loads(capsys.readouterr().out)["entries"] if r["key"] == "1-1-add")
+    assert (row["state"], row["stage"]) == ("blocked", "review (blocked)")
     assert git(root, "log", "--format=%(trailers:key=Stepline-Story)").strip() == ""  # the loop committed nothing
     assert run_cli(["answer", blocked["run_id"], "accept", "-C", str(root)]) == 0
     capsys.readouterr()

@@ -189,7 +189,10 @@ def status(
             usage = story_usage(story)
             defer = story.steps.get("defer")
             state = ("deferred" if defer is not None and defer.status.value == "completed" else story.status.value)
-            row.update(run=story.run_id, state=state, stage=story.variables.get("sprint_stage"),
+            started = [e.step_id for e in events if e.type == "WorkflowStepStarted" and e.step_id]
+            current = started[-1] if started else None
+            stage = f"{current} ({story.steps[current].status.value})" if current in story.steps else None
+            row.update(run=story.run_id, state=state, stage=stage,
                        attempts=sum(1 for sid in story.steps if sid.split("@")[0] == "build"
                                     and story.steps[sid].status.value != "pending"),
                        tokens=int(usage.tokens), cost_usd=round(usage.cost_usd, 4),
