@@ -37,8 +37,8 @@ def test_builtins_are_all_registered() -> None:
     """The default registry holds every built-in, each with the risk the spec gives it."""
     risks = {spec.name: spec.risk for spec in builtin_tools()}
     assert risks == {"getCurrentTime": "low", "readFile": "low", "writeFile": "medium", "listFiles": "low",
-                     "repo": "low", "shell": "high", "runScript": "medium", "validatePython": "low", "validateJson": "low",
-                     "validateYaml": "low", "recordEvidence": "low"}
+                     "repo": "low", "shell": "high", "runScript": "medium", "validatePython": "low",
+                     "validateJson": "low", "validateYaml": "low", "recordEvidence": "low"}
     assert default_registry().names() == sorted(risks)
 
 
