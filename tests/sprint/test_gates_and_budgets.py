@@ -109,3 +109,15 @@ def test_an_old_era_project_runs_with_its_dev_story_workflow(
     assert [c["step"] for c in calls] == ["build", "review"]
     assert "Follow the BMAD dev-story workflow" in calls[0]["prompt"]
     assert "4-implementation/dev-story/workflow.yaml" in calls[0]["prompt"]
+
+
+def test_a_loop_outside_a_git_repository_is_refused_in_one_line(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    root = make_project(tmp_path / "calc", layers=1)
+    shutil.rmtree(root / ".git")
+    assert run_cli(["sprint", "run", "-C", str(root)]) == 5
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "is not a git repository with a commit (the loop commits" in err
+    assert len(err.strip().splitlines()) == 1 and not (root / ".stepline" / "runs").exists()

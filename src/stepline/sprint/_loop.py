@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stepline import time
-from stepline.errors import NotFoundError
+from stepline.errors import NotFoundError, RunStateError
 from stepline.model import Run, RunStatus
 from stepline.sprint._board import Board, read_board
 from stepline.sprint._config import SprintConfig
@@ -163,6 +163,13 @@ async def run_loop(engine: Engine, project: SprintProject, config: SprintConfig,
     if project.dev is None:
         raise NotFoundError(f"{project.root}: no BMAD dev workflow is installed (bmad-build-auto, bmad-dev-auto, "
                             "bmad-dev-story or dev-story)", hint="install BMAD with `stepline bmad install SRC`")
+    import subprocess
+
+    probe = subprocess.run(["git", "-C", str(project.root), "rev-parse", "--verify", "-q", "HEAD"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise RunStateError(f"{project.root} is not a git repository with a commit",
+                            hint="the loop commits each story: `git init` and commit the project first")
     _, keys, to_resume = plan(project, engine.store, options)
     results: list[StoryResult] = []
     spent = Usage()
