@@ -25,6 +25,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -102,12 +103,21 @@ def _write_module(prefix: str, correct: bool) -> None:
         f"    def test_{name}(self):\n        self.assertAlmostEqual({name}({args}), {expected!r})\n")
 
 
-def _kill_point(prefix: str, stage: str) -> None:
+def _kill_point(prefix: str, stage: str, layer: str | None = None, run: str = "") -> None:
+    """SIGKILL the stepline process here, once, when FAKE_KILL names this point; with FAKE_KILL_AFTER, only once
+    the run's journal holds that text (another call's recorded result, say)."""
     wanted, marker = os.environ.get("FAKE_KILL", ""), os.environ.get("FAKE_KILL_MARKER", "")
-    if wanted == f"{prefix}:{stage}" and marker and not Path(marker).exists():
-        Path(marker).write_text("killed")
-        os.kill(os.getppid(), signal.SIGKILL)
-        sys.exit(9)
+    here = f"{prefix}:{stage}" + (f":{layer}" if layer and wanted.count(":") == 2 else "")
+    if wanted != here or not marker or Path(marker).exists():
+        return
+    after = os.environ.get("FAKE_KILL_AFTER")
+    journal = Path(".stepline/runs") / run / "journal.jsonl"
+    deadline = time.monotonic() + 30
+    while after and after not in journal.read_text(errors="replace") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    Path(marker).write_text("killed")
+    os.kill(os.getppid(), signal.SIGKILL)
+    sys.exit(9)
 
 
 def build(prefix: str, behaviour: str, retry: bool) -> str:
@@ -160,6 +170,7 @@ def main() -> int:
         behaviour = json.loads(os.environ.get("FAKE_SPRINT", "{}")).get(prefix, "honest")
         summary = build(prefix, behaviour, retry="What failed last time" in prompt)
     else:
+        _kill_point(prefix, "review", hints.get("layer"), step["run_id"])
         reports = json.loads(os.environ.get("FAKE_REVIEW", "{}"))
         summary = reports.get(f"{prefix}:{hints.get('layer')}:{step['step_id']}",
                               reports.get(f"{prefix}:{hints.get('layer')}", "none"))

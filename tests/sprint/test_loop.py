@@ -126,14 +126,17 @@ def _child(root: Path, command: str, **env: str) -> subprocess.CompletedProcess[
 
 
 @pytest.mark.slow
-def test_sigkill_mid_build_mid_verify_after_git_commit_and_before_the_board_then_resume(
+def test_sigkill_mid_build_mid_verify_mid_review_after_git_commit_and_before_the_board_then_resume(
         tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each story committed exactly once, no finished stage or agent call repeated, the board exactly right."""
-    root = make_project(tmp_path / "calc", layers=1, builds=2)
+    root = make_project(tmp_path / "calc", layers=2, builds=2)
     monkeypatch.setenv("FAKE_SPRINT", json.dumps(BEHAVIOURS))
     checks_log = Path(os.environ["CHECKS_LOG"])
     kills = [("run", {"FAKE_KILL": "1-1:build", "FAKE_KILL_MARKER": str(tmp_path / "k1")}),
              ("resume", {"CHECKS_KILL_MARKER": str(tmp_path / "k2")}),
+             # mid review: the second layer's agent kills the loop once the first layer's call is journaled
+             ("resume", {"FAKE_KILL": "1-2:review:layer-2", "FAKE_KILL_MARKER": str(tmp_path / "k3"),
+                         "FAKE_KILL_AFTER": 'review/1/0/1","op":"memo:'}),
              ("resume", {"SPRINT_KILL": "commit"}),
              ("resume", {"SPRINT_KILL": "advance"}),
              ("resume", {"SPRINT_KILL": "commit"})]
@@ -151,10 +154,12 @@ def test_sigkill_mid_build_mid_verify_after_git_commit_and_before_the_board_then
         completed = Counter(str(e["step_id"]) for e in journal if e["type"] == "WorkflowStepCompleted")
         assert all(n == 1 for n in completed.values()), completed
         assert journal[-1]["type"] == "WorkflowCompleted"
-    # Agent calls: each (run, stage) once, but the build killed halfway (it never finished) once more.
+    # Agent calls: each (run, stage, layer) once, but the two killed halfway (they never finished) once more;
+    # the review layer that had finished when its sibling was killed is not asked again.
     calls = Counter((c["run"], c["step"], c["layer"]) for c in _calls(agent_env))
-    repeated = {k: n for k, n in calls.items() if n > 1}
-    assert len(repeated) == 1 and next(iter(repeated))[1] == "build" and set(repeated.values()) == {2}
+    repeated = sorted((step, layer, n) for (_, step, layer), n in calls.items() if n > 1)
+    assert repeated == [("build", None, 2), ("review", "layer-2", 2)], repeated
+    assert sum(1 for (_, step, layer), n in calls.items() if step == "review" and layer == "layer-1") == 3
     # Checks: one run per verify stage, but the one killed halfway once more.
     verifies = sum(1 for j in journals for e in j if e["type"] == "WorkflowStepCompleted"
                    and str(e["step_id"]).startswith("verify"))
