@@ -75,6 +75,7 @@ class ContextResolver:
     def __init__(self, project_root: Path, config: TelisConfig, *, state_path: Path | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.root = project_root.resolve()
+        self._root_prefix = str(self.root).rstrip("/") + "/"
         self.config = config
         self.state_path = state_path
         self._clock = clock
@@ -399,6 +400,9 @@ class ContextResolver:
                 self._corpus = None
 
     def _rel(self, path: Path) -> str:
+        text = str(path)
+        if text.startswith(self._root_prefix) and "/../" not in text:  # found under the root: no resolving
+            return text[len(self._root_prefix):]
         try:
             return path.resolve().relative_to(self.root).as_posix()
         except ValueError:

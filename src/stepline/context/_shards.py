@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -52,23 +52,55 @@ _DECLARATION = re.compile(
     r"^[ \t]*(?:export[ \t]+)?(?:async[ \t]+)?(?:def|class|function|interface|type|enum|struct|impl|trait|fn|func"
     r"|pub[ \t]+fn|module|package|const[ \t]+\w+[ \t]*=[ \t]*(?:async[ \t]*)?\()\b")
 _SLUG = re.compile(r"[^a-z0-9]+")
+_MARKS = re.compile(r"(\*\*|__|`|^\s*>\s?)")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Shard:
-    """One piece of knowledge at its three tiers; ``source`` is the project-relative file it came from."""
+    """One piece of knowledge at its three tiers; ``source`` is the project-relative file it came from.
+
+    ``nano`` and ``micro`` are made from ``body`` when first asked for (``kind`` says how: prose or code), so an
+    index of thousands of shards is built without making tiers that no step retrieves; a shards file's
+    hand-written tiers are given as ``_nano`` and ``_micro``.
+    """
 
     id: str
     title: str
     source: str
-    nano: str
-    micro: str
     full: str
     tags: tuple[str, ...] = ()
+    body: str = ""
+    kind: Literal["prose", "code"] = "prose"
+    _nano: str | None = field(default=None, repr=False)
+    _micro: str | None = field(default=None, repr=False)
+
+    @property
+    def nano(self) -> str:
+        """≈50 tokens (see the module docstring)."""
+        if self._nano is None:
+            self._nano = make_nano(self.title, self.body) if self.kind == "prose" else _code_nano(self.source,
+                                                                                                  self.body)
+        return self._nano
+
+    @property
+    def micro(self) -> str:
+        """≈500 tokens (see the module docstring)."""
+        if self._micro is None:
+            self._micro = make_micro(self.title, self.body) if self.kind == "prose" else _code_micro(self.source,
+                                                                                                    self.body)
+        return self._micro
 
     def text(self, tier: Tier) -> str:
         """The shard at ``tier``."""
         return self.nano if tier == "nano" else self.micro if tier == "micro" else self.full
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Shard):
+            return NotImplemented
+        return (self.id, self.title, self.source, self.full, self.tags, self.nano, self.micro) == (
+            other.id, other.title, other.source, other.full, other.tags, other.nano, other.micro)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable (its tiers are made on demand): not hashable
 
 
 # -- the shards file ----------------------------------------------------------------------------------------
@@ -136,28 +168,27 @@ def load_shards_file(path: Path, project_root: Path, *, full_tokens: int = 4000)
     sources = [path]
     seen: set[str] = set()
     for index, entry in enumerate(parsed.shards):
-        line = find_yaml_line(text, ("shards", index)) or 1
+        def line(index: int = index) -> int:  # found only for an error: finding it parses the file again
+            return find_yaml_line(text, ("shards", index)) or 1
+
         if entry.id in seen:
-            raise ConfigError(f"shard id {entry.id!r} is used twice", path=str(path), line=line,
+            raise ConfigError(f"shard id {entry.id!r} is used twice", path=str(path), line=line(),
                               hint="give every shard its own id")
         seen.add(entry.id)
         body, source = entry.text, rel
         if body is None:
             if entry.path is None:
-                raise ConfigError(f"shard {entry.id!r} has neither text nor path", path=str(path), line=line,
+                raise ConfigError(f"shard {entry.id!r} has neither text nor path", path=str(path), line=line(),
                                   hint="add `text:` or `path:` (a project file)")
             target = project_root / entry.path
             if not target.is_file():
-                raise ConfigError(f"shard {entry.id!r}: file {entry.path!r} not found", path=str(path), line=line,
+                raise ConfigError(f"shard {entry.id!r}: file {entry.path!r} not found", path=str(path), line=line(),
                                   hint="paths in a shards file are relative to the project root")
             body, source = read_text(target), _relative(target, project_root)
             sources.append(target)
         title = entry.title or entry.id
-        shards.append(Shard(
-            id=entry.id, title=title, source=source, tags=tuple(entry.tags),
-            nano=entry.nano if entry.nano is not None else make_nano(title, body),
-            micro=entry.micro if entry.micro is not None else make_micro(title, body),
-            full=make_full(title, body, full_tokens)))
+        shards.append(Shard(id=entry.id, title=title, source=source, tags=tuple(entry.tags), body=body,
+                            _nano=entry.nano, _micro=entry.micro, full=make_full(title, body, full_tokens)))
     return shards, sources
 
 
@@ -175,9 +206,9 @@ def shards_from_markdown(text: str, source: str, *, split_level: int = 3, full_t
     current: tuple[str, list[str]] = (Path(source).stem, [])
     fenced = False
     for line in lines:
-        if _FENCE.match(line):
+        if ("```" in line or "~~~" in line) and _FENCE.match(line):  # the cheap test first: most lines are prose
             fenced = not fenced
-        match = None if fenced else _HEADING.match(line)
+        match = None if fenced or not line.startswith("#") else _HEADING.match(line)
         if match and len(match.group(1)) <= split_level:
             if current[1] and any(x.strip() for x in current[1]):
                 sections.append(current)
@@ -197,8 +228,8 @@ def shards_from_markdown(text: str, source: str, *, split_level: int = 3, full_t
         slug = _SLUG.sub("-", title.rsplit(" › ", 1)[-1].lower()).strip("-") or "top"
         used[slug] = used.get(slug, 0) + 1
         anchor = slug if used[slug] == 1 else f"{slug}-{used[slug]}"
-        shards.append(Shard(id=f"{source}#{anchor}", title=title, source=source, nano=make_nano(title, body),
-                            micro=make_micro(title, body), full=make_full("", whole, full_tokens)))
+        shards.append(Shard(id=f"{source}#{anchor}", title=title, source=source, body=body,
+                            full=make_full("", whole, full_tokens)))
     return shards
 
 
@@ -207,13 +238,19 @@ def shards_from_text_file(text: str, source: str, *, full_tokens: int = 4000) ->
     text = text.replace("\r\n", "\n")
     if not text.strip():
         return []
-    declarations = [line.rstrip() for line in text.split("\n") if _DECLARATION.match(line)]
-    first = next((line.strip() for line in text.split("\n") if line.strip()), "")
-    nano = clip_to_tokens(f"{source}: {first}", TIER_TOKENS["nano"])
-    outline = declarations or [line.rstrip() for line in text.split("\n")[:40] if line.strip()]
-    micro = clip_to_tokens("\n".join([source, *outline]), TIER_TOKENS["micro"])
-    return [Shard(id=source, title=source, source=source, nano=nano, micro=micro,
+    return [Shard(id=source, title=source, source=source, body=text, kind="code",
                   full=make_full(source, text, full_tokens))]
+
+
+def _code_nano(source: str, text: str) -> str:
+    first = next((line.strip() for line in text.split("\n") if line.strip()), "")
+    return clip_to_tokens(f"{source}: {first}", TIER_TOKENS["nano"])
+
+
+def _code_micro(source: str, text: str) -> str:
+    declarations = [line.rstrip() for line in text.split("\n") if _DECLARATION.match(line)]
+    outline = declarations or [line.rstrip() for line in text.split("\n")[:40] if line.strip()]
+    return clip_to_tokens("\n".join([source, *outline]), TIER_TOKENS["micro"])
 
 
 # -- the tiers ------------------------------------------------------------------------------------------------
@@ -283,21 +320,34 @@ def _blocks(body: str) -> list[tuple[str, str]]:
 
 
 def _first_sentences(text: str) -> list[str]:
-    """The first sentence of ``text`` (markdown decoration removed), as a one-element list, or none."""
-    plain = " ".join(_plain(line) for line in text.split("\n")
-                     if line.strip() and not _HEADING.match(line) and not _FENCE.match(line)
-                     and not line.strip().startswith("|"))
-    plain = " ".join(plain.split())
-    if not plain:
-        return []
-    end = _SENTENCE_END.search(plain)
-    return [plain[: end.end()] if end else plain]
+    """The first sentence of ``text`` (markdown decoration removed), as a one-element list, or none.
+
+    Lines are taken until one ends the sentence: a long section costs no more than its first sentence."""
+    taken: list[str] = []
+    fenced = False
+    for line in text.split("\n"):
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        stripped = line.strip()
+        if fenced or not stripped or stripped.startswith("|") or _HEADING.match(line):
+            continue
+        taken.append(_plain(stripped))
+        plain = " ".join(" ".join(taken).split())
+        end = _SENTENCE_END.search(plain)
+        if end:
+            return [plain[: end.end()]]
+    plain = " ".join(" ".join(taken).split())
+    return [plain] if plain else []
 
 
 def _plain(text: str) -> str:
     """Markdown decoration off: links become their text, emphasis and code marks go."""
-    text = _LINK.sub(r"\1", text)
-    return re.sub(r"(\*\*|__|`|^\s*>\s?)", "", text).strip()
+    if "[" in text:
+        text = _LINK.sub(r"\1", text)
+    if "*" in text or "_" in text or "`" in text or ">" in text:
+        text = _MARKS.sub("", text)
+    return text.strip()
 
 
 def _without_front_matter(text: str) -> str:
