@@ -52,3 +52,19 @@ def test_the_local_backend_runs_without_importing_ray(project: Path, write_workf
             "print(rc, 'ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.split()[-2:] == ["0", "False"], out.stderr
+
+
+def test_a_ray_address_nothing_answers_on_is_refused_before_a_run_is_created(
+        project: Path, write_workflow: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """An unreachable cluster is one line naming the address at once (Ray would retry it for minutes)."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'stepline[ray]')")
+    import socket
+
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens on it
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    path = write_workflow([{"id": "a"}])
+    assert run_cli(["run", str(path), "-C", str(project), "-q", "--backend", "ray",
+                    "--ray-address", f"127.0.0.1:{port}"]) == 2
+    assert f"cannot reach the Ray cluster at 127.0.0.1:{port}" in _one_line_error(capsys)
+    assert not (project / ".stepline" / "runs").exists() or not any((project / ".stepline" / "runs").iterdir())

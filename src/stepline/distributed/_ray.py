@@ -39,7 +39,7 @@ from stepline.distributed._channel import Channel, RemoteSession, SessionServer,
 from stepline.errors import ExecutorError, SteplineError, UsageError
 from stepline.executors import Executor, StepRequest, StepSession, create_executor
 
-__all__ = ["RayExecutor", "WorkerLost", "ray_executor"]
+__all__ = ["RayExecutor", "WorkerLost", "check_reachable", "ray_executor"]
 
 #: How long a cancelled step waits for its remote work to acknowledge the cancel.
 _CANCEL_WAIT = 10.0
@@ -129,6 +129,7 @@ class RayExecutor(Executor):
         """Join (or start) the cluster and place one executor host per live node; once per run."""
         ray = _ray()
         if not ray.is_initialized():
+            check_reachable(self.address)
             try:
                 ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
                          logging_level="warning")
@@ -211,6 +212,26 @@ def ray_executor(inner: Executor, *, recipe: tuple[str, dict[str, Any]] | None =
     """The Ray backend's executor around ``inner`` (pure when ``inner`` is)."""
     cls = _PureRayExecutor if inner.pure else RayExecutor
     return cls(inner, recipe=recipe, address=address)
+
+
+def check_reachable(address: str | None, timeout: float = 5.0) -> None:
+    """Refuse, in one line, a cluster address (``HOST:PORT``, or ``RAY_ADDRESS``) that nothing answers on: Ray
+    itself would retry for minutes. ``ray://`` and ``auto`` addresses are left to Ray."""
+    import socket
+
+    address = address or os.environ.get("RAY_ADDRESS")
+    if not address or "://" in address or address in ("auto", "local"):
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"Ray address {address!r} is not HOST:PORT",
+                         hint="pass what `ray start --head` printed, e.g. --ray-address 10.0.0.5:6379")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise UsageError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}",
+                         hint="start it with `ray start --head`, or pass the address it printed to --ray-address"
+                         ) from None
 
 
 def _ray() -> Any:

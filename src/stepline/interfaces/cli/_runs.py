@@ -59,6 +59,9 @@ def use_backend(engine: Engine, backend: str | None, ray_address: str | None) ->
         if importlib.util.find_spec("ray") is None:
             raise UsageError("--backend ray needs Ray, which is not installed",
                              hint="install it with `pip install 'stepline[ray]'`, or run with --backend local")
+        from stepline.distributed import check_reachable
+
+        check_reachable(runtime.ray_address)  # before a run is created: Ray would retry an address for minutes
 
 
 def parse_vars(pairs: list[str]) -> dict[str, str]:
