@@ -82,7 +82,7 @@ def test_lint_names_every_defect_with_file_and_line(tmp_path: Path) -> None:
     assert {d.code for d in diagnostics if d.severity == "warning"} == {"unreachable-step"}  # dead, not broken
     found = {(d.code, Path(d.path).name, d.line) for d in diagnostics}
     assert found == {
-        ("broken-snapshot-link", "step-02-plan.md", 7),
+        ("broken-snapshot-link", "step-02-plan.md", 16),
         ("missing-file", "step-04-review.md", 3),
         ("unknown-field", "step-04-review.md", 5),
         ("missing-script", "step-03-do.md", 3),

@@ -77,9 +77,10 @@ def test_just_in_time_the_executor_holds_only_the_current_step(mini: Path) -> No
     _, events = _run(mini, mini / "_bmad" / "mini" / "tiny-build", recorder)
     titles = {"step-01-route": "# Step 1: Route", "step-02-plan": "# Step 2: Plan", "step-03-do": "# Step 3: Do",
               "step-04-review": "# Step 4: Review"}
-    for request in recorder.work():
+    for request in recorder.work():  # a step's file, or nothing (the request for its checkpoint's choice)
         held = [step for step, title in titles.items() if title in request.content]
-        assert held == ([request.step_id] if request.step_id in titles else []), request.step_id
+        assert held in ([request.step_id], []), request.step_id
+    assert {r.step_id for r in recorder.work() if any(t in r.content for t in titles.values())} == set(titles)
     review = next(r for r in recorder.work() if r.step_id == "step-04-review")
     assert "references/guide.md" in review.content and "Look for missing tests." not in review.content
     started: set[str] = set()
@@ -246,3 +247,40 @@ def test_a_route_that_hinges_on_a_file_is_decided_by_the_disk(mini: Path) -> Non
     assert _path(run) == ["activate", "on-activation", "step-01-route", "step-04-review"]
     route = _calls(events, "route")[0]["result"]
     assert route["by"] == "runtime" and route["reason"].startswith(f"{mini}/out/work/STOP.md exists")
+
+
+def test_a_checkpoint_is_asked_by_the_runtime(mini: Path) -> None:
+    """`HALT and ask human: [A] Approve | [E] Edit`: in #yolo the executor answers as the user and then does what
+    the step says for the choice; the step's own request is told not to ask it."""
+    recorder = Recorder()
+    run, events = _run(mini, mini / "_bmad" / "mini" / "tiny-build", recorder)
+    plan = [r for r in recorder.requests if r.step_id == "step-02-plan"]
+    assert [r.kind for r in plan] == ["work", "answer", "work"]
+    assert plan[0].content.startswith("The runtime presents this step's checkpoint(s) to the person")
+    assert plan[1].choices == ["A", "E"] and "[A] Approve | [E] Edit" in (plan[1].question or "")
+    assert plan[2].content.endswith("Do what the step says for it:\n\nSet `status: approved` in `{spec_file}`.")
+    assert _calls(events, "checkpoint")[0]["result"] == {"choice": "A", "by": "executor"}
+    assert run.steps["step-02-plan"].choice == "A"
+
+
+def test_in_normal_mode_the_checkpoint_waits_for_the_person(mini: Path) -> None:
+    """Nobody at a terminal: the run blocks on the checkpoint; [E] is acted on and asks again, [A] moves on."""
+    from stepline.interfaces.cli._app import run_cli
+
+    def drive(resume: str | None = None) -> Run:
+        engine = Engine(project_root=mini, executor=Recorder(), mode="normal")
+        if resume is not None:
+            return asyncio.run(engine.resume(resume))
+        return asyncio.run(engine.start(load_workflow(mini / "_bmad" / "mini" / "tiny-build", project_root=mini)))
+
+    run = drive()
+    assert run.status == "blocked" and run.steps["step-02-plan"].status == StepStatus.BLOCKED
+    assert run_cli(["answer", run.run_id, "E", "--project-root", str(mini)]) == 0
+    run = drive(run.run_id)
+    assert run.status == "blocked"  # E: changes applied, the checkpoint is asked again
+    assert run_cli(["answer", run.run_id, "A", "--project-root", str(mini)]) == 0
+    run = drive(run.run_id)
+    assert run.status == "completed"
+    events = list(Engine(project_root=mini).store.open(run.run_id).events())
+    assert [c["result"]["choice"] for c in _calls(events, "checkpoint")] == ["E", "A"]
+    assert {c["result"]["by"] for c in _calls(events, "checkpoint")} == {"person"}

@@ -14,6 +14,11 @@
   Otherwise each other route (an EARLY EXIT, a loop back) is a ``decide`` request with the route's line as
   the condition; none holding, the step's NEXT. The decision is journaled with its reason and who made it.
   A revisited step runs as ``<step>@<n>``, at most ``runtime.max_step_visits`` times.
+* **Checkpoints**: a step file's unconditional ``HALT and ask human: `[A] Approve` | `[E] Edit``` line is
+  asked by the runtime after the step's work — of the person (terminal, MCP relay, else a question gate the
+  run blocks on), in #yolo of the executor as the user — and the executor then does what the step says for
+  the choice (``- **E**: …, then return to CHECKPOINT`` asks again). A checkpoint nested under a condition
+  ("If the spec exceeds …, HALT and ask") is the executor's to judge and ask.
 * **Intent** (a SKILL.md with intent modes): a pre-resolved intent (``--mode``, a shim, ``--var intent=…``)
   is used as given; else when the skill's output folder holds no earlier document the first mode (Create)
   is chosen by the runtime; else the executor (or the person, in normal mode) picks a mode, and documents in
@@ -40,12 +45,13 @@ from stepline import time
 from stepline.engine._context import StepContext
 from stepline.engine._runner import register_driver
 from stepline.errors import ReaderError, StepFailed
+from stepline.executors import MenuOption
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
 from stepline.model import EventType, Run, StepStatus, WorkflowSpec
 from stepline.skills._load import SKILL_FORMAT
 from stepline.skills._render import CUSTOM_TOKEN, RenderEnv, render_skill_text
-from stepline.skills._skill import SkillDoc, read_doc, read_skill_files, scripts_in
+from stepline.skills._skill import Checkpoint, SkillDoc, checkpoints_in, read_doc, read_skill_files, scripts_in
 
 __all__ = ["SkillFlow", "run_skill_step"]
 
@@ -379,6 +385,49 @@ async def _run_subagents(ctx: StepContext, layers: list[dict[str, Any]]) -> list
     return list(await asyncio.gather(*(one(layer) for layer in layers)))
 
 
+def _option(answer: str | None, options: tuple[tuple[str, str], ...]) -> tuple[str, str] | None:
+    picked = (answer or "").strip().strip("[]*").strip()
+    return next((o for o in options if picked.upper() in (o[0], f"[{o[0]}]") or
+                 picked.lower() == o[1].lower() or picked.upper().startswith(f"[{o[0]}]")), None)
+
+
+async def _checkpoint(ctx: StepContext, checkpoint: Checkpoint, proposal: str | None) -> None:
+    """Present a step's checkpoint to the person (in #yolo the executor answers as the user) and have the
+    executor do what the step says for the choice; an option that returns to the checkpoint asks again."""
+    name = str(ctx.spec.meta["file"])
+    menu = [MenuOption(key, label, default=i == 0) for i, (key, label) in enumerate(checkpoint.options)]
+    keys = [key for key, _ in checkpoint.options]
+    question = f"{name}:{checkpoint.line}: " + " | ".join(f"[{k}] {label}" for k, label in checkpoint.options)
+    executor = ctx.engine.executor
+    note = ""
+    for round_no in range(ctx.engine.config.runtime.max_step_visits):
+        key = f"{ctx.spec.id}/{ctx.attempt}/checkpoint/{checkpoint.line}/{round_no}"
+        if round_no == 0 and proposal is not None and executor.speaks_for_user and ctx.run.mode != "yolo" and \
+                _option(proposal, checkpoint.options) is not None:
+            ctx.engine.human.record(ctx, key, proposal, by=executor.name or "executor")  # the person's own choice
+            answer = proposal
+        else:
+            answer = await ctx.engine.human.ask(ctx, note + question, keys, key, menu=menu)
+        chosen = _option(answer, checkpoint.options)
+        if chosen is None:
+            note = f"{answer!r} is not one of the options. "
+            continue
+        _record(ctx, f"checkpoint/{checkpoint.line}/{round_no}", "checkpoint", {"line": checkpoint.line},
+                {"choice": chosen[0], "by": "executor" if ctx.run.mode == "yolo" else "person"})
+        ctx.step.choice = chosen[0]
+        handler = checkpoint.handlers.get(chosen[0], "")
+        if handler:
+            await ctx.invoke("work", title=f"[{chosen[0]}] {chosen[1]} at {name}:{checkpoint.line}",
+                             content=f"At {name}:{checkpoint.line} the person chose [{chosen[0]}] {chosen[1]}. Do what "
+                                     f"the step says for it:\n\n{_render(ctx, handler)}", context=_base_context(ctx))
+        if "return to checkpoint" not in handler.lower():
+            return
+        note = ""
+    raise StepFailed(f"{name}:{checkpoint.line}: the checkpoint was not passed in "
+                     f"{ctx.engine.config.runtime.max_step_visits} rounds", retryable=False,
+                     hint="choose an option that moves on, or raise runtime.max_step_visits")
+
+
 async def _step_file(ctx: StepContext) -> None:
     _check_visits(ctx)
     skill = _skill(ctx)
@@ -398,10 +447,18 @@ async def _step_file(ctx: StepContext) -> None:
         ask = "".join(f" Before you finish, set it with set_var('{n}', …) — the layers need it." for n in needs)
         raw = raw.replace(token, f"(The runtime runs these {len(active)} layers as parallel subagents once you "
                                  f"finish this request: {names}.{ask} Do everything before them now.)")
+    checkpoints = checkpoints_in(doc.text)
     content = _render(ctx, raw)
+    if checkpoints:  # the runtime asks them: the executor must not ask them too
+        content = ("The runtime presents this step's checkpoint(s) to the person after this request ("
+                   + "; ".join(f"line {c.line}" for c in checkpoints) + ") and hands you their choice: do the "
+                   "step's work up to each checkpoint, do not ask it yourself.\n\n" + content)
     _hand_over(ctx, "step", path, doc.text, content)
-    outcome = await ctx.invoke("work", content=content, context=context)
+    menu = [MenuOption(k, label) for c in checkpoints[:1] for k, label in c.options]
+    outcome = await ctx.invoke("work", content=content, context=context, menu=menu)
     ctx.step.summary = outcome.summary
+    for checkpoint in checkpoints:
+        await _checkpoint(ctx, checkpoint, outcome.choice)
     if layers:
         results = [result for _, active in layers for result in await _run_subagents(ctx, active)]
         _record(ctx, "subagents", "subagents", {"layers": [r["id"] for r in results]}, results)

@@ -25,12 +25,14 @@ from stepline.formats._frontmatter import read_frontmatter
 from stepline.skills._render import SNAPSHOT_TOKEN
 
 __all__ = [
+    "Checkpoint",
     "Link",
     "Mode",
     "Section",
     "SkillDoc",
     "SkillFiles",
     "StepFile",
+    "checkpoints_in",
     "is_skill",
     "read_doc",
     "read_skill_files",
@@ -202,6 +204,49 @@ def read_doc(root: Path, path: Path) -> SkillDoc:
                 doc.links.append(Link(target, number, line.strip(), False, section))
     doc.scripts = scripts_in(text)
     return doc
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """An unconditional ``HALT and ask human: `[A] Approve` | `[E] Edit``` line of a step file, its options
+    (key, label) and what the step says to do for each (``- **E**: Apply changes, then return to CHECKPOINT``)."""
+
+    line: int
+    text: str
+    options: tuple[tuple[str, str], ...]
+    handlers: dict[str, str]
+
+
+_CHECKPOINT = re.compile(r"^HALT and ask (?:the )?(?:human|user)\s*:\s*(.+)$", re.I)
+_OPTION = re.compile(r"`\[(\w)\]\s*([^`]+?)`")
+_HANDLER = re.compile(r"^(\s*)-\s*\*\*(\w)\*\*\s*:\s*(.*)$")
+
+
+def checkpoints_in(text: str) -> list[Checkpoint]:
+    """The checkpoints of a step file: a ``HALT and ask human:`` line at the start of a line (one nested under a
+    condition is the executor's to judge) offering two or more ```[K] Label``` options, with their handlers."""
+    lines = text.splitlines()
+    found: list[Checkpoint] = []
+    for index, line in enumerate(lines):
+        match = _CHECKPOINT.match(line)
+        options = tuple((k.upper(), label.strip()) for k, label in _OPTION.findall(match[1])) if match else ()
+        if len(options) < 2:
+            continue
+        handlers: dict[str, str] = {}
+        current: str | None = None
+        for follow in lines[index + 1:]:
+            if follow.startswith("#"):
+                break
+            handler = _HANDLER.match(follow)
+            if handler and not handler[1] and handler[2].upper() in dict(options):
+                current = handler[2].upper()
+                handlers[current] = handler[3].strip()
+            elif current is not None and follow.startswith((" ", "\t")) and follow.strip():
+                handlers[current] += "\n" + follow.strip()
+            elif follow.strip() and not follow.startswith((" ", "\t")):
+                current = None
+        found.append(Checkpoint(index + 1, line.strip(), options, handlers))
+    return found
 
 
 def scripts_in(text: str) -> list[tuple[int, str]]:
