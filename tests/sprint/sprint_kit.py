@@ -3,8 +3,11 @@ Python package, a sprint board of stories and a fake agent CLI on PATH."""
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -67,13 +70,30 @@ As a user I want `{name}(a, b)` in `calc_{name}.py`, with a unit test.
 """
 
 
+_TEMPLATES: dict[Path, Path] = {}
+
+
+def _installed(source: Path) -> Path:
+    """A project folder with ``source`` installed (``stepline bmad install``), made once per test process."""
+    if source not in _TEMPLATES:
+        from stepline.bmad import install_bmad
+
+        folder = Path(tempfile.mkdtemp(prefix="sprint-bmad-")) / "template"
+        install_bmad(source, folder, {})
+        atexit.register(shutil.rmtree, folder.parent, True)
+        _TEMPLATES[source] = folder
+    return _TEMPLATES[source]
+
+
 def make_project(root: Path, *, layers: int | None = 1, isolation: str = "none", builds: int = 3,
                  old_era: bool = False) -> Path:
     """The project: BMAD installed, four ready stories, committed; config for the fake agent and the checks."""
-    from stepline.bmad import install_bmad
-
     root.mkdir(parents=True)
-    install_bmad(OLD_BMAD if old_era else BMAD, root, {})
+    shutil.copytree(_installed(OLD_BMAD if old_era else BMAD), root, dirs_exist_ok=True)
+    for config in (root / "_bmad" / "bmm" / "config.yaml", root / "_bmad" / "config.toml"):  # named after its folder
+        if config.is_file():
+            config.write_text(config.read_text().replace("project_name: template", f"project_name: {root.name}")
+                              .replace('project_name = "template"', f'project_name = "{root.name}"'))
     artifacts = root / ARTIFACTS
     artifacts.mkdir(parents=True, exist_ok=True)
     (artifacts / "sprint-status.yaml").write_text(BOARD.format(artifacts=ARTIFACTS))
