@@ -121,3 +121,42 @@ def test_a_server_that_dies_at_start_is_a_warning_naming_it(project: Path, tmp_p
     assert pool.pids == []
     assert not [p for p in psutil.Process(os.getpid()).children(recursive=True) if "dead-server" in " ".join(
         p.cmdline())]
+
+
+def _typescript_ready() -> bool:
+    """typescript-language-server and a TypeScript with tsserver (5.x; TypeScript 7 has none) are installed."""
+    import shutil
+    import subprocess
+
+    if find_command(["typescript-language-server"]) is None or shutil.which("npm") is None:
+        return False
+    root = subprocess.run(["npm", "root", "-g"], capture_output=True, text=True, check=False).stdout.strip()
+    return bool(root) and (Path(root) / "typescript" / "lib" / "tsserver.js").is_file()
+
+
+@pytest.mark.skipif(not _typescript_ready(), reason="typescript-language-server with TypeScript 5 is not installed")
+def test_typescript_hover_and_signature_help_from_typescript_language_server(project: Path) -> None:
+    """A .ts document goes to typescript-language-server: hover gives the signature and the JSDoc, signatureHelp
+    the parameters; the server is gone after aclose."""
+    (project / "shapes.ts").write_text("/** Area of a rectangle. */\nexport function area(width: number, height: "
+                                       "number): number {\n  return width * height;\n}\n\nconst a = area(2, 3);\n",
+                                       encoding="utf-8")
+
+    async def go() -> tuple[dict, dict, list[int]]:
+        resolver = ContextResolver(project, TelisConfig(lsp_timeout_seconds=90))
+        try:
+            hover = await resolver.resolve(TelisRequest(document_path="shapes.ts", line=5, character=11))
+            pids = resolver.lsp.pids
+            signature = await resolver.resolve(TelisRequest(document_path="shapes.ts", line=5, character=16,
+                                                            method="signatureHelp"))
+        finally:
+            await resolver.aclose()
+        return hover, signature, pids
+
+    hover, signature, pids = asyncio.run(go())
+    assert hover["warnings"] == [] and hover["lsp"]["server"] == "typescript-language-server"
+    assert "function area(width: number, height: number): number" in hover["lsp"]["result"]["text"]
+    assert "Area of a rectangle." in hover["lsp"]["result"]["text"]
+    (sig,) = signature["lsp"]["result"]["signatures"]
+    assert [p["label"] for p in sig["parameters"]] == ["width: number", "height: number"]
+    assert len(pids) == 1 and _gone(pids[0])

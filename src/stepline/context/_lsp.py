@@ -44,7 +44,7 @@ SUFFIXES: dict[str, str] = {".py": "python", ".pyi": "python", ".ts": "typescrip
                             ".js": "javascript", ".jsx": "javascript", ".mjs": "javascript", ".cjs": "javascript",
                             ".json": "json", ".yaml": "yaml", ".yml": "yaml"}
 _INSTALL_HINTS = {"pylsp": "pip install python-lsp-server",
-                  "typescript-language-server": "npm install -g typescript-language-server typescript",
+                  "typescript-language-server": "npm install -g typescript-language-server typescript@5",
                   "vscode-json-language-server": "npm install -g vscode-langservers-extracted",
                   "yaml-language-server": "npm install -g yaml-language-server"}
 _STDERR_KEPT = 2000
