@@ -98,6 +98,9 @@ def test_activation_is_the_runtimes_and_instructions_are_steps(mini: Path) -> No
     step text is rendered with the customization and config values."""
     (mini / "docs").mkdir()
     (mini / "docs" / "house-rules.md").write_text("Tabs are forbidden.\n", encoding="utf-8")
+    for ignored in ("node_modules/pkg", ".cache", "_bmad/mini"):  # not the project's own facts
+        (mini / ignored).mkdir(parents=True, exist_ok=True)
+        (mini / ignored / "house-rules.md").write_text("not a fact\n", encoding="utf-8")
     (mini / "_bmad" / "custom" / "tiny-build.toml").write_text(
         '[workflow]\nactivation_steps_prepend = ["Check out a branch."]\ngreeting = "Hi from the team"\n',
         encoding="utf-8")
@@ -110,6 +113,7 @@ def test_activation_is_the_runtimes_and_instructions_are_steps(mini: Path) -> No
     assert custom["result"]["values"]["greeting"] == "Hi from the team"
     facts = run.variables["persistent_facts"]
     assert {"fact": "Prefer small diffs."} in facts
+    assert [f["path"] for f in facts if f.get("path")] == [str(mini / "docs" / "house-rules.md")]
     assert any(f.get("path", "") and f["text"] == "Tabs are forbidden.\n" for f in facts)
     plan = next(r for r in recorder.work() if r.step_id == "step-02-plan")
     assert "Greeting: Hi from the team." in plan.content

@@ -36,7 +36,9 @@
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import hashlib
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -117,11 +119,6 @@ def _record(ctx: StepContext, name: str, op: str, args: dict[str, Any], result: 
     key = f"{ctx.spec.id}/{ctx.attempt}/{name}"
     if key not in ctx.engine.calls.recorded:
         ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": op, "args": args, "result": result})
-
-
-def _recorded(ctx: StepContext, name: str) -> Any:
-    found = ctx.engine.calls.recorded.get(f"{ctx.spec.id}/{ctx.attempt}/{name}")
-    return None if found is None else found.get("result")
 
 
 def _sha(text: str) -> str:
@@ -207,6 +204,23 @@ def _entry_rules(ctx: StepContext) -> str:
 # --------------------------------------------------------------------------------------------------- activate
 
 
+def _glob(root: Path, pattern: str) -> list[Path]:
+    """Files under ``root`` matching ``pattern``; ``**`` walks the tree without entering ``_bmad``, hidden
+    folders, ``node_modules`` or virtual environments (a fact is the project's, and the walk stays cheap)."""
+    if "**" not in pattern:
+        return sorted(p for p in root.glob(pattern) if p.is_file())
+    prefix, _, suffix = pattern.partition("**/")
+    base = root / prefix if prefix else root
+    found: list[Path] = []
+    for folder, dirs, names in os.walk(base):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and not d.startswith("."))
+        for name in names:
+            parts = (Path(folder) / name).relative_to(base).parts
+            if any(fnmatch.fnmatchcase("/".join(parts[i:]), suffix) for i in range(len(parts))):
+                found.append(Path(folder) / name)
+    return sorted(found)
+
+
 def _load_facts(ctx: StepContext, entries: list[Any]) -> list[dict[str, Any]]:
     """``persistent_facts``: ``file:`` globs under the project root read as text, other entries as written."""
     facts: list[dict[str, Any]] = []
@@ -221,8 +235,7 @@ def _load_facts(ctx: StepContext, entries: list[Any]) -> list[dict[str, Any]]:
         if Path(relative).is_absolute():
             matches = [Path(relative)] if Path(relative).is_file() else []
         else:
-            matches = sorted(p for p in root.glob(relative) if p.is_file()
-                             and not _SKIPPED_DIRS.intersection(p.relative_to(root).parts[:-1]))
+            matches = _glob(root, relative)
         for path in matches:
             content = read_text(path)
             facts.append({"source": str(entry), "path": str(path), "sha256": _sha(content),
