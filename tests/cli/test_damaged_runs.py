@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO
+from fakes.rundirs import BUILDERS, cli_built_once, run_dir_of
 from stepline.interfaces.cli._app import run_cli
 
 OTHER_RUN = "run-20200101000000-deadbeef"
@@ -32,73 +32,15 @@ OTHER_RUN = "run-20200101000000-deadbeef"
 
 @pytest.fixture(autouse=True, scope="module")
 def _cli_built_once() -> Iterator[None]:
-    """typer builds its click command anew on every call (~90 ms, most of a command's time here); build it once.
-    Every command still goes through :func:`run_cli`, its error handling and its exit codes."""
-    import typer.main
-
-    from stepline.interfaces.cli import _commands  # noqa: F401 - registers the commands
-    from stepline.interfaces.cli._app import app
-
-    built = typer.main.get_command(app)
-    original = typer.main.get_command
-    typer.main.get_command = lambda typer_instance: built if typer_instance is app else original(typer_instance)
-    yield
-    typer.main.get_command = original
+    with cli_built_once():
+        yield
 
 
-# -- the runs ------------------------------------------------------------------------------------------------
-def _cli(args: list[str], capsys: pytest.CaptureFixture[str] | None = None) -> tuple[int, str, str]:
-    if capsys is not None:
-        capsys.readouterr()
+def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
     code = run_cli(args)
-    if capsys is None:
-        return code, "", ""
     captured = capsys.readouterr()
     return code, captured.out, captured.err
-
-
-def _run_dir(project: Path) -> Path:
-    [path] = (project / ".stepline" / "runs").iterdir()
-    return path
-
-
-def _interrupt(run_dir: Path, completions: int) -> None:
-    """Cut the journal after its ``completions``-th step completion, as a process killed there leaves it: its
-    last manifest is the first one (written while the first steps were under way)."""
-    journal = run_dir / "journal.jsonl"
-    lines = journal.read_bytes().splitlines(keepends=True)
-    done = [i for i, line in enumerate(lines) if json.loads(line)["type"] == "WorkflowStepCompleted"]
-    journal.write_bytes(b"".join(lines[:done[completions - 1] + 1]))
-    manifest = json.loads((run_dir / "manifest.json").read_bytes())
-    manifest.update(status="running", journal_seq=1)
-    manifest.pop("steps_by_status", None)
-    (run_dir / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
-    (run_dir / "timeline.json").unlink(missing_ok=True)
-
-
-def _native(root: Path) -> None:
-    steps = "".join(f"  - id: s{i}\n    body: Write part {i}.\n    outputs: ['out/part-{i}.md']\n" for i in range(1, 6))
-    (root / "flow.yaml").write_text(f"id: parts\nvariables: {{topic: durability}}\nsteps:\n{steps}", encoding="utf-8")
-    assert _cli(["run", "flow.yaml", "-C", str(root), "--executor", "dry-run", "--yolo", "-q"])[0] == 0
-    _interrupt(_run_dir(root), 2)
-
-
-def _release(root: Path) -> None:
-    shutil.copytree(REPO / "examples" / "release-notes", root / "release-notes")
-    (root / "CHANGES.md").write_text("- faster resume\n- clearer errors\n", encoding="utf-8")
-    assert _cli(["run", "release-notes/workflow.yaml", "--script", "release-notes/script.yaml", "-C", str(root),
-                 "--non-interactive", "-q"])[0] == 9
-    assert _cli(["approve", _run_dir(root).name, "step:announce", "--by", "ada", "-C", str(root)])[0] == 0
-
-
-def _ccw(root: Path) -> None:
-    shutil.copytree(REPO / "tests" / "fixtures" / "ccw" / "project-active", root, dirs_exist_ok=True)
-    assert _cli(["run", ".workflow/active/WFS-auth-system", "-C", str(root), "--executor", "dry-run", "--yolo",
-                 "-q"])[0] == 0
-    _interrupt(_run_dir(root), 3)
-
-
-BUILDERS: dict[str, Callable[[Path], None]] = {"native": _native, "release": _release, "ccw": _ccw}
 
 
 @pytest.fixture(scope="module")
@@ -463,7 +405,7 @@ def test_damage_is_one_line_exit_6_and_doctor_repairs_what_it_can(
     it; --truncate-to-last-good backs up and repairs a run whose manifest is whole, and resume then completes."""
     project = tmp_path / "project"
     shutil.copytree(bases[base], project, symlinks=True)
-    run_dir = _run_dir(project)
+    run_dir = run_dir_of(project)
     run_id = run_dir.name
     where = damage.apply(run_dir)
     before = _tree(run_dir)

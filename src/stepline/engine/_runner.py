@@ -483,11 +483,15 @@ class Engine:
     async def _drive_and_close(self, lock: RunLock) -> Run:
         run, run_dir, journal = self._run, self._dir, self._journal
         assert run is not None and run_dir is not None and journal is not None
+        failure: BaseException | None = None
         try:
             if self.executor.pure and run.workflow.format not in _self_durable and \
                     len(run.workflow.steps) >= Journal.HELPER_AFTER:
                 journal.start_helper()  # many background syncs ahead: its start-up overlaps the run's
             await self._drive(run)
+        except BaseException as exc:
+            failure = exc
+            raise
         finally:
             self._deadlines.close()
             try:
@@ -499,6 +503,10 @@ class Engine:
                 from stepline.engine._timeline import write_timeline
 
                 write_timeline(run_dir, self._events)
+            except StorageError:
+                if not isinstance(failure, StorageError):
+                    raise
+                # The disk that stopped the run refuses the snapshot too: the user hears of the first file.
             finally:
                 try:
                     await close_context(self)  # the run's language servers end with it
@@ -656,6 +664,8 @@ class Engine:
             except StorageError:
                 raise  # a full or read-only disk is not the step's failure: the run stops, resumable
             except (TimeoutError, SteplineError, Exception) as exc:
+                if isinstance(exc, OSError) and exc.errno in StorageError.REFUSALS:  # a step's file on a full disk
+                    raise StorageError.from_os(exc, exc.filename or f"a file of step {spec.id}") from exc
                 error, retryable = _describe_failure(exc, timeout)
                 final = not retryable or attempt >= max_attempts
                 # A lost Ray worker's calls were all performed and journaled here: the next attempt replays them.

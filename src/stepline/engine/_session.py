@@ -220,12 +220,21 @@ class JournaledSession(StepSession):
 
 
 def _fsync_write(target: Path, data: bytes, flags: int) -> None:
-    fd = os.open(target, flags, 0o644)
+    """Write all of ``data`` and fsync it. A disk that fills up part way takes some bytes and refuses the
+    rest: the error names ``target`` (the engine stops the run there, resumable; the redo cuts the torn bytes)."""
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(target, flags, 0o644)
+        try:
+            view = memoryview(data)
+            while view:  # a write may be short when the disk fills: the next one says why
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(target)
+        raise
 
 
 def _write_append(target: Path, content: str, pre_size: int | None) -> None:

@@ -152,6 +152,9 @@ class RunDir:
             run = Run.model_validate_json(orjson.dumps(raw), strict=True)
         except ValidationError as exc:
             raise JournalError(_validation_problem(exc), path=str(path), hint=self.doctor_hint()) from None
+        problem = _steps_problem(run)
+        if problem is not None:
+            raise JournalError(problem, path=str(path), hint=self.doctor_hint())
         run.status, run.error, run.blocked_reason = RunStatus.RUNNING, None, None
         for spec in run.workflow.steps:
             run.step(spec.id).name = spec.name or spec.id
@@ -328,6 +331,20 @@ class RunStore:
             )
 
 
+def _steps_problem(run: Run) -> str | None:
+    """What makes a manifest's steps no workflow a reader could have made: an id twice, a dependency on no step."""
+    ids: set[str] = set()
+    for number, step in enumerate(run.workflow.steps):
+        if step.id in ids:
+            return f"workflow.steps.{number}.id: {step.id!r} is the id of an earlier step too"
+        ids.add(step.id)
+    for number, step in enumerate(run.workflow.steps):
+        for dep in step.depends_on:
+            if dep not in ids:
+                return f"workflow.steps.{number}.depends_on: {_short(dep)} is no step of the workflow"
+    return None
+
+
 def _audit_adapter(name: str) -> TypeAdapter[list[Any]]:
     """The validator of one audit file, built on first use (a few milliseconds each: not at import)."""
     adapter = _AUDIT_LISTS.get(name)
@@ -395,7 +412,8 @@ def _manifest_shape(raw: Any, run_id: str) -> str | None:
         return "has no workflow spec ('workflow')"
     if not isinstance(workflow, dict):
         return "'workflow' is not an object"
-    if raw.get("status") not in _STATUSES:
+    status = raw.get("status")
+    if not isinstance(status, str) or status not in _STATUSES:
         return f"'status' is not one of {', '.join(sorted(_STATUSES))}"
     for name in ("variables", MANIFEST_COUNTS):
         if raw.get(name) is not None and not isinstance(raw[name], dict):
