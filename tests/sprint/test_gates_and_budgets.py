@@ -121,3 +121,26 @@ def test_a_loop_outside_a_git_repository_is_refused_in_one_line(tmp_path: Path,
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "is not a git repository with a commit (the loop commits" in err
     assert len(err.strip().splitlines()) == 1 and not (root / ".stepline" / "runs").exists()
+
+
+def test_a_dirty_shared_checkout_fails_the_story_before_any_agent_runs(
+        tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_project(tmp_path / "calc", layers=1)
+    (root / "notes.txt").write_text("mine, not committed\n")
+    assert run_cli(["sprint", "run", "-C", str(root), "--json", "-q"]) == 8
+    [result] = json.loads(capsys.readouterr().out)
+    assert result["outcome"] == "failed"
+    assert "the working tree has uncommitted changes (notes.txt); commit or stash them" in result["summary"]
+    assert agent_env.read_text() == "" and (root / "notes.txt").is_file()  # nothing ran, nothing was touched
+
+
+def test_a_check_that_cannot_run_fails_verification_and_says_why(
+        tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_project(tmp_path / "calc", layers=1, builds=1)
+    config = root / "config" / "sprint.yaml"
+    config.write_text(config.read_text().replace("commands: [", "commands: ['no-such-checker --all', "))
+    git(root, "commit", "-q", "-am", "a second check")
+    assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 0
+    [result] = json.loads(capsys.readouterr().out)
+    assert result["outcome"] == "deferred"
+    assert "`no-such-checker --all` did not run to its end: cannot run it:" in result["summary"]

@@ -23,8 +23,11 @@ their result after; an intent without a result is redone idempotently or looked 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
 import shlex
+import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -194,6 +197,20 @@ async def _baseline(ctx: StepContext) -> None:
     root, key = ctx.project_root, str(_vars(ctx)["sprint_story"])
     isolated = _vars(ctx).get("sprint_isolation") == "worktree"
 
+    if not isolated:  # a shared checkout must be clean: the story's change is what differs from the baseline
+        async def status() -> dict[str, Any]:
+            code, out = await git(root, "status", "--porcelain", "--untracked-files=all", "--", ".", *_excluded(ctx))
+            if code != 0:
+                return {"error": out.splitlines()[0] if out else f"git exited {code}"}
+            return {"dirty": [line[3:] for line in out.splitlines() if line.strip()]}
+
+        found = await _once(ctx, "clean", status)
+        if found.get("error"):
+            raise StepFailed(f"{root}: git status failed: {found['error']}", retryable=False)
+        if found["dirty"]:
+            raise StepFailed(f"the working tree has uncommitted changes ({', '.join(found['dirty'][:5])}); commit or "
+                             "stash them, or run with isolation: worktree", retryable=False)
+
     async def record() -> dict[str, Any]:
         return {"head": await git_ok(root, "rev-parse", "HEAD")}
 
@@ -214,15 +231,6 @@ async def _baseline(ctx: StepContext) -> None:
         made = await _effect(ctx, "worktree", {"path": str(folder), "branch": branch}, make)
         workspace = Path(made["path"])
         _set(ctx, "sprint_branch", made["branch"])
-    else:
-        code, out = await git(root, "status", "--porcelain", "--untracked-files=all", "--", ".", *_excluded(ctx))
-        dirty = [line[3:] for line in out.splitlines() if line.strip()] if code == 0 else []
-        if code != 0:
-            raise StepFailed(f"{root} is not a git repository (git: {out.splitlines()[0] if out else code})",
-                             retryable=False)
-        if dirty and not ctx.engine.calls.recorded.get(f"{ctx.spec.id}/sprint/clean"):
-            raise StepFailed(f"the working tree has uncommitted changes ({', '.join(dirty[:5])}); commit or stash "
-                             f"them, or run with isolation: worktree", retryable=False)
 
     async def board() -> dict[str, Any]:  # the board as the story's checkout has it (a worktree: as committed)
         return {"statuses": read_board(_local_board(ctx, workspace)).statuses()}
@@ -301,12 +309,17 @@ async def _changed_files(ctx: StepContext, base: str) -> list[str]:
 
 
 async def _run_command(command: str, cwd: Path, timeout: float) -> dict[str, Any]:
-    process = await asyncio.create_subprocess_exec(*shlex.split(command), cwd=cwd, stdout=asyncio.subprocess.PIPE,
-                                                   stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+    """Run one of the project's checks (no shell: a list of words); its exit status and output."""
+    try:
+        process = await asyncio.create_subprocess_exec(*shlex.split(command), cwd=cwd, stdout=asyncio.subprocess.PIPE,
+                                                       stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+    except (OSError, ValueError) as exc:  # not found, not executable, unbalanced quotes
+        return {"command": command, "exit": None, "output": f"cannot run it: {exc}"}
     try:
         out, _ = await asyncio.wait_for(process.communicate(), timeout=timeout)
     except TimeoutError:
-        process.kill()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)  # the check and everything it started
         await process.wait()
         return {"command": command, "exit": None, "output": f"timed out after {timeout:.0f}s"}
     text = out.decode("utf-8", "replace")
@@ -365,9 +378,10 @@ async def _verify(ctx: StepContext) -> None:
     for index, command in enumerate(verify_cfg.get("commands") or []):
         async def run(command: str = command) -> dict[str, Any]:
             result = await _run_command(command, workspace, float(verify_cfg.get("timeout_seconds") or 600))
+            how = f"exited {result['exit']}" if result["exit"] is not None else "did not run to its end"
             return {**result, "ok": result["exit"] == 0,
-                    "detail": f"`{command}` exited {result['exit']}" + ("" if result["exit"] == 0 else
-                                                                       ": " + _last_lines(result["output"]))}
+                    "detail": f"`{command}` {how}" + ("" if result["exit"] == 0 else
+                                                      ": " + _last_lines(result["output"]))}
         checks.append((f"command-{index + 1}", run))
     for name, check in checks:
         result = await _once(ctx, f"check/{name}", check)
