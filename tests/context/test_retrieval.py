@@ -163,3 +163,11 @@ def test_a_shards_file_and_the_docs_are_searched_together(docs: Path) -> None:
     context = _resolve(docs, TelisRequest(query="toggles", shard_limit=3))
     assert [s["id"] for s in context["shards"]] == ["flags"]
     assert set(context["sources"]) == {"config/shards.yaml"}
+
+
+def test_stop_words_are_left_out_of_a_query_unless_it_has_nothing_else() -> None:
+    """'how are retries delayed' searches retries and delayed; 'to be or not' searches itself."""
+    from stepline.context._index import query_words
+
+    assert query_words("How are the retries delayed?") == ["retries", "delayed"]
+    assert query_words("to be or not to be") == ["to", "be", "or", "not"]

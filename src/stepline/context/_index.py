@@ -1,11 +1,12 @@
 """The retrieval index: SQLite FTS5 (the standard library's sqlite3) ranking shards by BM25.
 
 Each shard is one row: its title (weight 4), its tags (weight 3) and its full text (weight 1), tokenized by
-``unicode61`` with Porter stemming, so "retries" finds "retry". A query is the OR of its words; a shard's
-score is FTS5's BM25 negated (higher is more relevant; a shard that shares no word with the query is not
-returned at all). Scores are absolute BM25 values, comparable between queries over the same index, which is
-what ``telis_min_score`` is compared with. Ties keep the order shards were added in, so a search is
-deterministic.
+``unicode61`` with Porter stemming, so "retries" finds "retry". A query is the OR of its words; English stop
+words ("how", "the", "is") are left out unless the query has no other word (they match nearly every shard,
+so they only cost time). A shard's score is FTS5's BM25 negated (higher is more relevant; a shard that shares
+no word with the query is not returned at all). Scores are absolute BM25 values, comparable between queries
+over the same index, which is what ``telis_min_score`` is compared with. Ties keep the order shards were
+added in, so a search is deterministic.
 """
 
 from __future__ import annotations
@@ -22,12 +23,20 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 _WEIGHTS = "4.0, 3.0, 1.0"  # title, tags, body: see the module docstring
 
 
+_STOP_TEXT = ("a an and are as at be but by can do does for from has have how i if in into is it its may must not "
+              "of on or our should so than that the their then there these this those to was we were what when "
+              "where which who why will with would you your")
+_STOP_WORDS = frozenset(_STOP_TEXT.split())
+
+
 def query_words(query: str) -> list[str]:
-    """The distinct words of ``query``, lowercased, in order (what the index is searched with)."""
+    """The distinct words of ``query``, lowercased, in order, stop words left out (what the index is searched
+    with); all of them when the query has nothing else."""
     seen: dict[str, None] = {}
     for word in _WORD.findall(query.lower()):
         seen.setdefault(word, None)
-    return list(seen)
+    words = [word for word in seen if word not in _STOP_WORDS]
+    return words or list(seen)
 
 
 class ShardIndex:
