@@ -44,6 +44,9 @@ _SKIP_DIRS = frozenset({".git", ".stepline", ".venv", "venv", "node_modules", "_
                         ".ruff_cache", ".pytest_cache"})
 _MAX_STEP_FILES = 200
 _MAX_FILE_BYTES = 2 << 20
+#: The sources' digests are written at most this often during a run (and always at its end): a file write per
+#: step would cost a long run more than its retrieval.
+_SAVE_EVERY_SECONDS = 2.0
 _INLINE_SUFFIX = {"python": ".py", "typescript": ".ts", "javascript": ".js", "json": ".json", "yaml": ".yaml"}
 
 
@@ -87,6 +90,7 @@ class ContextResolver:
         self.lsp = LspPool(self.root, config.servers, timeout=config.lsp_timeout_seconds)
         self._known: dict[str, dict[str, Any]] | None = None
         self._known_dirty = False
+        self._known_saved_at = -_SAVE_EVERY_SECONDS
 
     # -- resolving ---------------------------------------------------------------------------------------------
     async def resolve(self, request: TelisRequest) -> dict[str, Any]:
@@ -358,7 +362,8 @@ class ContextResolver:
             if before is None or before.get("sha256") != digest:
                 known[source] = {"sha256": digest, "run_id": run_id, "step_id": step_id}
                 self._known_dirty = True
-        self._save_known()  # now, not at the run's end: a run that is killed has still used these
+        if self._clock() - self._known_saved_at >= _SAVE_EVERY_SECONDS:
+            self._save_known()  # during the run too: a run that is killed has still used these
         return changed
 
     def _digest_now(self, source: str) -> str | None:
@@ -388,6 +393,7 @@ class ContextResolver:
             temp.write_text(json.dumps(self._known, sort_keys=True), encoding="utf-8")
             os.replace(temp, self.state_path)
             self._known_dirty = False
+            self._known_saved_at = self._clock()
 
     async def aclose(self) -> None:
         """Shut the run's language servers down and keep the sources' digests for the next run."""
