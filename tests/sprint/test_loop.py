@@ -189,7 +189,7 @@ def test_a_worktree_run_leaves_the_main_checkout_clean_until_the_merge(
     assert (root / "calc_sub.py").is_file() and not (root / "calc_mul.py").exists()
     assert not (root / ".stepline" / "sprint" / "worktrees" / "1-1-add").exists()  # merged: worktree removed
     assert (root / ".stepline" / "sprint" / "worktrees" / "1-3-mul" / "calc_mul.py").is_file()  # kept
-    assert "sprint/1-3-mul" in git(root, "branch", "--list", "sprint/*")
+    assert git(root, "branch", "--list", "--format=%(refname:short)", "sprint/*").split() == ["sprint/1-3-mul"]
     board = _board(root)
     assert (board["1-1-add"], board["1-2-sub"], board["1-3-mul"]) == ("done", "done", "ready-for-dev")
     assert git(root, "status", "--porcelain", "--", ".", f":(exclude){ARTIFACTS}") == ""

@@ -562,6 +562,7 @@ async def _merge(ctx: StepContext) -> None:
                                  f"; the branch is kept, merge it by hand", retryable=False)
         head = await git_ok(root, "rev-parse", "HEAD")
         await git(root, "worktree", "remove", "--force", str(_workspace(ctx)))
+        await git(root, "branch", "-d", branch)  # merged: only a branch git knows is merged is deleted
         return {"head": head}
 
     result = await _effect(ctx, "merge", {"branch": branch, "commit": sha}, merge)
