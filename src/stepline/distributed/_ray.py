@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import importlib
 import os
-import uuid
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -61,22 +60,25 @@ class WorkerLost(ExecutorError):
 
 
 class ExecutorHost:
-    """The Ray actor that runs steps' executor work on one node (see the module docstring)."""
+    """The Ray actor that runs steps' executor work on one node (see the module docstring).
 
-    def __init__(self) -> None:
-        self._executors: dict[str, Executor] = {}
+    It is given the run's executor recipe once, when it is created (and again by Ray when it restarts), and builds
+    the executor at its first step, so a recipe that fails on the worker fails that step, saying why.
+    """
+
+    def __init__(self, recipe: bytes) -> None:
+        self._recipe = recipe
+        self._executor: Executor | None = None
 
     def pid(self) -> int:
         """The worker process's id (tests kill it)."""
         return os.getpid()
 
-    async def perform(self, key: str, box: list[Any], request: StepRequest, host: str, port: int,
-                      token: str) -> None:
-        """Build (once) the run's executor and let it do ``request``, its protocol calls sent to the coordinator."""
-        executor = self._executors.get(key)
-        if executor is None:
-            recipe = await box[0]
-            executor = self._executors.setdefault(key, _build(recipe))
+    async def perform(self, request: StepRequest, host: str, port: int, token: str) -> None:
+        """Let the run's executor do ``request``, its protocol calls sent to the coordinator's channel ``token``."""
+        if self._executor is None:
+            self._executor = _build(_ray().cloudpickle.loads(self._recipe))
+        executor = self._executor
         session = await RemoteSession.connect(host, port, token)
         try:
             await executor.perform(request, session)
@@ -119,9 +121,7 @@ class RayExecutor(Executor):
         self.inner = inner
         self.address = address
         self._recipe: Any = ("named", *recipe) if recipe is not None else inner
-        self._key = uuid.uuid4().hex
         self._hosts: list[_Host] = []
-        self._box: list[Any] = []
         self._server: SessionServer | None = None
         self._owns_ray = False
 
@@ -140,7 +140,8 @@ class RayExecutor(Executor):
                                       "--ray-address") from None
             self._owns_ray = True
         try:
-            self._box = [ray.put(self._recipe)]
+            # Pickled here, once: passed by value, it goes with each host's creation and every restart of it.
+            recipe = ray.cloudpickle.dumps(self._recipe)
         except Exception as exc:  # whatever the pickler says, the fix is the same
             raise UsageError(f"executor {self.inner.name!r} cannot be sent to Ray workers "
                              f"({type(exc).__name__}: {exc})", hint="use a registered executor by name, or run "
@@ -150,7 +151,7 @@ class RayExecutor(Executor):
         for node in ray.nodes():
             if node.get("Alive"):
                 strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node["NodeID"], soft=True)
-                self._hosts.append(_Host(host_class.options(scheduling_strategy=strategy).remote()))
+                self._hosts.append(_Host(host_class.options(scheduling_strategy=strategy).remote(recipe)))
         server = SessionServer(ray.util.get_node_ip_address())
         self._server = server
         return server
@@ -166,7 +167,7 @@ class RayExecutor(Executor):
         await server.start()
         host = min(self._hosts, key=lambda h: h.busy)
         channel = server.open()
-        ref = host.actor.perform.remote(self._key, self._box, request, server.host, server.port, channel.token)
+        ref = host.actor.perform.remote(request, server.host, server.port, channel.token)
         done: asyncio.Future[Any] = asyncio.wrap_future(ref.future())
         done.add_done_callback(_retrieve)
         host.busy += 1
