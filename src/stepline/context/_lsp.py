@@ -5,7 +5,8 @@ and shut down (``shutdown``, ``exit``, then the process is waited for, killed if
 ends. A server that is not installed, does not start, or does not answer in time is a *warning* in the
 step's context, never a failure of the step: context helps a step, it is not its work.
 
-The commands come from ``telis.servers`` in the runtime config; the defaults are ``pylsp`` (python),
+The commands come from ``telis.servers`` in the runtime config; the defaults are ``pylsp
+--check-parent-process`` (python; a killed stepline closes its input, and it checks for its parent too),
 ``typescript-language-server --stdio`` (typescript, javascript), ``vscode-json-language-server --stdio``
 (json) and ``yaml-language-server --stdio`` (yaml). A command is looked for on ``PATH`` and then beside the
 running Python (a virtual environment's ``bin/``, where ``pip install python-lsp-server`` puts ``pylsp``).
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_SERVERS", "LANGUAGE_IDS", "LspAnswer", "LspPool", "find_command"]
 
 DEFAULT_SERVERS: dict[str, list[str]] = {
-    "python": ["pylsp"],
+    "python": ["pylsp", "--check-parent-process"],  # it exits when stepline does, even killed
     "typescript": ["typescript-language-server", "--stdio"],
     "javascript": ["typescript-language-server", "--stdio"],
     "json": ["vscode-json-language-server", "--stdio"],
