@@ -114,8 +114,9 @@ def test_resumed_step_does_not_call_the_model_again(tmp_path: Path, server: Fake
     assert (tmp_path / OUTPUT).read_text() == "Hello, Ada!\n"
 
 
-def test_decide_request_offers_decide_not_finish(tmp_path: Path, server: FakeAnthropic) -> None:
-    """A decide request ends with the model's decide call; its value and reason reach the session."""
+def test_decide_request_ends_with_decide_and_a_finish_is_sent_back(tmp_path: Path, server: FakeAnthropic) -> None:
+    """A decide request ends with the model's decide call; its value and reason reach the session. The tools are
+    the run's one set (a cache-friendly prefix), so a `finish` there is refused back to the model."""
     from stepline.executors._protocol import StepSession
 
     class Recorder(StepSession):
@@ -140,13 +141,14 @@ def test_decide_request_offers_decide_not_finish(tmp_path: Path, server: FakeAnt
             self.decided = (value, reason)
 
         async def finish(self, choice: str | None = None, summary: str | None = None) -> None:
-            raise AssertionError("finish is not offered for decide requests")
+            raise AssertionError("finish must not end a decide request")
 
         async def memo(self, label: str, payload: dict[str, Any], compute: Any) -> dict[str, Any]:
             result: dict[str, Any] = await compute()
             return result
 
-    server.queue(message(("decide", {"value": True, "reason": "the file exists"})))
+    server.queue(message(("finish", {"summary": "done"})),
+                 message(("decide", {"value": True, "reason": "the file exists"})))
     executor = AnthropicExecutor(options(server))
     session = Recorder()
     request = StepRequest(kind="decide", run_id="r", step_id="check", title="Check", condition="the PRD exists")
@@ -158,5 +160,7 @@ def test_decide_request_offers_decide_not_finish(tmp_path: Path, server: FakeAnt
     asyncio.run(go())
     assert session.decided == (True, "the file exists")
     names = {t["name"] for t in server.requests[0]["tools"]}
-    assert "decide" in names and "finish" not in names
+    assert {"decide", "finish"} <= names
     assert "the PRD exists" in server.requests[0]["messages"][0]["content"]
+    refused = server.requests[1]["messages"][-1]["content"][0]
+    assert refused["is_error"] and "ends with `decide`, not `finish`" in refused["content"]

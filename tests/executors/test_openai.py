@@ -67,7 +67,8 @@ def test_workflow_runs_to_completion_through_tool_calls(tmp_path: Path, server: 
     assert [m["role"] for m in first["messages"]] == ["system", "user"]
     assert "greeting for Ada" in first["messages"][1]["content"]
     assert {t["function"]["name"] for t in first["tools"]} == {
-        "read", "ask", "write_output", "set_var", "call_tool", "finish"}
+        "read", "ask", "write_output", "set_var", "call_tool", "decide", "finish"}
+    assert first["tools"] == server.requests[1]["tools"]  # one set for the whole run: a cacheable prefix
     second = server.requests[1]["messages"]
     assert second[2]["tool_calls"][0]["function"]["name"] == "write_output"
     assert [m["role"] for m in second[3:]] == ["tool", "tool"]
@@ -222,18 +223,18 @@ def test_prompt_holds_the_current_step_only_with_secrets_redacted() -> None:
     from stepline.executors import MenuOption, StepRequest
     from stepline.executors._llm import build_prompt, protocol_tools
 
-    request = StepRequest(kind="choose", run_id="r", step_id="step-03", title="Review", content="Check the PRD.",
-                          variables={"project": "demo", "api_key": SECRET}, mode="yolo",
+    request = StepRequest(kind="choose", run_id="r", step_id="step-03", title="Review",
+                          content="Check the PRD of {project}; the key is {api_key}.",
+                          variables={"project": "demo", "api_key": SECRET, "unused": "x" * 500}, mode="yolo",
                           menu=[MenuOption("C", "Continue", default=True), MenuOption("X", "Exit")],
                           context={"telis": [{"tier": "nano", "text": "PRDs live in docs/"}]})
     system, user = build_prompt(request)
     assert "#yolo" in system and "`finish`" in system
-    assert "# Step step-03: Review" in user and "Check the PRD." in user
+    assert "# Step step-03: Review" in user and "Check the PRD of {project}" in user
     assert "[C] Continue (default)" in user and "PRDs live in docs/" in user and '"project": "demo"' in user
     assert SECRET not in user
-    finish = next(t for t in protocol_tools(request) if t["name"] == "finish")
-    assert finish["parameters"]["properties"]["choice"]["enum"] == ["C", "X"]
-    assert finish["parameters"]["required"] == ["choice"]
+    assert "x" * 500 not in user and "not named by this step): unused" in user  # only what the step names
+    assert protocol_tools() == protocol_tools()  # no per-request part (a menu's enum) in the tools
 
 
 def test_a_choice_outside_the_menu_is_sent_back(tmp_path: Path, server: FakeOpenAI) -> None:

@@ -203,40 +203,15 @@ class Turn:
 
 
 # -- the protocol as tools ---------------------------------------------------------------------------------
-def protocol_tools(request: StepRequest) -> list[dict[str, Any]]:
-    """The step protocol as tool definitions (name, description, JSON-schema parameters) for ``request``.
+def protocol_tools() -> list[dict[str, Any]]:
+    """The step protocol as tool definitions (name, description, JSON-schema parameters).
 
-    A ``decide`` request ends with ``decide``; every other kind ends with ``finish``, whose ``choice`` is limited
-    to the menu keys or answer choices when there are some.
+    The same for every request of a run, byte for byte: tools come first in what a provider caches, so one
+    request's tools that differed from another's (an enum of this step's menu keys, say) would make every
+    request's prefix its own. A ``decide`` request ends with ``decide``, any other with ``finish``; the menu or
+    the choices a ``finish`` may name are in the request's text and checked when it is called.
     """
-    tools: list[dict[str, Any]] = [
-        _tool("read", "Read a project file (path relative to the project root).",
-              {"path": {"type": "string"}}, ["path"]),
-        _tool("ask", "Ask the user a question; returns the answer.",
-              {"question": {"type": "string"}, "choices": {"type": "array", "items": {"type": "string"}}},
-              ["question"]),
-        _tool("write_output", "Write content to the step's output file (or `path`). `section` fills that template "
-                              "section; mode is append (default), replace or section. Returns the path written.",
-              {"content": {"type": "string"}, "path": {"type": "string"}, "section": {"type": "string"},
-               "mode": {"type": "string", "enum": ["append", "replace", "section"]}}, ["content"]),
-        _tool("set_var", "Set a run variable that later steps can use.",
-              {"name": {"type": "string"}, "value": {"description": "any JSON value"}}, ["name", "value"]),
-        _tool("call_tool", "Call a runtime tool (getCurrentTime, file and repo tools, …) with its arguments.",
-              {"name": {"type": "string"}, "args": {"type": "object"}}, ["name"]),
-    ]
-    if request.kind == "decide":
-        tools.append(_tool("decide", "Answer the condition: value true if it holds, and why. Ends the request.",
-                           {"value": {"type": "boolean"}, "reason": {"type": "string"}}, ["value", "reason"]))
-        return tools
-    choice: dict[str, Any] = {"type": "string"}
-    options = [o.key for o in request.menu] or list(request.choices or [])
-    if options:
-        choice["enum"] = options
-    tools.append(_tool("finish", "End the request: the menu choice (or your answer, for a question) and a short "
-                                 "summary of what you did.",
-                       {"choice": choice, "summary": {"type": "string"}},
-                       ["choice"] if request.kind in ("choose", "answer") else []))
-    return tools
+    return list(_PROTOCOL_TOOLS)
 
 
 def _tool(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -244,10 +219,33 @@ def _tool(name: str, description: str, properties: dict[str, Any], required: lis
             "parameters": {"type": "object", "properties": properties, "required": required}}
 
 
+_PROTOCOL_TOOLS: tuple[dict[str, Any], ...] = (
+    _tool("read", "Read a project file (path relative to the project root).",
+          {"path": {"type": "string"}}, ["path"]),
+    _tool("ask", "Ask the user a question; returns the answer.",
+          {"question": {"type": "string"}, "choices": {"type": "array", "items": {"type": "string"}}},
+          ["question"]),
+    _tool("write_output", "Write content to the step's output file (or `path`). `section` fills that template "
+                          "section; mode is append (default), replace or section. Returns the path written.",
+          {"content": {"type": "string"}, "path": {"type": "string"}, "section": {"type": "string"},
+           "mode": {"type": "string", "enum": ["append", "replace", "section"]}}, ["content"]),
+    _tool("set_var", "Set a run variable that later steps can use.",
+          {"name": {"type": "string"}, "value": {"description": "any JSON value"}}, ["name", "value"]),
+    _tool("call_tool", "Call a runtime tool (getCurrentTime, file and repo tools, …) with its arguments.",
+          {"name": {"type": "string"}, "args": {"type": "object"}}, ["name"]),
+    _tool("decide", "Answer a decide request's condition: value true if it holds, and why. Ends that request.",
+          {"value": {"type": "boolean"}, "reason": {"type": "string"}}, ["value", "reason"]),
+    _tool("finish", "End any other request: the menu choice (or your answer, for a question) and a short summary "
+                    "of what you did.",
+          {"choice": {"type": "string"}, "summary": {"type": "string"}}, []),
+)
+
+
 # -- the prompt --------------------------------------------------------------------------------------------
 _SYSTEM = """You do one step of a workflow run by stepline. The runtime owns the order of steps, files, \
-variables and state: do only the current step, and act only through the tools — text you write outside a \
-tool call is not kept. {ending} {mode}"""
+variables, menus and state: do only the current step, and act only through the tools — text you write outside \
+a tool call is not kept. End a decide request by calling `decide`, any other request by calling `finish`, \
+exactly once, after your other tool calls; make them all in one reply when you can. {mode}"""
 
 _KIND = {
     "work": "Do the step's work described below.",
@@ -262,14 +260,12 @@ def build_prompt(request: StepRequest) -> tuple[str, str]:
     """The system and user messages for ``request``: the current step only, secrets redacted."""
     from stepline.guardrails import redact, redact_obj
 
-    ending = ("End by calling `decide` exactly once." if request.kind == "decide"
-              else "End by calling `finish` exactly once, after your other tool calls.")
     mode = ("Run mode #yolo: do not wait for confirmations; where a question needs an answer, answer it yourself "
             "as an expert user would." if request.mode == "yolo" else "")
-    system = _SYSTEM.format(ending=ending, mode=mode).strip()
-    parts = [f"# Step {request.step_id}: {request.title}",
-             f"Workflow: {request.workflow_id or '-'}. Attempt {request.attempt}.",
-             _KIND[request.kind].format(section=request.section)]
+    system = _SYSTEM.format(mode=mode).strip()  # the same for every request of the run: the cached prefix
+    parts = [f"Workflow: {request.workflow_id or '-'}.",  # the run's own, before anything of the step
+             f"# Step {request.step_id}: {request.title}",
+             _KIND[request.kind].format(section=request.section) + f"\nAttempt {request.attempt}."]
     if request.content:
         parts.append("## Step instructions\n" + request.content)
     if request.condition:
@@ -282,17 +278,46 @@ def build_prompt(request: StepRequest) -> tuple[str, str]:
         parts.append("## Menu\n" + "\n".join(f"[{o.key}] {o.label}" + (" (default)" if o.default else "")
                                              for o in request.menu))
     outputs = request.hints.get("outputs")
+    relative = _relative_to(str(request.context.get("project_root") or ""))
     if outputs:
-        parts.append("## Output\nwrite_output without `path` writes to " + str(outputs[0]) + ".")
+        parts.append("## Output\nwrite_output without `path` writes to " + relative(str(outputs[0])) + ".")
     if request.variables:
-        parts.append("## Variables\n" + _json(redact_obj(request.variables)))
-    if request.context:
-        parts.append("## Context\n" + _json(redact_obj(request.context)))
+        parts.append(_variables(request))
+    context = {key: relative(value) if isinstance(value, str) else value  # what the text above does not say
+               for key, value in request.context.items()
+               if value not in (None, "", [], {}) and key != "project_root" and not (key == "output" and outputs)}
+    if context:
+        parts.append("## Context\n" + _compact(redact_obj(context)))
     if request.telis_context:  # TELIS (R-C1): shards and a language server's answer, resolved for this step
         from stepline.context import render_context
 
         parts.append("## Context (TELIS)\n" + render_context(request.telis_context))
     return system, redact("\n\n".join(parts))
+
+
+def _variables(request: StepRequest) -> str:
+    """The run's variables the step refers to (by name, in its text), and only the names of the others: a step
+    rarely needs more, and every request carrying all of them is the largest repeated part of a run's prompts."""
+    text = "\n".join(filter(None, (request.content, request.question, request.condition, request.title)))
+    used = {name: value for name, value in request.variables.items() if name and name in text}
+    others = sorted(name for name in request.variables if name not in used)
+    from stepline.guardrails import redact_obj
+
+    lines = ["## Variables", _compact(redact_obj(used)) if used else "(none named by this step)"]
+    if others:
+        lines.append("Also set (not named by this step): " + ", ".join(others))
+    return "\n".join(lines)
+
+
+def _relative_to(root: str) -> Callable[[str], str]:
+    """A path under ``root`` as the tools take it (relative to the project root); any other text as it is."""
+    prefix = root.rstrip("/") + "/"
+    return lambda text: text[len(prefix):] if root and text.startswith(prefix) else text
+
+
+def _compact(value: Any) -> str:
+    """JSON on one line, for the prompt (indentation is a tenth of the text and tells a model nothing)."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def _json(value: Any) -> str:
@@ -386,7 +411,7 @@ class LLMExecutor(Executor):
     async def perform(self, request: StepRequest, session: StepSession) -> None:
         """Converse with the model until it ends the request through ``finish`` or ``decide``."""
         system, user = build_prompt(request)
-        tools = protocol_tools(request)
+        tools = protocol_tools()
         messages = self.start_messages(user)
         ending = "decide" if request.kind == "decide" else "finish"
         for number in range(1, self.settings.max_turns + 1):
@@ -445,10 +470,13 @@ class LLMExecutor(Executor):
         return ToolResult(call.id, content)
 
     async def _run_call(self, request: StepRequest, session: StepSession, name: str, args: dict[str, Any]) -> str:
-        offered = {tool["name"]: tool["parameters"] for tool in protocol_tools(request)}
+        offered = {tool["name"]: tool["parameters"] for tool in _PROTOCOL_TOOLS}
         schema = offered.get(name)
         if schema is None:
             raise _BadCall(f"no tool {name!r} here; use one of {', '.join(offered)}")
+        ending = "decide" if request.kind == "decide" else "finish"
+        if name in ("decide", "finish") and name != ending:
+            raise _BadCall(f"this {request.kind} request ends with `{ending}`, not `{name}`")
         missing = [key for key in schema["required"] if key not in args]
         if missing:
             raise _BadCall(f"{name} needs {', '.join(missing)}")
@@ -480,9 +508,11 @@ class LLMExecutor(Executor):
             await session.decide(args["value"], _text(args, "reason"))
             return "ok"
         choice = _opt_text(args, "choice")
-        allowed = schema["properties"]["choice"].get("enum")
+        allowed = [option.key for option in request.menu] or list(request.choices or [])
         if allowed and choice not in allowed:
             raise _BadCall(f"choice must be one of {', '.join(allowed)}")
+        if choice is None and request.kind in ("choose", "answer"):
+            raise _BadCall("finish needs choice: the menu key, or your answer")
         await session.finish(choice, _opt_text(args, "summary"))
         return "ok"
 
