@@ -18,6 +18,7 @@ are sharded and searched for the step, ranked before the project's docs.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +31,8 @@ from stepline.errors import ConfigError
 __all__ = ["TelisConfig", "TelisInputRule", "TelisRequest", "request_for_step"]
 
 Method = Literal["hover", "signatureHelp"]
+#: Puts the run's variables into a text.
+Render = Callable[[str], str]
 
 
 class TelisInputRule(BaseModel):
@@ -106,7 +109,7 @@ _KEYS = ("telis_query", "telis_language", "telis_document_path", "telis_document
 
 
 def request_for_step(step: dict[str, Any], workflow: dict[str, Any], variables: dict[str, Any],
-                     config: TelisConfig, *, render: Any, project_root: Path) -> TelisRequest | None:
+                     config: TelisConfig, *, render: Render, project_root: Path) -> TelisRequest | None:
     """The step's TELIS request, or None when neither its inputs nor a rule ask for context.
 
     ``step`` and ``workflow`` are the specs as plain data; ``render`` puts the run's variables into a text.
@@ -200,7 +203,7 @@ def _field(scope: dict[str, Any], dotted: str) -> Any:
     return value
 
 
-def _texts(value: Any, render: Any) -> list[str]:
+def _texts(value: Any, render: Render) -> list[str]:
     """Every text under ``value`` (lists and mappings walked in order), variables put in, blanks left out."""
     found: list[str] = []
     if isinstance(value, str):

@@ -34,7 +34,8 @@ def render_context(context: dict[str, Any] | None) -> str:
             for signature in result.get("signatures") or []:
                 lines.append(f"- `{signature['label']}`")
                 if signature.get("documentation"):
-                    lines.append(f"  {signature['documentation']}")
+                    documentation = str(signature["documentation"]).strip().split("\n")
+                    lines += [f"  {line}" if line else "" for line in documentation]
                 for parameter in signature.get("parameters") or []:
                     doc = f": {parameter['documentation']}" if parameter.get("documentation") else ""
                     lines.append(f"  - `{parameter['label']}`{doc}")
