@@ -88,8 +88,9 @@ def _set(ctx: StepContext, name: str, value: Any) -> None:
 
 
 async def _once(ctx: StepContext, name: str, compute: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
-    """The journaled result of ``name`` in this stage, or ``compute``'s, journaled (a check, a command)."""
-    key = f"{ctx.spec.id}/sprint/{name}"
+    """The journaled result of ``name`` in this attempt of this stage, or ``compute``'s, journaled (a check, a
+    command): a resumed attempt replays it, a new attempt (after a failure) checks again."""
+    key = f"{ctx.spec.id}/{ctx.attempt}/sprint/{name}"
     recorded = ctx.engine.calls.recorded.get(key)
     if recorded is not None:
         cached: dict[str, Any] = recorded["result"]
