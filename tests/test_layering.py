@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-FAMILIES = ("stepline.native", "stepline.bmad", "stepline.skills", "stepline.ccw")
+FAMILIES = ("stepline.native", "stepline.bmad", "stepline.skills", "stepline.ccw", "stepline.sprint")
 #: Modules of a family that run steps; every other module of a family is a reader (or its installer).
 DRIVERS = {
     "stepline.native._driver",
@@ -20,6 +20,7 @@ DRIVERS = {
     "stepline.bmad._template_output", "stepline.bmad._microfile_driver", "stepline.bmad._menus",
     "stepline.ccw._driver", "stepline.ccw._state", "stepline.ccw._prompt",
     "stepline.skills._driver",
+    "stepline.sprint._driver", "stepline.sprint._loop",
 }
 
 

@@ -27,6 +27,7 @@ _DRIVERS = (
     "stepline.bmad._microfile_driver",  # bmad-microfile and hybrid
     "stepline.skills._driver",  # Agent Skills (R-F8)
     "stepline.ccw._driver",  # CCW sessions (R-E7, R-E8)
+    "stepline.sprint._driver",  # the sprint loop's story stages (R-L1)
 )
 
 

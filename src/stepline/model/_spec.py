@@ -20,7 +20,7 @@ __all__ = [
 
 HumanGate = Literal["required", "conditional", "optional", "recommended"]
 Risk = Literal["low", "medium", "high"]
-WorkflowFormat = Literal["native", "bmad-legacy", "bmad-microfile", "bmad-hybrid", "bmad-skill", "ccw"]
+WorkflowFormat = Literal["native", "bmad-legacy", "bmad-microfile", "bmad-hybrid", "bmad-skill", "ccw", "sprint"]
 
 
 class _Model(BaseModel):

@@ -8,5 +8,6 @@ import stepline.interfaces.cli._mcp  # noqa: F401 - registers `stepline mcp`
 from stepline.interfaces.cli import _doctor, _gates, _runs, _validate
 from stepline.interfaces.cli import _providers as _providers  # registers `stepline providers`
 from stepline.interfaces.cli import _serve as _serve  # registers `stepline serve`
+from stepline.interfaces.cli import _sprint as _sprint  # registers `stepline sprint …`
 
 __all__ = ["_doctor", "_gates", "_runs", "_validate"]
