@@ -37,8 +37,12 @@ def _ray_cli() -> str:
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": os.pathsep.join(
-        [str(HERE.parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
+    # The nodes' processes see this checkout's stepline and, as agent CLIs installed on every node, the fake ones
+    # of tests/fakes/bin (run by this interpreter).
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0",
+           "PYTHONPATH": os.pathsep.join([str(HERE.parents[1] / "src"), os.environ.get("PYTHONPATH", "")]),
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), str(HERE.parent / "fakes" / "bin"),
+                                    os.environ.get("PATH", "")])}
     with log.open("wb") as out:
         return subprocess.Popen([_ray_cli(), "start", "--block", *args], stdout=out, stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True)
@@ -63,7 +67,7 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> list[int]:
     for process in every:  # Ray's daemons run in sessions of their own: each is told, not just the group
         with contextlib.suppress(psutil.NoSuchProcess):
             process.terminate()
-    _, alive = psutil.wait_procs(every, timeout=10)
+    _, alive = psutil.wait_procs(every, timeout=3)  # some of Ray's daemons do not stop on SIGTERM: no long wait
     for process in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.kill()

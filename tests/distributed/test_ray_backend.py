@@ -5,6 +5,7 @@ resumed, a step past its timeout is cancelled on the cluster."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -216,7 +217,7 @@ def test_a_killed_coordinator_is_resumed_on_the_cluster_and_every_step_happens_o
 
     project = tmp_path / "p"
     project.mkdir()
-    steps = 150
+    steps = 80
     flow = project / "flow.yaml"
     flow.write_text(yaml.safe_dump({"id": "many", "steps": [{"id": f"s{i:03d}", "outputs": ["effects.log"]}
                                                             for i in range(steps)]}), encoding="utf-8")
@@ -232,7 +233,7 @@ def test_a_killed_coordinator_is_resumed_on_the_cluster_and_every_step_happens_o
     while True:
         journals = list(runs.glob("*/journal.jsonl")) if runs.exists() else []
         done = journals[0].read_bytes().count(b'"WorkflowStepCompleted"') if journals else 0
-        if done >= 20:
+        if done >= 15:
             break
         assert child.poll() is None, child.communicate()
         assert time.monotonic() < deadline, "the run made no progress on the cluster"
@@ -250,3 +251,31 @@ def test_a_killed_coordinator_is_resumed_on_the_cluster_and_every_step_happens_o
     assert sorted(completed) == [f"s{i:03d}" for i in range(steps)] and set(completed.values()) == {1}
     lines = (project / "effects.log").read_text(encoding="utf-8").splitlines()
     assert sorted(lines) == [f"s{i:03d}" for i in range(steps)]  # each step's effect exactly once
+
+
+def test_a_cli_agent_does_a_ccw_session_from_the_cluster(tmp_path: Path, ray_cluster: str,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """`stepline ccw execute --executor cli-agent --backend ray`: each task's agent CLI (a fake codex installed
+    on the nodes) runs on a worker and reports over MCP to the executor there, whose calls come back here; the
+    session ends as it does locally (every task completed, ticked, summarised)."""
+    import shutil
+
+    from stepline.interfaces.cli._app import run_cli
+
+    tests = Path(__file__).resolve().parents[1]
+    project = tmp_path / "project"
+    shutil.copytree(tests / "fixtures" / "ccw" / "project-active", project)
+    config = project / "config" / "runtime.yaml"
+    config.write_text(config.read_text() + "executors:\n  cli-agent: {agent: codex, mode: write}\n")
+    code = run_cli(["ccw", "execute", "--resume-session", "payment", "--executor", "cli-agent", "--backend", "ray",
+                    "--ray-address", ray_cluster, "-C", str(project), "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert json.loads(out.out)["status"] == "completed"
+    session = project / ".workflow" / "active" / "WFS-payment-module"
+    assert (session / "TODO_LIST.md").read_text().count("- [x]") == 3
+    for task in sorted((session / ".task").glob("*.json")):
+        data = json.loads(task.read_text())
+        assert data["status"] == "completed", task.name
+        summary = session / ".summaries" / f"{data['id']}-summary.md"
+        assert f"codex finished {data['id']}" in summary.read_text()  # the agent's own finish, from the worker
