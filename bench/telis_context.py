@@ -1,8 +1,10 @@
 """TELIS context over a generated 1,000-document project: index build time and warm per-step latency.
 
 The project is made here, deterministically (seeded): ``--docs`` markdown documents under ``docs/``, each a
-title and 3-6 sections of 2-4 paragraphs drawn from a fixed vocabulary (≈4 KB a document), plus a shards file
-of 50 shards. Figures, all from this one invocation:
+title and 3-6 sections of 2-4 paragraphs (≈4 KB a document), plus a shards file of 50 shards. Words are drawn
+as prose has them (Zipf over ``--vocabulary`` words, 5,000 by default, English's function words first);
+``--vocabulary 90`` draws ~90 domain words evenly, so every word is in nearly every document: the worst case,
+since BM25 scores every match. Figures, all from this one invocation:
 
 * the baseline: reading every document's bytes (the I/O any index must do);
 * the index build: the first resolution of a step (globbing, reading, splitting into shards at three tiers,
@@ -16,7 +18,7 @@ of 50 shards. Figures, all from this one invocation:
 
 Targets (issue 18): index < 2 s, per step < 50 ms warm.
 
-Usage: python bench/telis_context.py [--docs 1000] [--queries 200] [--steps 200]
+Usage: python bench/telis_context.py [--docs 1000] [--queries 200] [--steps 200] [--vocabulary 5000]
 """
 
 from __future__ import annotations
@@ -41,46 +43,77 @@ _VOCABULARY = ("journal snapshot resume retry backoff jitter gate approval perso
 WORDS = _VOCABULARY.split()
 
 
-def sentence(rng: random.Random) -> str:
-    words = [rng.choice(WORDS) for _ in range(rng.randint(8, 18))]
-    return " ".join(words).capitalize() + "."
+#: English's most frequent words, which head any prose's ranking (a query drops them: see stepline.context._index).
+_FUNCTION_TEXT = "the of and to a in is that for it as with was on be by this are from or at an which have not"
+_FUNCTION = _FUNCTION_TEXT.split()
 
 
-def generate(root: Path, docs: int, seed: int = 18) -> None:
+class Vocabulary:
+    """Words drawn as prose has them (Zipf: the word of rank r is drawn with weight 1/r): English's function
+    words first, then the domain words above among made-up ones, at random ranks, ``size`` in all.
+    ``size`` = len(WORDS) draws the domain words alone, evenly: every word in nearly every document, the
+    worst case for BM25, which scores every match."""
+
+    def __init__(self, size: int, seed: int = 3) -> None:
+        rng = random.Random(seed)
+        made = [f"{rng.choice('bcdfghklmnprstvz')}{rng.choice('aeiou')}{i:x}{rng.choice('aeiou')}"
+                for i in range(max(0, size - len(WORDS)))]
+        self.words = list(WORDS) + made
+        rng.shuffle(self.words)
+        even = size <= len(WORDS)
+        if not even:
+            self.words = _FUNCTION + self.words
+        self.weights = [1.0] * len(self.words) if even else [1.0 / (rank + 1) for rank in range(len(self.words))]
+        total = 0.0
+        self.cumulative = []
+        for weight in self.weights:
+            total += weight
+            self.cumulative.append(total)
+
+    def draw(self, rng: random.Random, k: int) -> list[str]:
+        return rng.choices(self.words, cum_weights=self.cumulative, k=k)
+
+
+def sentence(rng: random.Random, vocabulary: Vocabulary) -> str:
+    return " ".join(vocabulary.draw(rng, rng.randint(8, 18))).capitalize() + "."
+
+
+def generate(root: Path, docs: int, vocabulary: Vocabulary, seed: int = 18) -> None:
     """Write ``docs`` markdown documents and a 50-shard shards file under ``root``."""
     rng = random.Random(seed)
     (root / "docs").mkdir(parents=True)
     for i in range(docs):
-        topic = " ".join(rng.sample(WORDS, 2))
-        lines = [f"# Document {i}: {topic}", "", " ".join(sentence(rng) for _ in range(3)), ""]
+        topic = " ".join(vocabulary.draw(rng, 2))
+        lines = [f"# Document {i}: {topic}", "", " ".join(sentence(rng, vocabulary) for _ in range(3)), ""]
         for s in range(rng.randint(3, 6)):
-            lines += [f"## {rng.choice(WORDS).capitalize()} {s}", ""]
+            lines += [f"## {vocabulary.draw(rng, 1)[0].capitalize()} {s}", ""]
             for _ in range(rng.randint(2, 4)):
-                lines += [" ".join(sentence(rng) for _ in range(rng.randint(2, 4))), ""]
+                lines += [" ".join(sentence(rng, vocabulary) for _ in range(rng.randint(2, 4))), ""]
         folder = root / "docs" / f"area-{i % 20:02d}"
         folder.mkdir(exist_ok=True)
         (folder / f"doc-{i:04d}.md").write_text("\n".join(lines), encoding="utf-8")
     (root / "config").mkdir()
     entries = "".join(f"  - id: rule-{k}\n    title: Rule {k} {rng.choice(WORDS)}\n    tags: [{rng.choice(WORDS)}]\n"
-                      f"    text: {sentence(rng)} {sentence(rng)}\n" for k in range(50))
+                      f"    text: {sentence(rng, vocabulary)} {sentence(rng, vocabulary)}\n" for k in range(50))
     (root / "config" / "shards.yaml").write_text("shards:\n" + entries, encoding="utf-8")
 
 
-def queries(n: int, seed: int = 7) -> list[str]:
+def queries(n: int, vocabulary: Vocabulary, seed: int = 7) -> list[str]:
+    """Queries of 2-5 words drawn as the documents' words are (common words in them too, as people write)."""
     rng = random.Random(seed)
-    return [" ".join(rng.sample(WORDS, rng.randint(2, 5))) for _ in range(n)]
+    return [" ".join(vocabulary.draw(rng, rng.randint(2, 5))) for _ in range(n)]
 
 
-async def measure_resolver(root: Path, n_queries: int) -> dict[str, float]:
+async def measure_resolver(root: Path, n_queries: int, vocabulary: Vocabulary) -> dict[str, float]:
     from stepline.context import ContextResolver, TelisConfig, TelisRequest
 
     resolver = ContextResolver(root, TelisConfig(cache_ttl_seconds=300))
     start = time.perf_counter()
-    first = await resolver.resolve(TelisRequest(query="journal snapshot resume"))
+    first = await resolver.resolve(TelisRequest(query=" ".join(WORDS[:3] + vocabulary.words[:3])))
     build = time.perf_counter() - start
     assert first["shards"], "the generated project gave no shards"
     timings = []
-    for query in queries(n_queries):
+    for query in queries(n_queries, vocabulary):
         start = time.perf_counter()
         await resolver.resolve(TelisRequest(query=query, shard_limit=5, budget_tokens=4000))
         timings.append(time.perf_counter() - start)
@@ -91,14 +124,14 @@ async def measure_resolver(root: Path, n_queries: int) -> dict[str, float]:
             "max": timings[-1], "shards": shards}
 
 
-def run_workflow(root: Path, steps: int, with_context: bool) -> tuple[float, list[float]]:
+def run_workflow(root: Path, steps: int, with_context: bool, vocabulary: Vocabulary) -> tuple[float, list[float]]:
     import yaml
 
     from stepline import Engine
     from stepline.families import load_workflow, register_drivers
 
     register_drivers()
-    qs = queries(steps, seed=11)
+    qs = queries(steps, vocabulary, seed=11)
     spec = [{"id": f"s{i:03d}", "name": f"Step {i}", "body": "Do it.",
              **({"inputs": {"telis_query": qs[i]}} if with_context else {})} for i in range(steps)]
     name = "with.yaml" if with_context else "without.yaml"
@@ -126,24 +159,29 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=1000)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--vocabulary", type=int, default=5000,
+                        help=f"distinct words, drawn Zipf-like; {len(WORDS)} or less: the domain words alone, evenly "
+                             "(every word in nearly every document: the worst case)")
     args = parser.parse_args()
+    vocabulary = Vocabulary(args.vocabulary)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "project"
         root.mkdir()
-        generate(root, args.docs)
+        generate(root, args.docs, vocabulary)
         files = sorted((root / "docs").rglob("*.md"))
         size = sum(p.stat().st_size for p in files)
         start = time.perf_counter()
         for path in files:
             path.read_bytes()
         baseline = time.perf_counter() - start
-        figures = asyncio.run(measure_resolver(root, args.queries))
-        plain, plain_steps = run_workflow(root, args.steps, with_context=False)
-        with_context, context_steps = run_workflow(root, args.steps, with_context=True)
+        figures = asyncio.run(measure_resolver(root, args.queries, vocabulary))
+        plain, plain_steps = run_workflow(root, args.steps, False, vocabulary)
+        with_context, context_steps = run_workflow(root, args.steps, True, vocabulary)
     # Warm: every step but the first, which builds the run's index.
     per_step = statistics.median(context_steps[1:]) - statistics.median(plain_steps)
-    print(f"project: {len(files)} documents, {size / 1e6:.1f} MB, {figures['shards']:.0f} shards (+ index build)")
+    print(f"project: {len(files)} documents, {size / 1e6:.1f} MB, {figures['shards']:.0f} shards, "
+          f"{len(vocabulary.words)} distinct words")
     print(f"baseline, reading every document:        {baseline * 1000:8.1f} ms")
     print(f"index build (first resolution):           {figures['build'] * 1000:8.1f} ms   "
           f"{figures['build'] / baseline:5.1f}x the baseline   target < 2000 ms: "
