@@ -68,3 +68,13 @@ def test_a_ray_address_nothing_answers_on_is_refused_before_a_run_is_created(
                     "--ray-address", f"127.0.0.1:{port}"]) == 2
     assert f"cannot reach the Ray cluster at 127.0.0.1:{port}" in _one_line_error(capsys)
     assert not (project / ".stepline" / "runs").exists() or not any((project / ".stepline" / "runs").iterdir())
+
+
+def test_an_executor_that_talks_to_this_terminal_is_refused_on_ray_before_a_run_is_created(
+        project: Path, write_workflow: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """The human executor cannot work from a Ray worker: one line, exit 2, no run left behind."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'stepline[ray]')")
+    path = write_workflow([{"id": "a"}])
+    assert run_cli(["run", str(path), "-C", str(project), "-q", "--backend", "ray", "-e", "human"]) == 2
+    assert "executor 'human' speaks with the person at this terminal" in _one_line_error(capsys)
+    assert not (project / ".stepline" / "runs").exists() or not any((project / ".stepline" / "runs").iterdir())

@@ -62,6 +62,8 @@ def use_backend(engine: Engine, backend: str | None, ray_address: str | None) ->
         from stepline.distributed import check_reachable
 
         check_reachable(runtime.ray_address)  # before a run is created: Ray would retry an address for minutes
+        if engine.executor_explicit:
+            _ = engine.executor  # built now (Ray is not joined yet): one that cannot run on a worker is refused here
 
 
 def parse_vars(pairs: list[str]) -> dict[str, str]:
