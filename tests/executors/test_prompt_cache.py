@@ -1,0 +1,85 @@
+"""Prompt caching (issue 21.1, R-X7): a run's requests share a byte-identical prefix, the Anthropic request marks
+its cache breakpoint, and the cached tokens the providers report are recorded, priced and shown."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from fakes import fake_anthropic, fake_openai
+from fakes.policy import Policy
+from fakes.runs import memo_records
+from stepline import Engine
+from stepline.engine import build_timeline
+from stepline.executors import MenuOption, StepRequest
+from stepline.executors._llm import build_prompt, protocol_tools
+from stepline.interfaces.cli._app import run_cli
+from stepline.model import StepSpec, WorkflowSpec
+
+
+def _workflow() -> WorkflowSpec:
+    return WorkflowSpec(id="notes", name="Notes", format="native", variables={"topic": "caching", "other": "x"},
+                        steps=[StepSpec(id=f"s{n}", name=f"Section {n}", outputs=[f"out/s{n}.md"],
+                                        body=f"Write section {n} about {{{{topic}}}}.") for n in range(1, 4)])
+
+
+def _prefix(system: str, tools: list[dict[str, Any]], user: str) -> str:
+    return json.dumps(tools, sort_keys=True) + system + user.split("\n\n# Step ", 1)[0]
+
+
+def test_the_shared_prefix_does_not_change_with_the_step() -> None:
+    """Two requests of one run that differ in their step's text, kind, menu and variables: tools, system text and
+    the run's line are the same bytes, and the step's part comes after them."""
+    first = StepRequest(kind="work", run_id="r", step_id="a", title="A", content="Write about {topic}.",
+                        workflow_id="wf", mode="yolo", variables={"topic": "t"}, hints={"outputs": ["out/a.md"]})
+    second = StepRequest(kind="choose", run_id="r", step_id="b", title="B", content="A much longer text " * 50,
+                         workflow_id="wf", mode="yolo", menu=[MenuOption("C", "Continue")],
+                         variables={"topic": "t", "more": "u"})
+    (system_a, user_a), (system_b, user_b) = build_prompt(first), build_prompt(second)
+    assert system_a == system_b
+    assert _prefix(system_a, protocol_tools(), user_a) == _prefix(system_b, protocol_tools(), user_b)
+    assert user_a.startswith("Workflow: wf.\n\n# Step a: A") and user_b.startswith("Workflow: wf.\n\n# Step b: B")
+
+
+def _run(tmp_path: Path, provider: str, server: Any, responder: Any, prices: dict[str, Any]) -> tuple[Engine, Any]:
+    server.responder = responder(Policy())
+    server.caching = True
+    engine = Engine(project_root=tmp_path, executor=provider, mode="yolo",
+                    executor_options={"base_url": server.base_url, "api_key": "test", "model": "fake",
+                                      "prices": {"fake": prices}})
+    run = asyncio.run(engine.start(_workflow()))
+    assert run.status.value == "completed", run.error
+    return engine, run
+
+
+def test_anthropic_marks_its_cache_breakpoint_and_cached_tokens_are_recorded_and_priced(tmp_path: Path) -> None:
+    with fake_anthropic.FakeAnthropic().running() as server:
+        prices = {"input": 3.0, "output": 15.0, "cached_input": 0.3, "cache_write": 3.75}
+        engine, run = _run(tmp_path, "anthropic", server, fake_anthropic.responder, prices)
+        requests = list(server.requests)
+    assert all(r["system"][-1]["cache_control"] == {"type": "ephemeral"} for r in requests)
+    usages = [record["result"]["usage"] for record in memo_records(engine, run, "anthropic")]
+    assert usages[0]["cache_write_tokens"] > 0 and usages[0]["cached_input_tokens"] == 0
+    assert all(u["cached_input_tokens"] > 0 and u["cache_write_tokens"] == 0 for u in usages[1:])
+    u = usages[1]
+    expected = (u["input_tokens"] * 3.0 + u["output_tokens"] * 15.0 + u["cached_input_tokens"] * 0.3) / 1e6
+    assert u["cost_usd"] == round(expected, 8)
+    totals = build_timeline(engine.store.open(run.run_id))["usage"]
+    assert sum(b["cached_input_tokens"] for b in totals.values()) == sum(u["cached_input_tokens"] for u in usages)
+
+
+def test_openai_passes_the_run_as_cache_key_and_records_cached_tokens(tmp_path: Path, capsys: Any,
+                                                                      monkeypatch: Any) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    with fake_openai.FakeOpenAI().running() as server:
+        engine, run = _run(tmp_path, "openai", server, fake_openai.responder, {"input": 1.0, "output": 2.0})
+        requests = list(server.requests)
+    assert {r["prompt_cache_key"] for r in requests} == {run.run_id}
+    usages = [record["result"]["usage"] for record in memo_records(engine, run, "openai")]
+    assert usages[0]["cached_input_tokens"] == 0 and all(u["cached_input_tokens"] > 0 for u in usages[1:])
+    assert all(u["input_tokens"] + u["cached_input_tokens"] == 100 for u in usages)  # the fake's prompt_tokens
+    assert run_cli(["show", run.run_id, "-C", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "cached (read)" in out and "cached (written)" in out
