@@ -59,7 +59,8 @@ def test_workflow_runs_to_completion_through_tool_use(tmp_path: Path, server: Fa
     assert result.status.value == "completed"
     assert (tmp_path / OUTPUT).read_text() == "Hello, Ada!\n"
     first = server.requests[0]
-    assert first["max_tokens"] == 512 and "one step of a workflow" in first["system"]
+    assert first["max_tokens"] == 512 and "one step of a workflow" in first["system"][0]["text"]
+    assert first["system"][-1]["cache_control"] == {"type": "ephemeral"}  # the cache breakpoint
     assert {t["name"] for t in first["tools"]} >= {"write_output", "finish"}
     assert first["tools"][0]["input_schema"]["required"] == ["path"]
     follow_up = server.requests[1]["messages"]

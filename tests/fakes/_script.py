@@ -35,6 +35,8 @@ class Script:
         self.responder: Responder | None = None
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        #: Report prompt caching in the usage, as the provider would (see :meth:`add_cache_usage`).
+        self.caching = False
         self._lock = threading.Lock()
 
     def reset(self) -> None:
@@ -44,6 +46,23 @@ class Script:
             self.responder = None
             self.requests.clear()
             self.headers.clear()
+
+    def add_cache_usage(self, body: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+        """``usage`` with the provider's cache counts for ``body`` (the requests before it are in
+        :attr:`requests`); the base fake caches nothing."""
+        return usage
+
+    @staticmethod
+    def shared_prefix(text: str, earlier: list[str]) -> int:
+        """The longest prefix of ``text`` that one of ``earlier`` starts with, in characters."""
+        best = 0
+        for other in earlier:
+            limit = min(len(text), len(other))
+            n = 0
+            while n < limit and text[n] == other[n]:
+                n += 1
+            best = max(best, n)
+        return best
 
     def queue(self, *replies: Reply) -> None:
         """Append replies to the script."""
@@ -67,6 +86,9 @@ class Script:
                     reply = Reply(400, error(f"fake: the responder failed: {type(exc).__name__}: {exc}"))
             else:
                 reply = Reply(400, error("fake: no scripted reply left"))
+            if self.caching and reply.status == 200 and isinstance(reply.body.get("usage"), dict):
+                usage = self.add_cache_usage(body, dict(reply.body["usage"]))
+                reply = Reply(reply.status, {**reply.body, "usage": usage}, reply.delay)
         if reply.delay:
             await asyncio.sleep(reply.delay)
         return JSONResponse(reply.body, status_code=reply.status)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -93,6 +94,24 @@ class FakeAnthropic(Script):
             return {"data": [{"id": "fake-claude", "type": "model", "display_name": "Fake Claude",
                               "created_at": "2025-01-01T00:00:00Z"}], "has_more": False,
                     "first_id": "fake-claude", "last_id": "fake-claude"}
+
+    def add_cache_usage(self, body: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+        """Anthropic's prompt caching: only up to a ``cache_control`` breakpoint (tools, then system blocks); the
+        first request with that prefix writes it to the cache, later ones read it. ``input_tokens`` is then the
+        uncached rest, as the API reports it."""
+        def prefix(request: dict[str, Any]) -> str | None:
+            blocks = [*(request.get("tools") or []),
+                      *(request["system"] if isinstance(request.get("system"), list) else [])]
+            marked = [n for n, block in enumerate(blocks) if isinstance(block, dict) and block.get("cache_control")]
+            return json.dumps(blocks[: marked[-1] + 1], sort_keys=True) if marked else None
+
+        mine = prefix(body)
+        if mine is None:
+            return usage
+        size = min(usage["input_tokens"], max(1, len(mine) // 4))
+        seen = any(prefix(r) == mine for r in self.requests[:-1])
+        return {**usage, "input_tokens": usage["input_tokens"] - size,
+                "cache_read_input_tokens": size if seen else 0, "cache_creation_input_tokens": 0 if seen else size}
 
     @contextmanager
     def running(self) -> Iterator[FakeAnthropic]:

@@ -90,6 +90,18 @@ class FakeOpenAI(Script):
             return {"object": "list", "data": [{"id": "fake-gpt", "object": "model", "created": 0,
                                                 "owned_by": "stepline-tests"}]}
 
+    def add_cache_usage(self, body: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+        """OpenAI's automatic prefix caching: the prompt's prefix shared with an earlier request (tools, then
+        messages, as serialised; a token taken as 4 characters) is reported as ``cached_tokens``."""
+        def text(request: dict[str, Any]) -> str:
+            return json.dumps(request.get("tools") or [], sort_keys=True) + "".join(
+                json.dumps(m, sort_keys=True) for m in request["messages"])
+
+        mine = text(body)
+        shared = self.shared_prefix(mine, [text(r) for r in self.requests[:-1]])
+        cached = min(usage["prompt_tokens"], usage["prompt_tokens"] * shared // max(1, len(mine)))
+        return {**usage, "prompt_tokens_details": {"cached_tokens": cached}}
+
     @contextmanager
     def running(self) -> Iterator[FakeOpenAI]:
         """Serve on 127.0.0.1; ``base_url`` ends in ``/v1`` as the SDK expects."""

@@ -34,10 +34,11 @@ def build_timeline(run_dir: RunDir, events: Iterable[Event] | None = None, *, wh
             result = event.data.get("result")
             if str(event.data.get("op", "")).startswith("memo:") and isinstance(result, dict):
                 tokens = result.get("usage") or {}
-                bucket = usage.setdefault(sid or "-", {"calls": 0, "input_tokens": 0,
-                                                                 "output_tokens": 0, "cost_usd": 0.0})
+                bucket = usage.setdefault(sid or "-", {"calls": 0, "input_tokens": 0, "cached_input_tokens": 0,
+                                                       "cache_write_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
                 bucket["calls"] += 1
-                for name in ("input_tokens", "output_tokens", "cost_usd"):
+                for name in ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens",
+                             "cost_usd"):
                     bucket[name] += float(tokens.get(name) or 0)
             continue
         if kind in _HIDDEN:

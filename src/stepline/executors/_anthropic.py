@@ -65,8 +65,11 @@ class AnthropicExecutor(LLMExecutor):
         """A plain user message."""
         messages.append({"role": "user", "content": text})
 
-    async def send(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Turn:
-        """POST /v1/messages."""
+    async def send(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
+                   cache_key: str | None = None) -> Turn:
+        """POST /v1/messages, with a cache breakpoint at the end of the system text: the tools and the system
+        text, the same in every request of a run, are written to the prompt cache once and read from it after.
+        (``cache_key`` is OpenAI's; Anthropic caches by the breakpoint.)"""
         extra: dict[str, Any] = {}
         if self.settings.temperature is not None:
             extra["temperature"] = self.settings.temperature
@@ -74,7 +77,7 @@ class AnthropicExecutor(LLMExecutor):
             response = await self.client().messages.create(
                 model=self.settings.model,
                 max_tokens=self.settings.max_tokens or self.default_max_tokens or 4096,
-                system=system,
+                system=[{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
                 messages=messages,  # type: ignore[arg-type]
                 tools=[{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
                        for t in tools],
@@ -84,6 +87,8 @@ class AnthropicExecutor(LLMExecutor):
         calls = [ToolCall(id=block.id, name=block.name, arguments=json.dumps(block.input))
                  for block in response.content if block.type == "tool_use"]
         return Turn(text=text, tool_calls=calls, stop_reason=response.stop_reason,
-                    usage={"input_tokens": response.usage.input_tokens,
+                    usage={"input_tokens": response.usage.input_tokens,  # Anthropic's: the uncached part only
+                           "cached_input_tokens": response.usage.cache_read_input_tokens or 0,
+                           "cache_write_tokens": response.usage.cache_creation_input_tokens or 0,
                            "output_tokens": response.usage.output_tokens,
                            "model": response.model or self.settings.model})

@@ -106,12 +106,23 @@ class LLMSettings:
             raise ExecutorError(f"bad option for the {provider} executor: {exc}",
                                 hint="see examples/runtime.yaml, section executors") from None
 
-    def cost_usd(self, model: str, input_tokens: int, output_tokens: int) -> float | None:
-        """Cost from ``prices`` (USD per million input/output tokens), or None when no price is configured."""
+    def cost_usd(self, model: str, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0,
+                 cache_write_tokens: int = 0) -> float | None:
+        """Cost from ``prices`` (USD per million tokens), or None when no price is configured.
+
+        ``input_tokens`` are the prompt tokens billed at the full ``input`` price: a provider's cached part is
+        counted apart, ``cached_input_tokens`` at ``cached_input`` (a cache read) and ``cache_write_tokens`` at
+        ``cache_write`` (written to the cache); either price defaults to ``input`` when not configured, so no
+        discount is assumed that the provider did not state.
+        """
         price = self.prices.get(model) or self.prices.get(self.model)
         if price is None:
             return None
-        return round((input_tokens * price.get("input", 0.0) + output_tokens * price.get("output", 0.0)) / 1e6, 8)
+        full = price.get("input", 0.0)
+        total = (input_tokens * full + output_tokens * price.get("output", 0.0)
+                 + cached_input_tokens * price.get("cached_input", full)
+                 + cache_write_tokens * price.get("cache_write", full))
+        return round(total / 1e6, 8)
 
 
 # -- errors: the one translation of a provider failure ---------------------------------------------------
@@ -200,6 +211,11 @@ class Turn:
         """Rebuild from a memo result."""
         return cls(text=str(raw.get("text") or ""), tool_calls=[ToolCall(**c) for c in raw.get("tool_calls") or []],
                    stop_reason=raw.get("stop_reason"), usage=dict(raw.get("usage") or {}))
+
+
+#: The token counts a turn's usage holds: ``input_tokens`` billed in full, the prompt's cached part apart (read from
+#: the provider's cache, written to it), ``output_tokens``.
+_TOKEN_COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens", "cache_write_tokens")
 
 
 # -- the protocol as tools ---------------------------------------------------------------------------------
@@ -371,8 +387,11 @@ class LLMExecutor(Executor):
         """Append a plain user message (a reminder to use the tools)."""
 
     @abstractmethod
-    async def send(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Turn:
-        """Send one request; return the turn with ``usage`` input/output tokens and model filled in.
+    async def send(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
+                   cache_key: str | None = None) -> Turn:
+        """Send one request; return the turn with ``usage`` (the counts of ``_TOKEN_COUNTS`` the provider reports)
+        and model filled in. ``cache_key`` names the run, for a provider that routes a run's requests to the same
+        prefix cache by it.
 
         Errors are raised as :class:`ExecutorError` (via :func:`status_error` / :func:`transport_error`).
         """
@@ -415,7 +434,7 @@ class LLMExecutor(Executor):
         messages = self.start_messages(user)
         ending = "decide" if request.kind == "decide" else "finish"
         for number in range(1, self.settings.max_turns + 1):
-            turn = await self._model_turn(session, system, messages, tools, number)
+            turn = await self._model_turn(session, system, messages, tools, number, cache_key=request.run_id)
             self.add_turn(messages, turn)
             if not turn.tool_calls:
                 self.add_user_text(messages, f"Use the tools: do the step through them and call `{ending}` "
@@ -433,19 +452,17 @@ class LLMExecutor(Executor):
                             hint=f"raise executors.{self.name}.max_turns or make the step's instructions clearer")
 
     async def _model_turn(self, session: StepSession, system: str, messages: list[dict[str, Any]],
-                          tools: list[dict[str, Any]], number: int) -> Turn:
+                          tools: list[dict[str, Any]], number: int, cache_key: str) -> Turn:
         digest = hashlib.sha256(_json([system, messages, tools]).encode("utf-8")).hexdigest()
         payload = {"model": self.settings.model, "turn": number, "messages": len(messages), "sha256": digest}
 
         async def compute() -> dict[str, Any]:
             self.client()
             started = self.clock()
-            turn = await self.reliability.call(lambda: self.send(system, messages, tools))
-            input_tokens = int(turn.usage.get("input_tokens") or 0)
-            output_tokens = int(turn.usage.get("output_tokens") or 0)
+            turn = await self.reliability.call(lambda: self.send(system, messages, tools, cache_key=cache_key))
+            counts = {name: int(turn.usage.get(name) or 0) for name in _TOKEN_COUNTS}
             model = str(turn.usage.get("model") or self.settings.model)
-            turn.usage = {"input_tokens": input_tokens, "output_tokens": output_tokens,
-                          "cost_usd": self.settings.cost_usd(model, input_tokens, output_tokens), "model": model,
+            turn.usage = {**counts, "cost_usd": self.settings.cost_usd(model, **counts), "model": model,
                           "latency_ms": round((self.clock() - started) * 1000, 1)}
             return turn.to_dict()
 

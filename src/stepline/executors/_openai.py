@@ -64,9 +64,13 @@ class OpenAIExecutor(LLMExecutor):
         """A plain user message."""
         messages.append({"role": "user", "content": text})
 
-    async def send(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Turn:
-        """POST /chat/completions."""
+    async def send(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
+                   cache_key: str | None = None) -> Turn:
+        """POST /chat/completions. OpenAI caches a prompt's prefix by itself; ``prompt_cache_key`` (the run) keeps
+        a run's requests on the same cache, and the usage's ``cached_tokens`` say how much it served."""
         extra: dict[str, Any] = {}
+        if cache_key is not None:
+            extra["prompt_cache_key"] = cache_key
         if self.settings.max_tokens is not None:
             extra["max_tokens"] = self.settings.max_tokens
         if self.settings.temperature is not None:
@@ -84,7 +88,10 @@ class OpenAIExecutor(LLMExecutor):
         calls = [ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "{}")
                  for c in choice.message.tool_calls or [] if c.type == "function"]
         usage = response.usage
+        details = usage.prompt_tokens_details if usage else None
+        cached = (details.cached_tokens or 0) if details else 0
         return Turn(text=choice.message.content or "", tool_calls=calls, stop_reason=choice.finish_reason,
-                    usage={"input_tokens": usage.prompt_tokens if usage else 0,
+                    usage={"input_tokens": (usage.prompt_tokens - cached) if usage else 0,  # the part billed in full
+                           "cached_input_tokens": cached,
                            "output_tokens": usage.completion_tokens if usage else 0,
                            "model": response.model or self.settings.model})

@@ -384,10 +384,12 @@ def show(
                       Text(one_line(_event_detail(entry["data"]))))
     console.print(table)
     if timeline["usage"]:
-        usage = Table("step", "model calls", "input tokens", "output tokens", "cost (USD)", box=None)
-        totals = [0.0, 0.0, 0.0, 0.0]
+        usage = Table("step", "model calls", "input tokens", "cached (read)", "cached (written)", "output tokens",
+                      "cost (USD)", box=None)
+        totals = [0.0] * 6
         for step_id, bucket in timeline["usage"].items():
-            values = [bucket["calls"], bucket["input_tokens"], bucket["output_tokens"], bucket["cost_usd"]]
+            values = [bucket["calls"], bucket["input_tokens"], bucket.get("cached_input_tokens", 0),
+                      bucket.get("cache_write_tokens", 0), bucket["output_tokens"], bucket["cost_usd"]]
             totals = [a + b for a, b in zip(totals, values, strict=True)]
             usage.add_row(step_id, *(f"{v:g}" for v in values))
         usage.add_row("[bold]run[/bold]", *(f"{v:g}" for v in totals))
