@@ -47,8 +47,10 @@ def _pending_intents(project: Path) -> set[str]:
 
 def _pending_intents_applied_missing(session_dir: Path, in_flight: set[str]) -> set[str]:
     """Of the completions a kill left in flight, those whose task JSON still does not say completed."""
-    return {task for task in in_flight
-            if json.loads((session_dir / ".task" / f"{task}.json").read_text(encoding="utf-8"))["status"] != "completed"}
+    def status(task: str) -> str:
+        return str(json.loads((session_dir / ".task" / f"{task}.json").read_text(encoding="utf-8"))["status"])
+
+    return {task for task in in_flight if status(task) != "completed"}
 
 
 def _check_agreement(session_dir: Path, in_flight: set[str]) -> int:

@@ -695,8 +695,8 @@ def test_completions_are_journaled_done_while_the_run_goes_on(tmp_path: Path) ->
     not only when the run settles."""
     session_dir = _generated(tmp_path, 3, seed=1, max_deps=0)
     executor = _WaitsForDone()
-    run = asyncio.run(asyncio.wait_for(execute_session(Engine(config=ALLOW_PLAN_COMMANDS, project_root=tmp_path, executor=executor,
-                                                              concurrency=3), session_dir), 60))
+    engine = Engine(config=ALLOW_PLAN_COMMANDS, project_root=tmp_path, executor=executor, concurrency=3)
+    run = asyncio.run(asyncio.wait_for(execute_session(engine, session_dir), 60))
     assert run.status.value == "completed"
     assert executor.saw_done
     assert all(_agree(session_dir, ["IMPL-1", "IMPL-2", "IMPL-3"]).values())
