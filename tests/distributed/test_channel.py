@@ -170,3 +170,20 @@ def test_a_model_call_that_fails_on_the_worker_raises_its_own_error_there_and_jo
     assert run.status.value == "failed" and "the model is down" in (run.steps["m"].error or "")
     journal = read_journal(project / ".stepline" / "runs" / run.run_id / "journal.jsonl")
     assert not [e for e in journal if e.data.get("op") == "memo:model"]
+
+
+def test_a_worker_that_cannot_reach_the_coordinator_says_which_address(tmp_path: Path) -> None:
+    """The executor host's first act is to connect back; a closed port is one ExecutorError naming it."""
+    import socket
+
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'stepline[ray]')")
+    from stepline.distributed._ray import ExecutorHost
+    from stepline.errors import ExecutorError
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    host = ExecutorHost(ray.cloudpickle.dumps(ray_agents.FileAgent()))
+    request = StepRequest(kind="work", run_id="r", step_id="s", title="s")
+    with pytest.raises(ExecutorError, match=f"cannot reach the coordinator at 127.0.0.1:{port}"):
+        asyncio.run(host.perform(request, "127.0.0.1", port, "token"))

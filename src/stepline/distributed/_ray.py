@@ -79,7 +79,12 @@ class ExecutorHost:
         if self._executor is None:
             self._executor = _build(_ray().cloudpickle.loads(self._recipe))
         executor = self._executor
-        session = await RemoteSession.connect(host, port, token)
+        try:
+            session = await RemoteSession.connect(host, port, token)
+        except OSError as exc:
+            raise ExecutorError(f"the Ray worker cannot reach the coordinator at {host}:{port}: {exc.strerror or exc}",
+                                hint="workers connect back to the coordinator's address: open that port to the "
+                                     "cluster's nodes", retryable=False) from None
         try:
             await executor.perform(request, session)
         finally:
