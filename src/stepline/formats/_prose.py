@@ -11,7 +11,7 @@ only cost, and an instruction the model must then ignore.
 * the frontmatter (the file and task references the runtime resolves);
 * whole sections whose heading names a mechanism the runtime owns — a menu (``Present MENU OPTIONS``,
   ``Menu Handling Logic``), the step's completion or the next step (``CRITICAL STEP COMPLETION NOTE``,
-  ``NEXT STEP``) — with their subsections;
+  ``NEXT STEP``, a skill step file's ``NEXT``) — with their subsections;
 * single list items (and one-line paragraphs) elsewhere that only speak of those mechanisms: the frontmatter and
   ``stepsCompleted``, loading or reading the next or the complete step file, the menu and its ``[C]`` answer,
   halting for the user's menu choice, looking ahead, skipping or reordering steps.
@@ -33,7 +33,7 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 _CONTROL_SECTION = re.compile(
     r"(?i)\b(present|handle|display|show)\b.*\bmenu\b|\bmenu\s+(options|handling|selection)\b|"
     r"^\W*(\d+\.\s*)?(final|checkpoint)?\s*menu\W*$|\b(checkpoint|final)\s+menu\b|"
-    r"step\s+completion|\bnext\s+step\b|load(ing)?\s+next")
+    r"step\s+completion|\bnext\s+step\b|load(ing)?\s+next|^\W*next\W*$")
 #: A list item or one-line paragraph that only speaks of the runtime's mechanisms.
 _CONTROL_LINE = re.compile(
     r"(?i)(frontmatter|stepsCompleted|lastStep|nextStepFile|"

@@ -50,6 +50,7 @@ from stepline.errors import ReaderError, StepFailed
 from stepline.executors import MenuOption
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
+from stepline.formats._prose import lean_step_text
 from stepline.model import EventType, Run, StepStatus, WorkflowSpec
 from stepline.skills._load import SKILL_FORMAT
 from stepline.skills._render import CUSTOM_TOKEN, RenderEnv, render_skill_text
@@ -125,9 +126,9 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _hand_over(ctx: StepContext, role: str, path: Path, raw: str, sent: str) -> None:
+def _hand_over(ctx: StepContext, role: str, path: Path, raw: str, sent: str, **extra: Any) -> None:
     """Journal what the executor is about to receive: the file, its hash and the hash of the rendered text."""
-    entry = {"role": role, "path": str(path), "sha256": _sha(raw), "sent_sha256": _sha(sent)}
+    entry = {"role": role, "path": str(path), "sha256": _sha(raw), "sent_sha256": _sha(sent), **extra}
     ctx.handed_over.append(entry)
     _record(ctx, f"handover/{ctx.invocations}", "handover", {"path": str(path), "role": role}, entry)
 
@@ -453,7 +454,9 @@ async def _step_file(ctx: StepContext) -> None:
     context = {**_base_context(ctx), "step_file": str(path), "scripts": _scripts(ctx, doc),
                "workflow_rules": _entry_rules(ctx)}
     layers = _subagent_layers(ctx, doc.text)
-    raw = doc.text
+    # The link to the next step file and the rules the runtime keeps are not sent (unless configured).
+    lean = None if ctx.engine.config.prompts.full_step_text else lean_step_text(doc.text)
+    raw = lean.text if lean is not None else doc.text
     for token, active in layers:  # the runtime launches them: the step is told so, and what they need from it
         needs = sorted({n for layer in active for n in _PLACEHOLDER.findall(_render(ctx, layer["instruction"]))})
         names = ", ".join(str(layer.get("name") or layer.get("id")) for layer in active)
@@ -466,7 +469,7 @@ async def _step_file(ctx: StepContext) -> None:
         content = ("The runtime presents this step's checkpoint(s) to the person after this request ("
                    + "; ".join(f"line {c.line}" for c in checkpoints) + ") and hands you their choice: do the "
                    "step's work up to each checkpoint, do not ask it yourself.\n\n" + content)
-    _hand_over(ctx, "step", path, doc.text, content)
+    _hand_over(ctx, "step", path, doc.text, content, left_out=lean.left_out if lean is not None else None)
     menu = [MenuOption(k, label) for c in checkpoints[:1] for k, label in c.options]
     outcome = await ctx.invoke("work", content=content, context=context, menu=menu)
     ctx.step.summary = outcome.summary
