@@ -454,7 +454,12 @@ class LLMExecutor(Executor):
     async def _model_turn(self, session: StepSession, system: str, messages: list[dict[str, Any]],
                           tools: list[dict[str, Any]], number: int, cache_key: str) -> Turn:
         digest = hashlib.sha256(_json([system, messages, tools]).encode("utf-8")).hexdigest()
-        payload = {"model": self.settings.model, "turn": number, "messages": len(messages), "sha256": digest}
+        # The request as sent (secrets are redacted by the journal), so `stepline show RUN --prompt STEP` prints it;
+        # the tools are the run's one set: named, with their digest.
+        prompt = {"system": system, "messages": messages, "tools": [tool["name"] for tool in tools],
+                  "tools_sha256": hashlib.sha256(_json(tools).encode("utf-8")).hexdigest()}
+        payload = {"model": self.settings.model, "turn": number, "messages": len(messages), "sha256": digest,
+                   "prompt": prompt}
 
         async def compute() -> dict[str, Any]:
             self.client()

@@ -356,6 +356,9 @@ def history(
 @app.command()
 def show(
     run_id: Annotated[str, typer.Argument(help="The run.")],
+    prompt: Annotated[str | None, typer.Option(
+        "--prompt", metavar="STEP",
+        help="Print exactly what the step's model requests sent (system text, messages, tools).")] = None,
     directory: Directory = None,
     project_root: ProjectRoot = None,
     config: ConfigOption = None,
@@ -370,6 +373,9 @@ def show(
 
     at = where(directory, project_root)
     found = load_run(at, config, run_id)
+    if prompt is not None:
+        _print_prompts(_run_dir(at, config, found.run_id), found, prompt, as_json)
+        return
     timeline = build_timeline(_run_dir(at, config, found.run_id))
     if as_json:
         print_json(timeline)
@@ -397,6 +403,41 @@ def show(
     print_contexts(found)
     print_errors(found)
     print_secrets_in_artifacts(found)
+
+
+def _print_prompts(run_dir: RunDir, run: Run, step_id: str, as_json: bool) -> None:
+    """The model requests of ``step_id`` as they were sent (journaled with each call, secrets redacted)."""
+    import json
+
+    from stepline.errors import NotFoundError
+
+    if step_id not in run.steps:
+        raise NotFoundError(f"run {run.run_id} has no step {step_id!r}",
+                            hint="see `stepline show " + run.run_id + "` for its steps")
+    requests = [event.data["args"]["payload"] for event in run_dir.events()
+                if event.type == "CallRecorded" and event.step_id == step_id
+                and str(event.data.get("op", "")).startswith("memo:")
+                and isinstance((event.data.get("args") or {}).get("payload"), dict)
+                and "prompt" in event.data["args"]["payload"]]
+    if as_json:
+        print_json([request["prompt"] for request in requests])
+        return
+    if not requests:
+        err_console.print(f"step {step_id} of run {run.run_id} sent no model request (or its executor is not an "
+                          "LLM executor)", markup=False)
+        return
+    for number, request in enumerate(requests, start=1):
+        sent = request["prompt"]
+        print(f"=== request {number} (turn {request.get('turn')}, model {request.get('model')}, "
+              f"sha256 {str(request.get('sha256'))[:12]}) ===")
+        print(f"--- tools: {', '.join(sent['tools'])} (sha256 {sent['tools_sha256'][:12]})")
+        print(f"--- system\n{sent['system']}")
+        for message in sent["messages"]:
+            content = message.get("content")
+            text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False, indent=2)
+            calls = message.get("tool_calls")
+            print(f"--- {message.get('role')}\n{text or ''}" + (f"\n{json.dumps(calls, ensure_ascii=False)}"
+                                                                  if calls else ""))
 
 
 def _event_detail(data: dict[str, Any]) -> str:
