@@ -89,7 +89,7 @@ def test_show_prompt_prints_exactly_what_a_step_sent(tmp_path: Path, capsys: Any
     """`stepline show RUN --prompt STEP` prints each of the step's requests: the system text and the messages as
     sent (the journal holds them, secrets redacted); an unknown step is one line, exit 3."""
     with fake_openai.FakeOpenAI().running() as server:
-        engine, run = _run(tmp_path, "openai", server, fake_openai.responder, {"input": 1.0, "output": 2.0})
+        _, run = _run(tmp_path, "openai", server, fake_openai.responder, {"input": 1.0, "output": 2.0})
         sent = [r for r in server.requests if "# Step s2:" in r["messages"][1]["content"]]
     assert run_cli(["show", run.run_id, "--prompt", "s2", "-C", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -97,5 +97,6 @@ def test_show_prompt_prints_exactly_what_a_step_sent(tmp_path: Path, capsys: Any
     assert sent[0]["messages"][0]["content"] in out and sent[0]["messages"][1]["content"] in out
     assert run_cli(["show", run.run_id, "--prompt", "s2", "-C", str(tmp_path), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed[0]["messages"] == sent[0]["messages"][1:] and printed[0]["system"] == sent[0]["messages"][0]["content"]
+    assert printed[0]["messages"] == sent[0]["messages"][1:]
+    assert printed[0]["system"] == sent[0]["messages"][0]["content"]
     assert run_cli(["show", run.run_id, "--prompt", "nope", "-C", str(tmp_path)]) == 3
