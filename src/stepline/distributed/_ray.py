@@ -70,10 +70,6 @@ class ExecutorHost:
         self._recipe = recipe
         self._executor: Executor | None = None
 
-    def pid(self) -> int:
-        """The worker process's id (tests kill it)."""
-        return os.getpid()
-
     async def perform(self, request: StepRequest, host: str, port: int, token: str) -> None:
         """Let the run's executor do ``request``, its protocol calls sent to the coordinator's channel ``token``."""
         if self._executor is None:
@@ -160,11 +156,6 @@ class RayExecutor(Executor):
         server = SessionServer(ray.util.get_node_ip_address())
         self._server = server
         return server
-
-    @property
-    def hosts(self) -> list[Any]:
-        """The executor hosts' actor handles (one per node)."""
-        return [host.actor for host in self._hosts]
 
     async def perform(self, request: StepRequest, session: StepSession) -> None:
         """Send ``request`` to the least busy host and serve its protocol calls here until it ends."""
