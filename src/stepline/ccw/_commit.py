@@ -14,10 +14,10 @@ result looks for its commit in the history before committing again. Commits of a
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stepline.model import EventType
+from stepline.tools._git import find_commit, git, with_trailers
 
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
@@ -39,23 +39,8 @@ def commit_message(task_type: object, title: str, summary: str) -> str | None:
     return f"{kind}: {title} - {first}"
 
 
-async def _git(root: Path, *args: str) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec("git", "-C", str(root), *args, stdout=asyncio.subprocess.PIPE,
-                                                   stderr=asyncio.subprocess.STDOUT)
-    out, _ = await process.communicate()
-    return process.returncode or 0, out.decode("utf-8", "replace").strip()
-
-
-async def _committed_before(root: Path, run_id: str, task_id: str) -> str | None:
-    """The sha of this run's commit of ``task_id`` when one is in the history (a crash came after git ran)."""
-    code, out = await _git(root, "log", "-n", "200", "--format=%H%x00%B%x1e")
-    if code != 0:
-        return None
-    for entry in out.split("\x1e"):
-        sha, _, body = entry.strip().partition("\x00")
-        if f"Stepline-Run: {run_id}" in body and f"Stepline-Task: {task_id}" in body:
-            return sha
-    return None
+def _trailers(ctx: StepContext) -> dict[str, str]:
+    return {"Stepline-Run": ctx.run.run_id, "Stepline-Task": ctx.spec.id}
 
 
 def _lock(ctx: StepContext) -> asyncio.Lock:
@@ -75,7 +60,7 @@ async def commit_task(ctx: StepContext, files: list[str], summary: str) -> None:
         return
     async with _lock(ctx):
         result: dict[str, Any]
-        if key in calls.started and (sha := await _committed_before(root, ctx.run.run_id, spec.id)):
+        if key in calls.started and (sha := await find_commit(root, _trailers(ctx))):
             result = {"sha": sha, "redo": "found in the history"}
         else:
             message = commit_message(spec.meta.get("type"), spec.name or spec.id, summary)
@@ -86,20 +71,19 @@ async def commit_task(ctx: StepContext, files: list[str], summary: str) -> None:
 
 
 async def _commit(ctx: StepContext, key: str, files: list[str], message: str | None) -> dict[str, Any]:
-    spec, root = ctx.spec, ctx.project_root
+    root = ctx.project_root
     if not files:
         return {"skipped": "the task changed no file"}
     if message is None:
         return {"skipped": "the task's summary is empty"}
     ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "ccw_commit", "args": {"files": files, "message": message}},
              sync=True)
-    trailer = f"\n\nStepline-Run: {ctx.run.run_id}\nStepline-Task: {spec.id}\n"
-    code, out = await _git(root, "add", "--", *files)
+    code, out = await git(root, "add", "--", *files)
     if code == 0:
-        code, out = await _git(root, "commit", "--no-verify", "-m", message + trailer, "--", *files)
+        code, out = await git(root, "commit", "--no-verify", "-m", with_trailers(message, _trailers(ctx)), "--", *files)
     if code != 0 and "nothing to commit" in out:
         return {"skipped": "no change to commit"}
     if code != 0:  # CCW: log the error and go on with the session
         return {"error": out.splitlines()[0] if out else f"git exited {code}"}
-    _, sha = await _git(root, "rev-parse", "HEAD")
+    _, sha = await git(root, "rev-parse", "HEAD")
     return {"sha": sha, "message": message}
