@@ -310,6 +310,10 @@ DAMAGE = [
     Damage("call-without-key", _append(lambda last, records: {"type": "CallRecorded", "step_id": last["step_id"],
                                                               "data": {"op": "read"}}, "its data has no 'key'")),
     Damage("step-name-a-number", _append(_summary_number, "name is not a string")),
+    Damage("model-usage-not-a-number", _append(lambda last, records: {
+        "type": "CallRecorded", "step_id": last["step_id"], "data": {
+            "key": "s9/1/0/memo", "op": "memo:openai", "args": {}, "result": {"usage": {"input_tokens": "many"}}}},
+        "result.usage.input_tokens is not a number")),
     # the journal as a whole
     Damage("empty-journal", _empty),
     Damage("missing-journal", _missing),

@@ -117,7 +117,24 @@ def _call_recorded(run: Run, data: dict[str, Any], calls: CallLog) -> None:
         args = _mapping(data["args"], "args")
         run.variables[str(args["name"])] = args.get("value")
         calls.variables_version += 1
+    elif str(data.get("op", "")).startswith("memo:") and isinstance(data.get("result"), dict):
+        _usage(data["result"].get("usage"))
     calls.recorded[key] = data
+
+
+#: The counts of a model call's usage that ``show`` and ``export`` sum (the timeline's).
+_USAGE_COUNTS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens", "cost_usd")
+
+
+def _usage(value: Any) -> None:
+    """A model call's recorded usage: absent, or an object whose counts are numbers (or absent)."""
+    if value is None:
+        return
+    usage = _mapping(value, "result.usage")
+    for name in _USAGE_COUNTS:
+        number = usage.get(name)
+        if number is not None and (isinstance(number, bool) or not isinstance(number, int | float)):
+            raise TypeError(f"result.usage.{name} is not a number")
 
 
 def _call_started(run: Run, data: dict[str, Any], calls: CallLog) -> None:

@@ -440,12 +440,19 @@ def _print_prompts(run_dir: RunDir, run: Run, step_id: str, as_json: bool) -> No
                                                                   if calls else ""))
 
 
+def _listed(value: Any) -> list[Any]:
+    """A record's list of findings as a list (a record edited by hand may hold anything: show it as it is)."""
+    if isinstance(value, list):
+        return value
+    return [] if value is None or value == "" else [value]
+
+
 def _event_detail(data: dict[str, Any]) -> str:
     """What `show` says about one event: the error, reason, file, gate or summary; a check's name and findings."""
     if data.get("guardrail"):
-        return f"{data['guardrail']} ({data.get('stage')}): " + "; ".join(data.get("details") or [])
+        return f"{data['guardrail']} ({data.get('stage')}): " + "; ".join(map(str, _listed(data.get("details"))))
     if data.get("gate") and "checked" in data:  # a validation gate
-        return f"{data['gate']}: " + ("; ".join(map(str, data.get("issues") or [])) or "passed")
+        return f"{data['gate']}: " + ("; ".join(map(str, _listed(data.get("issues")))) or "passed")
     context = context_detail(data)  # TELIS: a context resolved, a source drifted
     if context is not None:
         return context
