@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import secrets
 from collections.abc import Iterator
@@ -125,7 +126,7 @@ class RunDir:
         except FileNotFoundError:
             if not self.recorded():
                 holder = self.holder()
-                if holder is not None:
+                if holder is not None and holder != os.getpid():  # not the resume that holds it to load it
                     raise RunStateError(f"run {self.run_id} is being started by process {holder} and has recorded "
                                         "nothing yet", hint="try again in a moment") from None
                 raise RunStateError(f"run {self.run_id} recorded nothing: it stopped before its first record "
