@@ -120,6 +120,7 @@ class JournalError(SteplineError):
 
     def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
                  hint: str | None = None) -> None:
+        message = message.translate(_LINE_BREAKS)  # a damaged file's text may hold any: the message is one line
         where = ""
         if path is not None:
             where = f"{path}:{line}: " if line else f"{path}: "
@@ -127,6 +128,10 @@ class JournalError(SteplineError):
         self.detail = message
         self.path = path
         self.line = line
+
+
+#: What ``str.splitlines`` breaks a line at, each shown escaped.
+_LINE_BREAKS = {ord(c): ascii(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
 
 
 class NondeterminismError(JournalError):

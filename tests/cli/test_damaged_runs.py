@@ -300,6 +300,7 @@ DAMAGE = [
     Damage("step-id-a-number", _edit_line(lambda r: r.update(step_id=7), "step_id is 7, not a string or null")),
     Damage("field-missing", _edit_line(lambda r: r.pop("time"), "field 'time' is missing")),
     Damage("field-added", _edit_line(lambda r: r.update(extra=1), "unknown field")),
+    Damage("field-name-a-line-break", _edit_line(lambda r: r.update({"a\u2028b\nc": 1}), "unknown field")),
     Damage("record-an-array", _journal(_inserted(b"[1, 2, 3]\n"), "an array, not a JSON object")),
     Damage("not-json-in-the-middle", _journal(_inserted(b"this is not json\n"), "not valid JSON")),
     Damage("zeros-in-the-middle", _journal(_inserted(bytes(100) + b"\n"), "not valid JSON")),
@@ -354,6 +355,8 @@ DAMAGE = [
     Damage("artifacts-not-a-list", _audit("artifacts.json", b'{"a": 1}', "not a list of records")),
     Damage("artifacts-path-a-number", _audit("artifacts.json", b'[{"path": 5, "sha256": "x", "recorded_at": "t"}]',
                                              "record 1: path: Input should be a valid string")),
+    Damage("artifact-field-a-line-break", _audit("artifacts.json", b'[{"path": "a", "sha256": "x", "recorded_at": '
+                                                 b'"t", "\\u0085": 1}]', "Extra inputs are not permitted")),
     Damage("tool-results-not-json", _audit("tool_results.json", b"[{", "not valid JSON", line=1)),
     Damage("tool-results-bad-status", _audit("tool_results.json", b'[{"name": "shell", "status": "fine", '
                                              b'"started_at": "t", "ended_at": "t"}]', "record 1: status")),
