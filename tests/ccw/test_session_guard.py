@@ -266,3 +266,40 @@ def test_under_yes_a_pre_analysis_command_runs_with_a_journaled_allowance_and_it
     work = [e for e in events if e["type"] == "CallRecorded" and e["data"].get("op") == "pre_analysis"]
     assert work and "token=" in work[0]["data"]["result"]["output"]
     assert secret not in (session_dir / ".summaries" / "IMPL-1-summary.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("damage", ["meta-paths", "task-json", "completion"])
+def test_a_damaged_ccw_record_is_one_line_and_exit_6(tmp_path: Path, damage: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """What the CCW driver reads back on resume — the session's paths and each task's JSON path in the manifest,
+    a completion intent in the journal — damaged: one `error:` line naming the file (and line), exit 6, for
+    execute and for `ccw status`; nothing written to the session."""
+    project, session_dir = _journaled_but_unwritten(tmp_path)
+    run_dir = next((project / ".stepline" / "runs").glob("run-*"))
+    if damage == "completion":
+        journal = run_dir / "journal.jsonl"
+        lines = journal.read_text(encoding="utf-8").splitlines()
+        record = json.loads(lines[-1])
+        record["data"]["args"]["completion"]["history"] = "not a list"
+        lines[-1] = json.dumps(record)
+        journal.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        where = f"journal.jsonl:{len(lines)}: bad completion record: the completion's history"
+    else:
+        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+        if damage == "meta-paths":
+            del manifest["workflow"]["meta"]["paths"]["summaries_dir"]
+            where = "workflow.meta.paths must name the session's"
+        else:
+            manifest["workflow"]["steps"][0]["meta"]["task_json"] = 7
+            where = "meta.task_json is not the path of its task JSON"
+        (run_dir / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    capsys.readouterr()
+    before = {path: path.read_bytes() for path in session_dir.rglob("*") if path.is_file()}
+    commands = [["ccw", "execute", "--resume-session", "payment", "-C", str(project), "-q"]]
+    if damage == "completion":
+        commands.append(["ccw", "status", "payment", "-C", str(project)])
+    for args in commands:
+        assert run_cli(args) == 6, args
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(err) == 1 and err[0].startswith("error: ") and where in err[0], err
+    assert {path: path.read_bytes() for path in session_dir.rglob("*") if path.is_file()} == before

@@ -82,10 +82,37 @@ _LEAF, _START, _END, _BARRIER = 0, 1, 2, 3
 SESSION_FILE, ARCHIVING_MARKER = "workflow-session.json", ".archiving"
 
 
+#: The session paths the driver and the completion path use (CcwSession.paths writes them all as strings).
+_PATHS = ("session_dir", "todo_list", "task_dir", "summaries_dir")
+
+
+def _check_session_spec(workflow: WorkflowSpec, run: Run) -> None:
+    """What the driver reads of a session's spec, checked: a resumed run's spec comes back from its manifest, and
+    a damaged one is one JournalError naming the field (exit 6), not a KeyError in the middle of a task."""
+    def damaged(what: str) -> JournalError:
+        return JournalError(what, path=f"manifest.json of run {run.run_id}",
+                            hint=f"`stepline doctor {run.run_id}` explains it and what can be saved")
+
+    paths = workflow.meta.get("paths")
+    if not isinstance(paths, dict) or not all(isinstance(paths.get(name), str) for name in _PATHS):
+        raise damaged(f"workflow.meta.paths must name the session's {', '.join(_PATHS)}")
+    for name, kind in (("phases", dict), ("critical_path", list), ("serialization", list)):
+        if workflow.meta.get(name) is not None and not isinstance(workflow.meta[name], kind):
+            raise damaged(f"workflow.meta.{name} is not a{'n object' if kind is dict else ' list'}")
+    for step in workflow.steps:
+        meta = step.meta
+        if not isinstance(meta.get("children") or [], list) or not isinstance(meta.get("parent") or "", str):
+            raise damaged(f"step {step.id}: meta.children / meta.parent are not a list / a task id")
+        if not meta.get("container") and meta.get("status") != "completed" and not isinstance(
+                meta.get("task_json"), str):
+            raise damaged(f"step {step.id}: meta.task_json is not the path of its task JSON")
+
+
 class CcwFlow:
     """Which CCW tasks may start now (see the module docstring for the rules)."""
 
     def __init__(self, workflow: WorkflowSpec, run: Run) -> None:
+        _check_session_spec(workflow, run)
         steps = workflow.steps
         meta = workflow.meta
         model = meta.get("execution_model")

@@ -35,7 +35,7 @@ from stepline.ccw._todo import (
     render_todo_line_completed,
     summary_href_for,
 )
-from stepline.errors import ReaderError
+from stepline.errors import JournalError, ReaderError
 from stepline.formats._files import FileVersion, file_version, read_file
 from stepline.model import EventType, Run, StepStatus
 from stepline.store import RunDir, datasync, fsync_path
@@ -78,10 +78,25 @@ class Completion:
                 "summary_path": self.summary_path, "summary": self.summary}
 
     @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> Completion:
-        """Rebuild an intent read back from the journal."""
+    def from_json(cls, raw: Any) -> Completion:
+        """Rebuild an intent read back from the journal.
+
+        Raises:
+            ValueError: ``raw`` is not what :meth:`to_json` writes (a damaged journal), saying which field.
+        """
+        if not isinstance(raw, dict):
+            raise ValueError("the completion is not an object")
+        for name in ("task_id", "summary_path", "summary"):
+            if not isinstance(raw.get(name), str):
+                raise ValueError(f"the completion's {name} is not a string")
+        if raw.get("task_json") is not None and not isinstance(raw["task_json"], str):
+            raise ValueError("the completion's task_json is not a string or null")
+        history = raw.get("history") or ()
+        if not isinstance(history, list | tuple) or not all(
+                isinstance(entry, dict) and all(isinstance(v, str) for v in entry.values()) for entry in history):
+            raise ValueError("the completion's history is not a list of status changes")
         return cls(task_id=raw["task_id"], task_json=raw.get("task_json"),
-                   history=tuple(dict(entry) for entry in raw.get("history") or ()),
+                   history=tuple(dict(entry) for entry in history),
                    summary_path=raw["summary_path"], summary=raw["summary"])
 
 
@@ -404,27 +419,40 @@ class Committer:
 
 
 def unfinished_completions(journal_path: Path) -> list[_Pending]:
-    """The completion intents in a run's journal that have no done record, in journal order."""
+    """The completion intents in a run's journal that have no done record, in journal order.
+
+    Raises:
+        JournalError: an intent that is not a completion (a damaged journal), naming its line.
+    """
     try:
         data = journal_path.read_bytes()
     except FileNotFoundError:
         return []
     intents: dict[str, _Pending] = {}
-    for line in data.splitlines() if b'"ccw_complete"' in data else ():
+    for number, line in enumerate(data.splitlines() if b'"ccw_complete"' in data else (), start=1):
         if b'"ccw_complete"' not in line:
             continue
         try:
             event = orjson.loads(line)
         except orjson.JSONDecodeError:  # a torn last line
             continue
-        record = event.get("data") or {}
-        if record.get("op") != "ccw_complete":
+        record = event.get("data") if isinstance(event, dict) else None
+        if not isinstance(record, dict) or record.get("op") != "ccw_complete":
             continue
-        if event.get("type") == EventType.CALL_STARTED.value:
-            completion = Completion.from_json(record["args"]["completion"])
-            intents[record["key"]] = _Pending(str(event.get("step_id")), record["key"], completion, redo=True)
-        else:
-            intents.pop(record["key"], None)
+        key = record.get("key")
+        try:
+            if not isinstance(key, str):
+                raise ValueError("its key is not a string")
+            if event.get("type") == EventType.CALL_STARTED.value:
+                args = record.get("args")
+                completion = Completion.from_json(args.get("completion") if isinstance(args, dict) else None)
+                intents[key] = _Pending(str(event.get("step_id")), key, completion, redo=True)
+            else:
+                intents.pop(key, None)
+        except ValueError as exc:
+            raise JournalError(f"bad completion record: {exc}", path=str(journal_path), line=number,
+                               hint=f"`stepline doctor {journal_path.parent.name}` explains it and what can be "
+                                    "saved") from None
     return list(intents.values())
 
 

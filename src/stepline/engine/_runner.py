@@ -664,6 +664,8 @@ class Engine:
             except StorageError:
                 raise  # a full or read-only disk is not the step's failure: the run stops, resumable
             except (TimeoutError, SteplineError, Exception) as exc:
+                if isinstance(exc, JournalError) and not isinstance(exc, NondeterminismError):
+                    raise  # a damaged run directory a driver read (exit 6): not the step's failure either
                 if isinstance(exc, OSError) and exc.errno in StorageError.REFUSALS:  # a step's file on a full disk
                     raise StorageError.from_os(exc, exc.filename or f"a file of step {spec.id}") from exc
                 error, retryable = _describe_failure(exc, timeout)
