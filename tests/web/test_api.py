@@ -294,3 +294,23 @@ def test_model_usage_and_cost_are_summed_per_step_and_run(tmp_path: Path) -> Non
         client.post("/login", data={"token": TOKEN}, headers={"Origin": "http://127.0.0.1:8765"})
         page = client.get(f"/runs/{run_id}").text
         assert "Model usage" in page and "<td>200</td><td>40</td><td>0.0003</td>" in page.replace("\n", "")
+
+
+def test_the_sprint_board_is_the_boards_entries_with_their_loop_runs(fresh: Project) -> None:
+    """GET /api/sprint gives what `stepline sprint status --json` gives, in the board's order (stories without a
+    loop run have none); a project without sprint-status.yaml is a 404 naming the fix; no token is a 401."""
+    with client_for(fresh) as client:
+        client.headers["Authorization"] = f"Bearer {TOKEN}"
+        missing = client.get("/api/sprint")
+        assert missing.status_code == 404 and "sprint-status.yaml" in missing.text
+        board = fresh.root / "_bmad-output" / "implementation-artifacts" / "sprint-status.yaml"
+        board.parent.mkdir(parents=True)
+        board.write_text("development_status:\n  epic-1: in-progress\n  1-1-add: done\n  1-2-sub: ready-for-dev\n",
+                         encoding="utf-8")
+        answer = client.get("/api/sprint")
+        assert answer.status_code == 200, answer.text
+        entries = answer.json()["entries"]
+        assert [(e["key"], e["status"], e["run"]) for e in entries] == [
+            ("epic-1", "in-progress", None), ("1-1-add", "done", None), ("1-2-sub", "ready-for-dev", None)]
+        del client.headers["Authorization"]
+        assert client.get("/api/sprint").status_code == 401

@@ -165,39 +165,12 @@ def status(
     """The board: each story's status, the loop's stage and attempts, tokens/cost, last event."""
     from rich.table import Table
 
-    from stepline import Engine
     from stepline.interfaces.cli._runs import open_store
-    from stepline.sprint._board import read_board
-    from stepline.sprint._loop import latest_story_runs, story_usage
+    from stepline.sprint._loop import board_rows
 
     at = where(directory, project_root)
     project, _ = _project(at, sprint_config)
-    board = read_board(project.board_path)
-    store = open_store(at, config)
-    runs = latest_story_runs(store)
-    loader = Engine(project_root=at.root)
-    rows: list[dict[str, Any]] = []
-    for entry in board.entries:
-        row: dict[str, Any] = {"key": entry.key, "kind": entry.kind, "status": entry.status, "run": None,
-                               "state": None, "stage": None, "attempts": 0, "tokens": 0, "cost_usd": 0.0,
-                               "last_event": None}
-        story_run = runs.get(entry.key)
-        if story_run is not None:
-            run_dir = store.open(story_run.run_id)
-            story = loader.load(run_dir)
-            events = run_dir.events()
-            usage = story_usage(story)
-            defer = story.steps.get("defer")
-            state = ("deferred" if defer is not None and defer.status.value == "completed" else story.status.value)
-            started = [e.step_id for e in events if e.type == "WorkflowStepStarted" and e.step_id]
-            current = started[-1] if started else None
-            stage = f"{current} ({story.steps[current].status.value})" if current in story.steps else None
-            row.update(run=story.run_id, state=state, stage=stage,
-                       attempts=sum(1 for sid in story.steps if sid.split("@")[0] == "build"
-                                    and story.steps[sid].status.value != "pending"),
-                       tokens=int(usage.tokens), cost_usd=round(usage.cost_usd, 4),
-                       last_event=f"{events[-1].type} {events[-1].time[11:19]}" if events else None)
-        rows.append(row)
+    rows = board_rows(project, open_store(at, config))
     if as_json:
         print_json({"board": str(project.board_path), "entries": rows})
         return

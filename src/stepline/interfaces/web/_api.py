@@ -246,6 +246,20 @@ def answer(state: State, request: Request, how: Auth, run_id: str, gate_id: str,
     return _decide(state, request, how, run_id, gate_id, approved=True, by=body.by, notes=None, answer=body.answer)
 
 
+@api.get("/sprint", summary="The sprint board (sprint-status.yaml and each story's loop run)")
+def sprint_board(state: State) -> dict[str, Any]:
+    """What `stepline sprint status --json` gives: each story's status, the loop's state and stage, builds,
+    tokens and cost, last event (read-only). 404 when the project has no sprint-status.yaml."""
+    from stepline.sprint._loop import board_rows
+    from stepline.sprint._project import find_project
+
+    project = find_project(state.project_root)
+    if not project.board_path.is_file():
+        raise NotFoundError(f"no sprint board: {project.board_path} does not exist",
+                            hint="BMAD's sprint-planning writes sprint-status.yaml")
+    return {"board": str(project.board_path), "entries": board_rows(project, state.engine().store)}
+
+
 @api.get("/ccw/sessions", summary="CCW sessions of the project")
 def ccw_sessions(state: State) -> list[dict[str, Any]]:
     """Active, legacy and archived sessions: id, project, done/total."""
