@@ -34,6 +34,7 @@ from stepline import time
 from stepline.bmad._menus import Option, Route, build_menu, match_answer, menu_text
 from stepline.bmad._microfile import Progress, completed_step_index, load_csv_data, read_progress
 from stepline.engine._context import StepContext, render_variables
+from stepline.engine._flow import CursorFlow
 from stepline.engine._runner import register_driver
 from stepline.engine._session import sha256_file
 from stepline.engine._signals import StepBlocked
@@ -54,7 +55,6 @@ _PLACEHOLDER_RE = re.compile(r"\{\{?\s*[A-Za-z_][\w\-]*\s*\}?\}")
 _RUNTIME_VAR_RE = re.compile(r"\{\{\s*([A-Za-z_][\w.-]*)\s*\}\}")
 _STEP_NUMBER_RE = re.compile(r"(?:^|-)(\d+)([a-z]?)(?=-|$)")
 _STYLE_RE = re.compile(r"stepsCompleted:?\**\s*\[\s*(['\"]?)(\d?)")
-_OPEN = (StepStatus.RUNNING, StepStatus.BLOCKED, StepStatus.FAILED)
 
 
 # ------------------------------------------------------------------------------------------------------ flow
@@ -70,42 +70,15 @@ def _ensure_init_step(workflow: WorkflowSpec) -> None:
         source=workflow.source, meta={"init": True, "file": workflow.meta.get("workflow_file")}))
 
 
-class MicrofileFlow:
-    """The step order of a micro-file run: one step at a time, where the last completed step's choice led.
-
-    The position is the run's state, not the flow's: a step that is running, blocked or failed is continued;
-    otherwise the run's cursor (set by the driver before a step completes) names the next visit.
-    """
+class MicrofileFlow(CursorFlow):
+    """The step order of a micro-file run: one step at a time, where the last completed step's choice led,
+    starting at the initialisation step (see :class:`~stepline.engine._flow.CursorFlow`)."""
 
     def __init__(self, workflow: WorkflowSpec, run: Run) -> None:
         _ensure_init_step(workflow)
         if INIT_STEP not in run.steps:  # listed first, as it runs first
             run.steps = {INIT_STEP: run.step(INIT_STEP), **run.steps}
-        self.run = run
-        self.current = self._position()
-
-    def _position(self) -> str | None:
-        for sid, step in self.run.steps.items():
-            if step.status in _OPEN:
-                return sid
-        if "next" in self.run.cursor:
-            return str(self.run.cursor["next"]) if self.run.cursor["next"] else None
-        init = self.run.steps.get(INIT_STEP)
-        return INIT_STEP if init is None or init.status == StepStatus.PENDING else None
-
-    def take_ready(self, limit: int) -> list[str]:
-        """The one step that runs next, if any."""
-        if self.current is None or limit < 1:
-            return []
-        sid, self.current = self.current, None
-        return [sid]
-
-    def finished(self, step_id: str, status: StepStatus) -> list[str]:
-        """After a completed step, go where its choice led; a blocked or failed step stops the run."""
-        if status == StepStatus.COMPLETED:
-            following = self.run.cursor.get("next")
-            self.current = str(following) if following else None
-        return []
+        super().__init__(run, INIT_STEP)
 
 
 # ---------------------------------------------------------------------------------------------------- helpers

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from stepline.model import Run, StepStatus, WorkflowSpec
 
-__all__ = ["DependencySchedule", "Flow", "make_schedule"]
+__all__ = ["CursorFlow", "DependencySchedule", "Flow", "make_schedule"]
 
 _DONE = (StepStatus.COMPLETED, StepStatus.SKIPPED)
 
@@ -25,6 +25,47 @@ class Flow(Protocol):
 
     def finished(self, step_id: str, status: StepStatus) -> list[str]:
         """Record how a step ended; return the ids of steps that can never run now (to be skipped)."""
+
+
+_OPEN = (StepStatus.RUNNING, StepStatus.BLOCKED, StepStatus.FAILED)
+
+
+class CursorFlow:
+    """One step at a time, where the last completed step led: for families whose next step is decided as a step
+    runs (a menu choice, a route), not known ahead.
+
+    The position is the run's state, not the flow's: a step that is running, blocked or failed is continued;
+    otherwise the run's cursor (``CursorMoved``'s ``next``, journaled by the driver before the step completes)
+    names the next visit; a run without one starts at ``first``.
+    """
+
+    def __init__(self, run: Run, first: str) -> None:
+        self.run = run
+        self.first = first
+        self.current = self._position()
+
+    def _position(self) -> str | None:
+        for sid, step in self.run.steps.items():
+            if step.status in _OPEN:
+                return sid
+        if "next" in self.run.cursor:
+            return str(self.run.cursor["next"]) if self.run.cursor["next"] else None
+        first = self.run.steps.get(self.first)
+        return self.first if first is None or first.status == StepStatus.PENDING else None
+
+    def take_ready(self, limit: int) -> list[str]:
+        """The one step that runs next, if any."""
+        if self.current is None or limit < 1:
+            return []
+        sid, self.current = self.current, None
+        return [sid]
+
+    def finished(self, step_id: str, status: StepStatus) -> list[str]:
+        """After a completed step, go where the cursor led; a blocked or failed step stops the run."""
+        if status == StepStatus.COMPLETED:
+            following = self.run.cursor.get("next")
+            self.current = str(following) if following else None
+        return []
 
 
 class DependencySchedule:

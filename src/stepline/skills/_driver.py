@@ -45,6 +45,7 @@ from typing import Any
 
 from stepline import time
 from stepline.engine._context import StepContext
+from stepline.engine._flow import CursorFlow
 from stepline.engine._runner import register_driver
 from stepline.errors import ReaderError, StepFailed
 from stepline.executors import MenuOption
@@ -58,7 +59,6 @@ from stepline.skills._skill import Checkpoint, SkillDoc, checkpoints_in, read_do
 
 __all__ = ["SkillFlow", "run_skill_step"]
 
-_OPEN = (StepStatus.RUNNING, StepStatus.BLOCKED, StepStatus.FAILED)
 _FACT_LIMIT = 65_536
 _SKIPPED_DIRS = {"_bmad", "node_modules", ".git", ".stepline", ".venv", "__pycache__"}
 _FINAL = {"final", "done", "complete", "completed", "approved"}
@@ -66,36 +66,11 @@ _PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_]*)\}")
 _EXISTS = re.compile(r"\b(?:if|when)\s+`([^`]+)`\s+(exists|is missing|does not exist|doesn't exist)\b", re.I)
 
 
-class SkillFlow:
+class SkillFlow(CursorFlow):
     """One step at a time: where the last completed step's route led (the run's cursor), else the first step."""
 
     def __init__(self, workflow: WorkflowSpec, run: Run) -> None:
-        self.run = run
-        self.first = workflow.steps[0].id
-        self.current = self._position()
-
-    def _position(self) -> str | None:
-        for sid, step in self.run.steps.items():
-            if step.status in _OPEN:
-                return sid
-        if "next" in self.run.cursor:
-            return str(self.run.cursor["next"]) if self.run.cursor["next"] else None
-        first = self.run.steps.get(self.first)
-        return self.first if first is None or first.status == StepStatus.PENDING else None
-
-    def take_ready(self, limit: int) -> list[str]:
-        """The one step that runs next, if any."""
-        if self.current is None or limit < 1:
-            return []
-        sid, self.current = self.current, None
-        return [sid]
-
-    def finished(self, step_id: str, status: StepStatus) -> list[str]:
-        """After a completed step, go where its route led; a blocked or failed step stops the run."""
-        if status == StepStatus.COMPLETED:
-            following = self.run.cursor.get("next")
-            self.current = str(following) if following else None
-        return []
+        super().__init__(run, workflow.steps[0].id)
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
