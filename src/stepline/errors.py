@@ -79,10 +79,9 @@ class NotFoundError(SteplineError):
     exit_code: ClassVar[int] = 3
 
 
-class ReaderError(SteplineError):
-    """A workflow file that cannot be read; the message starts with ``file:line:``."""
-
-    exit_code: ClassVar[int] = 4
+class _AtFile(SteplineError):
+    """An error about a file: ``path`` and ``line`` (1-based), when given, start the message as ``path:line:``;
+    ``detail`` is the message without them."""
 
     def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
                  hint: str | None = None) -> None:
@@ -93,6 +92,12 @@ class ReaderError(SteplineError):
         self.detail = message
         self.path = path
         self.line = line
+
+
+class ReaderError(_AtFile):
+    """A workflow file that cannot be read; the message starts with ``file:line:``."""
+
+    exit_code: ClassVar[int] = 4
 
 
 class ConfigError(ReaderError):
@@ -109,7 +114,7 @@ class RunLockedError(RunStateError):
     """Another live process holds the run's lock."""
 
 
-class JournalError(SteplineError):
+class JournalError(_AtFile):
     """A run's journal or snapshot is damaged in a way that is not a torn last line.
 
     ``path`` and ``line`` (1-based), when given, start the message as ``path:line:``; ``detail`` is what is
@@ -120,14 +125,8 @@ class JournalError(SteplineError):
 
     def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
                  hint: str | None = None) -> None:
-        message = message.translate(_LINE_BREAKS)  # a damaged file's text may hold any: the message is one line
-        where = ""
-        if path is not None:
-            where = f"{path}:{line}: " if line else f"{path}: "
-        super().__init__(where + message, hint=hint)
-        self.detail = message
-        self.path = path
-        self.line = line
+        # A damaged file's text may hold any line break: the message stays one line.
+        super().__init__(message.translate(_LINE_BREAKS), path=path, line=line, hint=hint)
 
 
 #: What ``str.splitlines`` breaks a line at, each shown escaped.
