@@ -20,9 +20,13 @@ wrote), never stopping at a menu. Every request resends the whole conversation s
 
 Both are counted in characters (a model's tokens are about a quarter of them), uncached and cache-weighted: a
 request's prefix shared byte for byte with an earlier request of the same run is billed at 0.1x (a cache read),
-the rest at 1.25x (a cache write), as Anthropic bills and OpenAI's automatic caching approximates. Prints the
-totals and the ratios stepline / prompts, and the section headings left out of step files across the corpus (so a
-reader can check that no judgement guidance is dropped). Nothing is asserted.
+the rest at 1.25x (a cache write), as Anthropic bills and OpenAI's automatic caching approximates. As the providers
+do, a prefix counts as cached only from 1,024 tokens on (4,096 characters; OpenAI's and Anthropic's smallest
+cacheable prompt) and in steps of 128 tokens (512 characters, OpenAI's cache granularity): a short shared prefix
+(the system text and tools alone) is no cache hit at all, for either side. Prints the totals and the ratios
+stepline / prompts, each stepline request (``--requests``: its size, the prefix it shares with an earlier request,
+its title), and the section headings left out of step files across the corpus (so a reader can check that no
+judgement guidance is dropped). Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ CORPUS = HERE.parent / "shared" / "corpus" / "bmad"
 BRIEF = Path("_bmad/bmm/workflows/1-analysis/create-product-brief/workflow.md")
 SKILL = Path("_bmad/bmm/ship/bmad-build")
 CACHE_READ, CACHE_WRITE = 0.1, 1.25
+#: The smallest prefix a provider caches, and the steps it caches in (1,024 and 128 tokens, 4 characters a token).
+CACHE_MIN_CHARS, CACHE_STEP_CHARS = 4096, 512
 
 
 def _text(request: dict[str, Any]) -> str:
@@ -63,12 +69,19 @@ def _shared(a: str, b: str) -> int:
     return low
 
 
-def costs(prompts: list[str]) -> tuple[int, float, int]:
+def cached_prefix(prompts: list[str], index: int) -> int:
+    """The characters of request ``index`` a provider serves from its cache: the longest prefix it shares with
+    an earlier request, in whole cache steps, and nothing below the smallest cacheable prefix."""
+    shared = max((_shared(prompts[index], earlier) for earlier in prompts[:index]), default=0)
+    return 0 if shared < CACHE_MIN_CHARS else shared - shared % CACHE_STEP_CHARS
+
+
+def costs(prompts: list[str]) -> tuple[int, int, int]:
     """Uncached characters, cache-weighted characters, and characters read from the cache."""
-    uncached = weighted = cached = 0
+    uncached = cached = 0
     weighted_f = 0.0
     for index, prompt in enumerate(prompts):
-        prefix = max((_shared(prompt, earlier) for earlier in prompts[:index]), default=0)
+        prefix = cached_prefix(prompts, index)
         uncached += len(prompt)
         cached += prefix
         weighted_f += prefix * CACHE_READ + (len(prompt) - prefix) * CACHE_WRITE
@@ -135,7 +148,22 @@ WORKFLOWS = (
 )
 
 
-def measure(name: str, release: str, workflow: Path, entries: tuple[Path, ...]) -> tuple[float, float]:
+def _title(request: dict[str, Any]) -> str:
+    """What a stepline request was for: its ``# Step`` / ``## Request`` lines, as the prompt names them."""
+    user = next((m["content"] for m in request["messages"] if m["role"] == "user"), "")
+    found = [line.lstrip("# ").strip() for line in str(user).splitlines() if line.startswith(("# Step", "## Request"))]
+    return " / ".join(found)[:90]
+
+
+def list_requests(requests: list[dict[str, Any]], prompts: list[str]) -> None:
+    """One line per stepline request: its size, what of it the cache served, what it was for."""
+    print(f"{'#':>4}{'chars':>8}{'cached':>8}  request")
+    for index, (request, prompt) in enumerate(zip(requests, prompts, strict=True)):
+        print(f"{index:>4}{len(prompt):>8,}{cached_prefix(prompts, index):>8,}  {_title(request)}")
+
+
+def measure(name: str, release: str, workflow: Path, entries: tuple[Path, ...], *,
+            per_request: bool = False) -> tuple[float, float]:
     """Run one workflow both ways and print its figures; return the uncached and cache-weighted ratios."""
     from stepline.bmad import install_bmad
 
@@ -160,6 +188,8 @@ def measure(name: str, release: str, workflow: Path, entries: tuple[Path, ...]) 
     print(f"{'as prompts (simulated)':24}{len(theirs):>9}{theirs_u:>16,}{theirs_w:>16,}{theirs_c / theirs_u:>11.0%}")
     print(f"ratio stepline / prompts: uncached {ours_u / theirs_u:.2f}x, cache-weighted {ours_w / theirs_w:.2f}x "
           "(issue 21's targets: <= 0.25x and <= 0.5x)")
+    if per_request:
+        list_requests(requests, ours)
     return ours_u / theirs_u, ours_w / theirs_w
 
 
@@ -182,10 +212,12 @@ def left_out_across_the_corpus() -> None:
 
 
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", action="store_true", help="list each stepline request")
+    args = parser.parse_args()
     for name, release, workflow, entries in WORKFLOWS:
         if (CORPUS / release).is_dir():
-            measure(name, release, workflow, entries)
+            measure(name, release, workflow, entries, per_request=args.requests)
     left_out_across_the_corpus()
 
 
