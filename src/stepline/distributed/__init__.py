@@ -5,6 +5,13 @@ Importing this package does not import Ray; joining the cluster happens at a run
 
 from __future__ import annotations
 
-from stepline.distributed._ray import RayExecutor, WorkerLost, check_reachable, ray_executor
+from stepline.distributed._ray import (
+    ClusterCapacity,
+    RayExecutor,
+    WorkerLost,
+    check_reachable,
+    join_cluster,
+    ray_executor,
+)
 
-__all__ = ["RayExecutor", "WorkerLost", "check_reachable", "ray_executor"]
+__all__ = ["ClusterCapacity", "RayExecutor", "WorkerLost", "check_reachable", "join_cluster", "ray_executor"]

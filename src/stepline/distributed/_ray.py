@@ -38,11 +38,61 @@ from stepline.distributed._channel import Channel, RemoteSession, SessionServer,
 from stepline.errors import ExecutorError, SteplineError, UsageError
 from stepline.executors import Executor, StepRequest, StepSession, create_executor
 
-__all__ = ["RayExecutor", "WorkerLost", "check_reachable", "ray_executor"]
+__all__ = ["ClusterCapacity", "RayExecutor", "WorkerLost", "check_reachable", "join_cluster", "ray_executor"]
 
 #: How long a cancelled step waits for its remote work to acknowledge the cancel.
 _CANCEL_WAIT = 10.0
 _INSTALL_HINT = "install it with `pip install 'stepline[ray]'`, or run with --backend local"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterCapacity:
+    """What the Ray cluster offers a run: its live nodes and their CPUs.
+
+    A step's remote work is a coding agent's process or a model call waiting on the network; a CLI agent keeps
+    about one CPU busy, so one step per CPU of the cluster is the default ``--concurrency`` on Ray (the hosts
+    themselves reserve no CPU, see :class:`RayExecutor`). Runs of model calls only may ask for more with
+    ``--concurrency``.
+    """
+
+    nodes: int
+    cpus: float
+
+    @property
+    def concurrency(self) -> int:
+        """Steps at once by default on this cluster: one per CPU, at least one."""
+        return max(1, int(self.cpus))
+
+    def describe(self) -> str:
+        """The line a command prints once at its start."""
+        nodes = f"{self.nodes} node{'' if self.nodes == 1 else 's'}"
+        return f"ray: {nodes}, {self.cpus:g} CPUs → concurrency {self.concurrency}"
+
+
+def join_cluster(address: str | None) -> ClusterCapacity:
+    """Join the cluster at ``address`` for this process (once; see :class:`RayExecutor` for None) and say what
+    it offers. A command calls it before its run starts, to choose ``--concurrency``; the run's executor then
+    finds Ray joined and leaves it joined until the process ends."""
+    _join(address)
+    nodes = [node for node in _ray().nodes() if node.get("Alive")]
+    cpus = sum(float((node.get("Resources") or {}).get("CPU", 0)) for node in nodes)
+    return ClusterCapacity(nodes=len(nodes), cpus=cpus)
+
+
+def _join(address: str | None) -> bool:
+    """Join (or start) Ray for this process unless it is joined already; True if this call joined it."""
+    ray = _ray()
+    if ray.is_initialized():
+        return False
+    check_reachable(address)
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="warning")
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = address or os.environ.get("RAY_ADDRESS") or "a local Ray"
+        raise UsageError(f"cannot join the Ray cluster at {where}: {exc}",
+                         hint="start it with `ray start --head`, or pass the address it printed to "
+                              "--ray-address") from None
+    return True
 
 
 class WorkerLost(ExecutorError):
@@ -129,17 +179,7 @@ class RayExecutor(Executor):
     def _start(self) -> SessionServer:
         """Join (or start) the cluster and place one executor host per live node; once per run."""
         ray = _ray()
-        if not ray.is_initialized():
-            check_reachable(self.address)
-            try:
-                ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
-                         logging_level="warning")
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                where = self.address or os.environ.get("RAY_ADDRESS") or "a local Ray"
-                raise UsageError(f"cannot join the Ray cluster at {where}: {exc}",
-                                 hint="start it with `ray start --head`, or pass the address it printed to "
-                                      "--ray-address") from None
-            self._owns_ray = True
+        self._owns_ray = _join(self.address)
         try:
             # Pickled here, once: passed by value, it goes with each host's creation and every restart of it.
             recipe = ray.cloudpickle.dumps(self._recipe)

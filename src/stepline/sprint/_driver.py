@@ -464,12 +464,15 @@ async def _review(ctx: StepContext) -> None:
                 "`patch: <what to fix>` (the builder must fix it), `defer: <real but not this story's>` or "
                 "`escalate: <needs a person's decision>` — or `none` when you find nothing.\n")
 
+    at_once = asyncio.Semaphore(ctx.engine.concurrency)  # --concurrency (on Ray: the cluster's CPUs by default)
+
     async def one(layer: ReviewLayer) -> tuple[ReviewLayer, str]:
         try:
-            outcome = await ctx.invoke("work", title=f"review {key}: {layer.name}", content=content(layer),
-                                       context={"project_root": str(workspace)},
-                                       hints={"cli_mode": "analysis", "stage": "review", "layer": layer.id,
-                                              "story": key})
+            async with at_once:  # waiters go in the order they came: invocations stay numbered in layer order
+                outcome = await ctx.invoke("work", title=f"review {key}: {layer.name}", content=content(layer),
+                                           context={"project_root": str(workspace)},
+                                           hints={"cli_mode": "analysis", "stage": "review", "layer": layer.id,
+                                                  "story": key})
         except ExecutorError as exc:
             return layer, f"escalate: the {layer.name} reviewer failed: {exc}"
         return layer, outcome.summary or ""

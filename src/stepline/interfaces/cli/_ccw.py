@@ -116,7 +116,9 @@ def _choose(found: list[SessionInfo], take_first: bool) -> SessionInfo:
 def execute(
     resume_session: Annotated[str | None, typer.Option("--resume-session", help="Run this session; skips "
                                                        "discovery.")] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", "-j", min=1, help="Tasks run at once.")] = 4,
+    concurrency: Annotated[int | None, typer.Option("--concurrency", "-j", min=1, help="Tasks run at once. "
+                                                    "Default: runtime.concurrency (4); with --backend ray, the "
+                                                    "cluster's CPUs.")] = None,
     executor: Annotated[str | None, typer.Option("--executor", "-e", help="Who does the tasks (dry-run, "
                                                  "scripted, openai, anthropic, cli-agent, human, …).")] = None,
     script: Annotated[Path | None, typer.Option("--script", help="Script for the scripted executor.")] = None,
@@ -148,9 +150,8 @@ def execute(
     if not quiet and not as_json and not resume_session:
         err_console.print(f"✓ Selected session: {chosen.name}")
     engine = build_engine(at, config, executor, script, "yolo" if yes else "normal", quiet or as_json)
-    use_backend(engine, backend, ray_address)
+    use_backend(engine, backend, ray_address, concurrency, quiet=quiet or as_json)
     complete = yes if complete is None else complete
-    engine.concurrency = concurrency
     import asyncio  # here, not at the top: `stepline --help` imports every command module
 
     run = asyncio.run(execute_session(engine, chosen, with_commit=with_commit))

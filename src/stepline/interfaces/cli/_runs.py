@@ -40,11 +40,21 @@ RayAddressOption = Annotated[str | None, typer.Option("--ray-address", help="The
                                                       "local Ray.")]
 
 
-def use_backend(engine: Engine, backend: str | None, ray_address: str | None) -> None:
-    """Apply ``--backend``/``--ray-address`` to the engine's runtime config (they override runtime.yaml)."""
+ConcurrencyOption = Annotated[int | None, typer.Option("--concurrency", "-j", min=1, help="Steps (tasks) run at "
+                                                       "once. Default: runtime.concurrency (4); with --backend "
+                                                       "ray, the cluster's CPUs.")]
+
+
+def use_backend(engine: Engine, backend: str | None, ray_address: str | None, concurrency: int | None = None,
+                *, quiet: bool = False) -> None:
+    """Apply ``--backend``/``--ray-address``/``--concurrency`` to the engine's runtime config (they override
+    runtime.yaml). On Ray with no concurrency given (option or runtime.concurrency), the cluster is joined now
+    and its capacity chosen (see :class:`stepline.distributed.ClusterCapacity`), said in one line."""
     from stepline.errors import UsageError
 
     runtime = engine.config.runtime
+    if concurrency is not None:
+        engine.concurrency = runtime.concurrency = concurrency
     if backend is not None:
         if backend not in ("local", "ray"):
             raise UsageError(f"unknown backend {backend!r}", hint="use --backend local or --backend ray")
@@ -64,6 +74,13 @@ def use_backend(engine: Engine, backend: str | None, ray_address: str | None) ->
         check_reachable(runtime.ray_address)  # before a run is created: Ray would retry an address for minutes
         if engine.executor_explicit:
             _ = engine.executor  # built now (Ray is not joined yet): one that cannot run on a worker is refused here
+        if concurrency is None and "concurrency" not in runtime.model_fields_set:
+            from stepline.distributed import join_cluster
+
+            capacity = join_cluster(runtime.ray_address)
+            engine.concurrency = runtime.concurrency = capacity.concurrency
+            if not quiet:
+                err_console.print(capacity.describe(), markup=False, highlight=False)
 
 
 def parse_vars(pairs: list[str]) -> dict[str, str]:
@@ -151,6 +168,7 @@ def run(
     quiet: Quiet = False,
     backend: BackendOption = None,
     ray_address: RayAddressOption = None,
+    concurrency: ConcurrencyOption = None,
 ) -> None:
     """Run a workflow from its first step until it completes, fails or waits for a person."""
     from stepline.errors import UsageError
@@ -170,7 +188,7 @@ def run(
         executor = "replay"
         extra["cassette"] = str(at.option(cassette))
     engine = build_engine(at, config, executor, script, mode, quiet or as_json, extra)
-    use_backend(engine, backend, ray_address)
+    use_backend(engine, backend, ray_address, concurrency, quiet=quiet or as_json)
     workflow = load_workflow(at.path(path).absolute(), project_root=at.root, variables=variables,
                              mode=workflow_mode)
     import asyncio  # here, not at the top: `stepline --help` imports every command module
@@ -191,10 +209,11 @@ def resume(
     quiet: Quiet = False,
     backend: BackendOption = None,
     ray_address: RayAddressOption = None,
+    concurrency: ConcurrencyOption = None,
 ) -> None:
     """Continue a run from its first unfinished step; completed steps never run again."""
     engine = build_engine(where(directory, project_root), config, executor, script, "normal", quiet or as_json)
-    use_backend(engine, backend, ray_address)
+    use_backend(engine, backend, ray_address, concurrency, quiet=quiet or as_json)
     import asyncio
 
     result = asyncio.run(engine.resume(run_id))

@@ -19,6 +19,7 @@ from stepline.interfaces.cli._app import (
     where,
 )
 from stepline.interfaces.cli._render import console, err_console, print_json
+from stepline.interfaces.cli._runs import BackendOption, ConcurrencyOption, RayAddressOption
 
 if TYPE_CHECKING:
     from stepline.sprint._config import SprintConfig
@@ -69,11 +70,12 @@ def _print_plan(project: SprintProject, config: SprintConfig, keys: list[str], r
 
 
 def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, options: LoopOptions,
-           quiet: bool, as_json: bool) -> None:
+           quiet: bool, as_json: bool, backend: tuple[str | None, str | None, int | None] = (None, None, None)
+           ) -> None:
     import asyncio
 
     from stepline.errors import UsageError
-    from stepline.interfaces.cli._runs import build_engine
+    from stepline.interfaces.cli._runs import build_engine, use_backend
     from stepline.sprint._loop import run_loop, save_loop
 
     project, config = _project(at, sprint_config)
@@ -82,6 +84,7 @@ def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, opti
         raise UsageError("the sprint loop needs an executor that builds", hint="pass --executor NAME (cli-agent, "
                          "openai, anthropic, scripted, …) or set executor: in config/sprint.yaml")
     engine = build_engine(at, config_path, executor, None, "non-interactive", quiet or as_json)
+    use_backend(engine, *backend, quiet=quiet or as_json)  # build and review calls on Ray; the loop stays here
     save_loop(at.root, options)
 
     def report(result: StoryResult) -> None:
@@ -121,6 +124,9 @@ def run(
     config: ConfigOption = None,
     as_json: JsonOutput = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+    backend: BackendOption = None,
+    ray_address: RayAddressOption = None,
+    concurrency: ConcurrencyOption = None,
 ) -> None:
     """Take the board's ready-for-dev stories in sprint order; per story one durable run: baseline, build,
     verify, review, verify, commit, advance the board. Stories that do not converge are deferred."""
@@ -134,7 +140,7 @@ def run(
         _, keys, resume = plan(project, open_store(at, config), options)
         _print_plan(project, sprint, keys, resume, as_json)
         return
-    _drive(at, config, sprint_config, options, quiet, as_json)
+    _drive(at, config, sprint_config, options, quiet, as_json, (backend, ray_address, concurrency))
 
 
 @sprint_app.command("resume")
@@ -145,13 +151,16 @@ def resume(
     config: ConfigOption = None,
     as_json: JsonOutput = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+    backend: BackendOption = None,
+    ray_address: RayAddressOption = None,
+    concurrency: ConcurrencyOption = None,
 ) -> None:
     """Go on with the last `sprint run` here: its interrupted or blocked story first (no finished stage,
     commit or model call is repeated), then the stories left."""
     from stepline.sprint._loop import load_loop
 
     at = where(directory, project_root)
-    _drive(at, config, sprint_config, load_loop(at.root), quiet, as_json)
+    _drive(at, config, sprint_config, load_loop(at.root), quiet, as_json, (backend, ray_address, concurrency))
 
 
 @sprint_app.command("status")
