@@ -13,6 +13,7 @@ Our exception hierarchy::
     │   └── NondeterminismError            a resumed step asked for something the journal did not record
     ├── StorageError              exit 1   a run's file cannot be written (disk full, read-only): path + cause
     ├── ExecutorError             exit 7   an executor failed (retryable says whether to try again)
+    │   └── BudgetExceeded                 a call was stopped because its usage crossed its budget
     ├── ToolError                 exit 7   a tool failed or was refused
     ├── ConfigError               exit 4   config/runtime.yaml or a --config file is wrong
     └── StepFailed                exit 8   a step failed for good (the run is failed, details on the step)
@@ -29,6 +30,7 @@ import errno
 from typing import ClassVar
 
 __all__ = [
+    "BudgetExceeded",
     "ConfigError",
     "ExecutorError",
     "JournalError",
@@ -171,6 +173,15 @@ class ExecutorError(SteplineError):
     def __init__(self, message: str, *, retryable: bool = False, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.retryable = retryable
+
+
+class BudgetExceeded(ExecutorError):
+    """A running call was stopped because its usage crossed the budget its caller gave it (never retryable:
+    the same call would cross it again). ``usage`` is what it had used when it was stopped."""
+
+    def __init__(self, message: str, *, usage: dict[str, float] | None = None, hint: str | None = None) -> None:
+        super().__init__(message, retryable=False, hint=hint)
+        self.usage = dict(usage or {})
 
 
 class ToolError(SteplineError):

@@ -94,6 +94,11 @@ class JournaledSession(StepSession):
     def _record(self, key: str, op: str, args: dict[str, Any], result: Any) -> None:
         self.ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": op, "args": args, "result": result}, sync=False)
 
+    def output_log(self) -> Path | None:
+        """The step's agent-output log in the run's folder (:meth:`stepline.store.RunDir.step_log`)."""
+        run_dir = self.ctx.engine._dir
+        return run_dir.step_log(self.ctx.spec.id) if run_dir is not None else None
+
     def _check_open(self, op: str) -> None:
         if self.outcome.finished:
             raise StepFailed(f"step {self.ctx.spec.id!r}: {op} after finish", retryable=False)

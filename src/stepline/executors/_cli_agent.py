@@ -8,6 +8,13 @@ reports through stepline's MCP server, served on a free 127.0.0.1 port for this 
 ``mcp-bridge`` machinery), so every ``write_output``/``finish`` it makes is checked and journaled like any
 other executor's. Its stdout (JSON / stream-JSON) gives the session id, the final text and token usage.
 
+While it runs, each line it prints is appended to the step's output log in the run's folder
+(:meth:`StepSession.output_log`, followed by ``stepline logs RUN -f``), and the usage it streams (claude's
+per-message usage, opencode's steps, codex's turns) is measured against the call's budget — the caller's
+(``hints["budget"]``, see :mod:`stepline.executors._budget`) or ``max_call_tokens`` / ``max_call_cost_usd``.
+Past it, the agent's process group is stopped (SIGTERM, SIGKILL after ``stop_grace_seconds``), the call is
+journaled as stopped with what it had used, and :class:`~stepline.errors.BudgetExceeded` is raised.
+
 The whole agent run is one :meth:`StepSession.memo`: a resumed step replays the agent's journaled calls
 instead of running it again. An agent interrupted halfway is run again from the start, and its calls must
 then match the ones journaled before the interruption.
@@ -24,6 +31,8 @@ Options:
     timeout_seconds: kill the agent after this long (the step's own timeout applies too).
     exit_grace_seconds: how long the agent may run on after ``finish`` before it is killed (default 30).
     extra_args: more arguments for the CLI.
+    max_call_tokens / max_call_cost_usd: stop a call whose streamed usage goes past this (no caller's budget).
+    stop_grace_seconds: how long a stopped agent's group has between SIGTERM and SIGKILL (default 3).
 """
 
 from __future__ import annotations
@@ -41,11 +50,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from stepline.errors import ExecutorError, UsageError
+from stepline.errors import BudgetExceeded, ExecutorError, UsageError
 from stepline.executors._base import Executor
+from stepline.executors._budget import CallBudget, SharedMeter
 from stepline.executors._protocol import StepRequest, StepSession
 
-__all__ = ["AGENTS", "AgentCli", "AgentReport", "CliAgentExecutor", "Invocation", "build_prompt"]
+__all__ = ["AGENTS", "TOTAL", "AgentCli", "AgentReport", "CliAgentExecutor", "Invocation", "StreamedUsage",
+           "build_prompt"]
 
 Mode = Literal["analysis", "write"]
 _SERVER = "stepline"
@@ -84,6 +95,9 @@ class AgentCli:
     install: str
     command: Callable[[Invocation], tuple[list[str], dict[str, str]]]
     parse: Callable[[str], AgentReport]
+    #: The usage one line of its stream reports: (what it counts for, usage), or None. The key names one
+    #: model message or turn (a later line with the same key replaces it); :data:`TOTAL` is the whole call.
+    streamed_usage: Callable[[dict[str, Any]], tuple[str, dict[str, float]] | None] = lambda event: None
 
 
 # -- command lines -----------------------------------------------------------------------------------------
@@ -175,13 +189,99 @@ def _tokens(raw: dict[str, Any], *, inp: str = "input_tokens", out: str = "outpu
     return {"input_tokens": float(raw.get(inp) or 0), "output_tokens": float(raw.get(out) or 0)}
 
 
+def _claude_tokens(raw: dict[str, Any]) -> dict[str, float]:
+    """Claude's usage as the executors record it: cache reads apart (its ``input_tokens`` leave them out)."""
+    return {**_tokens(raw), "cached_input_tokens": float(raw.get("cache_read_input_tokens") or 0)}
+
+
+def _codex_tokens(raw: dict[str, Any]) -> dict[str, float]:
+    """Codex counts its cache reads inside ``input_tokens``: recorded apart, as the other executors do."""
+    cached = float(raw.get("cached_input_tokens") or 0)
+    return {"input_tokens": max(0.0, float(raw.get("input_tokens") or 0) - cached),
+            "output_tokens": float(raw.get("output_tokens") or 0), "cached_input_tokens": cached}
+
+
+#: The key of a streamed usage that is the whole call's (a CLI's final result), not one message's.
+TOTAL = "*"
+
+
+def _claude_streamed(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
+    # stream-json: each assistant message carries its usage (repeated per content block, under one message id)
+    message = event.get("message")
+    if event.get("type") == "assistant" and isinstance(message, dict) and isinstance(message.get("usage"), dict):
+        return str(message.get("id") or ""), _claude_tokens(message["usage"])
+    if event.get("type") == "result" and isinstance(event.get("usage"), dict):
+        return TOTAL, {**_claude_tokens(event["usage"]), "cost_usd": float(event.get("total_cost_usd") or 0)}
+    return None
+
+
+def _codex_streamed(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
+    if event.get("type") == "turn.completed" and isinstance(event.get("usage"), dict):
+        return "", _codex_tokens(event["usage"])  # one turn each: summed
+    return None
+
+
+def _gemini_streamed(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
+    if event.get("type") == "result" and isinstance(event.get("stats"), dict):
+        return TOTAL, _tokens(event["stats"])
+    return None
+
+
+def _opencode_streamed(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
+    part = event.get("part")
+    if event.get("type") == "step_finish" and isinstance(part, dict):
+        return (str(part.get("id") or ""), {**_tokens(part.get("tokens") or {}, inp="input", out="output"),
+                                             "cost_usd": float(part.get("cost") or 0)})
+    return None
+
+
+class StreamedUsage:
+    """What an agent has used so far, from the usage lines it streams while it runs."""
+
+    def __init__(self, read: Callable[[dict[str, Any]], tuple[str, dict[str, float]] | None]) -> None:
+        self._read = read
+        self._parts: dict[str, dict[str, float]] = {}
+        self._total: dict[str, float] | None = None
+
+    def feed(self, line: str) -> bool:
+        """Take one line of the agent's stdout; True when it reported usage."""
+        line = line.strip()
+        if not line.startswith("{"):
+            return False
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            return False
+        found = self._read(event) if isinstance(event, dict) else None
+        if found is None:
+            return False
+        key, usage = found
+        if key == TOTAL:
+            self._total = usage
+        else:
+            self._parts[key or f"#{len(self._parts)}"] = usage
+        return True
+
+    @property
+    def usage(self) -> dict[str, float]:
+        """The call's usage so far: its reported total, else the sum of its messages'."""
+        if self._total is not None:
+            return dict(self._total)
+        summed: dict[str, float] = {}
+        for part in self._parts.values():
+            for name, value in part.items():
+                summed[name] = summed.get(name, 0.0) + value
+        return summed
+
+
 def _parse_claude(stdout: str) -> AgentReport:
     report = AgentReport()
     for event in _json_lines(stdout):
         report.session_id = event.get("session_id") or report.session_id
         if event.get("type") == "result":
             report.text = str(event.get("result") or "")
-            report.usage = {**_tokens(event.get("usage") or {}), "cost_usd": float(event.get("total_cost_usd") or 0)}
+            report.usage = {**_claude_tokens(event.get("usage") or {}),
+                            "cost_usd": float(event.get("total_cost_usd") or 0)}
             if event.get("is_error"):
                 report.error = report.text or str(event.get("subtype"))
     return report
@@ -196,7 +296,7 @@ def _parse_codex(stdout: str) -> AgentReport:
         elif kind == "item.completed" and (event.get("item") or {}).get("type") == "agent_message":
             report.text = str(event["item"].get("text") or "")
         elif kind == "turn.completed":
-            report.usage = _tokens(event.get("usage") or {})
+            report.usage = _codex_tokens(event.get("usage") or {})
         elif kind in ("error", "turn.failed"):
             report.error = str(event.get("message") or (event.get("error") or {}).get("message") or kind)
     return report
@@ -242,13 +342,14 @@ def _parse_opencode(stdout: str) -> AgentReport:
 
 #: The agent CLIs by name.
 AGENTS: dict[str, AgentCli] = {
-    "claude": AgentCli("claude", "npm install -g @anthropic-ai/claude-code", _claude, _parse_claude),
-    "codex": AgentCli("codex", "npm install -g @openai/codex", _codex, _parse_codex),
+    "claude": AgentCli("claude", "npm install -g @anthropic-ai/claude-code", _claude, _parse_claude,
+                       _claude_streamed),
+    "codex": AgentCli("codex", "npm install -g @openai/codex", _codex, _parse_codex, _codex_streamed),
     "gemini": AgentCli("gemini", "npm install -g @google/gemini-cli",
-                       _gemini_family("GEMINI_CLI_SYSTEM_SETTINGS_PATH"), _parse_gemini),
+                       _gemini_family("GEMINI_CLI_SYSTEM_SETTINGS_PATH"), _parse_gemini, _gemini_streamed),
     "qwen": AgentCli("qwen", "npm install -g @qwen-code/qwen-code",
-                     _gemini_family("QWEN_CODE_SYSTEM_SETTINGS_PATH"), _parse_gemini),
-    "opencode": AgentCli("opencode", "npm install -g opencode-ai", _opencode, _parse_opencode),
+                     _gemini_family("QWEN_CODE_SYSTEM_SETTINGS_PATH"), _parse_gemini, _gemini_streamed),
+    "opencode": AgentCli("opencode", "npm install -g opencode-ai", _opencode, _parse_opencode, _opencode_streamed),
 }
 
 
@@ -310,32 +411,128 @@ def build_prompt(request: StepRequest, mode: Mode) -> str:
 
 
 # -- running ----------------------------------------------------------------------------------------------------
-async def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    """Stop the agent and everything it started (it runs in its own process group)."""
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+async def _stop_group(proc: asyncio.subprocess.Process, grace: float) -> None:
+    """Stop the agent and everything it started (it runs in its own process group): SIGTERM, then SIGKILL to
+    whatever of the group is left after ``grace`` seconds (a child that ignores SIGTERM, or outlived the agent)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGTERM)
-    if proc.returncode is None:
-        try:
-            await asyncio.wait_for(proc.wait(), timeout=3)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+    deadline = asyncio.get_running_loop().time() + grace
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), timeout=grace)
+    while _group_alive(proc.pid) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    await proc.wait()
 
 
-async def _run_process(argv: list[str], prompt: str, cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
-    """Run the agent with ``prompt`` on stdin; on cancellation (a timeout, a cancelled step) kill its group."""
+@dataclass(slots=True)
+class _Ran:
+    """How one agent process ended: its exit status, what it printed, whether it was stopped from outside."""
+
+    status: int
+    stdout: str
+    stderr: str
+    stopped: bool
+
+
+async def _pump(stream: asyncio.StreamReader | None, name: str, into: list[str],
+                on_line: Callable[[str, str], None]) -> None:
+    """Read ``stream`` to its end, handing each line to ``on_line`` as it arrives (any length)."""
+    if stream is None:
+        return
+    pending = b""
+    while chunk := await stream.read(65536):
+        *lines, pending = (pending + chunk).split(b"\n")
+        for raw in lines:
+            into.append(raw.decode("utf-8", "replace"))
+            on_line(name, into[-1])
+    if pending:
+        into.append(pending.decode("utf-8", "replace"))
+        on_line(name, into[-1])
+
+
+async def _run_process(argv: list[str], prompt: str, cwd: Path, env: dict[str, str], *,
+                       on_line: Callable[[str, str], None], stop: asyncio.Event, grace: float) -> _Ran:
+    """Run the agent with ``prompt`` on stdin, its output lines handed to ``on_line`` as they come. When ``stop``
+    is set (a budget crossed), or on cancellation (a timeout, a cancelled step), its process group is stopped."""
     try:
         proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE,
                                                     stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                                                     cwd=cwd, env=env, start_new_session=True)
     except OSError as exc:
         raise ExecutorError(f"cannot start {argv[0]}: {exc}", hint="check the agent CLI's installation") from exc
+
+    async def feed() -> None:
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # an agent that does not read its stdin
+            proc.stdin.write(prompt.encode("utf-8"))
+            await proc.stdin.drain()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            proc.stdin.close()
+
+    out: list[str] = []
+    err: list[str] = []
+    reading = asyncio.gather(feed(), _pump(proc.stdout, "out", out, on_line), _pump(proc.stderr, "err", err, on_line))
+    exited = asyncio.ensure_future(proc.wait())
+    stopping = asyncio.ensure_future(stop.wait())
+    stopped = False
     try:
-        out, err = await proc.communicate(prompt.encode("utf-8"))
+        await asyncio.wait({exited, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopped = not exited.done()
     finally:
-        await _kill_group(proc)
-    return proc.returncode or 0, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+        stopping.cancel()
+        await _stop_group(proc, grace)
+        # The pipes close once nothing of the group holds them; a daemon that left the group is not waited for.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(reading), timeout=2)
+        reading.cancel()
+        await asyncio.gather(reading, exited, return_exceptions=True)
+    return _Ran(proc.returncode or 0, "\n".join(out), "\n".join(err), stopped)
+
+
+class _OutputLog:
+    """The step's agent-output log: each line the agent prints, appended as it comes (a log, not state)."""
+
+    def __init__(self, path: Path | None, label: str) -> None:
+        self.label = label
+        self.fd: int | None = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def line(self, stream: str, text: str) -> None:
+        """Append one line (secrets redacted), stamped; one write, so parallel calls' lines do not mix."""
+        if self.fd is None:
+            return
+        from stepline.guardrails import redact
+        from stepline.time import now_iso
+
+        data = f"{now_iso()} {self.label} {stream}| {redact(text.rstrip())}\n".encode("utf-8", "replace")
+        try:
+            os.write(self.fd, data)
+        except OSError:  # a full disk: the journal (the truth) says so; watching stops, the call goes on
+            self.close()
+
+    def close(self) -> None:
+        """Stop logging."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> _OutputLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _tail(text: str, limit: int = 400) -> str:
@@ -354,6 +551,7 @@ class CliAgentExecutor(Executor):
         if agent not in AGENTS:
             raise UsageError(f"unknown agent CLI {agent!r}", hint="use one of " + ", ".join(AGENTS))
         self.cli = AGENTS[agent]
+        self._meters: dict[str, SharedMeter] = {}  # live budget pools (parallel calls sharing what is left)
 
     def _executable(self) -> str:
         wanted = str(self.options.get("command") or self.cli.name)
@@ -423,6 +621,9 @@ class CliAgentExecutor(Executor):
         record = await session.memo(f"cli-agent:{self.cli.name}", payload, compute)
         if not live:
             await replay_calls(session, record["calls"])
+        if record.get("stopped"):  # journaled as stopped, with what it had used: raised again on replay
+            raise BudgetExceeded(f"{self.cli.name} was stopped in step {request.step_id!r}: {record['stopped']}",
+                                 usage=record.get("usage") or {})
         if record_as and record.get("session_id"):
             await session.set_var(f"cli_session:{record_as}",
                                   {"agent": self.cli.name, "session_id": record["session_id"]})
@@ -451,7 +652,17 @@ class CliAgentExecutor(Executor):
 
         timeout = self.options.get("timeout_seconds")
         grace = float(self.options.get("exit_grace_seconds", 30))
-        with tempfile.TemporaryDirectory(prefix="stepline-agent-") as tmp:
+        streamed = StreamedUsage(self.cli.streamed_usage)
+        label = f"{self.cli.name}#{request.hints.get('invocation', 0)}"
+        with (tempfile.TemporaryDirectory(prefix="stepline-agent-") as tmp, self._metered(request) as meter,
+              _OutputLog(session.output_log(), label) as log):
+            call = id(streamed)
+
+            def on_line(stream: str, text: str) -> None:
+                log.line(stream, text)
+                if stream == "out" and streamed.feed(text) and meter is not None:
+                    meter.report(call, streamed.usage)
+
             async with serve_http(server) as url:
                 inv = Invocation(mode=mode, cwd=cwd, mcp_url=url, config_dir=Path(tmp),
                                  include_dirs=[str(d) for d in self.options.get("include_dirs") or []]
@@ -461,8 +672,12 @@ class CliAgentExecutor(Executor):
                 args, extra_env = self.cli.command(inv)
                 env = {**os.environ, **extra_env, "STEPLINE_MCP_URL": url,
                        "STEPLINE_MCP_CONFIG": str(_mcp_json(inv))}
+                log.line("---", f"started {executable} ({mode} mode) in {cwd}")
                 serving = asyncio.ensure_future(bridge.serve(request, session))
-                running = asyncio.ensure_future(_run_process([executable, *args], prompt, cwd, env))
+                running = asyncio.ensure_future(_run_process(
+                    [executable, *args], prompt, cwd, env, on_line=on_line,
+                    stop=meter.crossed if meter is not None else asyncio.Event(),
+                    grace=float(self.options.get("stop_grace_seconds", 3))))
                 try:
                     async with asyncio.timeout(float(timeout) if timeout else None):
                         await asyncio.wait({serving, running}, return_when=asyncio.FIRST_COMPLETED)
@@ -473,17 +688,54 @@ class CliAgentExecutor(Executor):
                     if not running.done():  # it called finish: let it print its result and exit
                         await asyncio.wait({running}, timeout=grace)
                 except TimeoutError:
+                    log.line("---", f"stopped: it ran past {timeout}s")
                     raise ExecutorError(f"{self.cli.name} did not finish step {request.step_id!r} within "
                                         f"{timeout}s; it was stopped", retryable=True) from None
                 finally:
                     for task in (serving, running):
                         task.cancel()
                     await asyncio.gather(serving, running, return_exceptions=True)
-        status, stdout, stderr = (-1, "", "") if running.cancelled() else running.result()
-        report = self.cli.parse(stdout)
+            ran = _Ran(-1, "", "", False) if running.cancelled() else running.result()
+            stopped = meter.reason if meter is not None and ran.stopped and bridge.final is None else None
+            log.line("---", f"stopped for its budget: {stopped}" if stopped else f"exited {ran.status}")
+        report = self.cli.parse(ran.stdout)
+        usage = streamed.usage or report.usage
+        if stopped is not None:
+            return {"final": None, "calls": bridge.calls, "session_id": report.session_id,
+                    "text": _tail(report.text or ran.stdout, 2000), "usage": usage, "exit_status": ran.status,
+                    "stopped": stopped}
         if bridge.final is None:
-            detail = report.error or _tail(stderr) or _tail(report.text) or f"exit status {status}"
+            detail = report.error or _tail(ran.stderr) or _tail(report.text) or f"exit status {ran.status}"
             raise ExecutorError(f"{self.cli.name} exited without calling finish for step {request.step_id!r}: "
                                 f"{detail}", retryable=True)
         return {"final": bridge.final, "calls": bridge.calls, "session_id": report.session_id,
-                "text": _tail(report.text, 2000), "usage": report.usage, "exit_status": status}
+                "text": _tail(report.text, 2000), "usage": usage, "exit_status": ran.status}
+
+    def _budget(self, request: StepRequest) -> CallBudget | None:
+        """The request's budget (a caller's, in its hints), else the per-call limits of this executor's options."""
+        budget = CallBudget.from_hints(request.hints)
+        if budget is None and (self.options.get("max_call_tokens") or self.options.get("max_call_cost_usd")):
+            tokens, cost = self.options.get("max_call_tokens"), self.options.get("max_call_cost_usd")
+            budget = CallBudget(tokens=float(tokens) if tokens else None, cost_usd=float(cost) if cost else None,
+                                what=f"the {self.cli.name} call's limit")
+        return budget
+
+    @contextlib.contextmanager
+    def _metered(self, request: StepRequest) -> Iterator[SharedMeter | None]:
+        """The meter this call reports its streamed usage to: its pool's, shared by the pool's live calls."""
+        budget = self._budget(request)
+        if budget is None:
+            yield None
+            return
+        meter = self._meters.get(budget.pool) if budget.pool else None
+        if meter is None:
+            meter = SharedMeter(budget)
+            if budget.pool:
+                self._meters[budget.pool] = meter
+        meter.users += 1
+        try:
+            yield meter
+        finally:
+            meter.users -= 1
+            if budget.pool and meter.users == 0:
+                self._meters.pop(budget.pool, None)

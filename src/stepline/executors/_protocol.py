@@ -15,6 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 __all__ = ["MenuOption", "RequestKind", "StepRequest", "StepSession", "WriteMode"]
@@ -102,3 +103,8 @@ class StepSession(ABC):
     async def memo(self, label: str, payload: dict[str, Any],
                    compute: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
         """Return the journaled result for this call, or run ``compute`` once and journal its result."""
+
+    def output_log(self) -> Path | None:
+        """Where to append what a running agent prints, line by line, for people watching it (``stepline logs
+        -f``): a log in the run's folder, never state (the journal stays the truth). None: the run keeps none."""
+        return None

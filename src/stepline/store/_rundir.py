@@ -87,6 +87,11 @@ class RunDir:
         """The atomic snapshot of the run (its spec, its fields and variables, its steps counted by status)."""
         return self.path / "manifest.json"
 
+    def step_log(self, step_id: str) -> Path:
+        """The log a step's running agent prints into (``logs/<step>.log``, one line per line it printed, appended
+        as they come): for watching (``stepline logs -f``), not state — the journal stays the truth."""
+        return self.path / "logs" / (re.sub(r"[^A-Za-z0-9._@-]", "_", step_id).lstrip(".") + ".log")
+
     def lock(self) -> RunLock:
         """Return the run's lock (not yet acquired)."""
         return RunLock(self.path / "lock", self.run_id)

@@ -1,0 +1,135 @@
+"""A budget an executor call may not run past: what its caller has left, in tokens and dollars.
+
+A caller (the sprint loop, with an ``enforce`` budget) puts the budget in the request's hints under
+``"budget"``; an executor that learns its usage while it runs (the ``cli-agent`` executor reads the usage a
+coding-agent CLI streams) stops the call once the usage crosses it. Calls that share a ``pool`` (the parallel
+review layers of one stage) share what is left: their usages are summed.
+
+Usage is counted the way the executors record it: ``input_tokens`` billed in full, ``cached_input_tokens``
+(cache reads) apart, ``output_tokens``, and ``cost_usd`` when the CLI reports a price; without one, the tokens
+are weighed by the budget's prices (dollars per million tokens, cache reads at theirs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from stepline.errors import UsageError
+
+__all__ = ["BUDGET_HINT", "CallBudget", "Prices", "SharedMeter", "Spent", "weigh"]
+
+#: The hint a caller puts a :class:`CallBudget` under (as :meth:`CallBudget.to_hint`).
+BUDGET_HINT = "budget"
+
+
+@dataclass(frozen=True, slots=True)
+class Prices:
+    """Dollars per million tokens, for usage reported without a cost."""
+
+    input: float = 3.0
+    output: float = 15.0
+    cache_read: float = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class Spent:
+    """One usage, weighed: tokens by kind and dollars."""
+
+    input_tokens: float = 0.0
+    output_tokens: float = 0.0
+    cache_read_tokens: float = 0.0
+    cost_usd: float = 0.0
+
+    @property
+    def tokens(self) -> float:
+        """Every token counted (cache reads too: they are tokens the model read)."""
+        return self.input_tokens + self.output_tokens + self.cache_read_tokens
+
+    def __add__(self, other: Spent) -> Spent:
+        return Spent(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens,
+                     self.cache_read_tokens + other.cache_read_tokens, self.cost_usd + other.cost_usd)
+
+
+def _number(raw: Mapping[str, Any], *keys: str) -> float:
+    for key in keys:
+        value = raw.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return 0.0
+
+
+def weigh(usage: Mapping[str, Any], prices: Prices) -> Spent:
+    """What ``usage`` (an executor's recorded usage) counts for: its tokens, and its reported cost or, without
+    one, its tokens at ``prices``."""
+    inp = _number(usage, "input_tokens")
+    out = _number(usage, "output_tokens")
+    cache = _number(usage, "cached_input_tokens", "cache_read_input_tokens", "cache_read_tokens")
+    cost = _number(usage, "cost_usd")
+    if cost <= 0:
+        cost = (inp * prices.input + out * prices.output + cache * prices.cache_read) / 1e6
+    return Spent(inp, out, cache, cost)
+
+
+@dataclass(frozen=True, slots=True)
+class CallBudget:
+    """What a call (or the calls of its pool) may still spend; ``what`` says whose budget it is, in words."""
+
+    tokens: float | None = None
+    cost_usd: float | None = None
+    prices: Prices = field(default_factory=Prices)
+    what: str = "the budget"
+    pool: str | None = None
+
+    def to_hint(self) -> dict[str, Any]:
+        """Plain JSON, for ``hints["budget"]``."""
+        return {"tokens": self.tokens, "cost_usd": self.cost_usd, "what": self.what, "pool": self.pool,
+                "prices": {"input": self.prices.input, "output": self.prices.output,
+                           "cache_read": self.prices.cache_read}}
+
+    @classmethod
+    def from_hints(cls, hints: Mapping[str, Any]) -> CallBudget | None:
+        """The budget a request carries, or None."""
+        raw = hints.get(BUDGET_HINT)
+        if raw is None:
+            return None
+        if not isinstance(raw, Mapping):
+            raise UsageError(f"the request's budget hint must be a mapping, not {type(raw).__name__}")
+        prices = raw.get("prices") or {}
+        try:
+            return cls(tokens=None if raw.get("tokens") is None else float(raw["tokens"]),
+                       cost_usd=None if raw.get("cost_usd") is None else float(raw["cost_usd"]),
+                       prices=Prices(**{k: float(v) for k, v in prices.items()}),
+                       what=str(raw.get("what") or "the budget"), pool=raw.get("pool"))
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"the request's budget hint is not understood: {exc}") from None
+
+    def crossed(self, spent: Spent) -> str | None:
+        """Why ``spent`` is past this budget, in words; None while it is within."""
+        if self.tokens is not None and spent.tokens > self.tokens:
+            return f"{self.what}: {spent.tokens:.0f} tokens > the {self.tokens:.0f} left"
+        if self.cost_usd is not None and spent.cost_usd > self.cost_usd:
+            return f"{self.what}: ${spent.cost_usd:.4f} > the ${self.cost_usd:.4f} left"
+        return None
+
+
+class SharedMeter:
+    """The usage of the live calls of one pool, against their budget; ``crossed`` is set once it is past."""
+
+    def __init__(self, budget: CallBudget) -> None:
+        self.budget = budget
+        self.spent: dict[int, Spent] = {}
+        self.crossed = asyncio.Event()
+        self.reason: str | None = None
+        self.users = 0
+
+    def report(self, call: int, usage: Mapping[str, Any]) -> None:
+        """Call ``call`` has used ``usage`` so far (its total, not an increment)."""
+        self.spent[call] = weigh(usage, self.budget.prices)
+        if self.reason is None:
+            total = sum(self.spent.values(), Spent())
+            self.reason = self.budget.crossed(total)
+            if self.reason is not None:
+                self.crossed.set()

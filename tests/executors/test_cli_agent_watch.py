@@ -1,0 +1,249 @@
+"""The cli-agent executor while the agent runs: its output streams into the step's log, and a call whose
+streamed usage crosses its budget is stopped (its whole process group), journaled as stopped, and raised."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stepline.errors import BudgetExceeded
+from stepline.executors import StepRequest, StepSession, create_executor
+from stepline.executors._budget import CallBudget
+
+BIN = Path(__file__).resolve().parent / "watch_bin"
+STEPLINE = Path(sys.executable).parent / "stepline"
+
+
+class LoggedSession(StepSession):
+    """An in-memory session with an output log; ``memos`` plays the journal of memoised results."""
+
+    def __init__(self, log: Path, memos: dict[str, dict[str, Any]] | None = None) -> None:
+        self.log = log
+        self.memos = {} if memos is None else memos
+        self.finished: list[Any] = []
+
+    async def read(self, path: str) -> str:
+        return ""
+
+    async def ask(self, question: str, choices: list[str] | None = None) -> str:
+        return "yes"
+
+    async def write_output(self, content: str, *, path: str | None = None, section: str | None = None,
+                           mode: Any = "append") -> str:
+        return path or "out.md"
+
+    async def set_var(self, name: str, value: Any) -> None:
+        pass
+
+    async def call_tool(self, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {}
+
+    async def decide(self, value: bool, reason: str) -> None:
+        self.finished.append(("decide", value))
+
+    async def finish(self, choice: str | None = None, summary: str | None = None) -> None:
+        self.finished.append(("finish", summary))
+
+    async def memo(self, label: str, payload: dict[str, Any],
+                   compute: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        if label not in self.memos:
+            self.memos[label] = await compute()
+        return self.memos[label]
+
+    def output_log(self) -> Path | None:
+        return self.log
+
+
+@pytest.fixture
+def spender(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The fake claude that spends tokens forever (see watch_bin/_watch_agent.py); returns its pids file."""
+    monkeypatch.setenv("WATCH_AGENT", "spend")
+    monkeypatch.setenv("WATCH_PIDS", str(tmp_path / "pids"))
+    monkeypatch.setenv("WATCH_TIMES", str(tmp_path / "times"))
+    return tmp_path / "pids"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(") ", 1)[-1].startswith("Z"))
+
+
+def _request(budget: CallBudget | None = None, step: str = "build") -> StepRequest:
+    hints: dict[str, Any] = {"invocation": 0}
+    if budget is not None:
+        hints["budget"] = budget.to_hint()
+    return StepRequest(kind="work", run_id="run-x", step_id=step, title="Build", content="Build it.", hints=hints)
+
+
+def _crossed_at(times: Path, limit: float) -> float:
+    """When the agent printed the message that took its total past ``limit`` (epoch seconds)."""
+    for line in times.read_text(encoding="utf-8").splitlines():
+        total, when = line.split()
+        if float(total) > limit:
+            return float(when)
+    raise AssertionError(f"the agent never went past {limit}")
+
+
+@pytest.mark.parametrize("ignores_term", [False, True], ids=["stops-on-sigterm", "ignores-sigterm"])
+def test_an_agent_that_runs_past_its_budget_is_stopped_with_everything_it_started(
+        tmp_path: Path, spender: Path, monkeypatch: pytest.MonkeyPatch, ignores_term: bool) -> None:
+    """Crossing 2,000 tokens mid-call stops the agent and its child within a couple of seconds (SIGKILL after the
+    grace when SIGTERM is ignored); the call is journaled as stopped with its usage; BudgetExceeded says why."""
+    monkeypatch.setenv("WATCH_IGNORE_TERM", "1" if ignores_term else "0")
+    executor = create_executor("cli-agent", {"agent": "claude", "command": str(BIN / "claude"), "cd": str(tmp_path),
+                                             "stop_grace_seconds": 1})
+    session = LoggedSession(tmp_path / "logs" / "build.log")
+    budget = CallBudget(tokens=2000, what="the story's budget")
+    with pytest.raises(BudgetExceeded) as caught:
+        asyncio.run(asyncio.wait_for(executor.perform(_request(budget), session), timeout=60))
+    stopped_at = time.time()
+    assert "claude was stopped in step 'build': the story's budget: 2100 tokens > the 2000 left" in str(caught.value)
+    # What it used is counted whole, the lines it printed while being stopped too.
+    assert not caught.value.retryable and caught.value.usage["input_tokens"] >= 1750
+    assert stopped_at - _crossed_at(tmp_path / "times", 2000) < 3.0
+    pids = [int(pid) for pid in spender.read_text(encoding="utf-8").split()]
+    assert len(pids) == 2 and not any(_alive(pid) for pid in pids)  # no orphan: the child went with the agent
+    [record] = session.memos.values()
+    assert record["stopped"] == "the story's budget: 2100 tokens > the 2000 left" and record["final"] is None
+    assert record["usage"] == caught.value.usage and record["usage"]["output_tokens"] >= 350
+    log = (tmp_path / "logs" / "build.log").read_text(encoding="utf-8")
+    assert log.count('"type": "assistant"') >= 7
+    assert log.rstrip().endswith("claude#0 ---| stopped for its budget: the story's budget: 2100 tokens > the "
+                                 "2000 left")
+    assert session.finished == []
+
+    # Replayed (a resumed step), the journaled stop is raised again and no agent runs.
+    spender.unlink()
+    with pytest.raises(BudgetExceeded, match="2100 tokens > the 2000 left"):
+        asyncio.run(executor.perform(_request(budget), LoggedSession(tmp_path / "again.log", dict(session.memos))))
+    assert not spender.exists() and not (tmp_path / "again.log").exists()
+
+
+def test_parallel_calls_of_one_pool_share_what_is_left(tmp_path: Path, spender: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two reviewers sharing 3,000 tokens are both stopped once their sum crosses it (each alone is under it)."""
+    monkeypatch.setenv("WATCH_PIDS", str(tmp_path / "pids-1"))
+    monkeypatch.setenv("WATCH_TOKENS", "100")
+    executor = create_executor("cli-agent", {"agent": "claude", "command": str(BIN / "claude"), "cd": str(tmp_path),
+                                             "stop_grace_seconds": 1})
+    budget = CallBudget(tokens=3000, what="the story's budget", pool="run-x/review")
+    logs = tmp_path / "review.log"
+
+    async def both() -> list[Any]:
+        first = asyncio.ensure_future(executor.perform(_request(budget, "review"), LoggedSession(logs)))
+        await asyncio.sleep(0.5)  # the second starts later: its own total alone never reaches the limit
+        os.environ["WATCH_PIDS"] = str(tmp_path / "pids-2")
+        second = asyncio.ensure_future(executor.perform(_request(budget, "review"), LoggedSession(logs)))
+        return await asyncio.gather(first, second, return_exceptions=True)
+
+    results = asyncio.run(asyncio.wait_for(both(), timeout=60))
+    assert all(isinstance(r, BudgetExceeded) for r in results), results
+    usages = [r.usage["input_tokens"] + r.usage["output_tokens"] for r in results]
+    assert sum(usages) > 3000 and all(u < 3000 for u in usages)
+    for name in ("pids-1", "pids-2"):
+        assert not any(_alive(int(pid)) for pid in (tmp_path / name).read_text().split())
+    assert executor._meters == {}  # type: ignore[attr-defined]  # the pool is gone with its last call
+
+
+WORKFLOW = """\
+id: watched
+steps:
+  - id: build
+    name: Build
+    body: "Build the thing."
+"""
+
+
+def test_the_agents_output_is_in_stepline_logs_while_it_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`stepline run` with a CLI agent: its lines are in `stepline logs RUN` before it finishes; `logs -f`,
+    started while it runs, prints them as they come, then the run's end, and exits when the run ends."""
+    project = tmp_path / "project"
+    (project / "config").mkdir(parents=True)
+    (project / "flow.yaml").write_text(WORKFLOW, encoding="utf-8")
+    (project / "config" / "runtime.yaml").write_text(
+        f"executors:\n  cli-agent: {{agent: claude, command: {BIN / 'claude'}, exit_grace_seconds: 5}}\n",
+        encoding="utf-8")
+    gate = tmp_path / "gate"
+    env = {**os.environ, "WATCH_AGENT": "slow", "WATCH_GATE": str(gate), "WATCH_LINES": "3",
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    run = subprocess.Popen([str(STEPLINE), "run", "flow.yaml", "--executor", "cli-agent", "--non-interactive",
+                            "-C", str(project)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    follower: subprocess.Popen[str] | None = None
+    try:
+        runs = project / ".stepline" / "runs"
+        log = _wait_for(lambda: next(iter(runs.glob("*/logs/build.log")), None) if runs.is_dir() else None)
+        _wait_for(lambda: "a note on stderr" in log.read_text(encoding="utf-8") or None)
+        run_id = log.parent.parent.name
+        now = subprocess.run([str(STEPLINE), "logs", run_id, "-C", str(project)], env=env, capture_output=True,
+                             text=True, timeout=60)
+        assert now.returncode == 0, now.stderr
+        lines = now.stdout.splitlines()
+        assert [line.split(" out| ")[-1] for line in lines if " out| " in line] == [
+            "working on part 1", "working on part 2", "working on part 3"]
+        assert any(line.endswith("err| a note on stderr") for line in lines)
+        assert "WorkflowCompleted" not in now.stdout and run.poll() is None  # the agent is still at work
+
+        follower = subprocess.Popen([str(STEPLINE), "logs", run_id, "-f", "-C", str(project)], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert follower.stdout is not None
+        first = [follower.stdout.readline() for _ in range(len(lines))]
+        assert "".join(first).count(" out| working on part") == 3 and follower.poll() is None
+        gate.write_text("go", encoding="utf-8")  # the agent finishes
+        rest, err = follower.communicate(timeout=60)
+        assert follower.returncode == 0, err
+        assert '"result": "did it slowly"' in rest and "---| exited 0" in rest
+        assert rest.rstrip().splitlines()[-1].split()[-1] == "WorkflowCompleted"
+    finally:
+        gate.write_text("go", encoding="utf-8")
+        _, err = run.communicate(timeout=60)
+        if follower is not None and follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    assert run.returncode == 0, err
+
+
+def _wait_for(probe: Callable[[], Any], timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting")
+
+
+def test_the_agents_streamed_usage_is_read_per_cli() -> None:
+    """Claude's repeated message usage counts once; codex's cached tokens are recorded apart; opencode sums steps."""
+    from stepline.executors._cli_agent import AGENTS, StreamedUsage
+
+    claude = StreamedUsage(AGENTS["claude"].streamed_usage)
+    message = {"id": "m1", "usage": {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 100}}
+    for _ in range(2):  # one event per content block, the same message
+        assert claude.feed(json.dumps({"type": "assistant", "message": message}))
+    assert not claude.feed("plain text") and not claude.feed('{"type": "user"}')
+    assert claude.usage == {"input_tokens": 10, "output_tokens": 5, "cached_input_tokens": 100}
+    claude.feed(json.dumps({"type": "result", "total_cost_usd": 0.5,
+                            "usage": {"input_tokens": 11, "output_tokens": 6}}))
+    assert claude.usage["cost_usd"] == 0.5 and claude.usage["input_tokens"] == 11
+    codex = StreamedUsage(AGENTS["codex"].streamed_usage)
+    codex.feed(json.dumps({"type": "turn.completed",
+                           "usage": {"input_tokens": 100, "cached_input_tokens": 40, "output_tokens": 7}}))
+    assert codex.usage == {"input_tokens": 60, "output_tokens": 7, "cached_input_tokens": 40}
+    opencode = StreamedUsage(AGENTS["opencode"].streamed_usage)
+    for n in (1, 2):
+        opencode.feed(json.dumps({"type": "step_finish", "part": {"id": f"p{n}", "tokens": {"input": 5, "output": 1},
+                                                                  "cost": 0.25}}))
+    assert opencode.usage == {"input_tokens": 10, "output_tokens": 2, "cost_usd": 0.5}
