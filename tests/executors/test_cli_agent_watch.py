@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -199,13 +200,17 @@ def test_the_agents_output_is_in_stepline_logs_while_it_runs(tmp_path: Path, mon
         follower = subprocess.Popen([str(STEPLINE), "logs", run_id, "-f", "-C", str(project)], env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert follower.stdout is not None
-        first = [follower.stdout.readline() for _ in range(len(lines))]
-        assert "".join(first).count(" out| working on part") == 3 and follower.poll() is None
+        printed: list[str] = []
+        reader = threading.Thread(target=lambda: printed.extend(iter(follower.stdout.readline, "")), daemon=True)
+        reader.start()
+        _wait_for(lambda: sum(" out| working on part" in line for line in printed) == 3)
+        assert follower.poll() is None and run.poll() is None  # following a run whose agent is still at work
         gate.write_text("go", encoding="utf-8")  # the agent finishes
-        rest, err = follower.communicate(timeout=60)
-        assert follower.returncode == 0, err
+        assert follower.wait(timeout=60) == 0, follower.stderr.read() if follower.stderr else ""
+        reader.join(timeout=10)
+        rest = "".join(printed)
         assert '"result": "did it slowly"' in rest and "---| exited 0" in rest
-        assert rest.rstrip().splitlines()[-1].split()[-1] == "WorkflowCompleted"
+        assert "WorkflowCompleted" in rest.rstrip().splitlines()[-1]
     finally:
         gate.write_text("go", encoding="utf-8")
         _, err = run.communicate(timeout=60)
