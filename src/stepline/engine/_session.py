@@ -4,11 +4,13 @@ Each call gets a deterministic key ``<step>/<attempt>/<invocation>/<index>``. A 
 recorded returns its recorded result (replay); a call with a visible effect (writing a file, running a tool)
 is journaled as started and made durable *before* the effect, so a crash between the two is detected on
 resume and the effect is redone idempotently (a file append is truncated back to its recorded length first)
-or, for a tool that is not idempotent, the step blocks for a person instead of running it twice.
+or, for a tool that is not idempotent, its effect is read back from the disk where the tool can tell (done:
+recorded, not run again; not done: run) and otherwise the step blocks for a person instead of running it twice.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 from collections.abc import Awaitable, Callable, Iterable
@@ -16,9 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stepline.errors import NondeterminismError, StepFailed, ToolError, UsageError
+from stepline.engine._signals import StepBlocked
+from stepline.engine._tools import tool_spec
+from stepline.errors import NondeterminismError, StepFailed, UsageError
 from stepline.executors import StepRequest, StepSession, WriteMode
-from stepline.model import Event, EventType
+from stepline.model import Event, EventType, ToolResult
+from stepline.time import isoformat, now
 
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
@@ -185,16 +190,63 @@ class JournaledSession(StepSession):
             result: dict[str, Any] = recorded["result"]
             return result
         args = dict(args or {})
-        if started is not None and not self.ctx.engine.tool_is_idempotent(name):
-            raise ToolError(f"tool {name!r} was running when the process stopped; it may or may not have "
-                            f"finished", hint=f"check its effect, then `stepline resume {self.ctx.run.run_id}` "
-                            "re-runs the step", retryable=False)
+        rerun: str | None = None
         if started is None:
-            self.ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "call_tool",
-                                                   "args": {"name": name, "args": args}}, sync=True)
+            intent: dict[str, Any] = {"name": name, "args": args}
+            spec = tool_spec(name)
+            check = spec.effect if spec is not None else None
+            before = check.before(args, str(self.ctx.project_root)) if check is not None else None
+            if before is not None:  # the state the call changes, to read its effect back after a crash
+                intent["effect_before"] = before
+            self.ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "call_tool", "args": intent}, sync=True)
+        elif not self.ctx.engine.tool_is_idempotent(name):
+            done, rerun = await self._interrupted_tool(key, name, args, started["args"].get("effect_before"))
+            if done is not None:
+                self._record(key, "call_tool", {"name": name, "args": args}, done)
+                return done
         result = await self.ctx.run_tool(name, args, gate_suffix=str(self.index))
+        if rerun is not None:
+            result["after_crash"] = rerun
         self._record(key, "call_tool", {"name": name, "args": args}, result)
         return result
+
+    async def _interrupted_tool(self, key: str, name: str, args: dict[str, Any], before: Any
+                                ) -> tuple[dict[str, Any] | None, str]:
+        """A non-idempotent call whose intent is journaled but not its result: ``(its result, why)`` when it
+        is not to run again, ``(None, why)`` when it runs again.
+
+        The disk answers where the tool can read its effect back (:class:`~stepline.tools.EffectCheck`);
+        otherwise a person does, at the gate ``rerun:<tool>:<call key>``: approved, the call runs again;
+        rejected, it is recorded as finished without running. Until then the step blocks (in every mode:
+        nobody else can know what happened).
+        """
+        what = f"{name} {args['script']}" if isinstance(args.get("script"), str) else name
+        spec = tool_spec(name)
+        check = spec.effect if spec is not None else None
+        found = None
+        if check is not None and isinstance(before, dict):
+            found = await asyncio.to_thread(check.happened, args, str(self.ctx.project_root), before)
+        if found is False:
+            return None, "the process stopped while it ran and its effect is not on disk: run again"
+        why = "the process stopped while it ran; its effect is on disk: recorded done, not rerun"
+        if found is None:
+            gate_id = f"rerun:{name}:{key}"
+            decision = self.ctx.engine.calls.decisions.get(gate_id)
+            if decision is None:
+                reason = (f"tool {what!r} was running when the process stopped and its effect cannot be checked; "
+                          "approve to run it again, reject if it had finished")
+                self.ctx.engine.gates.open(gate_id, kind="tool", step_id=self.ctx.spec.id, reason=reason,
+                                           phase=self.ctx.spec.phase)
+                raise StepBlocked(f"{reason} (gate {gate_id})", gate_id)
+            if decision["decision"] == "approved":
+                return None, f"the process stopped while it ran; approved at gate {gate_id}: run again"
+            why = f"the process stopped while it ran; rejected at gate {gate_id} (it had finished): not rerun"
+        stamp = isoformat(now())
+        record = ToolResult(name=name, status="ok", risk=spec.risk if spec is not None else "low", started_at=stamp,
+                            ended_at=stamp, step_id=self.ctx.spec.id, args=args).model_dump(mode="json")
+        record["after_crash"] = why
+        self.ctx.engine.record_tool_result(record)
+        return record, why
 
     async def decide(self, value: bool, reason: str) -> None:
         """Answer a decide request."""

@@ -12,9 +12,9 @@ from stepline.model import EventType, Risk
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
     from stepline.engine._runner import Engine
-    from stepline.tools import ToolPipeline
+    from stepline.tools import ToolPipeline, ToolSpec
 
-__all__ = ["run_tool_for_step", "tool_is_idempotent"]
+__all__ = ["run_tool_for_step", "tool_is_idempotent", "tool_spec"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,14 @@ def tool_is_idempotent(name: str) -> bool:
 
     registry = default_registry()
     return name in registry and registry.get(name).idempotent
+
+
+def tool_spec(name: str) -> ToolSpec | None:
+    """The spec of tool ``name`` (its risk, how to check its effect), None for a tool that does not exist."""
+    from stepline.tools import default_registry
+
+    registry = default_registry()
+    return registry.get(name) if name in registry else None
 
 
 async def run_tool_for_step(engine: Engine, ctx: StepContext, name: str, args: dict[str, Any], *,

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     )
     from stepline.tools._policy import ToolPolicy
     from stepline.tools._spec import (
+        EffectCheck,
         ToolCommand,
         ToolContext,
         ToolHandler,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ApprovalLookup",
+    "EffectCheck",
     "EventCallback",
     "ToolCallLike",
     "ToolCommand",
@@ -73,6 +75,7 @@ __all__ = [
 
 _EXPORTS: dict[str, str] = {
     "ApprovalLookup": "_pipeline",
+    "EffectCheck": "_spec",
     "EventCallback": "_pipeline",
     "ToolCallLike": "_pipeline",
     "ToolCommand": "_spec",

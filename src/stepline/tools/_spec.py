@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # not at run time: worker processes import this module and mu
     from stepline.model import Risk
 
 __all__ = [
+    "EffectCheck",
     "RunOutcome",
     "ToolCommand",
     "ToolContext",
@@ -85,6 +86,22 @@ It runs in a separate worker process, so it must be a module-level function (pic
 Raise :class:`~stepline.errors.ToolError` with ``retryable=True`` for failures worth trying again.
 """
 
+@dataclass(frozen=True, slots=True)
+class EffectCheck:
+    """How to tell, after a crash, whether a call of a tool that is not idempotent had its effect.
+
+    A call's intent is journaled before it runs; a crash after the intent and before the result leaves its
+    outcome unknown. ``before(args, project_root)`` is called just before the intent is journaled and returns
+    the state the call will change (journaled with the intent), or ``None`` when this call's effect cannot be
+    checked. On resume ``happened(args, project_root, before)`` looks at the disk: ``True`` (the effect is
+    there: the call is recorded done, not run again), ``False`` (it is not: the call runs), or ``None``
+    (cannot tell: the step stops for a person). Both run in the engine's process and must only read files.
+    """
+
+    before: Callable[[dict[str, Any], str], dict[str, Any] | None]
+    happened: Callable[[dict[str, Any], str, dict[str, Any]], bool | None]
+
+
 ToolCommand = Callable[[dict[str, Any]], Sequence[str]]
 """A tool that is a program: ``command(args)`` returns the argv to run, e.g. ``["/bin/sh", "-c", ...]``.
 
@@ -107,6 +124,8 @@ class ToolSpec:
 
     ``required`` is the tool's default for whether its failure fails the step (a step's call may also
     mark it required). ``idempotent`` says running it twice is harmless: only idempotent tools are retried.
+    ``effect`` (for a tool that is not idempotent) tells whether an interrupted call had its effect, so a
+    resumed run neither repeats it nor stops for a person when the disk shows it.
     ``timeout_seconds`` overrides the policy's timeout for this tool.
     """
 
@@ -119,6 +138,7 @@ class ToolSpec:
     required: bool = False
     idempotent: bool = False
     timeout_seconds: float | None = None
+    effect: EffectCheck | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
