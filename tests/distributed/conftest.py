@@ -38,8 +38,9 @@ def _ray_cli() -> str:
 
 def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     # The nodes' processes see this checkout's stepline and, as agent CLIs installed on every node, the fake ones
-    # of tests/fakes/bin (run by this interpreter).
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0",
+    # of tests/fakes/bin (run by this interpreter). FAKE_LOG: where the sprint tests' fake agent, run on a node,
+    # notes each call (the nodes' own file: a test's process never sets it there).
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "FAKE_LOG": str(log.parent / "agents.jsonl"),
            "PYTHONPATH": os.pathsep.join([str(HERE.parents[1] / "src"), os.environ.get("PYTHONPATH", "")]),
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), str(HERE.parent / "fakes" / "bin"),
                                     os.environ.get("PATH", "")])}
@@ -79,7 +80,13 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> list[int]:
 
 
 @pytest.fixture(scope="session")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def ray_cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cluster's temp folder: its logs, and ``agents.jsonl``, the FAKE_LOG of agents run on its nodes."""
+    return Path(tmp_path_factory.mktemp("ray"))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(ray_cluster_dir: Path) -> Iterator[str]:
     """The address of a two-node Ray cluster on 127.0.0.1 that this test process is connected to."""
     import ray_agents
 
@@ -87,7 +94,8 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     saved = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"  # for the nodes, this process and the CLI processes tests start
     port = _free_port()
-    temp = Path(tmp_path_factory.mktemp("ray"))
+    temp = ray_cluster_dir
+    (temp / "agents.jsonl").touch()
     common = ["--node-ip-address", "127.0.0.1", "--object-store-memory", str(80 * 1024 * 1024),
               "--disable-usage-stats"]
     procs = [_start(["--head", "--port", str(port), "--num-cpus", "2", "--include-dashboard", "false",
@@ -95,7 +103,8 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     address = f"127.0.0.1:{port}"
     try:
         _wait_for_port(port, procs[0], temp / "head.log")
-        procs.append(_start(["--address", address, "--num-cpus", "2", *common], temp / "worker.log"))
+        # 2 + 3 CPUs: the concurrency chosen from the cluster (5) is not the local default (4).
+        procs.append(_start(["--address", address, "--num-cpus", "3", *common], temp / "worker.log"))
         ray.init(address=address, log_to_driver=False, logging_level="warning")
         deadline = time.monotonic() + 60
         while sum(1 for n in ray.nodes() if n["Alive"]) < 2:
