@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from stepline.executors._budget import Prices
 from stepline.model import Run, RunStatus, StepStatus, WorkflowSpec
 from stepline.sprint._driver import parse_findings, story_workflow
 from stepline.sprint._flow import Budget, SprintFlow, next_stage
@@ -79,13 +80,14 @@ def test_the_flow_stops_at_a_stage_that_did_not_complete() -> None:
 
 
 def test_usage_is_summed_and_weighed_by_price_when_no_cost_is_reported() -> None:
-    prices = {"input": 3.0, "output": 15.0, "cache_read": 0.3}
+    prices = Prices(input=3.0, output=15.0, cache_read=0.3)
     records = [
         {"op": "memo:cli-agent:claude", "result": {"usage": {"input_tokens": 1000, "output_tokens": 100,
                                                              "cache_read_input_tokens": 10000}}},
         {"op": "memo:cli-agent:claude", "result": {"usage": {"input_tokens": 5, "output_tokens": 5,
                                                              "cost_usd": 0.5}}},
-        {"op": "memo:cli-agent:codex", "result": {"usage": {"input_tokens": 2000, "cached_input_tokens": 1500,
+        # the cli-agent records codex's cache reads apart from its input tokens, as the LLM executors do
+        {"op": "memo:cli-agent:codex", "result": {"usage": {"input_tokens": 500, "cached_input_tokens": 1500,
                                                             "output_tokens": 0}}},
         {"op": "read", "result": {"usage": {"input_tokens": 99}}},  # not a model call
     ]

@@ -90,7 +90,7 @@ def test_the_loop_commits_the_honest_story_catches_the_liar_and_the_breaker_and_
     assert [status[k]["attempts"] for k in ("1-1-add", "1-2-sub", "1-3-mul", "1-4-div")] == [1, 2, 2, 3]
     assert status["1-4-div"]["state"] == "deferred" and status["1-1-add"]["state"] == "completed"
     assert (status["1-1-add"]["stage"], status["1-4-div"]["stage"]) == ("advance (completed)", "defer (completed)")
-    assert status["1-1-add"]["tokens"] == 3 * 1200  # a build and two review layers, as the agents reported
+    assert status["1-1-add"]["tokens"] == 3 * 1700  # a build and two review layers: input, output, cache reads
     runs = {r["key"]: r["run_id"] for r in results.values()}
     from stepline import Engine
     from stepline.store import RunStore

@@ -62,6 +62,8 @@ class BudgetsSection(_Section):
     """Per story and per loop; ``warn`` reports going past a limit, ``enforce`` defers the story / stops."""
 
     mode: Literal["warn", "enforce"] = "warn"
+    #: What an enforced limit does to a story: ``defer`` it, or ``escalate`` (a person answers defer or continue).
+    on_exceeded: Literal["defer", "escalate"] = "defer"
     story: BudgetLimit = Field(default_factory=BudgetLimit)
     run: BudgetLimit = Field(default_factory=BudgetLimit)
     #: Dollars per million tokens, for executors that report tokens but no cost.

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from stepline import time
 from stepline.engine._runner import register_driver
-from stepline.errors import ExecutorError, StepFailed
+from stepline.errors import BudgetExceeded, ExecutorError, StepFailed
+from stepline.executors._budget import BUDGET_HINT, CallBudget, Prices
 from stepline.model import EventType, Run, WorkflowSpec
 from stepline.sprint._board import read_board, set_status, status_rank
 from stepline.sprint._flow import CHECKPOINTS, STAGES, Budget, SprintFlow
@@ -156,21 +157,35 @@ def _config(ctx: StepContext) -> dict[str, Any]:
     return config
 
 
+def _prices(ctx: StepContext) -> Prices:
+    budgets = _config(ctx).get("budgets") or {}
+    return Prices(input=float(budgets.get("input_per_mtok", 3.0)), output=float(budgets.get("output_per_mtok", 15.0)),
+                  cache_read=float(budgets.get("cache_read_per_mtok", 0.3)))
+
+
 def _usage(ctx: StepContext) -> Usage:
+    """What the story's earlier stages used (this stage's own usage left out: a stage run again after a crash
+    decides as it did the first time)."""
     total = Usage()
     for name, value in _vars(ctx).items():
-        if name.startswith("sprint_usage:") and isinstance(value, dict):
+        if name.startswith("sprint_usage:") and name != f"sprint_usage:{ctx.spec.id}" and isinstance(value, dict):
             total = total + Usage.from_dict(value)
     return total
 
 
-def _note_usage(ctx: StepContext) -> None:
-    budgets = _config(ctx).get("budgets") or {}
-    prices = {"input": float(budgets.get("input_per_mtok", 3.0)), "output": float(budgets.get("output_per_mtok", 15.0)),
-              "cache_read": float(budgets.get("cache_read_per_mtok", 0.3))}
+def _stage_usage(ctx: StepContext) -> Usage:
+    """What this stage's calls used, as journaled."""
     prefix = ctx.spec.id + "/"
-    records = [r for k, r in ctx.engine.calls.recorded.items() if k.startswith(prefix)]
-    _set(ctx, f"sprint_usage:{ctx.spec.id}", usage_of_calls(records, prices).to_dict())
+    return usage_of_calls([r for k, r in ctx.engine.calls.recorded.items() if k.startswith(prefix)], _prices(ctx))
+
+
+def _note_usage(ctx: StepContext) -> None:
+    _set(ctx, f"sprint_usage:{ctx.spec.id}", _stage_usage(ctx).to_dict())
+
+
+def _enforced(ctx: StepContext) -> bool:
+    """Whether the budgets stop the story (``enforce``, unless a person let this story go on past them)."""
+    return (_config(ctx).get("budgets") or {}).get("mode") == "enforce" and not _vars(ctx).get("sprint_budget_waived")
 
 
 def _over_budget(ctx: StepContext) -> str | None:
@@ -186,11 +201,54 @@ def _over_budget(ctx: StepContext) -> str | None:
         problem = f"the loop's budget: {problem}" if problem else None
     else:
         problem = f"the story's budget: {problem}"
-    if problem and budgets.get("mode") == "enforce":
+    if problem and _enforced(ctx):
         return problem
     if problem:
         ctx.emit(EventType.VALIDATION_FAILED, {"check": "budget", "warning": problem})
     return None
+
+
+def _call_budget(ctx: StepContext) -> dict[str, Any] | None:
+    """The budget hint of an agent call of this stage: what the story's and the loop's enforced limits leave
+    (the stage's calls that run at once share it), so a CLI agent that runs past it is stopped mid-call; None
+    when nothing is enforced."""
+    if not _enforced(ctx):
+        return None
+    budgets = _config(ctx).get("budgets") or {}
+    story_used = _usage(ctx) + _stage_usage(ctx)
+    loop_used = story_used + Usage.from_dict(_vars(ctx).get("sprint_spent_before") or {})
+    left: dict[str, list[tuple[float, str]]] = {"tokens": [], "cost_usd": []}
+    for limits, used, whose in ((budgets.get("story") or {}, story_used, "the story's budget"),
+                                (budgets.get("run") or {}, loop_used, "the loop's budget")):
+        if limits.get("tokens") is not None:
+            left["tokens"].append((float(limits["tokens"]) - used.tokens, whose))
+        if limits.get("cost_usd") is not None:
+            left["cost_usd"].append((float(limits["cost_usd"]) - used.cost_usd, whose))
+    tightest = {kind: min(found) for kind, found in left.items() if found}
+    if not tightest:
+        return None
+    owners = {owner for _, owner in tightest.values()}
+    return CallBudget(tokens=tightest["tokens"][0] if "tokens" in tightest else None,
+                      cost_usd=tightest["cost_usd"][0] if "cost_usd" in tightest else None, prices=_prices(ctx),
+                      what=owners.pop() if len(owners) == 1 else "the story's and the loop's budgets",
+                      pool=f"{ctx.run.run_id}/{ctx.spec.id}/{ctx.attempt}").to_hint()
+
+
+async def _budget_spent(ctx: StepContext, why: str) -> bool:
+    """The story's enforced budget is spent (``why``): defer it, or — with ``budgets.on_exceeded: escalate`` —
+    ask a person (``stepline answer RUN defer|continue``). True when the stage must stop (the story is deferred);
+    False when the person let the story go on (its budgets then only warn)."""
+    key = str(_vars(ctx)["sprint_story"])
+    if (_config(ctx).get("budgets") or {}).get("on_exceeded") == "escalate":
+        question = (f"Story {key} went past its budget ({why}). Answer defer (set the story aside) or continue "
+                    "(let it go on; its budgets then only warn).")
+        answer = await ctx.engine.human.ask(ctx, question, ["defer", "continue"], f"{ctx.spec.id}-budget")
+        if answer.strip().lower().startswith("continue"):
+            _set(ctx, "sprint_budget_waived", True)
+            return False
+    ctx.step.choice, ctx.step.summary = "over-budget", why
+    _set(ctx, "sprint_reason", why)
+    return True
 
 
 # -- stages ---------------------------------------------------------------------------------------------------------
@@ -274,17 +332,25 @@ def _build_prompt(ctx: StepContext) -> str:
 
 
 async def _build(ctx: StepContext) -> None:
-    if problem := _over_budget(ctx):
-        ctx.step.choice, ctx.step.summary = "over-budget", f"not built: {problem}"
-        _set(ctx, "sprint_reason", ctx.step.summary)
+    if (problem := _over_budget(ctx)) and await _budget_spent(ctx, f"not built: {problem}"):
         return
     timeout = float(_config(ctx).get("agent_timeout_seconds") or 3600)
+    hints: dict[str, Any] = {"cli_mode": "write", "stage": "build", "story": _vars(ctx)["sprint_story"]}
+    if budget := _call_budget(ctx):
+        hints[BUDGET_HINT] = budget
     try:
         outcome = await asyncio.wait_for(
             ctx.invoke("work", title=f"build story {_vars(ctx)['sprint_story']}", content=_build_prompt(ctx),
-                       context={"project_root": str(_workspace(ctx))},
-                       hints={"cli_mode": "write", "stage": "build", "story": _vars(ctx)["sprint_story"]}),
+                       context={"project_root": str(_workspace(ctx))}, hints=hints),
             timeout=timeout)
+    except BudgetExceeded as exc:  # the agent was stopped mid-call: journaled as stopped, with what it used
+        _note_usage(ctx)
+        _record_evidence(ctx, f"{ctx.spec.id}: {exc.message}", "L1")
+        if not await _budget_spent(ctx, f"the agent was stopped mid-build: {exc.message}"):
+            ctx.step.choice, ctx.step.summary = "failed", f"{exc.message}; a person let the story go on"
+            _set(ctx, "sprint_feedback", "- you were stopped before you finished (the budget ran out): finish the "
+                                         "story now")
+        return
     except (ExecutorError, TimeoutError) as exc:  # the agent's failure is the story's, not the loop's
         message = str(exc) or f"the agent ran past {timeout:.0f}s"
         ctx.step.choice, ctx.step.summary = "failed", f"the agent failed: {message}"
@@ -441,9 +507,7 @@ async def _review(ctx: StepContext) -> None:
     if not review_cfg.get("enabled", True):
         ctx.step.choice, ctx.step.summary = "skipped", "review disabled in config/sprint.yaml"
         return
-    if problem := _over_budget(ctx):
-        ctx.step.choice, ctx.step.summary = "over-budget", f"not reviewed: {problem}"
-        _set(ctx, "sprint_reason", ctx.step.summary)
+    if (problem := _over_budget(ctx)) and await _budget_spent(ctx, f"not reviewed: {problem}"):
         return
     key = str(_vars(ctx)["sprint_story"])
     workspace = _workspace(ctx)
@@ -466,19 +530,30 @@ async def _review(ctx: StepContext) -> None:
 
     at_once = asyncio.Semaphore(ctx.engine.concurrency)  # --concurrency (on Ray: the cluster's CPUs by default)
 
+    stopped: list[str] = []
+
     async def one(layer: ReviewLayer) -> tuple[ReviewLayer, str]:
+        hints: dict[str, Any] = {"cli_mode": "analysis", "stage": "review", "layer": layer.id, "story": key}
         try:
             async with at_once:  # waiters go in the order they came: invocations stay numbered in layer order
+                if budget := _call_budget(ctx):  # what is left when this layer starts (the running share it)
+                    hints[BUDGET_HINT] = budget
                 outcome = await ctx.invoke("work", title=f"review {key}: {layer.name}", content=content(layer),
-                                           context={"project_root": str(workspace)},
-                                           hints={"cli_mode": "analysis", "stage": "review", "layer": layer.id,
-                                                  "story": key})
+                                           context={"project_root": str(workspace)}, hints=hints)
+        except BudgetExceeded as exc:
+            stopped.append(f"{layer.id}: {exc.message}")
+            return layer, ""
         except ExecutorError as exc:
             return layer, f"escalate: the {layer.name} reviewer failed: {exc}"
         return layer, outcome.summary or ""
 
     results = await asyncio.gather(*(one(layer) for layer in layers))  # invocations numbered in layer order
     _note_usage(ctx)
+    if stopped:  # a reviewer stopped mid-call: the round is not whole; the budget decides what comes next
+        for line in stopped:
+            _record_evidence(ctx, f"{ctx.spec.id}: {line}", "L1")
+        if await _budget_spent(ctx, "a reviewer was stopped mid-review: " + "; ".join(sorted(stopped))):
+            return
     findings = [{**f, "layer": layer.id} for layer, report in results for f in parse_findings(report)]
     for finding in findings:
         _record_evidence(ctx, f"{finding['layer']} [{finding['triage']}] {finding['text']}", "L0")

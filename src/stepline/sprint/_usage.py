@@ -1,10 +1,13 @@
-"""What the agents' calls cost: tokens and dollars from the executors' reported usage (pure)."""
+"""What the agents' calls cost: tokens and dollars from the executors' reported usage, weighed as a call's
+budget is (:func:`stepline.executors._budget.weigh`; pure)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from stepline.executors._budget import Prices, weigh
 
 __all__ = ["Usage", "over_limit", "usage_of_calls"]
 
@@ -43,21 +46,12 @@ class Usage:
                    int(raw.get("calls") or 0))
 
 
-def _one(raw: Mapping[str, Any], prices: Mapping[str, float]) -> Usage:
-    cache = float(raw.get("cache_read_input_tokens") or raw.get("cached_input_tokens") or raw.get("cache_read_tokens")
-                  or 0)
-    inp = float(raw.get("input_tokens") or 0)
-    out = float(raw.get("output_tokens") or 0)
-    if "cached_input_tokens" in raw:  # codex counts cached tokens inside input_tokens
-        inp = max(0.0, inp - cache)
-    cost = float(raw.get("cost_usd") or 0)
-    if cost <= 0:  # no price reported: weigh by the configured prices, cache reads at theirs
-        cost = (inp * prices.get("input", 0) + out * prices.get("output", 0)
-                + cache * prices.get("cache_read", 0)) / 1e6
-    return Usage(inp, out, cache, cost, 1)
+def _one(raw: Mapping[str, Any], prices: Prices) -> Usage:
+    spent = weigh(raw, prices)
+    return Usage(spent.input_tokens, spent.output_tokens, spent.cache_read_tokens, spent.cost_usd, 1)
 
 
-def usage_of_calls(records: Iterable[Mapping[str, Any]], prices: Mapping[str, float]) -> Usage:
+def usage_of_calls(records: Iterable[Mapping[str, Any]], prices: Prices) -> Usage:
     """Sum the usage the executors journaled with their calls (a memo result carrying ``usage``)."""
     total = Usage()
     for record in records:
