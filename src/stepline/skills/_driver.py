@@ -48,7 +48,7 @@ from stepline.engine._context import StepContext
 from stepline.engine._flow import CursorFlow
 from stepline.engine._runner import register_driver
 from stepline.errors import ReaderError, StepFailed
-from stepline.executors import STANDING_HINT, MenuOption, standing_text
+from stepline.executors import MenuOption
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
 from stepline.formats._prose import lean_step_text
@@ -208,23 +208,9 @@ def _entry_rules(ctx: StepContext) -> str:
     """The entry document's standing rules (not its activation, not its pointer to the first step)."""
     skill = _skill(ctx)
     files = read_skill_files(Path(skill["root"]))
-    if files.kind != "step-files":  # a sections skill: the sections before its activation (the rest run as steps)
-        end = next((i for i, s in enumerate(files.sections) if "activation" in s.title.lower()), 0)
-        return _render(ctx, "\n\n".join(s.text for s in files.sections[:end]))
     keep = [s.text for s in files.sections if "activation" not in s.title.lower() and "step-" not in s.text
             and s.title.lower() != "conventions"]
     return _render(ctx, "\n\n".join(keep))
-
-
-def _standing(ctx: StepContext, **more: Any) -> dict[str, Any]:
-    """The hints of a request that sees the whole run (issue 21): the skill's standing rules and the persistent
-    facts activation loaded, the same text for every request of the run, which the executor sends once in the
-    prefix a provider caches, instead of restated in each step's context."""
-    facts = [f"- {f['fact']}" if "fact" in f else f"- {f['path']}:\n{f['text']}"
-             for f in ctx.variables.get("persistent_facts") or [] if isinstance(f, dict) and ("fact" in f or
-                                                                                             f.get("text"))]
-    text = _entry_rules(ctx) + ("\n\n## Persistent facts\n" + "\n".join(facts) if facts else "")
-    return {STANDING_HINT: standing_text(text, ctx.run.workflow.variables), **more}
 
 
 # --------------------------------------------------------------------------------------------------- activate
@@ -288,56 +274,26 @@ async def _activate(ctx: StepContext) -> None:
     _move(ctx, ctx.spec.meta.get("next"))
 
 
-#: An activation item the runtime has done (``activate``): resolving the customization, running the prepend and
-#: append steps (each a step of its own), loading the persistent facts and the config, the closing check of them.
-_RUNTIME_ACTIVATION = re.compile(
-    r"(?i)resolve_customization|resolve\s+(the\s+)?\w+\s+block|activation_steps_(prepend|append)|"
-    r"execute\s+(prepend|append)\s+steps|persistent[_ ]facts|load\s+config|config(\.user)?\.yaml|"
-    r"activation\s+is\s+complete")
-
-
-def _activation_left(text: str) -> tuple[str, list[str]]:
-    """The activation section without the items the runtime has done, and the first line of each left out.
-
-    An item is a subsection (``### Step 2: Load Persistent Facts``), else a top-level numbered item or paragraph
-    (``3. Treat every entry in {workflow.persistent_facts} …``); one that speaks of those mechanisms is the
-    runtime's. What is left (a persona, a greeting, a menu to present) is judgement, for the executor."""
-    lines = text.splitlines()
-    body = "\n".join(lines[1:] if lines and lines[0].startswith("#") else lines)  # the section's own heading
-    subsections = re.split(r"(?m)^(?=#{3,6}\s)", body)
-    items = subsections if len(subsections) > 1 else re.split(r"(?m)^(?=\d+\.\s|\S)", body)
-    kept: list[str] = []
-    dropped: list[str] = []
-    for item in filter(str.strip, items):
-        first = item.strip().splitlines()[0]
-        (dropped if _RUNTIME_ACTIVATION.search(first if first.startswith("#") else item) else kept).append(item)
-    return "".join(kept).strip(), [item.strip().splitlines()[0][:80] for item in dropped]
-
-
 async def _on_activation(ctx: StepContext) -> None:
     skill = _skill(ctx)
     files = read_skill_files(Path(skill["root"]))
     section = next((s for s in files.sections if "activation" in s.title.lower()), None)
     raw = section.text if section else ""
-    left, runtime = _activation_left(raw)
-    if not left.strip():  # nothing but what the runtime did: no request (issue 21)
-        _hand_over(ctx, "activation", files.entry.path, raw, "", left_out={"runtime": runtime}, requested=False)
-        ctx.step.summary = "activation done by the runtime: " + ("; ".join(runtime) or "nothing to do")
-        _move(ctx, ctx.spec.meta.get("next"))
-        return
     done = ("The runtime has already resolved the customization, loaded the config and the persistent facts "
-            "(above), and runs each activation_steps_prepend/append entry as a step of its own. Do only what is "
-            "left of the activation below; do not start the main workflow.")
-    content = f"{done}\n\n{_render(ctx, left)}"
-    _hand_over(ctx, "activation", files.entry.path, raw, content, left_out={"runtime": runtime})
-    outcome = await ctx.invoke("work", content=content, context=_base_context(ctx), hints=_standing(ctx))
+            "(variable persistent_facts), and runs each activation_steps_prepend/append entry as a step of its "
+            "own. Do only what is left of the activation below (greeting, headless detection); do not start "
+            "the main workflow.")
+    body = _render(ctx, raw) if raw else "(the skill has no activation section)"
+    content = f"{done}\n\n{body}"
+    _hand_over(ctx, "activation", files.entry.path, raw, content)
+    outcome = await ctx.invoke("work", content=content, context=_base_context(ctx))
     ctx.step.summary = outcome.summary
     _move(ctx, ctx.spec.meta.get("next"))
 
 
 async def _instruction(ctx: StepContext) -> None:
     text = _render(ctx, str(ctx.spec.meta["text"]))
-    outcome = await ctx.invoke("work", content=text, context=_base_context(ctx), hints=_standing(ctx))
+    outcome = await ctx.invoke("work", content=text, context=_base_context(ctx))
     ctx.step.summary = outcome.summary
     _move(ctx, ctx.spec.meta.get("next"))
 
@@ -351,8 +307,7 @@ async def _shim(ctx: StepContext) -> None:
                f"{ctx.variables.get('intent') or '(its own detection)'} and this skill's customization fields. "
                f"Do only what this skill asks before forwarding (its notice).\n\n{_render(ctx, raw)}")
     _hand_over(ctx, "shim", files.skill.path, raw, content)
-    outcome = await ctx.invoke("work", content=content, context={**_base_context(ctx), "forwards_to": target},
-                               hints=_standing(ctx))
+    outcome = await ctx.invoke("work", content=content, context={**_base_context(ctx), "forwards_to": target})
     ctx.step.summary = outcome.summary
     _move(ctx, ctx.spec.meta.get("next"))
 
@@ -418,7 +373,7 @@ async def _route(ctx: StepContext, doc: SkillDoc) -> tuple[str | None, str, str]
             content=(f"You performed step {meta['file']}. Instead of going on to its next step "
                      f"({default or 'the end'}), it may leave for {routes[0]['file']}"
                      f"{' (a loop back)' if routes[0]['loop'] else ''}. Does the condition below hold now?"),
-            hints=_standing(ctx, default=False), context=_base_context(ctx))
+            hints={"default": False}, context=_base_context(ctx))
         if outcome.decision:
             return target, outcome.reason or "the executor decided the condition holds", "executor"
     return default, ("the step's NEXT" if default else "the step names no next step: the skill ends"), "runtime"
@@ -447,11 +402,7 @@ async def _run_subagents(ctx: StepContext, layers: list[dict[str, Any]]) -> list
     async def one(layer: dict[str, Any]) -> dict[str, Any]:
         async with limit:  # FIFO: the requests are numbered in the layers' order, the same on a resume
             name = str(layer.get("name") or layer.get("id"))
-            # The run's standing text stays in the request (the prefix a provider caches for the whole run), but
-            # the subagent is told to work from its own instruction only, as a fresh context would.
-            content = ("You are a subagent with a fresh context: work only from the instruction below, not from the "
-                       "workflow's standing instructions.\n\n" + _render(ctx, layer["instruction"]))
-            outcome = await ctx.invoke("work", title=f"subagent: {name}", content=content, hints=_standing(ctx),
+            outcome = await ctx.invoke("work", title=f"subagent: {name}", content=_render(ctx, layer["instruction"]),
                                        context={**_base_context(ctx), "subagent": layer.get("id"),
                                                 "fresh_context": True})
         return {"id": layer.get("id"), "name": name, "result": outcome.summary or ""}
@@ -493,8 +444,7 @@ async def _checkpoint(ctx: StepContext, checkpoint: Checkpoint, proposal: str | 
         if handler:
             await ctx.invoke("work", title=f"[{chosen[0]}] {chosen[1]} at {name}:{checkpoint.line}",
                              content=f"At {name}:{checkpoint.line} the person chose [{chosen[0]}] {chosen[1]}. Do what "
-                                     f"the step says for it:\n\n{_render(ctx, handler)}", context=_base_context(ctx),
-                             hints=_standing(ctx))
+                                     f"the step says for it:\n\n{_render(ctx, handler)}", context=_base_context(ctx))
         if "return to checkpoint" not in handler.lower():
             return
         note = ""
@@ -512,7 +462,8 @@ async def _step_file(ctx: StepContext) -> None:
     if not path.is_file():
         raise ReaderError(f"step file {name} does not exist", path=str(path), hint="fix the link to it")
     doc = read_doc(root, path)
-    context = {**_base_context(ctx), "step_file": str(path), "scripts": _scripts(ctx, doc)}
+    context = {**_base_context(ctx), "step_file": str(path), "scripts": _scripts(ctx, doc),
+               "workflow_rules": _entry_rules(ctx)}
     layers = _subagent_layers(ctx, doc.text)
     # The link to the next step file and the rules the runtime keeps are not sent (unless configured).
     lean = None if ctx.engine.config.prompts.full_step_text else lean_step_text(doc.text)
@@ -531,7 +482,7 @@ async def _step_file(ctx: StepContext) -> None:
                    "step's work up to each checkpoint, do not ask it yourself.\n\n" + content)
     _hand_over(ctx, "step", path, doc.text, content, left_out=lean.left_out if lean is not None else None)
     menu = [MenuOption(k, label) for c in checkpoints[:1] for k, label in c.options]
-    outcome = await ctx.invoke("work", content=content, context=context, menu=menu, hints=_standing(ctx))
+    outcome = await ctx.invoke("work", content=content, context=context, menu=menu)
     ctx.step.summary = outcome.summary
     for checkpoint in checkpoints:
         await _checkpoint(ctx, checkpoint, outcome.choice)
@@ -546,7 +497,7 @@ async def _step_file(ctx: StepContext) -> None:
         continuation = ("The layers ran as parallel subagents; their results stand below in place of the layers. "
                         "Continue this step from there (do not redo what came before them).\n\n" + _render(ctx, rest))
         outcome = await ctx.invoke("work", title=f"{name} (after its subagents)", content=continuation,
-                                   context=context, hints=_standing(ctx))
+                                   context=context)
         ctx.step.summary = outcome.summary
     target, reason, by = await _route(ctx, doc)
     _record(ctx, "route", "route", {"from": name}, {"next": target, "reason": reason, "by": by})
@@ -606,8 +557,7 @@ async def _intent(ctx: StepContext) -> None:
                "scripts": _scripts(ctx, SkillDoc(path=Path(ctx.spec.source.path if ctx.spec.source else "."),
                                                  text=text, frontmatter={}, body_line=1, scripts=scripts_in(text))),
                "then": [s.removeprefix("section-") for s in chosen["sections"]]}
-    outcome = await ctx.invoke("work", title=f"intent {chosen['name']}", content=_render(ctx, text), context=context,
-                               hints=_standing(ctx))
+    outcome = await ctx.invoke("work", title=f"intent {chosen['name']}", content=_render(ctx, text), context=context)
     ctx.step.summary += f"; {outcome.summary or 'done'}"
     _move(ctx, chosen["sections"][0] if chosen["sections"] else None, reason=reason, by=by)
 
@@ -660,11 +610,14 @@ async def _section(ctx: StepContext) -> None:
                               path=str(files.entry.path))
         refs = list(ctx.spec.meta.get("references", []))
         raw = section.text + "".join("\n\n" + s.text for s in files.sections if s.title in refs)
+    rules = [s.text for s in files.sections[:next((i for i, s in enumerate(files.sections)
+                                                    if "activation" in s.title.lower()), 0)]]
     content = _render(ctx, raw)
     _hand_over(ctx, "section", files.entry.path, raw, content)
     doc = SkillDoc(path=files.entry.path, text=raw, frontmatter={}, body_line=1, scripts=scripts_in(raw))
-    context = {**_base_context(ctx), "section": ctx.spec.meta.get("title"), "scripts": _scripts(ctx, doc)}
-    outcome = await ctx.invoke("work", content=content, context=context, hints=_standing(ctx))
+    context = {**_base_context(ctx), "section": ctx.spec.meta.get("title"), "scripts": _scripts(ctx, doc),
+               "skill_rules": _render(ctx, "\n\n".join(rules))}
+    outcome = await ctx.invoke("work", content=content, context=context)
     ctx.step.summary = outcome.summary
     _move(ctx, _next_section(ctx))
 
