@@ -9,6 +9,9 @@ behaviour) says:
 ``liar``    the first time only marks the story ``review`` and claims success (no code); then honest;
 ``breaker`` the first time writes its module but breaks an earlier story's code; then honest (and repairs);
 ``stubborn`` always writes a module whose test fails.
+``runaway`` the first time never ends: it starts a child, writes both pids to ``FAKE_PIDS``, and streams claude's
+            per-message usage (1,000 tokens every 50 ms, each running total and its time in ``FAKE_TIMES``);
+            then honest.
 
 Reviews answer ``none``, except that ``FAKE_REVIEW`` (JSON: ``<story prefix>:<layer>[:<step>]`` -> report)
 gives a layer's report (of one review round, when the step is named).
@@ -120,7 +123,25 @@ def _kill_point(prefix: str, stage: str, layer: str | None = None, run: str = ""
     sys.exit(9)
 
 
+def _run_away() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(os.environ["FAKE_PIDS"], "a", encoding="utf-8") as pids:
+        pids.write(f"{os.getpid()} {child.pid}\n")
+    total = 0
+    with open(os.environ["FAKE_TIMES"], "a", encoding="utf-8") as times:
+        for number in range(1, 100000):
+            total += 1000
+            message = {"id": f"msg_{number}", "role": "assistant", "content": [{"type": "text", "text": "thinking"}],
+                       "usage": {"input_tokens": 900, "output_tokens": 100}}
+            print(json.dumps({"type": "assistant", "message": message, "session_id": "runaway"}), flush=True)
+            times.write(f"{total} {time.time()}\n")
+            times.flush()
+            time.sleep(0.05)
+
+
 def build(prefix: str, behaviour: str, retry: bool) -> str:
+    if behaviour == "runaway" and not retry:
+        _run_away()
     if behaviour == "liar" and not retry:
         _mark_review(prefix)
         return "Implemented the story and all its tests pass."
