@@ -24,7 +24,7 @@ from stepline.model import Event
 from stepline.store import read_journal
 
 from .conftest import CORPUS_V611
-from .test_openai import MEMLOG, PRD, WORKSPACE, SkillPolicy
+from .test_openai import BUILD, MEMLOG, PRD, WORKSPACE, SkillPolicy
 
 pytestmark = pytest.mark.slow
 
@@ -163,3 +163,31 @@ def test_a_script_whose_effect_cannot_be_checked_waits_for_a_person(mini: Path, 
     recorded = [e.data["result"] for e in _events(mini, run_id) if e.type == "CallRecorded" and
                 e.data["op"] == "call_tool"]
     assert len(recorded) == 1 and f"{decide.rstrip('e')}ed at gate {gate}" in recorded[0]["after_crash"]
+
+
+@pytest.mark.corpus
+@pytest.mark.skipif(not CORPUS_V611.is_dir(), reason="shared/corpus/bmad/v6.11.0 is not available")
+def test_a_step_file_skill_killed_mid_run_resumes_at_its_first_unfinished_step(
+        v611: Path, server: fake_openai.FakeOpenAI) -> None:
+    """bmad-build killed (SIGKILL) as step-03-implement starts: `stepline resume` continues there; the step files
+    before it are not handed over again, and every step file of the chain is handed over once."""
+    server.reset()
+    server.responder = fake_openai.responder(SkillPolicy())
+    first = subprocess.run([sys.executable, str(CHILD), '"step_id":"step-03-implement"', "1", "--", "run",
+                            str(BUILD), "--executor", "openai", "--yolo", "-C", str(v611), "-q"],
+                           capture_output=True, text=True, timeout=180, env=_env(server))
+    assert first.returncode == -signal.SIGKILL, (first.stdout, first.stderr)
+    run_id = next(p.name for p in (v611 / ".stepline" / "runs").iterdir() if p.name.startswith("run-"))
+    before = _events(v611, run_id)
+    resumed = _resume(v611, server, run_id)
+    assert resumed.returncode == 0, (resumed.stdout, resumed.stderr)
+    events = _events(v611, run_id)
+    assert events[-1].type == "WorkflowCompleted"
+    handed = [Path(e.data["args"]["path"]).stem for e in events if e.type == "CallRecorded"
+              and e.data["op"] == "handover" and e.data["args"]["role"] == "step"]
+    assert handed == ["step-01-clarify-and-route", "step-02-plan", "step-03-implement", "step-04-review",
+                      "step-05-present"]
+    after = events[len(before):]
+    assert not [e for e in after if e.type == "WorkflowStepStarted" and e.step_id in (
+        "activate", "on-activation", "step-01-clarify-and-route", "step-02-plan")]
+    assert [e.step_id for e in after if e.type == "WorkflowStepCompleted"][:1] == ["step-03-implement"]
