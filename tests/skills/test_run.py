@@ -133,16 +133,17 @@ def test_intent_create_is_decided_from_the_disk(mini: Path) -> None:
     assert "## Checklist" in drafting.content and "## Finish" not in drafting.content  # referenced section only
 
 
-def test_an_in_progress_document_is_offered_to_resume(mini: Path) -> None:
-    """With a draft in the output folder the executor picks the intent, told what is in progress."""
-    draft = mini / "out" / "work" / "docs" / "doc-1" / "doc.md"
-    draft.parent.mkdir(parents=True)
-    draft.write_text("---\nstatus: draft\n---\n# Doc\n", encoding="utf-8")
+def test_with_earlier_documents_the_executor_picks_the_intent(mini: Path) -> None:
+    """With a finished document in the output folder (nothing to resume) the executor picks the intent in #yolo;
+    a document in progress is the resume offer's (tests/skills/test_resume_offer.py)."""
+    final = mini / "out" / "work" / "docs" / "doc-1" / "doc.md"
+    final.parent.mkdir(parents=True)
+    final.write_text("---\nstatus: final\n---\n# Doc\n", encoding="utf-8")
     recorder = Recorder()
     run, events = _run(mini, mini / "_bmad" / "mini" / "tiny-doc", recorder)
     asked = next(r for r in recorder.requests if r.kind == "answer")
-    assert asked.choices == ["Create", "Update", "Validate"] and str(draft) in (asked.question or "")
-    assert run.variables["resume_candidates"] == [str(draft)]
+    assert asked.choices == ["Create", "Update", "Validate"]
+    assert "resume_candidates" not in run.variables and not _calls(events, "resume")
     assert _calls(events, "intent")[0]["result"]["by"] == "executor"
 
 

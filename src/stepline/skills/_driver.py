@@ -56,6 +56,7 @@ from stepline.model import EventType, Run, StepStatus, WorkflowSpec
 from stepline.skills._headless import ResultFacts, executor_status, fill_result, pick_shape, result_shapes
 from stepline.skills._load import SKILL_FORMAT
 from stepline.skills._render import CUSTOM_TOKEN, RenderEnv, render_skill_text
+from stepline.skills._resume import InProgress, output_mentions, steps_in_progress
 from stepline.skills._skill import Checkpoint, SkillDoc, checkpoints_in, read_doc, read_skill_files, scripts_in
 
 __all__ = ["SkillFlow", "run_skill_step"]
@@ -453,6 +454,37 @@ async def _checkpoint(ctx: StepContext, checkpoint: Checkpoint, proposal: str | 
                      hint="choose an option that moves on, or raise runtime.max_step_visits")
 
 
+def _first_step_file(ctx: StepContext) -> str | None:
+    return next((s.id for s in ctx.run.workflow.steps if s.meta.get("role") == "step-file"
+                 and s.meta.get("skill") == ctx.spec.meta.get("skill")), None)
+
+
+async def _resumed_step_files(ctx: StepContext) -> bool:
+    """At the first step file: an output the step files name whose ``stepsCompleted`` shows the work half done
+    is offered to resume (see :func:`_offer_resume`); resumed, the run goes on at its first step not done."""
+    skill = _skill(ctx)
+    root = Path(skill["root"])
+    steps = [s for s in ctx.run.workflow.steps if s.meta.get("role") == "step-file"
+             and s.meta.get("skill") == skill["name"]]
+    texts = [read_text(root / str(s.meta["file"])) for s in steps if (root / str(s.meta["file"])).is_file()]
+    paths = []
+    for raw in output_mentions(texts):
+        rendered = _render(ctx, raw)
+        if "{" not in rendered:
+            paths.append(Path(rendered) if Path(rendered).is_absolute() else ctx.project_root / rendered)
+    found = steps_in_progress(paths, [s.id for s in steps], root)
+    if not found:
+        return False
+    resumed = await _offer_resume(ctx, found)
+    if resumed is None:
+        return False
+    document, reason, by = resumed
+    _set_var(ctx, "resume_from", str(document.path))
+    ctx.step.summary = f"not run: {document.path} shows it done ({document.detail}); resumed at {document.resume_at}"
+    _move(ctx, document.resume_at, reason=reason, by=by)
+    return True
+
+
 async def _step_file(ctx: StepContext) -> None:
     _check_visits(ctx)
     skill = _skill(ctx)
@@ -461,9 +493,10 @@ async def _step_file(ctx: StepContext) -> None:
     path = root / name
     if not path.is_file():
         raise ReaderError(f"step file {name} does not exist", path=str(path), hint="fix the link to it")
+    if ctx.spec.id == _first_step_file(ctx) and await _resumed_step_files(ctx):
+        return
     doc = read_doc(root, path)
-    context = {**_base_context(ctx), "step_file": str(path), "scripts": _scripts(ctx, doc),
-               "workflow_rules": _entry_rules(ctx)}
+    context = {**_base_context(ctx), "step_file": str(path), "scripts": _scripts(ctx, doc)}
     layers = _subagent_layers(ctx, doc.text)
     # The link to the next step file and the rules the runtime keeps are not sent (unless configured).
     lean = None if ctx.engine.config.prompts.full_step_text else lean_step_text(doc.text)
@@ -542,11 +575,20 @@ async def _intent(ctx: StepContext) -> None:
             chosen = modes[0]
             reason = f"no earlier document in the skill's output folder: {modes[0]['name']}"
         else:
-            if in_progress:
+            resumed = None
+            if in_progress:  # the skill offers to resume rather than start over
                 _set_var(ctx, "resume_candidates", in_progress)
-            chosen, answer = await _ask_intent(ctx, modes, in_progress)
-            reason = f"chosen: {answer!r}"
-            by = "executor" if ctx.run.mode == "yolo" else "person"
+                resumed = await _offer_resume(ctx, [InProgress(Path(p), _status_detail(Path(p)))
+                                                    for p in in_progress])
+            if resumed is not None:
+                document, reason, by = resumed
+                chosen = next((m for m in modes if "resume" in m["text"].lower()), modes[0])
+                _set_var(ctx, "resume_from", str(document.path))
+                _set_var(ctx, "doc_workspace", str(document.path.parent))
+            else:
+                chosen, answer = await _ask_intent(ctx, modes, [])
+                reason = f"chosen: {answer!r}"
+                by = "executor" if ctx.run.mode == "yolo" else "person"
     _set_var(ctx, "intent", chosen["name"].lower())
     _record(ctx, "intent", "intent", {"modes": names}, {"intent": chosen["name"], "reason": reason, "by": by})
     ctx.step.summary = f"intent {chosen['name']} ({reason})"
@@ -557,9 +599,56 @@ async def _intent(ctx: StepContext) -> None:
                "scripts": _scripts(ctx, SkillDoc(path=Path(ctx.spec.source.path if ctx.spec.source else "."),
                                                  text=text, frontmatter={}, body_line=1, scripts=scripts_in(text))),
                "then": [s.removeprefix("section-") for s in chosen["sections"]]}
+    if ctx.variables.get("resume_from"):
+        context["resume"] = (f"Resume the document in progress {ctx.variables['resume_from']} (its workspace "
+                             f"{ctx.variables.get('doc_workspace')}) rather than starting over: bind no new "
+                             "workspace, do not seed a new memlog; continue from what it and its memlog hold.")
     outcome = await ctx.invoke("work", title=f"intent {chosen['name']}", content=_render(ctx, text), context=context)
     ctx.step.summary += f"; {outcome.summary or 'done'}"
     _move(ctx, chosen["sections"][0] if chosen["sections"] else None, reason=reason, by=by)
+
+
+def _status_detail(path: Path) -> str:
+    status = read_frontmatter(read_text(path), path=str(path)).data.get("status")
+    return f"status: {status}"
+
+
+async def _offer_resume(ctx: StepContext, found: list[InProgress]) -> tuple[InProgress, str, str] | None:
+    """Offer to resume work in progress rather than start over: ``(the document, why, who decided)``, or None
+    to start over. A person is asked (in normal mode); unattended, the runtime resumes the most recently changed
+    document, as the skill would offer. The decision is journaled with its reason."""
+    described = [f"{d.path} ({d.detail}" + (f"; resume at {d.resume_at}" if d.resume_at else "") + ")"
+                 for d in found]
+    picked: InProgress | None = None
+    if ctx.run.mode != "normal":
+        picked = max(found, key=lambda d: d.path.stat().st_mtime)
+        reason = (f"unattended ({ctx.run.mode}): the skill offers to resume work in progress rather than start over;"
+                  f" the runtime resumes the most recently changed: {described[found.index(picked)]}")
+        by = "runtime"
+    else:
+        choices = [f"resume {d.path}" for d in found] + ["start over"]
+        question = "Work in progress found: " + "; ".join(described) + ". Resume it or start over?"
+        note = ""
+        for round_no in range(ctx.engine.config.runtime.max_step_visits):
+            answer = (await ctx.engine.human.ask(ctx, note + question, choices,
+                                                 f"{ctx.spec.id}/{ctx.attempt}/resume/{round_no}")).strip()
+            lowered = answer.lower().strip("[]*. ")
+            if lowered.startswith("start") or lowered in ("s", "new", "n", "no"):
+                break
+            picked = next((d for d in found if str(d.path) in answer), None) or (
+                found[0] if lowered in ("resume", "r", "yes", "y") else None)
+            if picked is not None:
+                break
+            note = f"{answer!r} is not one of: {', '.join(choices)}. "
+        else:
+            raise StepFailed(f"no answer to the resume offer after {ctx.engine.config.runtime.max_step_visits} "
+                             "questions", retryable=False, hint="answer `resume` or `start over`")
+        reason = f"the person chose {answer!r}"
+        by = "person"
+    _record(ctx, "resume", "resume", {"candidates": described},
+            {"choice": "resume" if picked else "start over", "document": str(picked.path) if picked else None,
+             "resume_at": picked.resume_at if picked else None, "reason": reason, "by": by})
+    return (picked, reason, by) if picked is not None else None
 
 
 async def _ask_intent(ctx: StepContext, modes: list[dict[str, Any]], in_progress: list[str]

@@ -1,0 +1,69 @@
+"""Work a skill left in progress, which it would offer to resume (issue 16.8).
+
+Two forms a skill-era release uses: a document whose frontmatter ``status`` is not final (``prd.md`` with
+``status: draft`` in the skill's output folder: "offer to resume rather than starting over"), and a step-file
+skill's output whose frontmatter ``stepsCompleted`` lists the steps done ("Document progress in output file
+frontmatter using `stepsCompleted`"). This module finds the second kind's candidates and reads which steps are
+done; the driver offers them. Pure: reads files, never imports the engine.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stepline.formats._files import read_text
+from stepline.formats._frontmatter import read_frontmatter
+
+__all__ = ["InProgress", "output_mentions", "steps_in_progress"]
+
+#: ``{planning_artifacts}/epics.md``, ``{{.work_folder}}/log.md``: an output path as step files name them.
+_OUTPUT = re.compile(r"(\{\{?\.?[\w.-]+\}?\}(?:/[\w.{}-]+)*/[\w.-]+\.md)")
+_NUMBER = re.compile(r"step-0*(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class InProgress:
+    """A document left in progress: where it is, what shows it, and the step to resume at (step files)."""
+
+    path: Path
+    detail: str
+    resume_at: str | None = None
+
+
+def output_mentions(texts: Iterable[str]) -> list[str]:
+    """The output paths (with their placeholders) the texts name, in order, once each."""
+    return list(dict.fromkeys(m[1] for text in texts for m in _OUTPUT.finditer(text)))
+
+
+def _matches(entry: Any, step: str) -> bool:
+    """Whether a ``stepsCompleted`` entry (``2``, ``"step-02"``, ``"step-02-plan"``) names ``step``."""
+    number = _NUMBER.match(Path(step).name)
+    if isinstance(entry, int) and not isinstance(entry, bool):
+        return number is not None and int(number[1]) == entry
+    text = str(entry).strip().removesuffix(".md")
+    if text.isdigit():
+        return number is not None and int(number[1]) == int(text)
+    given = _NUMBER.match(Path(text).name)
+    return Path(text).name == Path(step).name or (given is not None and number is not None and
+                                                  int(given[1]) == int(number[1]) and "-" not in text[len(given[0]):])
+
+
+def steps_in_progress(paths: Iterable[Path], steps: list[str], skill_root: Path,
+                      exists: Callable[[Path], bool] = Path.is_file) -> list[InProgress]:
+    """Documents (outside the skill) whose frontmatter ``stepsCompleted`` names some of ``steps`` (step ids, in
+    chain order) but not all: each with the first step it does not name."""
+    found = []
+    for path in paths:
+        if not exists(path) or path.resolve().is_relative_to(skill_root.resolve()):
+            continue
+        done = read_frontmatter(read_text(path), path=str(path)).data.get("stepsCompleted")
+        if not isinstance(done, list) or not done:
+            continue
+        remaining = [step for step in steps if not any(_matches(entry, step) for entry in done)]
+        if remaining and len(remaining) < len(steps):
+            found.append(InProgress(path, f"stepsCompleted: {done}", remaining[0]))
+    return found
