@@ -176,7 +176,8 @@ def measure(name: str, release: str, workflow: Path, entries: tuple[Path, ...], 
         requests, steps, written = run_stepline(project.resolve(), workflow)
         ours = [_text(request) for request in requests]
         first = requests[0]
-        system = "".join(m["content"] for m in first["messages"] if m["role"] == "system")
+        # the protocol's system text only: the run's standing part is workflow.md / the config, which it reads
+        system = "".join(m["content"] for m in first["messages"] if m["role"] == "system").split("\n\nWorkflow: ")[0]
         tools = json.dumps(first.get("tools") or [], sort_keys=True)
         files = [project / entry for entry in entries if (project / entry).is_file()]
         theirs = prompt_run(files, system, tools, steps, list(written.values()))

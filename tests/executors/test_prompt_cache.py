@@ -13,7 +13,7 @@ from fakes.policy import Policy
 from fakes.runs import memo_records
 from stepline import Engine
 from stepline.engine import build_timeline
-from stepline.executors import MenuOption, StepRequest
+from stepline.executors import STANDING_HINT, MenuOption, StepRequest
 from stepline.executors._llm import build_prompt, protocol_tools
 from stepline.interfaces.cli._app import run_cli
 from stepline.model import StepSpec, WorkflowSpec
@@ -25,22 +25,40 @@ def _workflow() -> WorkflowSpec:
                                         body=f"Write section {n} about {{{{topic}}}}.") for n in range(1, 4)])
 
 
-def _prefix(system: str, tools: list[dict[str, Any]], user: str) -> str:
-    return json.dumps(tools, sort_keys=True) + system + user.split("\n\n# Step ", 1)[0]
-
-
 def test_the_shared_prefix_does_not_change_with_the_step() -> None:
-    """Two requests of one run that differ in their step's text, kind, menu and variables: tools, system text and
-    the run's line are the same bytes, and the step's part comes after them."""
+    """Two requests of one run that differ in their step's text, kind, menu and variables: tools and the system
+    text (protocol, the run's line, the run's standing instructions) are the same bytes; the step's part comes
+    after them, in the user message."""
+    standing = {STANDING_HINT: "**Goal:** notes that a reader trusts.\n\n## Configuration\n- user_name: Ada"}
     first = StepRequest(kind="work", run_id="r", step_id="a", title="A", content="Write about {topic}.",
-                        workflow_id="wf", mode="yolo", variables={"topic": "t"}, hints={"outputs": ["out/a.md"]})
+                        workflow_id="wf", mode="yolo", variables={"topic": "t"},
+                        hints={"outputs": ["out/a.md"], **standing})
     second = StepRequest(kind="choose", run_id="r", step_id="b", title="B", content="A much longer text " * 50,
                          workflow_id="wf", mode="yolo", menu=[MenuOption("C", "Continue")],
-                         variables={"topic": "t", "more": "u"})
+                         variables={"topic": "t", "more": "u"}, hints=standing)
     (system_a, user_a), (system_b, user_b) = build_prompt(first), build_prompt(second)
-    assert system_a == system_b
-    assert _prefix(system_a, protocol_tools(), user_a) == _prefix(system_b, protocol_tools(), user_b)
-    assert user_a.startswith("Workflow: wf.\n\n# Step a: A") and user_b.startswith("Workflow: wf.\n\n# Step b: B")
+    assert system_a == system_b and "Workflow: wf." in system_a and "notes that a reader trusts" in system_a
+    assert "- user_name: Ada" in system_a and "notes that a reader trusts" not in user_a
+    assert user_a.startswith("# Step a: A") and user_b.startswith("# Step b: B")
+    # a request without the standing text (a fresh context) still shares the protocol and the run's line
+    bare = StepRequest(kind="work", run_id="r", step_id="c", title="C", workflow_id="wf", mode="yolo")
+    assert system_a.startswith(build_prompt(bare)[0] + "\n\n")
+    assert json.dumps(protocol_tools(), sort_keys=True) == json.dumps(protocol_tools(), sort_keys=True)
+
+
+def test_only_the_variables_a_step_names_are_sent() -> None:
+    """A variable is named as a placeholder, in code, or (a name that is no plain word) as a word; a plain word in
+    prose (``name``, ``description``) is not the variable: its value stays out, its name is listed."""
+    request = StepRequest(kind="work", run_id="r", step_id="a", title="A", workflow_id="wf",
+                          content="Ask the user for a name and a description. Greet {user_name}; set `date`; "
+                                  "write to output_folder.",
+                          variables={"name": "wf-name", "description": "a long description " * 20,
+                                     "user_name": "Ada", "date": "2026-01-01", "output_folder": "out",
+                                     "spec_file": "x"})
+    _, user = build_prompt(request)
+    assert '"user_name": "Ada"' in user and '"date": "2026-01-01"' in user and '"output_folder": "out"' in user
+    assert "a long description" not in user and "wf-name" not in user
+    assert "Also set (not named by this step): description, name, spec_file" in user
 
 
 def _run(tmp_path: Path, provider: str, server: Any, responder: Any, prices: dict[str, Any]) -> tuple[Engine, Any]:

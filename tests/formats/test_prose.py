@@ -128,3 +128,26 @@ def test_the_brief_is_sent_lean_the_journal_says_what_was_left_out_and_a_switch_
         assert all(entry["left_out"] is None for entry in handovers)
     else:
         assert any("MENU OPTIONS" in " ".join(entry["left_out"]["sections"]) for entry in handovers)
+
+
+def test_sections_the_step_files_repeat_go_once_to_the_standing_text() -> None:
+    """A section repeated word for word in at least half of a workflow's step files is shared: each step's lean
+    text leaves it out (and says so), a section of one file stays; workflow.md keeps its goal and role only."""
+    from stepline.formats._prose import shared_sections, workflow_standing
+
+    rules = "### Universal Rules:\n\n- Speak as a facilitator\n- Never invent the user's facts\n"
+    steps = [f"# Step {n}\n\n## RULES\n\n{rules}\n### Step-Specific Rules:\n\n- only step {n}\n\n## Do\n\nWork {n}.\n"
+             for n in range(1, 4)]
+    shared = shared_sections([lean_step_text(text).text for text in steps])
+    assert shared == (rules + "\n",)
+    lean = lean_step_text(steps[1], shared)
+    assert "Never invent" not in lean.text and "only step 2" in lean.text and "Work 2." in lean.text
+    assert lean.shared == ("Universal Rules:",) and lean.left_out["shared"] == ["Universal Rules:"]
+    assert shared_sections([steps[0]]) == ()  # one file repeats nothing
+    entry = ("---\nname: w\n---\n\n# W\n\n**Goal:** a brief.\n\n**Your Role:** an analyst.\n\n---\n\n"
+             "## WORKFLOW ARCHITECTURE\n\n- **Just-In-Time Loading**: only the current step\n\n"
+             "## INITIALIZATION SEQUENCE\n\n### 1. Configuration Loading\n\nLoad config.yaml\n\n"
+             "## RESEARCH BEHAVIOR\n\n- cite sources\n")
+    standing = workflow_standing(entry)
+    assert "**Goal:** a brief." in standing and "an analyst" in standing and "cite sources" in standing
+    assert "Just-In-Time" not in standing and "config.yaml" not in standing and "name: w" not in standing

@@ -104,10 +104,13 @@ def test_bmad_build_with_the_openai_executor(v611: Path, server: fake_openai.Fak
                                           "step-04-review", "step-05-present"]
     assert policy.errors == []
     kinds = policy.kinds()
-    # six steps, plus step-02's checkpoint choice acted on, step-04's three review layers as subagents and its
-    # continuation; the checkpoint answered as the user (#yolo); step-01's three other routes and step-04's two
-    # loops back are the model's decides
-    assert kinds["work"] == 6 + 1 + 3 + 1 and kinds["answer"] == 1 and kinds["decide"] == 3 + 2
+    # five step files (the activation is all runtime mechanics: no request), plus step-02's checkpoint choice acted
+    # on, step-04's three review layers as subagents and its continuation; the checkpoint answered as the user
+    # (#yolo); step-01's three other routes and step-04's two loops back are the model's decides
+    assert kinds["work"] == 5 + 1 + 3 + 1 and kinds["answer"] == 1 and kinds["decide"] == 3 + 2
+    activation = next(e.data for e in events if e.type == "CallRecorded" and e.data["op"] == "handover"
+                      and e.data["result"]["role"] == "activation")["result"]
+    assert activation["requested"] is False and len(activation["left_out"]["runtime"]) == 3
     custom = next(e.data for e in events if e.type == "CallRecorded" and e.data["op"] == "customization")
     assert [layer["id"] for layer in custom["result"]["values"]["review_layers"]] == [
         "blind-hunter", "edge-case-hunter", "verification-gap"]

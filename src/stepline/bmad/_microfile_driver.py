@@ -39,9 +39,10 @@ from stepline.engine._runner import register_driver
 from stepline.engine._session import sha256_file
 from stepline.engine._signals import StepBlocked
 from stepline.errors import NotFoundError, ReaderError, StepFailed
+from stepline.executors import STANDING_HINT, standing_text
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import mark_step_completed, read_frontmatter, update_frontmatter
-from stepline.formats._prose import lean_step_text
+from stepline.formats._prose import lean_step_text, shared_sections, workflow_standing
 from stepline.model import EventType, Run, StepSpec, StepStatus, WorkflowSpec
 from stepline.store import atomic_write_bytes
 
@@ -295,6 +296,27 @@ def _check_rounds(ctx: StepContext, round_no: int) -> None:
                          hint="the executor keeps choosing options that return to the menu")
 
 
+def _shared_sections(ctx: StepContext) -> tuple[str, ...]:
+    """The sections the workflow's step files repeat word for word (see :func:`formats._prose.shared_sections`)."""
+    texts = []
+    for spec in ctx.run.workflow.steps:
+        file = Path(str(spec.meta.get("file") or ""))
+        if file.suffix == ".md" and file.is_file():
+            texts.append(lean_step_text(read_text(file)).text)
+    return shared_sections(texts)
+
+
+def _standing(ctx: StepContext, shared: tuple[str, ...]) -> str:
+    """The run's standing instructions (issue 21): workflow.md's goal and role and the rules its step files repeat,
+    the same text for every step, which a model executor sends once in the prefix a provider caches."""
+    source = ctx.run.workflow.source
+    entry = Path(source.path) if source is not None else None
+    readable = entry is not None and entry.suffix == ".md" and entry.is_file()
+    goal = workflow_standing(read_text(entry)) if entry is not None and readable else ""
+    text = render_variables("\n\n".join(filter(None, (goal, *(s.strip("\n") for s in shared)))), ctx.variables)
+    return standing_text(text, ctx.run.workflow.variables)
+
+
 def _read_step(ctx: StepContext, path: Path) -> tuple[str, list[str]]:
     """The step file's text (read now, just in time) and its frontmatter warnings; unusable frontmatter fails."""
     try:
@@ -460,8 +482,10 @@ async def _run_step_file(ctx: StepContext) -> None:
     if document is not None:
         _create_document(ctx, document)
     env = {**ctx.variables, **meta["frontmatter"]}
-    # The menu, the next-step loading and the frontmatter rules are the runtime's: not sent (unless configured).
-    lean = None if ctx.engine.config.prompts.full_step_text else lean_step_text(text)
+    # The menu, the next-step loading and the frontmatter rules are the runtime's: not sent (unless configured);
+    # the rules every step file repeats go once, with workflow.md's goal and role, in the run's standing text.
+    shared = _shared_sections(ctx)
+    lean = None if ctx.engine.config.prompts.full_step_text else lean_step_text(text, shared)
     content = render_variables(lean.text if lean is not None else text, env)
     visited = frozenset(str(s.meta.get("file")) for s in ctx.run.workflow.steps
                         if ctx.run.steps.get(s.id) is not None and ctx.run.steps[s.id].status != StepStatus.PENDING)
@@ -472,7 +496,8 @@ async def _run_step_file(ctx: StepContext) -> None:
         "work", content=content, menu=[o.as_menu_option() for o in options],
         context={"step_file": str(path), "data": data, "output": str(output) if output else None,
                  "warnings": warnings},
-        hints={"output": output is not None, "outputs": [str(output)] if output else []})
+        hints={"output": output is not None, "outputs": [str(output)] if output else [],
+               STANDING_HINT: _standing(ctx, shared if lean is not None else ())})
     ctx.step.summary = outcome.summary
     target: str | None = meta.get("next")
     if options:

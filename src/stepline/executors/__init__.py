@@ -10,10 +10,19 @@ from stepline.executors._base import (
     register_executor,
 )
 from stepline.executors._dryrun import DryRunExecutor, default_choice
-from stepline.executors._protocol import MenuOption, RequestKind, StepRequest, StepSession, WriteMode
+from stepline.executors._protocol import (
+    STANDING_HINT,
+    MenuOption,
+    RequestKind,
+    StepRequest,
+    StepSession,
+    WriteMode,
+    standing_text,
+)
 from stepline.executors._scripted import ScriptedExecutor, load_script
 
 __all__ = [
+    "STANDING_HINT",
     "DryRunExecutor",
     "Executor",
     "ExecutorFactory",
@@ -28,4 +37,5 @@ __all__ = [
     "default_choice",
     "load_script",
     "register_executor",
+    "standing_text",
 ]

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import time
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Iterator
@@ -27,7 +28,7 @@ from typing import Any, ClassVar
 
 from stepline.errors import ExecutorError, NotFoundError, StepFailed, ToolError, UsageError
 from stepline.executors._base import Executor
-from stepline.executors._protocol import StepRequest, StepSession, WriteMode
+from stepline.executors._protocol import STANDING_HINT, StepRequest, StepSession, WriteMode
 from stepline.executors._reliability import Backoff, CircuitBreaker, Reliability
 
 __all__ = [
@@ -273,15 +274,29 @@ _KIND = {
 
 
 def build_prompt(request: StepRequest) -> tuple[str, str]:
-    """The system and user messages for ``request``: the current step only, secrets redacted."""
+    """The system and user messages for ``request``: the current step only, secrets redacted.
+
+    The system message is what every request of the run shares byte for byte, so that a provider caches it once
+    and reads it after (with the tools, which precede it): the protocol, the run mode, the workflow's name and the
+    run's standing instructions a driver hands over as ``hints["standing"]`` — workflow-level text that is the same
+    for the whole run (a skill's standing rules, a workflow's goal and role), sent once here instead of restated in
+    each step. A request that must not see them (a subagent's fresh context) has none, and shares the part before.
+    The user message is the step's own part.
+    """
     from stepline.guardrails import redact, redact_obj
 
     mode = ("Run mode #yolo: do not wait for confirmations; where a question needs an answer, answer it yourself "
             "as an expert user would." if request.mode == "yolo" else "")
-    system = _SYSTEM.format(mode=mode).strip()  # the same for every request of the run: the cached prefix
-    parts = [f"Workflow: {request.workflow_id or '-'}.",  # the run's own, before anything of the step
-             f"# Step {request.step_id}: {request.title}",
+    shared = [_SYSTEM.format(mode=mode).strip(), f"Workflow: {request.workflow_id or '-'}."]
+    standing = str(request.hints.get(STANDING_HINT) or "").strip()
+    if standing:
+        shared.append("## Standing instructions of this workflow (for every step)\n" + standing)
+    system = redact("\n\n".join(shared))
+    parts = [f"# Step {request.step_id}: {request.title}",
              _KIND[request.kind].format(section=request.section) + f"\nAttempt {request.attempt}."]
+    if standing and request.context.get("fresh_context"):  # a subagent: the shared prefix is not its context
+        parts[1] += ("\nYou are a subagent with a fresh context: work only from the instructions below, not from "
+                     "the workflow's standing instructions.")
     if request.content:
         parts.append("## Step instructions\n" + request.content)
     if request.condition:
@@ -315,7 +330,7 @@ def _variables(request: StepRequest) -> str:
     """The run's variables the step refers to (by name, in its text), and only the names of the others: a step
     rarely needs more, and every request carrying all of them is the largest repeated part of a run's prompts."""
     text = "\n".join(filter(None, (request.content, request.question, request.condition, request.title)))
-    used = {name: value for name, value in request.variables.items() if name and name in text}
+    used = {name: value for name, value in request.variables.items() if name and _names(text, name)}
     others = sorted(name for name in request.variables if name not in used)
     from stepline.guardrails import redact_obj
 
@@ -323,6 +338,20 @@ def _variables(request: StepRequest) -> str:
     if others:
         lines.append("Also set (not named by this step): " + ", ".join(others))
     return "\n".join(lines)
+
+
+_PLAIN_WORD = re.compile(r"[A-Za-z]+")
+
+
+def _names(text: str, name: str) -> bool:
+    """Whether ``text`` refers to the variable ``name``: as a placeholder (``{name}``, ``{{name}}``) or in code
+    (`` `name` ``); a name that is no plain word (``user_name``, ``skill-root``) also where it stands as a word. A
+    plain word (``name``, ``description``) standing in prose is the word, not the variable."""
+    if f"{{{name}}}" in text or f"`{name}`" in text:
+        return True
+    if _PLAIN_WORD.fullmatch(name):
+        return False
+    return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text) is not None
 
 
 def _relative_to(root: str) -> Callable[[str], str]:

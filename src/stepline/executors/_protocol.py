@@ -18,7 +18,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["MenuOption", "RequestKind", "StepRequest", "StepSession", "WriteMode"]
+__all__ = ["STANDING_HINT", "MenuOption", "RequestKind", "StepRequest", "StepSession", "WriteMode", "standing_text"]
+
+#: The hint (``StepRequest.hints``) a driver sets to the run's standing instructions: workflow-level text that is
+#: the same for every request of the run that sees the whole run (a skill's standing rules, the facts activation
+#: loaded). A model executor sends it once in the prefix a provider caches (issue 21), not in each step's part.
+STANDING_HINT = "standing"
+
+
+def standing_text(instructions: str, variables: dict[str, Any]) -> str:
+    """The text of a run's standing hint: the workflow-level ``instructions``, then the run's configuration (the
+    workflow's variables as loaded — config values, the project's folders — which every step may need)."""
+    facts = [f"- {name}: {value}" for name, value in sorted(variables.items())
+             if isinstance(value, str | int | float | bool) and str(value).strip() and "\n" not in str(value)]
+    return "\n\n".join(filter(None, (instructions.strip(), "## Configuration\n" + "\n".join(facts) if facts else "")))
 
 #: What the runtime wants: do a step's work, generate one template section, decide a yes/no condition,
 #: answer a question as a simulated expert user (``#yolo``), or pick a menu option.

@@ -18,6 +18,13 @@ only cost, and an instruction the model must then ignore.
 
 Everything else stays, in order. What was left out is returned (the headings of the sections, and the count of
 single lines), so the journal can say it, and a run can be configured to send the full text instead.
+
+Two more helpers put workflow-level text where a provider caches it (once per run, not once per step):
+:func:`shared_sections` finds the sections a workflow's step files repeat word for word (BMAD restates its
+universal rules and the role in every step file, for an agent that may have lost them), which
+``lean_step_text(text, shared=…)`` then leaves out of each step's own text; :func:`workflow_standing` is a workflow
+entry file's judgement (its goal, its role) without its step-file architecture and initialisation, which the
+runtime owns.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["LeanText", "lean_step_text"]
+__all__ = ["LeanText", "lean_step_text", "shared_sections", "workflow_standing"]
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
@@ -54,11 +61,14 @@ class LeanText:
     lines: int = 0
     #: Whether the frontmatter was left out.
     frontmatter: bool = False
+    #: Headings of the sections the workflow's step files share (sent once, in the run's standing text).
+    shared: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def left_out(self) -> dict[str, object]:
         """What the journal records of it."""
-        return {"sections": list(self.sections), "lines": self.lines, "frontmatter": self.frontmatter}
+        return {"sections": list(self.sections), "lines": self.lines, "frontmatter": self.frontmatter,
+                "shared": list(self.shared)}
 
 
 def _without_frontmatter(lines: list[str]) -> tuple[list[str], bool]:
@@ -70,8 +80,47 @@ def _without_frontmatter(lines: list[str]) -> tuple[list[str], bool]:
     return lines, False
 
 
-def lean_step_text(text: str) -> LeanText:
-    """``text`` without the control prose the runtime owns (see the module docstring)."""
+def _split_sections(text: str) -> list[str]:
+    """``text`` cut before each heading (outside code fences): each part is a heading with its own body."""
+    parts: list[str] = []
+    current: list[str] = []
+    in_fence = False
+    for line in text.splitlines(keepends=True):
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        if not in_fence and _HEADING.match(line) and current:
+            parts.append("".join(current))
+            current = []
+        current.append(line)
+    if current:
+        parts.append("".join(current))
+    return parts
+
+
+def _heading_of(section: str) -> re.Match[str] | None:
+    lines = section.splitlines()
+    return _HEADING.match(lines[0]) if lines else None
+
+
+def _has_body(section: str) -> bool:
+    return bool(section.strip()) and len([line for line in section.splitlines() if line.strip()]) > 1
+
+
+def shared_sections(texts: list[str]) -> tuple[str, ...]:
+    """The sections (a heading and its own body) that recur byte for byte in at least half of ``texts`` (a
+    workflow's step files, after :func:`lean_step_text`), and in at least two; in order of first appearance."""
+    counts: dict[str, int] = {}
+    for text in texts:
+        for section in dict.fromkeys(_split_sections(text)):
+            if _heading_of(section) and _has_body(section):
+                counts[section] = counts.get(section, 0) + 1
+    least = max(2, (len(texts) + 1) // 2)
+    return tuple(section for section, count in counts.items() if count >= least)
+
+
+def lean_step_text(text: str, shared: tuple[str, ...] = ()) -> LeanText:
+    """``text`` without the control prose the runtime owns (see the module docstring), and without the
+    ``shared`` sections (see :func:`shared_sections`), which the run sends once for every step."""
     lines, frontmatter = _without_frontmatter(text.splitlines(keepends=True))
     kept: list[str] = []
     sections: list[str] = []
@@ -98,8 +147,44 @@ def lean_step_text(text: str) -> LeanText:
             continue
         kept.append(line)
     lean = re.sub(r"\n{3,}", "\n\n", "".join(kept)).strip("\n")
+    moved: list[str] = []
+    if shared and lean:
+        own = []
+        for section in _split_sections(lean + "\n"):
+            if section in shared:
+                moved.append(section.splitlines()[0].lstrip("#").strip())
+            else:
+                own.append(section)
+        lean = re.sub(r"\n{3,}", "\n\n", "".join(own)).strip("\n")
     return LeanText(text=lean + "\n" if lean else "", sections=tuple(sections), lines=dropped_lines,
-                    frontmatter=frontmatter)
+                    frontmatter=frontmatter, shared=tuple(moved))
+
+
+#: Sections of a workflow entry file (``workflow.md``) about the step-file machinery and the initialisation (config
+#: loading, the first step's file) — the runtime's.
+_RUNTIME_SECTION = re.compile(r"(?i)workflow\s+architecture|initiali[sz]ation|^\W*execution\W*$|first\s+step")
+
+
+def workflow_standing(text: str) -> str:
+    """A workflow entry file's standing instructions: its text (goal, role, rules about the work) without the
+    frontmatter, the control prose :func:`lean_step_text` leaves out, and the sections about the step-file
+    architecture, the initialisation and loading the first step."""
+    kept: list[str] = []
+    skipping_level = 0
+    for section in _split_sections(lean_step_text(text).text):
+        heading = _heading_of(section)
+        if heading is not None:
+            level = len(heading[1])
+            if skipping_level and level > skipping_level:
+                continue
+            skipping_level = level if _RUNTIME_SECTION.search(heading[2]) else 0
+            if skipping_level:
+                continue
+        elif skipping_level:
+            continue
+        kept.append(section)
+    standing = re.sub(r"\n(\s*---\s*\n)+", "\n", "".join(kept))  # rules between the dropped sections
+    return re.sub(r"\n{3,}", "\n\n", standing).strip("\n")
 
 
 #: Work the executor does (a report to save, content to write): a line asking for it stays, even when it also

@@ -48,7 +48,7 @@ from stepline.engine._context import StepContext
 from stepline.engine._flow import CursorFlow
 from stepline.engine._runner import register_driver
 from stepline.errors import ReaderError, StepFailed
-from stepline.executors import MenuOption
+from stepline.executors import STANDING_HINT, MenuOption, standing_text
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
 from stepline.formats._prose import lean_step_text
@@ -209,9 +209,23 @@ def _entry_rules(ctx: StepContext) -> str:
     """The entry document's standing rules (not its activation, not its pointer to the first step)."""
     skill = _skill(ctx)
     files = read_skill_files(Path(skill["root"]))
+    if files.kind != "step-files":  # a sections skill: the sections before its activation (the rest run as steps)
+        end = next((i for i, s in enumerate(files.sections) if "activation" in s.title.lower()), 0)
+        return _render(ctx, "\n\n".join(s.text for s in files.sections[:end]))
     keep = [s.text for s in files.sections if "activation" not in s.title.lower() and "step-" not in s.text
             and s.title.lower() != "conventions"]
     return _render(ctx, "\n\n".join(keep))
+
+
+def _standing(ctx: StepContext, **more: Any) -> dict[str, Any]:
+    """The hints of a request that sees the whole run (issue 21): the skill's standing rules and the persistent
+    facts activation loaded, the same text for every request of the run, which the executor sends once in the
+    prefix a provider caches, instead of restated in each step's context."""
+    facts = [f"- {f['fact']}" if "fact" in f else f"- {f['path']}:\n{f['text']}"
+             for f in ctx.variables.get("persistent_facts") or [] if isinstance(f, dict) and ("fact" in f or
+                                                                                             f.get("text"))]
+    text = _entry_rules(ctx) + ("\n\n## Persistent facts\n" + "\n".join(facts) if facts else "")
+    return {STANDING_HINT: standing_text(text, ctx.run.workflow.variables), **more}
 
 
 # --------------------------------------------------------------------------------------------------- activate
@@ -275,26 +289,56 @@ async def _activate(ctx: StepContext) -> None:
     _move(ctx, ctx.spec.meta.get("next"))
 
 
+#: An activation item the runtime has done (``activate``): resolving the customization, running the prepend and
+#: append steps (each a step of its own), loading the persistent facts and the config, the closing check of them.
+_RUNTIME_ACTIVATION = re.compile(
+    r"(?i)resolve_customization|resolve\s+(the\s+)?\w+\s+block|activation_steps_(prepend|append)|"
+    r"execute\s+(prepend|append)\s+steps|persistent[_ ]facts|load\s+config|config(\.user)?\.yaml|"
+    r"activation\s+is\s+complete")
+
+
+def _activation_left(text: str) -> tuple[str, list[str]]:
+    """The activation section without the items the runtime has done, and the first line of each left out.
+
+    An item is a subsection (``### Step 2: Load Persistent Facts``), else a top-level numbered item or paragraph
+    (``3. Treat every entry in {workflow.persistent_facts} …``); one that speaks of those mechanisms is the
+    runtime's. What is left (a persona, a greeting, a menu to present) is judgement, for the executor."""
+    lines = text.splitlines()
+    body = "\n".join(lines[1:] if lines and lines[0].startswith("#") else lines)  # the section's own heading
+    subsections = re.split(r"(?m)^(?=#{3,6}\s)", body)
+    items = subsections if len(subsections) > 1 else re.split(r"(?m)^(?=\d+\.\s|\S)", body)
+    kept: list[str] = []
+    dropped: list[str] = []
+    for item in filter(str.strip, items):
+        first = item.strip().splitlines()[0]
+        (dropped if _RUNTIME_ACTIVATION.search(first if first.startswith("#") else item) else kept).append(item)
+    return "".join(kept).strip(), [item.strip().splitlines()[0][:80] for item in dropped]
+
+
 async def _on_activation(ctx: StepContext) -> None:
     skill = _skill(ctx)
     files = read_skill_files(Path(skill["root"]))
     section = next((s for s in files.sections if "activation" in s.title.lower()), None)
     raw = section.text if section else ""
+    left, runtime = _activation_left(raw)
+    if not left.strip():  # nothing but what the runtime did: no request (issue 21)
+        _hand_over(ctx, "activation", files.entry.path, raw, "", left_out={"runtime": runtime}, requested=False)
+        ctx.step.summary = "activation done by the runtime: " + ("; ".join(runtime) or "nothing to do")
+        _move(ctx, ctx.spec.meta.get("next"))
+        return
     done = ("The runtime has already resolved the customization, loaded the config and the persistent facts "
-            "(variable persistent_facts), and runs each activation_steps_prepend/append entry as a step of its "
-            "own. Do only what is left of the activation below (greeting, headless detection); do not start "
-            "the main workflow.")
-    body = _render(ctx, raw) if raw else "(the skill has no activation section)"
-    content = f"{done}\n\n{body}"
-    _hand_over(ctx, "activation", files.entry.path, raw, content)
-    outcome = await ctx.invoke("work", content=content, context=_base_context(ctx))
+            "(above), and runs each activation_steps_prepend/append entry as a step of its own. Do only what is "
+            "left of the activation below; do not start the main workflow.")
+    content = f"{done}\n\n{_render(ctx, left)}"
+    _hand_over(ctx, "activation", files.entry.path, raw, content, left_out={"runtime": runtime})
+    outcome = await ctx.invoke("work", content=content, context=_base_context(ctx), hints=_standing(ctx))
     ctx.step.summary = outcome.summary
     _move(ctx, ctx.spec.meta.get("next"))
 
 
 async def _instruction(ctx: StepContext) -> None:
     text = _render(ctx, str(ctx.spec.meta["text"]))
-    outcome = await ctx.invoke("work", content=text, context=_base_context(ctx))
+    outcome = await ctx.invoke("work", content=text, context=_base_context(ctx), hints=_standing(ctx))
     ctx.step.summary = outcome.summary
     _move(ctx, ctx.spec.meta.get("next"))
 
@@ -308,7 +352,8 @@ async def _shim(ctx: StepContext) -> None:
                f"{ctx.variables.get('intent') or '(its own detection)'} and this skill's customization fields. "
                f"Do only what this skill asks before forwarding (its notice).\n\n{_render(ctx, raw)}")
     _hand_over(ctx, "shim", files.skill.path, raw, content)
-    outcome = await ctx.invoke("work", content=content, context={**_base_context(ctx), "forwards_to": target})
+    outcome = await ctx.invoke("work", content=content, context={**_base_context(ctx), "forwards_to": target},
+                               hints=_standing(ctx))
     ctx.step.summary = outcome.summary
     _move(ctx, ctx.spec.meta.get("next"))
 
@@ -374,7 +419,7 @@ async def _route(ctx: StepContext, doc: SkillDoc) -> tuple[str | None, str, str]
             content=(f"You performed step {meta['file']}. Instead of going on to its next step "
                      f"({default or 'the end'}), it may leave for {routes[0]['file']}"
                      f"{' (a loop back)' if routes[0]['loop'] else ''}. Does the condition below hold now?"),
-            hints={"default": False}, context=_base_context(ctx))
+            hints=_standing(ctx, default=False), context=_base_context(ctx))
         if outcome.decision:
             return target, outcome.reason or "the executor decided the condition holds", "executor"
     return default, ("the step's NEXT" if default else "the step names no next step: the skill ends"), "runtime"
@@ -403,7 +448,10 @@ async def _run_subagents(ctx: StepContext, layers: list[dict[str, Any]]) -> list
     async def one(layer: dict[str, Any]) -> dict[str, Any]:
         async with limit:  # FIFO: the requests are numbered in the layers' order, the same on a resume
             name = str(layer.get("name") or layer.get("id"))
+            # The run's standing text stays in the request (the prefix a provider caches for the whole run); the
+            # executor tells the subagent that a fresh context works from its own instruction only.
             outcome = await ctx.invoke("work", title=f"subagent: {name}", content=_render(ctx, layer["instruction"]),
+                                       hints=_standing(ctx),
                                        context={**_base_context(ctx), "subagent": layer.get("id"),
                                                 "fresh_context": True})
         return {"id": layer.get("id"), "name": name, "result": outcome.summary or ""}
@@ -445,7 +493,8 @@ async def _checkpoint(ctx: StepContext, checkpoint: Checkpoint, proposal: str | 
         if handler:
             await ctx.invoke("work", title=f"[{chosen[0]}] {chosen[1]} at {name}:{checkpoint.line}",
                              content=f"At {name}:{checkpoint.line} the person chose [{chosen[0]}] {chosen[1]}. Do what "
-                                     f"the step says for it:\n\n{_render(ctx, handler)}", context=_base_context(ctx))
+                                     f"the step says for it:\n\n{_render(ctx, handler)}", context=_base_context(ctx),
+                             hints=_standing(ctx))
         if "return to checkpoint" not in handler.lower():
             return
         note = ""
@@ -515,7 +564,7 @@ async def _step_file(ctx: StepContext) -> None:
                    "step's work up to each checkpoint, do not ask it yourself.\n\n" + content)
     _hand_over(ctx, "step", path, doc.text, content, left_out=lean.left_out if lean is not None else None)
     menu = [MenuOption(k, label) for c in checkpoints[:1] for k, label in c.options]
-    outcome = await ctx.invoke("work", content=content, context=context, menu=menu)
+    outcome = await ctx.invoke("work", content=content, context=context, menu=menu, hints=_standing(ctx))
     ctx.step.summary = outcome.summary
     for checkpoint in checkpoints:
         await _checkpoint(ctx, checkpoint, outcome.choice)
@@ -530,7 +579,7 @@ async def _step_file(ctx: StepContext) -> None:
         continuation = ("The layers ran as parallel subagents; their results stand below in place of the layers. "
                         "Continue this step from there (do not redo what came before them).\n\n" + _render(ctx, rest))
         outcome = await ctx.invoke("work", title=f"{name} (after its subagents)", content=continuation,
-                                   context=context)
+                                   context=context, hints=_standing(ctx))
         ctx.step.summary = outcome.summary
     target, reason, by = await _route(ctx, doc)
     _record(ctx, "route", "route", {"from": name}, {"next": target, "reason": reason, "by": by})
@@ -603,7 +652,8 @@ async def _intent(ctx: StepContext) -> None:
         context["resume"] = (f"Resume the document in progress {ctx.variables['resume_from']} (its workspace "
                              f"{ctx.variables.get('doc_workspace')}) rather than starting over: bind no new "
                              "workspace, do not seed a new memlog; continue from what it and its memlog hold.")
-    outcome = await ctx.invoke("work", title=f"intent {chosen['name']}", content=_render(ctx, text), context=context)
+    outcome = await ctx.invoke("work", title=f"intent {chosen['name']}", content=_render(ctx, text), context=context,
+                               hints=_standing(ctx))
     ctx.step.summary += f"; {outcome.summary or 'done'}"
     _move(ctx, chosen["sections"][0] if chosen["sections"] else None, reason=reason, by=by)
 
@@ -699,14 +749,11 @@ async def _section(ctx: StepContext) -> None:
                               path=str(files.entry.path))
         refs = list(ctx.spec.meta.get("references", []))
         raw = section.text + "".join("\n\n" + s.text for s in files.sections if s.title in refs)
-    rules = [s.text for s in files.sections[:next((i for i, s in enumerate(files.sections)
-                                                    if "activation" in s.title.lower()), 0)]]
     content = _render(ctx, raw)
     _hand_over(ctx, "section", files.entry.path, raw, content)
     doc = SkillDoc(path=files.entry.path, text=raw, frontmatter={}, body_line=1, scripts=scripts_in(raw))
-    context = {**_base_context(ctx), "section": ctx.spec.meta.get("title"), "scripts": _scripts(ctx, doc),
-               "skill_rules": _render(ctx, "\n\n".join(rules))}
-    outcome = await ctx.invoke("work", content=content, context=context)
+    context = {**_base_context(ctx), "section": ctx.spec.meta.get("title"), "scripts": _scripts(ctx, doc)}
+    outcome = await ctx.invoke("work", content=content, context=context, hints=_standing(ctx))
     ctx.step.summary = outcome.summary
     _move(ctx, _next_section(ctx))
 
