@@ -106,8 +106,9 @@ def test_bmad_build_with_the_openai_executor(v611: Path, server: fake_openai.Fak
     kinds = policy.kinds()
     # five step files (the activation is all runtime mechanics: no request), plus step-02's checkpoint choice acted
     # on, step-04's three review layers as subagents and its continuation; the checkpoint answered as the user
-    # (#yolo); step-01's three other routes and step-04's two loops back are the model's decides
-    assert kinds["work"] == 5 + 1 + 3 + 1 and kinds["answer"] == 1 and kinds["decide"] == 3 + 2
+    # (#yolo); step-01's three other routes and step-04's two loops back are the model's decides, and so are the
+    # prose conditions of the split-or-keep checkpoints of step-01 (multi-goal) and step-02 (token count)
+    assert kinds["work"] == 5 + 1 + 3 + 1 and kinds["answer"] == 1 and kinds["decide"] == 3 + 2 + 2
     activation = next(e.data for e in events if e.type == "CallRecorded" and e.data["op"] == "handover"
                       and e.data["result"]["role"] == "activation")["result"]
     assert activation["requested"] is False and len(activation["left_out"]["runtime"]) == 3

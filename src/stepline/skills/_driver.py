@@ -18,7 +18,15 @@
   asked by the runtime after the step's work — of the person (terminal, MCP relay, else a question gate the
   run blocks on), in #yolo of the executor as the user — and the executor then does what the step says for
   the choice (``- **E**: …, then return to CHECKPOINT`` asks again). A checkpoint nested under a condition
-  ("If the spec exceeds …, HALT and ask") is the executor's to judge and ask.
+  (``If `{workflow.review_gate}` is `on`:``, ``If spec exceeds 1600 tokens:``) is asked only when it holds:
+  decided by the runtime when it can read it (a ``{workflow.<x>}``, config or run value compared to a literal or
+  (non-)empty, a file that exists or is missing, a frontmatter field of a file a variable names), else by a
+  ``decide`` request; journaled (``checkpoint-condition``) with the reason and who decided.
+* **Resume offer**: work in progress found when the skill starts (a document whose ``status`` is not final, a
+  step-file output whose ``stepsCompleted`` shows steps done) is offered: the person chooses resume or start
+  over; unattended the runtime resumes (the most recent) and journals why.
+* **Headless result**: an unattended run ends by writing ``result.json`` in the run folder, in the shape the
+  skill's headless reference shows (:mod:`stepline.skills._headless`).
 * **Intent** (a SKILL.md with intent modes): a pre-resolved intent (``--mode``, a shim, ``--var intent=…``)
   is used as given; else when the skill's output folder holds no earlier document the first mode (Create)
   is chosen by the runtime; else the executor (or the person, in normal mode) picks a mode, and documents in
@@ -465,6 +473,67 @@ def _option(answer: str | None, options: tuple[tuple[str, str], ...]) -> tuple[s
                  picked.lower() == o[1].lower() or picked.upper().startswith(f"[{o[0]}]")), None)
 
 
+_TOKEN = r"`?(\{\{?[^{}`\s]+\}?\})`?"
+_COMPARE = re.compile(_TOKEN + r"\s+(?P<op>==|=|!=|is not|is)\s+`?[\"']?(?P<value>[\w.-]+)[\"']?`?", re.I)
+_EMPTINESS = re.compile(_TOKEN + r"\s+is\s+(?P<value>non-empty|not empty|empty|set|unset)\b", re.I)
+_FIELD = re.compile(_TOKEN + r"\s+(?:exists\s+)?(?:with|has)\s+`(?P<field>\w+):\s*(?P<value>[\w-]+)`", re.I)
+_EMPTY = {"", "[]", "{}", "none", "null"}
+
+
+def _condition_fact(ctx: StepContext, condition: str) -> tuple[bool, str] | None:
+    """``(holds, why)`` for a condition the runtime can read — a file that exists or is missing, a variable or
+    ``{workflow.<x>}`` / config value compared to a literal or (non-)empty, a frontmatter field of the file a
+    variable names — or None when it is prose only the executor can judge."""
+    negate = condition.strip().lower().startswith("unless")
+    fact: tuple[bool, str] | None = None
+    on_disk = _existence_fact(ctx, condition)
+    if on_disk is not None:
+        holds, path = on_disk
+        fact = holds, f"{path} {'exists' if path.exists() else 'is missing'}"
+    elif (match := _FIELD.search(condition)) is not None:
+        path = Path(_render(ctx, match[1]))
+        if "{" not in str(path):
+            path = path if path.is_absolute() else ctx.project_root / path
+            value = read_frontmatter(read_text(path), path=str(path)).data.get(match["field"]) \
+                if path.is_file() else None
+            fact = str(value) == match["value"], f"{path} has {match['field']}: {value}"
+    elif (match := _EMPTINESS.search(condition)) is not None:
+        value = _render(ctx, match[1])
+        if match[1] not in value:
+            empty = value.strip().lower() in _EMPTY
+            fact = (empty if match["value"].lower() in ("empty", "unset") else not empty), f"{match[1]} = {value!r}"
+    elif (match := _COMPARE.search(condition)) is not None:
+        value = _render(ctx, match[1])
+        if match[1] not in value:
+            equal = value.strip().lower() == match["value"].lower()
+            fact = (not equal if match["op"].lower() in ("!=", "is not") else equal), f"{match[1]} = {value!r}"
+    if fact is None:
+        return None
+    return (not fact[0], f"{fact[1]} (unless)") if negate else fact
+
+
+async def _checkpoint_applies(ctx: StepContext, checkpoint: Checkpoint) -> bool:
+    """Whether a conditional checkpoint stops for the person: the runtime decides a condition it can read, the
+    executor's ``decide`` any other; journaled with the reason and who decided."""
+    name = str(ctx.spec.meta["file"])
+    assert checkpoint.condition is not None
+    fact = _condition_fact(ctx, checkpoint.condition)
+    if fact is not None:
+        holds, reason = fact[0], f"{fact[1]}: {'holds' if fact[0] else 'does not hold'}"
+        by = "runtime"
+    else:
+        outcome = await ctx.invoke(
+            "decide", title=f"checkpoint at {name}:{checkpoint.line}?", condition=checkpoint.condition,
+            content=(f"You performed step {name}. Its checkpoint at line {checkpoint.line} (" +
+                     " | ".join(f"[{k}] {label}" for k, label in checkpoint.options) +
+                     ") stops for the person only if the condition below holds. Does it hold now?"),
+            hints={"default": False}, context=_base_context(ctx))
+        holds, reason, by = bool(outcome.decision), outcome.reason or "the executor's decision", "executor"
+    _record(ctx, f"checkpoint/{checkpoint.line}/condition", "checkpoint-condition",
+            {"line": checkpoint.line, "condition": checkpoint.condition}, {"holds": holds, "reason": reason, "by": by})
+    return holds
+
+
 async def _checkpoint(ctx: StepContext, checkpoint: Checkpoint, proposal: str | None) -> None:
     """Present a step's checkpoint to the person (in #yolo the executor answers as the user) and have the
     executor do what the step says for the choice; an option that returns to the checkpoint asks again."""
@@ -560,14 +629,17 @@ async def _step_file(ctx: StepContext) -> None:
     content = _render(ctx, raw)
     if checkpoints:  # the runtime asks them: the executor must not ask them too
         content = ("The runtime presents this step's checkpoint(s) to the person after this request ("
-                   + "; ".join(f"line {c.line}" for c in checkpoints) + ") and hands you their choice: do the "
-                   "step's work up to each checkpoint, do not ask it yourself.\n\n" + content)
+                   + "; ".join(f"line {c.line}" + (f" (only if: {c.condition} — the runtime settles it)"
+                                                    if c.condition else "") for c in checkpoints)
+                   + ") and hands you their choice: do the step's work up to each checkpoint, do not ask it "
+                   "yourself.\n\n" + content)
     _hand_over(ctx, "step", path, doc.text, content, left_out=lean.left_out if lean is not None else None)
-    menu = [MenuOption(k, label) for c in checkpoints[:1] for k, label in c.options]
+    menu = [MenuOption(k, label) for c in [c for c in checkpoints if c.condition is None][:1] for k, label in c.options]
     outcome = await ctx.invoke("work", content=content, context=context, menu=menu, hints=_standing(ctx))
     ctx.step.summary = outcome.summary
     for checkpoint in checkpoints:
-        await _checkpoint(ctx, checkpoint, outcome.choice)
+        if checkpoint.condition is None or await _checkpoint_applies(ctx, checkpoint):
+            await _checkpoint(ctx, checkpoint, outcome.choice)
     if layers:
         results = [result for _, active in layers for result in await _run_subagents(ctx, active)]
         _record(ctx, "subagents", "subagents", {"layers": [r["id"] for r in results]}, results)
