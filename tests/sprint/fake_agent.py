@@ -133,9 +133,9 @@ def _run_away() -> None:
             total += 1000
             message = {"id": f"msg_{number}", "role": "assistant", "content": [{"type": "text", "text": "thinking"}],
                        "usage": {"input_tokens": 900, "output_tokens": 100}}
-            print(json.dumps({"type": "assistant", "message": message, "session_id": "runaway"}), flush=True)
             times.write(f"{total} {time.time()}\n")
             times.flush()
+            print(json.dumps({"type": "assistant", "message": message, "session_id": "runaway"}), flush=True)
             time.sleep(0.05)
 
 

@@ -4,8 +4,8 @@
 
 ``spend``  streams stream-json ``assistant`` messages, each with its usage (``WATCH_TOKENS`` tokens, default 300),
            every 50 ms, forever; it starts a child that runs forever too and writes both pids to ``WATCH_PIDS``,
-           and each message's running total and time to ``WATCH_TIMES``. ``WATCH_IGNORE_TERM=1``: both ignore
-           SIGTERM (only SIGKILL stops them).
+           and each message's running total and time (just before it prints it) to ``WATCH_TIMES``.
+           ``WATCH_IGNORE_TERM=1``: both ignore SIGTERM (only SIGKILL stops them).
 ``slow``   prints ``WATCH_LINES`` lines (default 3) on stdout and one on stderr, then waits until the file
            ``WATCH_GATE`` exists, then finishes the step over MCP and prints claude's result line.
 """
@@ -50,9 +50,9 @@ def _spend() -> int:
             total += tokens
             message = {"id": f"msg_{number}", "role": "assistant", "content": [{"type": "text", "text": "more"}],
                        "usage": {"input_tokens": tokens - 50, "output_tokens": 50}}
-            print(json.dumps({"type": "assistant", "message": message, "session_id": "spender"}), flush=True)
             times.write(f"{total} {time.time()}\n")
             times.flush()
+            print(json.dumps({"type": "assistant", "message": message, "session_id": "spender"}), flush=True)
             time.sleep(0.05)
     return 1
 
