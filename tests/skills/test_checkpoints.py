@@ -128,3 +128,25 @@ def test_bmad_builds_scope_checkpoints_are_conditional() -> None:
         ("S", "Token count check (see SCOPE STANDARD). If spec exceeds 1600 tokens:"), ("A", None)]
     route = checkpoints_in((build / "step-01-clarify-and-route.md").read_text(encoding="utf-8"))
     assert [c.options[0][0] for c in route] == ["S"] and route[0].condition is not None
+
+
+def test_a_resumed_step_keeps_the_decision_it_journaled(tmp_path: Path) -> None:
+    """Normal mode: STOP.md exists, so the run blocks on that checkpoint; STOP.md is removed before the person
+    answers and the run resumes: the journaled decision stands (the checkpoint is still the one answered)."""
+    from stepline.interfaces.cli._app import run_cli
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "STOP.md").write_text("stop\n", encoding="utf-8")
+    root = _skill(project, "off")
+    engine = Engine(project_root=project, executor=Recorder(), mode="normal")
+    run = asyncio.run(engine.start(load_workflow(root, project_root=project)))
+    assert run.status == "blocked", run.error
+    (project / "STOP.md").unlink()
+    assert run_cli(["answer", run.run_id, "C", "--project-root", str(project)]) == 0
+    run = asyncio.run(Engine(project_root=project, executor=Recorder(), mode="normal").resume(run.run_id))
+    assert run.status == "completed", run.error
+    events = list(engine.store.open(run.run_id).events())
+    assert [(d["line"], d["holds"]) for d in _conditions(events)][:2] == [(6, False), (10, True)]
+    assert [e.data["result"]["choice"] for e in events
+            if e.type == "CallRecorded" and e.data["op"] == "checkpoint"] == ["C"]

@@ -107,6 +107,12 @@ def _record(ctx: StepContext, name: str, op: str, args: dict[str, Any], result: 
         ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": op, "args": args, "result": result})
 
 
+def _recorded(ctx: StepContext, name: str) -> Any:
+    """What :func:`_record` journaled under ``name`` for this step (a resumed step keeps its decisions), or None."""
+    entry = ctx.engine.calls.recorded.get(f"{ctx.spec.id}/{ctx.attempt}/{name}")
+    return entry["result"] if entry is not None else None
+
+
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -517,6 +523,9 @@ async def _checkpoint_applies(ctx: StepContext, checkpoint: Checkpoint) -> bool:
     executor's ``decide`` any other; journaled with the reason and who decided."""
     name = str(ctx.spec.meta["file"])
     assert checkpoint.condition is not None
+    earlier = _recorded(ctx, f"checkpoint/{checkpoint.line}/condition")
+    if isinstance(earlier, dict):  # decided before the run was interrupted: the same decision
+        return bool(earlier["holds"])
     fact = _condition_fact(ctx, checkpoint.condition)
     if fact is not None:
         holds, reason = fact[0], f"{fact[1]}: {'holds' if fact[0] else 'does not hold'}"
@@ -739,6 +748,10 @@ async def _offer_resume(ctx: StepContext, found: list[InProgress]) -> tuple[InPr
     """Offer to resume work in progress rather than start over: ``(the document, why, who decided)``, or None
     to start over. A person is asked (in normal mode); unattended, the runtime resumes the most recently changed
     document, as the skill would offer. The decision is journaled with its reason."""
+    earlier = _recorded(ctx, "resume")
+    if isinstance(earlier, dict):  # decided before the run was interrupted: the same decision
+        again = next((d for d in found if str(d.path) == earlier.get("document")), None)
+        return (again, str(earlier["reason"]), str(earlier["by"])) if again is not None else None
     described = [f"{d.path} ({d.detail}" + (f"; resume at {d.resume_at}" if d.resume_at else "") + ")"
                  for d in found]
     picked: InProgress | None = None
