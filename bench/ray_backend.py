@@ -1,15 +1,16 @@
 """What the Ray backend costs on this machine: a CCW session of 100 independent tasks that each take 1 s, run at
 concurrency 20 locally and on Ray (ideal 5 s), and the per-task dispatch cost of no-op tasks.
 
-Usage: ``python bench/ray_backend.py [--tasks 100] [--seconds 1] [--concurrency 20] [--noop 200]
+Usage: ``python bench/ray_backend.py [--tasks 100] [--seconds 1] [--concurrency 20] [--noop 200] [--repeat 5]
 [--address ADDR]``
 
 Ray is started locally for the benchmark (2 CPUs, no dashboard) unless ``--address`` names a cluster. Every
 completion is real (journal, task JSON, TODO list, summary); only the agent is a sleep. "cold" runs include
 joining Ray and starting the executor hosts (what one ``stepline ccw execute --backend ray`` pays once);
 "warm" runs reuse hosts already started, which is the per-task cost (the local figures are warm too: each after
-a warm-up run in the same process). Figures are printed against the local
-run measured in the same invocation; nothing is asserted.
+a warm-up run in the same process). Local and warm Ray runs are measured in pairs, back to back, ``--repeat``
+times, and the medians printed (one run on a machine shared with other work varies by a few per cent). Figures
+are printed against the local runs measured in the same invocation; nothing is asserted.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -97,6 +99,10 @@ def _warm(inner: Executor, tasks: int, concurrency: int, *, on_ray: bool) -> flo
     return asyncio.run(both())
 
 
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
 def main() -> None:
     """Run the cases and print their figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -104,6 +110,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--noop", type=int, default=200, help="no-op tasks for the dispatch overhead")
+    parser.add_argument("--repeat", type=int, default=5, help="local/Ray pairs measured; medians are printed")
     parser.add_argument("--address", default=None)
     args = parser.parse_args()
 
@@ -119,24 +126,34 @@ def main() -> None:
     try:
         n, wait, c = args.tasks, args.seconds, args.concurrency
         ideal = n / c * wait
-        local = _warm(Wait(wait), n, c, on_ray=False)
+        print(f"{n} tasks x {wait:g} s at concurrency {c} (ideal {ideal:.2f} s), {args.repeat} local/Ray pairs")
         started = time.perf_counter()
         cold = _cold(ray_executor(Wait(wait)), n, c)
         cold_wall = time.perf_counter() - started
-        warm = _warm(Wait(wait), n, c, on_ray=True)
-        print(f"{n} tasks x {wait:g} s at concurrency {c} (ideal {ideal:.2f} s)")
-        print(f"  local          {local:7.3f} s   ratio to ideal {local / ideal:.3f}")
+        locals_, warms, overheads = [], [], []
+        for number in range(1, args.repeat + 1):
+            # Each pair back to back: a machine shared with other work drifts less within a pair than across runs.
+            local = _warm(Wait(wait), n, c, on_ray=False)
+            warm = _warm(Wait(wait), n, c, on_ray=True)
+            locals_.append(local)
+            warms.append(warm)
+            overheads.append((warm / local - 1) * 100)
+            print(f"  pair {number}: local {local:7.3f} s   ray, warm {warm:7.3f} s   overhead {overheads[-1]:+.2f} %")
+        local, warm, overhead = _median(locals_), _median(warms), _median(overheads)
+        print(f"  local          {local:7.3f} s   ratio to ideal {local / ideal:.3f}   (median)")
         print(f"  ray, cold      {cold:7.3f} s   ratio to local {cold / local:.3f}   (joins Ray, starts the hosts; "
-              f"wall {cold_wall:.3f} s)")
-        print(f"  ray, warm      {warm:7.3f} s   ratio to local {warm / local:.3f}   overhead "
-              f"{(warm / local - 1) * 100:+.2f} % (target < 5 %), {(warm - local) / n * c * 1000:+.1f} ms per task")
-        noop_local = _warm(Wait(0), args.noop, c, on_ray=False)
-        noop_ray = _warm(Wait(0), args.noop, c, on_ray=True)
-        print(f"{args.noop} no-op tasks at concurrency {c}")
+              f"wall {cold_wall:.3f} s; once)")
+        print(f"  ray, warm      {warm:7.3f} s   ratio to local {warm / local:.3f}   (median)")
+        print(f"  overhead       {overhead:+.2f} % (median of the pairs; range {min(overheads):+.2f} .. "
+              f"{max(overheads):+.2f} %; target < 5 %), {(warm - local) / n * c * 1000:+.1f} ms per task")
+        noop_local = _median([_warm(Wait(0), args.noop, c, on_ray=False) for _ in range(3)])
+        noop_ray = _median([_warm(Wait(0), args.noop, c, on_ray=True) for _ in range(3)])
+        print(f"{args.noop} no-op tasks at concurrency {c} (median of 3)")
         print(f"  local          {noop_local:7.3f} s   {noop_local / args.noop * 1000:.2f} ms per task")
         print(f"  ray, warm      {noop_ray:7.3f} s   {noop_ray / args.noop * 1000:.2f} ms per task   dispatch "
               f"overhead {(noop_ray - noop_local) / args.noop * 1000:+.2f} ms per task")
-        figures = {"local": local, "cold": cold, "warm": warm, "noop_local": noop_local, "noop_ray": noop_ray}
+        figures = {"local": local, "cold": cold, "warm": warm, "overhead_pct": overhead, "noop_local": noop_local,
+                   "noop_ray": noop_ray}
     finally:
         ray.shutdown()
     print({k: round(v, 3) for k, v in figures.items()})

@@ -187,3 +187,48 @@ def test_a_worker_that_cannot_reach_the_coordinator_says_which_address(tmp_path:
     request = StepRequest(kind="work", run_id="r", step_id="s", title="s")
     with pytest.raises(ExecutorError, match=f"cannot reach the coordinator at 127.0.0.1:{port}"):
         asyncio.run(host.perform(request, "127.0.0.1", port, "token"))
+
+
+class EndsEarly(Executor):
+    """A worker whose ``perform`` returned and said ``end``, then lingers (Ray not yet back with its result)."""
+
+    name = "ends-early"
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        """Serve the channel until the end is said: the step is over although the worker's task is not."""
+        from stepline.distributed._ray import _first_of
+
+        server = SessionServer("127.0.0.1")
+        await server.start()
+        channel = server.open()
+        release = asyncio.Event()
+
+        async def worker() -> None:
+            remote = await RemoteSession.connect(server.host, server.port, channel.token)
+            try:
+                await remote.write_output("written\n", path="out.txt")
+                await remote.finish(summary="did it")
+                await remote.end()
+                await release.wait()  # what Ray's reply would still be doing
+            finally:
+                await remote.aclose()
+
+        task = asyncio.ensure_future(worker())
+        try:
+            # Without the end line this would wait for the task, which waits for the release: a bounded wait.
+            await asyncio.wait_for(serve_calls(channel, session, _first_of(channel.ended, task)), 30)
+            assert channel.ended.done() and not task.done()  # ended on the worker's line, not on its task's end
+        finally:
+            release.set()
+            await task
+            server.close_channel(channel)
+            await server.aclose()
+
+
+def test_a_step_ends_when_its_worker_says_end_without_waiting_for_the_task(tmp_path: Path) -> None:
+    """The ``end`` line: every call before it is done and journaled, and the step completes on it."""
+    project = _project(tmp_path, "there", [{"id": "e"}])
+    run = _run(project, EndsEarly())
+    assert run.status.value == "completed", run.error
+    assert (project / "out.txt").read_text(encoding="utf-8") == "written\n"
+    assert run.steps["e"].summary == "did it"

@@ -14,6 +14,11 @@ nothing on a worker ever writes run state. ``memo`` is the one call whose work i
 coordinator looks it up in the journal and either answers with the recorded result or asks the worker to
 compute it (``{"compute": true}``), then journals what the worker sends back.
 
+When the worker's ``perform`` returns, the worker says so on the channel (``end``): the coordinator takes that as
+the step's end at once, without waiting for Ray to carry the (empty) result back — the one part of a step's
+round trip that was pure waiting (measured by ``bench/ray_backend.py``). A ``perform`` that raised says nothing;
+its error comes through Ray as before.
+
 A call that fails on the coordinator is answered with the error (the worker raises a stepline error of the
 same class, so an executor that handles, say, a refused tool goes on as it would locally) and the original
 exception is kept: if it ends the worker's ``perform``, the coordinator raises that very exception (a blocked
@@ -65,6 +70,8 @@ class Channel:
     """One remote ``perform``'s calls, queued by the connection handler for the step's task to run."""
 
     token: str
+    #: Done when the worker said its ``perform`` returned (``end``): every call it made has been answered.
+    ended: asyncio.Future[None]
     calls: asyncio.Queue[_Call] = field(default_factory=asyncio.Queue)
     #: The exceptions calls raised on the coordinator, by call number: the worker's error names the number.
     failures: dict[int, BaseException] = field(default_factory=dict)
@@ -106,7 +113,7 @@ class SessionServer:
 
     def open(self) -> Channel:
         """A channel for one ``perform``; its token is what the worker must present."""
-        channel = Channel(secrets.token_hex(16))
+        channel = Channel(secrets.token_hex(16), asyncio.get_running_loop().create_future())
         self._channels[channel.token] = channel
         return channel
 
@@ -134,6 +141,10 @@ class SessionServer:
             loop = asyncio.get_running_loop()
             while line := await reader.readline():
                 message = orjson.loads(line)
+                if message.get("op") == "end":
+                    if not channel.ended.done():
+                        channel.ended.set_result(None)
+                    return
                 call = _Call(str(message.get("op")), dict(message.get("args") or {}), loop.create_future())
                 channel.calls.put_nowait(call)
                 writer.write(_dumps(await call.reply))
@@ -237,6 +248,12 @@ class RemoteSession(StepSession):
         writer.write(_dumps({"token": token}))
         await writer.drain()
         return cls(reader, writer)
+
+    async def end(self) -> None:
+        """Tell the coordinator the ``perform`` returned (no reply: the step's end is taken from this line)."""
+        async with self._lock:
+            self._writer.write(_dumps({"op": "end"}))
+            await self._writer.drain()
 
     async def aclose(self) -> None:
         """Close the connection."""

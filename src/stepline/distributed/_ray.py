@@ -133,6 +133,7 @@ class ExecutorHost:
                                      "cluster's nodes", retryable=False) from None
         try:
             await executor.perform(request, session)
+            await session.end()  # the coordinator ends the step on this line, not on Ray's reply
         finally:
             await session.aclose()
 
@@ -204,17 +205,18 @@ class RayExecutor(Executor):
         host = min(self._hosts, key=lambda h: h.busy)
         channel = server.open()
         ref = host.actor.perform.remote(request, server.host, server.port, channel.token)
-        done: asyncio.Future[Any] = asyncio.wrap_future(ref.future())
-        done.add_done_callback(_retrieve)
+        result: asyncio.Future[Any] = asyncio.wrap_future(ref.future())
+        result.add_done_callback(_retrieve)
         host.busy += 1
         try:
-            await serve_calls(channel, session, done)
-            await done
+            await serve_calls(channel, session, _first_of(channel.ended, result))
+            if not channel.ended.done():  # the work raised, or its worker died: Ray says which
+                await result
         except asyncio.CancelledError:
             # The step ran out of time or the run stops: its work stops on the cluster too, and is seen to stop
             # (for a while) before the step's end is recorded; the hosts are not torn down under a cancel.
             _ray().cancel(ref)
-            await asyncio.wait({done}, timeout=_CANCEL_WAIT)
+            await asyncio.wait({result}, timeout=_CANCEL_WAIT)
             raise
         except Exception as exc:  # translated at this one boundary
             raise _translate(exc, channel) from None
@@ -279,6 +281,19 @@ def _ray() -> Any:
     except ImportError:
         raise UsageError("--backend ray needs Ray, which is not installed", hint=_INSTALL_HINT) from None
     return ray
+
+
+def _first_of(*futures: asyncio.Future[Any]) -> asyncio.Future[None]:
+    """A future done as soon as one of ``futures`` is (they are left as they are)."""
+    first: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def settle(_: asyncio.Future[Any]) -> None:
+        if not first.done():
+            first.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(settle)
+    return first
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
