@@ -209,8 +209,12 @@ def test_the_agents_output_is_in_stepline_logs_while_it_runs(tmp_path: Path, mon
         assert follower.wait(timeout=60) == 0, follower.stderr.read() if follower.stderr else ""
         reader.join(timeout=10)
         rest = "".join(printed)
-        assert '"result": "did it slowly"' in rest and "---| exited 0" in rest
+        assert "claude#0 out| result: did it slowly [100 in / 20 out, $0.01]" in rest and "---| exited 0" in rest
         assert "WorkflowCompleted" in rest.rstrip().splitlines()[-1]
+        raw = subprocess.run([str(STEPLINE), "logs", run_id, "--raw", "-C", str(project)], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert 'out| {"type": "result", "subtype": "success", "is_error": false, "result": "did it slowly"' \
+            in raw.stdout
     finally:
         gate.write_text("go", encoding="utf-8")
         _, err = run.communicate(timeout=60)
@@ -252,3 +256,25 @@ def test_the_agents_streamed_usage_is_read_per_cli() -> None:
         opencode.feed(json.dumps({"type": "step_finish", "part": {"id": f"p{n}", "tokens": {"input": 5, "output": 1},
                                                                   "cost": 0.25}}))
     assert opencode.usage == {"input_tokens": 10, "output_tokens": 2, "cost_usd": 0.5}
+
+
+@pytest.mark.parametrize(("line", "said"), [
+    ('{"type": "assistant", "message": {"content": [{"type": "text", "text": "Reading the story"}, {"type": '
+     '"tool_use", "name": "Edit", "input": {"file_path": "calc.py"}}]}}',
+     'Reading the story | tool Edit {"file_path": "calc.py"}'),
+    ('{"type": "user", "message": {"content": [{"type": "tool_result", "content": "ok"}]}}', "tool result: ok"),
+    ('{"type": "item.completed", "item": {"type": "command_execution", "command": "pytest -q", "exit_code": 1}}',
+     "$ pytest -q -> exit 1"),
+    ('{"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 2}}', "usage [10 in / 2 out]"),
+    ('{"type": "tool_use", "tool_name": "read_file", "parameters": {"path": "a.py"}}',
+     'tool read_file {"path": "a.py"}'),
+    ('{"type": "step_finish", "part": {"tokens": {"input": 5, "output": 1}, "cost": 0.25}}',
+     "usage [5 in / 1 out, $0.25]"),
+    ("plain text, as printed", "plain text, as printed"),
+    ("{not json", "{not json"),
+])
+def test_stepline_logs_says_an_agents_stream_json_events_short(line: str, said: str) -> None:
+    """Each CLI's events are shown as what they are; a line that is no JSON event is shown as it is."""
+    from stepline.executors._cli_agent import describe_output
+
+    assert describe_output(line) == said

@@ -81,7 +81,7 @@ def test_a_runaway_agent_is_stopped_mid_build_the_story_deferred_and_the_loop_go
     assert run_cli(["logs", run_id, "-C", str(root)]) == 0
     shown = capsys.readouterr().out
     assert "STOPPED: the story's budget: 6000 tokens > the 5000 left" in shown
-    assert "---| stopped for its budget" in shown and shown.count('out| {"type": "assistant"') >= 6
+    assert "---| stopped for its budget" in shown and shown.count("claude#0 out| thinking") >= 6
 
 
 def test_an_escalated_budget_waits_for_a_person_who_lets_the_story_go_on(

@@ -56,7 +56,7 @@ from stepline.executors._budget import CallBudget, SharedMeter
 from stepline.executors._protocol import StepRequest, StepSession
 
 __all__ = ["AGENTS", "TOTAL", "AgentCli", "AgentReport", "CliAgentExecutor", "Invocation", "StreamedUsage",
-           "build_prompt"]
+           "build_prompt", "describe_output"]
 
 Mode = Literal["analysis", "write"]
 _SERVER = "stepline"
@@ -351,6 +351,80 @@ AGENTS: dict[str, AgentCli] = {
                      _gemini_family("QWEN_CODE_SYSTEM_SETTINGS_PATH"), _parse_gemini, _gemini_streamed),
     "opencode": AgentCli("opencode", "npm install -g opencode-ai", _opencode, _parse_opencode, _opencode_streamed),
 }
+
+
+# -- watching -----------------------------------------------------------------------------------------------------
+def _short(value: Any, limit: int = 160) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _usage_note(usage: Any, cost: Any = None) -> str:
+    usage = usage if isinstance(usage, dict) else {}
+    inp = usage.get("input_tokens", usage.get("input", 0)) or 0
+    out = usage.get("output_tokens", usage.get("output", 0)) or 0
+    return f"[{inp} in / {out} out" + (f", ${cost}" if cost else "") + "]"
+
+
+def _blocks(content: Any) -> list[str]:
+    """What a message's content blocks say (claude): text, thinking, a tool call, a tool's result."""
+    said: list[str] = []
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            said.append(_short(block.get("text") or "", 300))
+        elif kind == "thinking":
+            said.append("(thinking) " + _short(block.get("thinking") or ""))
+        elif kind == "tool_use":
+            said.append(f"tool {block.get('name')} {_short(block.get('input') or {})}")
+        elif kind == "tool_result":
+            said.append("tool result: " + _short(block.get("content") or ""))
+    return said
+
+
+def describe_output(line: str) -> str:
+    """A line an agent printed, said short for people watching: a stream-JSON event of claude, codex, gemini/qwen
+    or opencode as what it is (text, a tool call, a tool's result, a command, usage); any other line as it is."""
+    try:
+        event = json.loads(line) if line.lstrip().startswith("{") else None
+    except json.JSONDecodeError:
+        event = None
+    if not isinstance(event, dict):
+        return line
+    kind = str(event.get("type") or "")
+    message = event.get("message")
+    item = event.get("item") if isinstance(event.get("item"), dict) else event.get("part")
+    item = item if isinstance(item, dict) else {}
+    said: list[str] = []
+    if isinstance(message, dict):  # claude: assistant / user messages
+        said = _blocks(message.get("content"))
+    elif kind == "result":  # claude's and gemini's end
+        said = [f"result: {_short(event.get('result') or event.get('status') or '', 300)} "
+                + _usage_note(event.get("usage") or event.get("stats"), event.get("total_cost_usd"))]
+    elif kind in ("system", "init", "thread.started"):
+        said = [f"session {event.get('session_id') or event.get('thread_id') or ''} started"]
+    elif kind.startswith("item."):  # codex
+        what = item.get("type")
+        if what in ("agent_message", "reasoning"):
+            said = [("(thinking) " if what == "reasoning" else "") + _short(item.get("text") or "", 300)]
+        elif what == "command_execution":
+            done = f" -> exit {item.get('exit_code')}" if item.get("exit_code") is not None else ""
+            said = [f"$ {_short(item.get('command') or '')}{done}"]
+        elif what:
+            said = [f"{what} {_short({k: v for k, v in item.items() if k not in ('id', 'type')})}"]
+    elif kind in ("turn.completed", "step_finish"):  # codex, opencode
+        said = ["usage " + _usage_note(event.get("usage") or item.get("tokens"), item.get("cost"))]
+    elif kind in ("message", "text"):  # gemini, opencode
+        said = [_short(event.get("content") or item.get("text") or "", 300)]
+    elif kind == "tool_use":  # gemini, opencode
+        said = [f"tool {event.get('tool_name') or item.get('tool')} "
+                + _short(event.get("parameters") or (item.get("state") or {}).get("input") or {})]
+    elif kind == "tool_result":
+        said = ["tool result: " + _short(event.get("output") or event.get("status") or "")]
+    return " | ".join(part for part in said if part) or _short(line, 300)
 
 
 # -- the prompt -----------------------------------------------------------------------------------------------

@@ -548,8 +548,9 @@ def _log_line(event: Any) -> str | None:
 class _AgentLogs:
     """What running agents printed (the run's ``logs/<step>.log`` files), read on from where it stopped last."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, raw: bool) -> None:
         self.folder = folder
+        self.raw = raw
         self.read_to: dict[Path, int] = {}
 
     def new_lines(self) -> list[tuple[str, str]]:
@@ -562,9 +563,14 @@ class _AgentLogs:
             complete = data[: data.rfind(b"\n") + 1]  # a line still being written is read next time
             self.read_to[path] = self.read_to.get(path, 0) + len(complete)
             for raw in complete.decode("utf-8", "replace").splitlines():
-                stamp, _, rest = raw.partition(" ")
-                text = rest if len(rest) <= 400 else rest[:400] + "…"
-                found.append((stamp, f"{stamp[11:19]} {path.stem:<14} {text}"))
+                stamp, _, rest = raw.partition(" ")  # "<time> <agent>#<call> <out|err|--->| <line>"
+                head, _, text = rest.partition("| ")
+                if not self.raw and head.endswith(" out"):
+                    from stepline.executors._cli_agent import describe_output
+
+                    text = describe_output(text)
+                text = text if len(text) <= 400 else text[:400] + "…"
+                found.append((stamp, f"{stamp[11:19]} {path.stem:<14} {head}| {text}"))
         return found
 
 
@@ -573,20 +579,23 @@ def logs(
     run_id: Annotated[str, typer.Argument(help="The run (a sprint story's run id, as `sprint status` shows).")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing as the run goes on, until it "
                                          "ends (Ctrl-C to stop watching; the run goes on).")] = False,
+    raw: Annotated[bool, typer.Option("--raw", help="An agent's lines as it printed them (its stream-JSON "
+                                      "events unabridged), not said short.")] = False,
     directory: Directory = None,
     project_root: ProjectRoot = None,
     config: ConfigOption = None,
 ) -> None:
     """A run's timeline as it happens: stages and steps, checks with their output, gates, each agent call's
-    text and tokens when it ends, and the lines a running CLI agent prints (stdout `out|`, stderr `err|`) as it
-    prints them. With -f, follow a run another process drives until it ends."""
+    text and tokens when it ends, and the lines a running CLI agent prints (stdout `out|`, its stream-JSON events
+    said short unless --raw; stderr `err|`) as it prints them. With -f, follow a run another process drives until
+    it ends."""
     import time as clock
 
     from stepline.store import read_journal
 
     at = where(directory, project_root)
     run_dir = open_store(at, config).open(run_id)
-    agents = _AgentLogs(run_dir.path / "logs")
+    agents = _AgentLogs(run_dir.path / "logs", raw=raw)
     seen = 0
     while True:
         events = read_journal(run_dir.journal_path, run_dir.run_id)
