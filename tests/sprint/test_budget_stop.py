@@ -101,3 +101,16 @@ def test_an_escalated_budget_waits_for_a_person_who_lets_the_story_go_on(
     calls = [json.loads(line) for line in agent_env.read_text().splitlines()]
     assert [c["step"] for c in calls] == ["build", "build@2", "review"]  # the stopped build is not run again
     assert "diff: no change besides the story file" in calls[1]["told"]  # what the verification after it found
+
+
+def test_the_loops_budget_stops_a_runaway_agent_and_then_the_loop(
+        tmp_path: Path, agent_env: Path, runaway: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_project(tmp_path / "calc", layers=1)
+    _budgeted(root, "{mode: enforce, run: {tokens: 5000}}")
+    assert run_cli(["sprint", "run", "-C", str(root), "--json", "-q"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert [(r["key"], r["outcome"]) for r in results] == [("1-1-add", "deferred"), ("1-2-sub", "stopped")]
+    assert results[0]["summary"].endswith("the loop's budget: 6000 tokens > the 5000 left")
+    assert results[1]["summary"].startswith("the loop's budget is spent: ")
+    assert not any(_alive(int(pid)) for pid in runaway.read_text().split())
+    assert [json.loads(line)["step"] for line in agent_env.read_text().splitlines()] == ["build"]  # nothing after
