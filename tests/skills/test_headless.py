@@ -125,3 +125,34 @@ def test_a_headless_run_writes_result_json(mini: Path, mode: str) -> None:
                  if e.type == "CallRecorded" and e.data["op"] == "result"]
     assert len(journaled) == 1 and journaled[0]["result"] == result
     assert journaled[0]["args"]["shape"].endswith("references/headless.md:7")
+
+
+class _PrdWriter(Recorder):
+    """Does what bmad-prd's Create asks that leaves files: binds the workspace, writes prd.md, seeds the memlog
+    (runScript memlog.py init); reports no JSON status of its own."""
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        if request.kind == "work" and request.step_id == "intent":
+            await session.set_var("doc_workspace", PRD_WORKSPACE)
+            await session.write_output("---\ntitle: Fake\nstatus: draft\n---\n# PRD\n", path=f"{PRD_WORKSPACE}/prd.md",
+                                       mode="replace")
+            await session.call_tool("runScript", {"script": "_bmad/scripts/memlog.py", "args": [
+                "init", "--workspace", PRD_WORKSPACE, "--field", "topic=Fake"]})
+        await super().perform(request, session)
+
+
+PRD_WORKSPACE = "_bmad-output/planning-artifacts/prds/prd-fake"
+
+
+@pytest.mark.corpus
+@pytest.mark.skipif(not CORPUS_V611.is_dir(), reason="shared/corpus/bmad/v6.11.0 is not available")
+def test_bmad_prd_headless_result_in_its_create_shape(v611: Path) -> None:
+    """bmad-prd unattended: result.json follows the Create shape of its assets/headless-schemas.md — the PRD and
+    the memlog it produced, no addendum (not produced), empty judgement lists."""
+    engine = Engine(project_root=v611, executor=_PrdWriter(), mode="yolo")
+    run = asyncio.run(engine.start(load_workflow(v611 / "_bmad" / "bmm" / "plan" / "bmad-prd", project_root=v611)))
+    assert run.status == "completed", run.error
+    result = json.loads((v611 / ".stepline" / "runs" / run.run_id / "result.json").read_text(encoding="utf-8"))
+    assert result == {"status": "complete", "intent": "create", "prd": f"{PRD_WORKSPACE}/prd.md",
+                      "memlog": f"{PRD_WORKSPACE}/.memlog.md", "open_questions": [], "assumptions": [],
+                      "external_handoffs": []}
