@@ -769,15 +769,15 @@ class CliAgentExecutor(Executor):
                     for task in (serving, running):
                         task.cancel()
                     await asyncio.gather(serving, running, return_exceptions=True)
-            ran = _Ran(-1, "", "", False) if running.cancelled() else running.result()
-            stopped = meter.reason if meter is not None and ran.stopped and bridge.final is None else None
-            log.line("---", f"stopped for its budget: {stopped}" if stopped else f"exited {ran.status}")
+                ran = _Ran(-1, "", "", False) if running.cancelled() else running.result()
+                stopped = meter.reason if meter is not None and ran.stopped and bridge.final is None else None
+                log.line("---", f"stopped for its budget: {stopped}" if stopped else f"exited {ran.status}")
         report = self.cli.parse(ran.stdout)
         usage = streamed.usage or report.usage
-        if stopped is not None:
+        if stopped is not None:  # no final text: what it was saying last, said short
+            said = report.text or " | ".join(describe_output(line) for line in ran.stdout.splitlines()[-3:])
             return {"final": None, "calls": bridge.calls, "session_id": report.session_id,
-                    "text": _tail(report.text or ran.stdout, 2000), "usage": usage, "exit_status": ran.status,
-                    "stopped": stopped}
+                    "text": _tail(said, 2000), "usage": usage, "exit_status": ran.status, "stopped": stopped}
         if bridge.final is None:
             detail = report.error or _tail(ran.stderr) or _tail(report.text) or f"exit status {ran.status}"
             raise ExecutorError(f"{self.cli.name} exited without calling finish for step {request.step_id!r}: "
