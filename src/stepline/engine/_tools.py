@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -12,7 +13,7 @@ from stepline.model import EventType, Risk
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
     from stepline.engine._runner import Engine
-    from stepline.tools import ToolPipeline, ToolSpec
+    from stepline.tools import ToolPipeline, ToolRegistry, ToolSpec
 
 __all__ = ["run_tool_for_step", "tool_is_idempotent", "tool_spec"]
 
@@ -49,11 +50,17 @@ def tool_is_idempotent(name: str) -> bool:
     return name in registry and registry.get(name).idempotent
 
 
-def tool_spec(name: str) -> ToolSpec | None:
-    """The spec of tool ``name`` (its risk, how to check its effect), None for a tool that does not exist."""
+@functools.cache
+def _builtin_registry() -> ToolRegistry:
+    """The built-in tools, built once (building validates every schema: tens of milliseconds)."""
     from stepline.tools import default_registry
 
-    registry = default_registry()
+    return default_registry()
+
+
+def tool_spec(name: str) -> ToolSpec | None:
+    """The spec of tool ``name`` (its risk, how to check its effect), None for a tool that does not exist."""
+    registry = _builtin_registry()
     return registry.get(name) if name in registry else None
 
 
