@@ -57,7 +57,8 @@ def test_steps_completed_names_steps_by_number_or_name(tmp_path: Path) -> None:
     files = {"a.md": "[1, 2]", "b.md": "['step-01-route']", "c.md": "[1, 2, 3]", "d.md": "[]", "e.md": "['step-02']"}
     for name, done in files.items():
         (tmp_path / name).write_text(f"---\nstepsCompleted: {done}\n---\n", encoding="utf-8")
-    found = steps_in_progress([tmp_path / n for n in files], steps, tmp_path / "skill")
+    (tmp_path / "broken.md").write_text("---\nstepsCompleted: [1\n---\n", encoding="utf-8")  # not YAML: skipped
+    found = steps_in_progress([tmp_path / n for n in [*files, "broken.md"]], steps, tmp_path / "skill")
     assert [(f.path.name, f.resume_at) for f in found] == [("a.md", "step-03-do"), ("b.md", "step-02-plan"),
                                                            ("e.md", "step-01-route")]
     assert output_mentions(["Save to {planning_artifacts}/epics.md", "and `{{.work_folder}}/log.md` then",

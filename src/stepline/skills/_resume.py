@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stepline.errors import ReaderError
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
 
@@ -60,7 +61,10 @@ def steps_in_progress(paths: Iterable[Path], steps: list[str], skill_root: Path,
     for path in paths:
         if not exists(path) or path.resolve().is_relative_to(skill_root.resolve()):
             continue
-        done = read_frontmatter(read_text(path), path=str(path)).data.get("stepsCompleted")
+        try:
+            done = read_frontmatter(read_text(path), path=str(path)).data.get("stepsCompleted")
+        except ReaderError:  # a file of the user's this reader cannot read is nobody's work in progress
+            continue
         if not isinstance(done, list) or not done:
             continue
         remaining = [step for step in steps if not any(_matches(entry, step) for entry in done)]
