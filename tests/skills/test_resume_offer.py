@@ -108,6 +108,7 @@ def test_unattended_an_in_progress_document_is_resumed(mini: Path) -> None:
     draft = mini / "out" / "work" / "docs" / "doc-1" / "doc.md"
     draft.parent.mkdir(parents=True)
     draft.write_text("---\nstatus: draft\n---\n# Doc\n", encoding="utf-8")
+    (draft.parent / "notes.md").write_bytes(b"---\nstatus: draft\n---\n\xff\xfe")  # not UTF-8: not offered
     run, recorder = _drive(mini, DOC, "yolo")
     assert run.status == "completed", run.error
     assert not [r for r in recorder.requests if r.kind == "answer"]

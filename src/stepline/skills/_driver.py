@@ -681,7 +681,10 @@ def _outputs_exist(ctx: StepContext) -> tuple[bool, list[str]]:
         folder = folder if folder.is_absolute() else ctx.project_root / folder
         for document in sorted(folder.rglob("*.md")) if folder.is_dir() else []:
             found = True
-            status = read_frontmatter(read_text(document), path=str(document)).data.get("status")
+            try:
+                status = read_frontmatter(read_text(document), path=str(document)).data.get("status")
+            except ReaderError:  # a document this reader cannot read is not offered to resume
+                status = None
             if status is not None and str(status).lower() not in _FINAL:
                 in_progress.append(str(document))
     return found or not folders, in_progress
