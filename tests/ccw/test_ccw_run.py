@@ -446,8 +446,9 @@ def test_completions_whose_files_never_got_written_are_redone_when_the_run_resum
 def test_completions_arriving_together_share_a_journal_fsync_and_are_done_only_once_their_files_are_durable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ten tasks finishing together: their intents share journal fsyncs (group commit), and a task's done
-    record is journaled only after its task JSON, summary and TODO_LIST.md were each fsynced as a temp file,
-    renamed into place and their folder fsynced."""
+    record is journaled only after its task JSON, summary and TODO_LIST.md were each made durable as a temp
+    file (its fsync, or a sync(2) covering every file), renamed into place and the rename made durable (its
+    folder's fsync, or a sync(2))."""
     import os
     import time
 
@@ -455,11 +456,15 @@ def test_completions_arriving_together_share_a_journal_fsync_and_are_done_only_o
 
     session_dir = _generated(tmp_path, 10, seed=5, max_deps=0)  # ten independent tasks, started together
     log: list[tuple[str, str]] = []
-    real_fsync, real_replace, real_done = os.fsync, os.replace, _state.Committer._done
+    real_fsync, real_os_sync, real_replace, real_done = os.fsync, os.sync, os.replace, _state.Committer._done
 
     def fsync(fd: int) -> None:
         log.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
         real_fsync(fd)
+
+    def sync() -> None:
+        log.append(("sync", "*"))
+        real_os_sync()
 
     def replace(src: str | Path, dst: str | Path) -> None:
         log.append(("replace", str(dst)))
@@ -478,6 +483,7 @@ def test_completions_arriving_together_share_a_journal_fsync_and_are_done_only_o
         real_sync(path)
 
     monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "sync", sync)
     monkeypatch.setattr(os, "replace", replace)
     monkeypatch.setattr(_state.Committer, "_done", done)
     monkeypatch.setattr(_state, "_sync_file", sync_intents)
@@ -494,8 +500,9 @@ def test_completions_arriving_together_share_a_journal_fsync_and_are_done_only_o
             temp = f"{target.rpartition('/')[0]}/.{name}.{os.getpid()}.tmp"
             renames = [i for i, entry in enumerate(log[:finished]) if entry == ("replace", target)]
             renamed, before = renames[-1], (renames[-2] if len(renames) > 1 else -1)
-            assert ("fsync", temp) in log[before + 1:renamed], (task, name)  # the bytes were durable, then renamed
-            assert ("fsync", target.rpartition("/")[0]) in log[renamed:finished], (task, name)  # and the rename
+            # the bytes were durable, then renamed; then the rename was durable
+            assert {("fsync", temp), ("sync", "*")} & set(log[before + 1:renamed]), (task, name)
+            assert {("fsync", target.rpartition("/")[0]), ("sync", "*")} & set(log[renamed:finished]), (task, name)
     assert all(_agree(session_dir, [f"IMPL-{k}" for k in range(1, 11)]).values())
 
 
