@@ -486,11 +486,23 @@ def build_prompt(request: StepRequest, mode: Mode) -> str:
 
 # -- running ----------------------------------------------------------------------------------------------------
 def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
+    """Whether a process of group ``pgid`` still runs. A zombie does not count: an orphan that died waits for
+    init to reap it, which can take a second, and it holds nothing."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # not Linux: any member, zombies too
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            state, _, group = stat.read_text().rpartition(")")[2].split()[:3]
+        except (OSError, ValueError):  # gone while we looked
+            continue
+        if group == str(pgid) and state not in ("Z", "X"):
+            return True
+    return False
 
 
 async def _stop_group(proc: asyncio.subprocess.Process, grace: float) -> None:
