@@ -117,3 +117,24 @@ def test_unattended_an_in_progress_document_is_resumed(mini: Path) -> None:
     assert offer["by"] == "runtime" and offer["document"] == str(draft) and "status: draft" in offer["reason"]
     mode_request = next(r for r in recorder.work() if r.step_id == "intent")
     assert str(draft) in mode_request.context["resume"]
+
+
+@pytest.mark.parametrize(("skill", "mode", "offered"), [
+    (Path("_bmad") / "mini" / "v6-shims" / "tiny-old", None, True),  # the shim pre-resolves Create
+    (DOC, "create", True),
+    (DOC, "validate", False),
+])
+def test_a_given_create_intent_still_offers_to_resume(mini: Path, skill: Path, mode: str | None,
+                                                      offered: bool) -> None:
+    """Create given by a shim or --mode keeps the skill's offer to resume a draft; another mode does not."""
+    draft = mini / "out" / "work" / "docs" / "doc-1" / "doc.md"
+    draft.parent.mkdir(parents=True)
+    draft.write_text("---\nstatus: draft\n---\n# Doc\n", encoding="utf-8")
+    engine = Engine(project_root=mini, executor=Recorder(), mode="yolo")
+    run = asyncio.run(engine.start(load_workflow(mini / skill, project_root=mini, mode=mode)))
+    assert run.status == "completed", run.error
+    events = _events(mini, run)
+    assert bool(_calls(events, "resume")) is offered
+    assert (run.variables.get("resume_from") == str(draft)) is offered
+    if offered:
+        assert "given (pre-resolved); unattended (yolo)" in _calls(events, "intent")[0]["result"]["reason"]

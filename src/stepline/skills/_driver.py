@@ -702,22 +702,20 @@ async def _intent(ctx: StepContext) -> None:
             raise StepFailed(f"intent {given!r} is not one of this skill's modes ({', '.join(names)})",
                              retryable=False, hint=f"use --mode {names[0].lower()}")
         reason = f"intent {given!r} given (pre-resolved)"
+        if chosen is _resuming_mode(modes):  # Create given (--mode, a shim): its offer to resume still stands
+            resumed = await _resume_document(ctx)
+            if resumed is not None:
+                reason, by = f"{reason}; {resumed[0]}", resumed[1]
     else:
         earlier, in_progress = _outputs_exist(ctx)
         if not earlier:
             chosen = modes[0]
             reason = f"no earlier document in the skill's output folder: {modes[0]['name']}"
         else:
-            resumed = None
-            if in_progress:  # the skill offers to resume rather than start over
-                _set_var(ctx, "resume_candidates", in_progress)
-                resumed = await _offer_resume(ctx, [InProgress(Path(p), _status_detail(Path(p)))
-                                                    for p in in_progress])
+            resumed = await _resume_document(ctx, in_progress)
             if resumed is not None:
-                document, reason, by = resumed
-                chosen = next((m for m in modes if "resume" in m["text"].lower()), modes[0])
-                _set_var(ctx, "resume_from", str(document.path))
-                _set_var(ctx, "doc_workspace", str(document.path.parent))
+                reason, by = resumed
+                chosen = _resuming_mode(modes)
             else:
                 chosen, answer = await _ask_intent(ctx, modes, [])
                 reason = f"chosen: {answer!r}"
@@ -740,6 +738,28 @@ async def _intent(ctx: StepContext) -> None:
                                hints=_standing(ctx))
     ctx.step.summary += f"; {outcome.summary or 'done'}"
     _move(ctx, chosen["sections"][0] if chosen["sections"] else None, reason=reason, by=by)
+
+
+def _resuming_mode(modes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The mode that resumes work in progress: the one whose text speaks of resuming, else the first (Create)."""
+    return next((m for m in modes if "resume" in m["text"].lower()), modes[0])
+
+
+async def _resume_document(ctx: StepContext, in_progress: list[str] | None = None) -> tuple[str, str] | None:
+    """Offer the skill's documents in progress (status not final) to resume; resumed, the run is bound to the
+    document (``resume_from``, ``doc_workspace``) and ``(why, who decided)`` is returned."""
+    if in_progress is None:
+        in_progress = _outputs_exist(ctx)[1]
+    if not in_progress:
+        return None
+    _set_var(ctx, "resume_candidates", in_progress)
+    resumed = await _offer_resume(ctx, [InProgress(Path(p), _status_detail(Path(p))) for p in in_progress])
+    if resumed is None:
+        return None
+    document, reason, by = resumed
+    _set_var(ctx, "resume_from", str(document.path))
+    _set_var(ctx, "doc_workspace", str(document.path.parent))
+    return reason, by
 
 
 def _status_detail(path: Path) -> str:
