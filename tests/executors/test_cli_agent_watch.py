@@ -278,3 +278,31 @@ def test_stepline_logs_says_an_agents_stream_json_events_short(line: str, said: 
     from stepline.executors._cli_agent import describe_output
 
     assert describe_output(line) == said
+
+
+def test_a_ccw_session_done_by_a_cli_agent_has_each_tasks_output_in_stepline_logs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`ccw execute --executor cli-agent` (a fake codex): every task's agent output is in its step's log and in
+    `stepline logs RUN`, said short."""
+    import shutil
+
+    from stepline.interfaces.cli._app import run_cli
+
+    tests = Path(__file__).resolve().parents[1]
+    project = tmp_path / "project"
+    shutil.copytree(tests / "fixtures" / "ccw" / "project-active", project)
+    config = project / "config" / "runtime.yaml"
+    config.write_text(config.read_text() + "executors:\n  cli-agent: {agent: codex, mode: write}\n")
+    monkeypatch.setenv("PATH", os.pathsep.join([str(tests / "fakes" / "bin"), str(Path(sys.executable).parent),
+                                                os.environ.get("PATH", "")]))
+    monkeypatch.setenv("FAKE_AGENT_LOG", str(tmp_path / "agents.jsonl"))
+    assert run_cli(["ccw", "execute", "--resume-session", "payment", "--executor", "cli-agent", "-C", str(project),
+                    "--json"]) == 0
+    run_id = json.loads(capsys.readouterr().out)["run_id"]
+    logs = sorted((project / ".stepline" / "runs" / run_id / "logs").glob("*.log"))
+    assert len(logs) == 3 and all('"type": "turn.completed"' in log.read_text() for log in logs)
+    assert run_cli(["logs", run_id, "-C", str(project)]) == 0
+    shown = capsys.readouterr().out
+    for log in logs:
+        assert f"{log.stem:<14} codex#0 out| done with {log.stem}" in shown
+    assert shown.count("codex#0 out| usage [100 in / 20 out]") == 3
