@@ -106,9 +106,19 @@ def test_bmad_build_with_the_openai_executor(v611: Path, server: fake_openai.Fak
     kinds = policy.kinds()
     # five step files (the activation is all runtime mechanics: no request), plus step-02's checkpoint choice acted
     # on, step-04's three review layers as subagents and its continuation; the checkpoint answered as the user
-    # (#yolo); step-01's three other routes and step-04's two loops back are the model's decides, and so are the
-    # prose conditions of the split-or-keep checkpoints of step-01 (multi-goal) and step-02 (token count)
-    assert kinds["work"] == 5 + 1 + 3 + 1 and kinds["answer"] == 1 and kinds["decide"] == 3 + 2 + 2
+    # (#yolo); the prose conditions of the split-or-keep checkpoints of step-01 (multi-goal) and step-02 (token
+    # count) are the model's decides; step-01's three other routes and step-04's two loops back are offered in the
+    # step's last work request (issue 21: one turn), where the model chose `next`
+    assert kinds["work"] == 5 + 1 + 3 + 1 and kinds["answer"] == 1 and kinds["decide"] == 2
+    routes = {e.data["key"].split("/")[0]: e.data["result"] for e in events
+              if e.type == "CallRecorded" and e.data["op"] == "route"}
+    assert routes["step-01-clarify-and-route"]["by"] == routes["step-04-review"]["by"] == "executor"
+    assert "chose the step's NEXT" in routes["step-04-review"]["reason"]
+    offered = [r for r in policy.requests
+               if r.kind == "work" and "Where this step leaves" in r.parts["Step instructions"]]
+    assert [(r.step_id, r.choices) for r in offered] == [
+        ("step-01-clarify-and-route", ["next", "step-03-implement.md", "step-04-review.md", "step-oneshot.md"]),
+        ("step-04-review", ["next", "step-02-plan.md", "step-03-implement.md"])]
     activation = next(e.data for e in events if e.type == "CallRecorded" and e.data["op"] == "handover"
                       and e.data["result"]["role"] == "activation")["result"]
     assert activation["requested"] is False and len(activation["left_out"]["runtime"]) == 3

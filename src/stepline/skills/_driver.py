@@ -400,8 +400,32 @@ def _existence_fact(ctx: StepContext, line: str) -> tuple[bool, Path] | None:
     return (exists if match[2].lower() == "exists" else not exists), path
 
 
-async def _route(ctx: StepContext, doc: SkillDoc) -> tuple[str | None, str, str]:
-    """Where the step leaves: ``(step id, reason, decided by)``; see the module doc."""
+def _offered_routes(ctx: StepContext) -> dict[str, list[dict[str, Any]]]:
+    """The routes the executor may choose at the end of the step's work, by target: each other route (an EARLY
+    EXIT, a loop back) whose line does not hinge on a file on disk (the runtime settles those)."""
+    offered: dict[str, list[dict[str, Any]]] = {}
+    for route in ctx.spec.meta.get("routes", []):
+        if _EXISTS.search(route["text"]) is None:
+            offered.setdefault(route["target"], []).append(route)
+    return offered
+
+
+def _routes_text(ctx: StepContext, offered: dict[str, list[dict[str, Any]]]) -> str:
+    """The part of the step's last request that asks where the step leaves (issue 21: in the same turn as the
+    work, by the model that did it, instead of a request per route)."""
+    default = ctx.spec.meta.get("next")
+    following = next((s.meta.get("file") for s in ctx.run.workflow.steps if s.id == default), default)
+    lines = [f"- `{routes[0]['file']}`{' (a loop back)' if routes[0]['loop'] else ''} when: "
+             + " / ".join(f"line {r['line']}: {r['text'][:240]}" for r in routes) for routes in offered.values()]
+    return ("\n\n## Where this step leaves\nThe runtime follows the step's routes: do not read or follow another "
+            f"step file. When you finish, set `choice` to `next` to go on to {following or 'the end of the skill'}, "
+            "or to the step file of the route below whose condition holds now:\n" + "\n".join(lines))
+
+
+async def _route(ctx: StepContext, doc: SkillDoc, proposal: str | None = None,
+                 offered: dict[str, list[dict[str, Any]]] | None = None) -> tuple[str | None, str, str]:
+    """Where the step leaves: ``(step id, reason, decided by)``; see the module doc. ``proposal``: the choice the
+    executor made among the ``offered`` routes at the end of the step's work."""
     meta = ctx.spec.meta
     default = meta.get("next")
     status_routes = {value: (target, line) for value, target, line in meta.get("status_routes", [])}
@@ -426,6 +450,12 @@ async def _route(ctx: StepContext, doc: SkillDoc) -> tuple[str | None, str, str]
                                         f"which {meta['file']}:{route['line']} sends to {route['target']}", "runtime"
             continue
         by_target.setdefault(route["target"], []).append(route)
+    picked = (proposal or "").strip().strip("`").strip()
+    if offered and picked.lower() == "next":
+        return default, "the executor chose the step's NEXT at the end of its work", "executor"
+    for target, routes in (offered or {}).items():
+        if picked in (target, routes[0]["file"]):
+            return target, f"the executor chose {routes[0]['file']} at the end of its work", "executor"
     for target, routes in by_target.items():
         condition = " / ".join(f"{meta['file']}:{r['line']}: {r['text']}" for r in routes)[:1500]
         outcome = await ctx.invoke(
@@ -536,14 +566,15 @@ async def _checkpoint_applies(ctx: StepContext, checkpoint: Checkpoint) -> bool:
             content=(f"You performed step {name}. Its checkpoint at line {checkpoint.line} (" +
                      " | ".join(f"[{k}] {label}" for k, label in checkpoint.options) +
                      ") stops for the person only if the condition below holds. Does it hold now?"),
-            hints={"default": False}, context=_base_context(ctx))
+            hints=_standing(ctx, default=False), context=_base_context(ctx))
         holds, reason, by = bool(outcome.decision), outcome.reason or "the executor's decision", "executor"
     _record(ctx, f"checkpoint/{checkpoint.line}/condition", "checkpoint-condition",
             {"line": checkpoint.line, "condition": checkpoint.condition}, {"holds": holds, "reason": reason, "by": by})
     return holds
 
 
-async def _checkpoint(ctx: StepContext, checkpoint: Checkpoint, proposal: str | None) -> None:
+async def _checkpoint(ctx: StepContext, checkpoint: Checkpoint, proposal: str | None,
+                      offered: dict[str, list[dict[str, Any]]] | None = None) -> str | None:
     """Present a step's checkpoint to the person (in #yolo the executor answers as the user) and have the
     executor do what the step says for the choice; an option that returns to the checkpoint asks again."""
     name = str(ctx.spec.meta["file"])
@@ -568,13 +599,17 @@ async def _checkpoint(ctx: StepContext, checkpoint: Checkpoint, proposal: str | 
                 {"choice": chosen[0], "by": "executor" if ctx.run.mode == "yolo" else "person"})
         ctx.step.choice = chosen[0]
         handler = checkpoint.handlers.get(chosen[0], "")
-        if handler:
-            await ctx.invoke("work", title=f"[{chosen[0]}] {chosen[1]} at {name}:{checkpoint.line}",
-                             content=f"At {name}:{checkpoint.line} the person chose [{chosen[0]}] {chosen[1]}. Do what "
-                                     f"the step says for it:\n\n{_render(ctx, handler)}", context=_base_context(ctx),
-                             hints=_standing(ctx))
+        route: str | None = None
+        if handler:  # the step's last word so far: it names where the step leaves, when routes are offered
+            outcome = await ctx.invoke(
+                "work", title=f"[{chosen[0]}] {chosen[1]} at {name}:{checkpoint.line}",
+                content=f"At {name}:{checkpoint.line} the person chose [{chosen[0]}] {chosen[1]}. Do what the step "
+                        f"says for it:\n\n{_render(ctx, handler)}" + (_routes_text(ctx, offered) if offered else ""),
+                context=_base_context(ctx), hints=_standing(ctx),
+                choices=["next", *(r[0]["file"] for r in offered.values())] if offered else None)
+            route = outcome.choice
         if "return to checkpoint" not in handler.lower():
-            return
+            return route
         note = ""
     raise StepFailed(f"{name}:{checkpoint.line}: the checkpoint was not passed in "
                      f"{ctx.engine.config.runtime.max_step_visits} rounds", retryable=False,
@@ -642,27 +677,39 @@ async def _step_file(ctx: StepContext) -> None:
                                                     if c.condition else "") for c in checkpoints)
                    + ") and hands you their choice: do the step's work up to each checkpoint, do not ask it "
                    "yourself.\n\n" + content)
+    # Where the step leaves is asked in its last work request: after its subagents, if any, else in its work
+    # request and again in a conditional checkpoint's handler, if one runs. A step with an unconditional
+    # checkpoint acts on the person's choice after its work request: its routes stay decide requests.
+    offered = _offered_routes(ctx) if layers or all(c.condition for c in checkpoints) else {}
+    choices = ["next", *(routes[0]["file"] for routes in offered.values())] if offered else None
     _hand_over(ctx, "step", path, doc.text, content, left_out=lean.left_out if lean is not None else None)
     menu = [MenuOption(k, label) for c in [c for c in checkpoints if c.condition is None][:1] for k, label in c.options]
-    outcome = await ctx.invoke("work", content=content, context=context, menu=menu, hints=_standing(ctx))
+    last = not layers and bool(offered)
+    outcome = await ctx.invoke("work", content=content + (_routes_text(ctx, offered) if last else ""),
+                               context=context, menu=menu, hints=_standing(ctx), choices=choices if last else None)
     ctx.step.summary = outcome.summary
+    route = outcome.choice if last else None
     for checkpoint in checkpoints:
         if checkpoint.condition is None or await _checkpoint_applies(ctx, checkpoint):
-            await _checkpoint(ctx, checkpoint, outcome.choice)
+            chosen = await _checkpoint(ctx, checkpoint, outcome.choice, offered if last else None)
+            route = chosen if last and chosen is not None else route
     if layers:
         results = [result for _, active in layers for result in await _run_subagents(ctx, active)]
         _record(ctx, "subagents", "subagents", {"layers": [r["id"] for r in results]}, results)
-        rest = doc.text
+        rest = lean.text if lean is not None else doc.text  # the step as sent, the layers' results in their place
         for token, active in layers:
             ids = {layer.get("id") for layer in active}
             rest = rest.replace(token, "\n\n".join(f"#### {r['name']} (`{r['id']}`) — its subagent returned:\n\n"
                                                    f"{r['result']}" for r in results if r["id"] in ids))
         continuation = ("The layers ran as parallel subagents; their results stand below in place of the layers. "
                         "Continue this step from there (do not redo what came before them).\n\n" + _render(ctx, rest))
+        if offered:
+            continuation += _routes_text(ctx, offered)
         outcome = await ctx.invoke("work", title=f"{name} (after its subagents)", content=continuation,
-                                   context=context, hints=_standing(ctx))
+                                   context=context, hints=_standing(ctx), choices=choices)
         ctx.step.summary = outcome.summary
-    target, reason, by = await _route(ctx, doc)
+        route = outcome.choice
+    target, reason, by = await _route(ctx, doc, route, offered)
     _record(ctx, "route", "route", {"from": name}, {"next": target, "reason": reason, "by": by})
     _move(ctx, target, reason=reason, by=by)
 
