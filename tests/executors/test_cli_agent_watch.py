@@ -306,3 +306,25 @@ def test_a_ccw_session_done_by_a_cli_agent_has_each_tasks_output_in_stepline_log
     for log in logs:
         assert f"{log.stem:<14} codex#0 out| done with {log.stem}" in shown
     assert shown.count("codex#0 out| usage [100 in / 20 out]") == 3
+
+
+@pytest.mark.parametrize("data", [b"", b"no newline", b"one\n", b"a\nb", b"\n\n",
+                                  b"x" * 200_000 + b"\nyy\n" + b"z" * 70_000],
+                         ids=["empty", "unterminated", "one", "two", "blank", "long"])
+def test_an_agents_output_is_handed_on_line_by_line_however_it_arrives(data: bytes) -> None:
+    """Lines longer than a read (200 kB of stream JSON) and a last line without a newline come whole, once."""
+    from stepline.executors._cli_agent import _pump
+
+    async def pump() -> tuple[list[str], list[str]]:
+        reader = asyncio.StreamReader()
+        reader.feed_data(data)
+        reader.feed_eof()
+        kept: list[str] = []
+        handed: list[str] = []
+        await _pump(reader, "out", kept, lambda _stream, line: handed.append(line))
+        return kept, handed
+
+    kept, handed = asyncio.run(pump())
+    expected = data.decode().split("\n")
+    expected = expected[:-1] if expected[-1] == "" else expected
+    assert kept == handed == expected

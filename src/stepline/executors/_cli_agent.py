@@ -535,12 +535,17 @@ async def _pump(stream: asyncio.StreamReader | None, name: str, into: list[str],
     """Read ``stream`` to its end, handing each line to ``on_line`` as it arrives (any length)."""
     if stream is None:
         return
-    pending = b""
+    pending = bytearray()
     while chunk := await stream.read(65536):
-        *lines, pending = (pending + chunk).split(b"\n")
-        for raw in lines:
+        searched = len(pending)
+        pending += chunk
+        end = pending.rfind(b"\n", searched)  # only the new bytes can end a line: a long line is read once
+        if end < 0:
+            continue
+        for raw in bytes(pending[:end]).split(b"\n"):
             into.append(raw.decode("utf-8", "replace"))
             on_line(name, into[-1])
+        del pending[:end + 1]
     if pending:
         into.append(pending.decode("utf-8", "replace"))
         on_line(name, into[-1])
