@@ -15,6 +15,7 @@ in a session of its own, so it outlives its parent) is waited for before the dis
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -23,7 +24,7 @@ from typing import Any
 
 from stepline.tools._spec import EffectCheck, ToolSpec
 
-__all__ = ["script_argv", "script_tools"]
+__all__ = ["SHELL_SCRIPT_EFFECT", "script_argv", "script_call", "script_tools"]
 
 #: How long a resume waits for a script the killed process left running before reading its effect.
 ORPHAN_WAIT_SECONDS = 60.0
@@ -46,6 +47,43 @@ def script_tools() -> list[ToolSpec]:
                      "properties": {"script": {"type": "string", "minLength": 1, "pattern": r"\.py$"},
                                     "args": {"type": "array", "items": {"type": "string"}}}},
     )]
+
+
+def script_call(command: str) -> dict[str, Any] | None:
+    """The ``runScript`` arguments of a shell command that is one script call (``uv run [--opt] X.py …``,
+    ``python3 X.py …``), or None for any other command (pipes, ``&&``, redirections, several commands)."""
+    if any(mark in command for mark in (";", "&", "|", ">", "<", "`", "$(", "\n")):
+        return None
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if words[:2] == ["uv", "run"]:
+        words = words[2:]
+        while words and words[0].startswith("--"):
+            words = words[1:]
+    elif words and Path(words[0]).name.startswith("python"):
+        words = words[1:]
+    else:
+        return None
+    if not words or not words[0].endswith(".py"):
+        return None
+    return {"script": words[0], "args": words[1:]}
+
+
+def _shell_before(args: dict[str, Any], project_root: str) -> dict[str, Any] | None:
+    call = script_call(str(args.get("command", "")))
+    return _before(call, project_root) if call is not None else None
+
+
+def _shell_happened(args: dict[str, Any], project_root: str, before: dict[str, Any]) -> bool | None:
+    call = script_call(str(args.get("command", "")))
+    return _happened(call, project_root, before) if call is not None else None
+
+
+#: The ``shell`` tool's effect check: a command that is one checkable script call (``uv run …/memlog.py
+#: append …``) is checked as ``runScript`` checks it; any other command's effect is unknown.
+SHELL_SCRIPT_EFFECT = EffectCheck(_shell_before, _shell_happened)
 
 
 # ------------------------------------------------------------------------------------ memlog.py's effects
