@@ -328,3 +328,14 @@ def test_an_agents_output_is_handed_on_line_by_line_however_it_arrives(data: byt
     expected = data.decode().split("\n")
     expected = expected[:-1] if expected[-1] == "" else expected
     assert kept == handed == expected
+
+
+def test_a_call_with_nothing_left_is_not_started(tmp_path: Path, spender: Path) -> None:
+    """A budget already spent (an earlier layer used it) stops the call before any agent starts, saying so."""
+    executor = create_executor("cli-agent", {"agent": "claude", "command": str(BIN / "claude"), "cd": str(tmp_path)})
+    session = LoggedSession(tmp_path / "review.log")
+    with pytest.raises(BudgetExceeded, match=r"the story's budget: nothing is left \(120 tokens over before this"):
+        asyncio.run(executor.perform(_request(CallBudget(tokens=-120, what="the story's budget"), "review"), session))
+    assert not spender.exists()  # no agent ran
+    [record] = session.memos.values()
+    assert record["usage"] == {} and record["stopped"].startswith("the story's budget: nothing is left")

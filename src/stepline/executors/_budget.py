@@ -114,6 +114,14 @@ class CallBudget:
             return f"{self.what}: ${spent.cost_usd:.4f} > the ${self.cost_usd:.4f} left"
         return None
 
+    def spent_before(self) -> str | None:
+        """Why a call may not even start: nothing is left (an earlier call spent it); None when something is."""
+        if self.tokens is not None and self.tokens <= 0:
+            return f"{self.what}: nothing is left ({-self.tokens:.0f} tokens over before this call)"
+        if self.cost_usd is not None and self.cost_usd <= 0:
+            return f"{self.what}: nothing is left (${-self.cost_usd:.4f} over before this call)"
+        return None
+
 
 class SharedMeter:
     """The usage of the live calls of one pool, against their budget; ``crossed`` is set once it is past."""
@@ -122,8 +130,10 @@ class SharedMeter:
         self.budget = budget
         self.spent: dict[int, Spent] = {}
         self.crossed = asyncio.Event()
-        self.reason: str | None = None
+        self.reason: str | None = budget.spent_before()
         self.users = 0
+        if self.reason is not None:
+            self.crossed.set()
 
     def report(self, call: int, usage: Mapping[str, Any]) -> None:
         """Call ``call`` has used ``usage`` so far (its total, not an increment)."""

@@ -748,6 +748,10 @@ class CliAgentExecutor(Executor):
         with (tempfile.TemporaryDirectory(prefix="stepline-agent-") as tmp, self._metered(request) as meter,
               _OutputLog(session.output_log(), label) as log):
             call = id(streamed)
+            if meter is not None and meter.reason is not None:  # spent before it starts (or by its pool): not run
+                log.line("---", f"not started: {meter.reason}")
+                return {"final": None, "calls": [], "session_id": None, "text": "", "usage": {}, "exit_status": None,
+                        "stopped": meter.reason}
 
             def on_line(stream: str, text: str) -> None:
                 log.line(stream, text)
