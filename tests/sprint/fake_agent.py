@@ -11,7 +11,7 @@ behaviour) says:
 ``stubborn`` always writes a module whose test fails.
 ``runaway`` the first time never ends: it starts a child, writes both pids to ``FAKE_PIDS``, and streams claude's
             per-message usage (1,000 tokens every 50 ms, each running total and its time in ``FAKE_TIMES``);
-            then honest.
+            then honest. ``runaway-reviewer``: an honest build, a review that runs away so.
 
 Reviews answer ``none``, except that ``FAKE_REVIEW`` (JSON: ``<story prefix>:<layer>[:<step>]`` -> report)
 gives a layer's report (of one review round, when the step is named).
@@ -192,6 +192,8 @@ def main() -> int:
         summary = build(prefix, behaviour, retry="What failed last time" in prompt)
     else:
         _kill_point(prefix, "review", hints.get("layer"), step["run_id"])
+        if json.loads(os.environ.get("FAKE_SPRINT", "{}")).get(prefix) == "runaway-reviewer":
+            _run_away()
         reports = json.loads(os.environ.get("FAKE_REVIEW", "{}"))
         summary = reports.get(f"{prefix}:{hints.get('layer')}:{step['step_id']}",
                               reports.get(f"{prefix}:{hints.get('layer')}", "none"))

@@ -114,3 +114,18 @@ def test_the_loops_budget_stops_a_runaway_agent_and_then_the_loop(
     assert results[1]["summary"].startswith("the loop's budget is spent: ")
     assert not any(_alive(int(pid)) for pid in runaway.read_text().split())
     assert [json.loads(line)["step"] for line in agent_env.read_text().splitlines()] == ["build"]  # nothing after
+
+
+def test_a_reviewer_that_runs_past_what_the_build_left_is_stopped_and_the_story_deferred(
+        tmp_path: Path, agent_env: Path, runaway: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-1": "runaway-reviewer"}))
+    root = make_project(tmp_path / "calc", layers=1)
+    _budgeted(root, "{mode: enforce, story: {tokens: 3000}}")
+    assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 0
+    [result] = json.loads(capsys.readouterr().out)
+    assert result["outcome"] == "deferred"  # the build's 1,700 tokens left 1,300 to the review
+    assert result["summary"] == ("1-1-add deferred: a reviewer was stopped mid-review: layer-1: claude was stopped in "
+                                 "step 'review': the story's budget: 2000 tokens > the 1300 left")
+    assert not any(_alive(int(pid)) for pid in runaway.read_text().split())
+    assert git(root, "log", "--format=%(trailers:key=Stepline-Story)").strip() == ""  # nothing committed
