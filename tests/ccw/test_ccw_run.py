@@ -447,8 +447,7 @@ def test_completions_arriving_together_share_a_journal_fsync_and_are_done_only_o
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ten tasks finishing together: their intents share journal fsyncs (group commit), and a task's done
     record is journaled only after its task JSON, summary and TODO_LIST.md were each made durable as a temp
-    file (its fsync, or a sync(2) covering every file), renamed into place and the rename made durable (its
-    folder's fsync, or a sync(2))."""
+    file (its fsync, or a sync(2) covering every file), renamed into place and their folder fsynced."""
     import os
     import time
 
@@ -502,7 +501,7 @@ def test_completions_arriving_together_share_a_journal_fsync_and_are_done_only_o
             renamed, before = renames[-1], (renames[-2] if len(renames) > 1 else -1)
             # the bytes were durable, then renamed; then the rename was durable
             assert {("fsync", temp), ("sync", "*")} & set(log[before + 1:renamed]), (task, name)
-            assert {("fsync", target.rpartition("/")[0]), ("sync", "*")} & set(log[renamed:finished]), (task, name)
+            assert ("fsync", target.rpartition("/")[0]) in log[renamed:finished], (task, name)
     assert all(_agree(session_dir, [f"IMPL-{k}" for k in range(1, 11)]).values())
 
 

@@ -7,7 +7,7 @@ once, so a completion is a journaled change (write-ahead), in this order:
 1. its *intent* (``CallStarted`` holding the whole :class:`Completion`) is journaled and fsynced; intents
    that arrive together share one fsync (group commit). Nothing of the session is touched before;
 2. the files are written, each replaced atomically and durably (:func:`write_files`: a temp file in the
-   same folder made durable, ``os.replace``, the rename made durable), so a crash leaves each one old or new;
+   same folder made durable, ``os.replace``, fsync of the folder), so a crash leaves each one old or new;
 3. only then is its *done* record (``CallRecorded``) journaled.
 
 A run resumed after a crash redoes every intent that has no *done* record before any of its tasks goes on.
@@ -106,14 +106,14 @@ class Completion:
 
 def write_files(files: list[tuple[Path, bytes]]) -> None:
     """Replace each file with its bytes, atomically and durably: every temp file (``.<name>.<pid>.tmp``, in
-    the target's folder) written and made durable, then renamed over its target, then the renames made durable.
+    the target's folder) written and made durable, then renamed over its target, then each folder fsynced once.
     A crash leaves every file old or new, never torn (a temp file it leaves behind is deleted at the next
     execute); on an error, the temp files not renamed yet are deleted.
 
-    Several files are made durable by one ``sync(2)`` on Linux, where it returns only once the writes are on
-    disk ("the same guarantees as fsync() called on every file in the system", sync(2)); elsewhere, and for a
-    single file, each file and folder is fsynced. A batch of completions writes two files per task, and on a
-    busy disk one fsync per file made 10,000 no-op tasks 1.6x slower than one sync per batch (bench/ccw_scale.py).
+    Several temp files are made durable by one ``sync(2)`` on Linux, where it returns only once the writes are
+    on disk ("the same guarantees as fsync() called on every file in the system", sync(2)); elsewhere, and for
+    a single file, each is fsynced. A batch of completions writes two files per task, and on a busy disk one
+    fsync per file made 3,000 no-op tasks 1.4x slower than one sync per batch (bench/ccw_scale.py).
     """
     batched = _SYNC_WAITS and len(files) > 1
     temps: list[tuple[Path, Path]] = []
@@ -139,11 +139,8 @@ def write_files(files: list[tuple[Path, bytes]]) -> None:
     finally:
         for tmp, _ in temps[renamed:]:
             tmp.unlink(missing_ok=True)
-    if batched:
-        os.sync()  # the renames
-    else:
-        for folder in dict.fromkeys(target.parent for target, _ in files):
-            fsync_path(folder)
+    for folder in dict.fromkeys(target.parent for target, _ in files):
+        fsync_path(folder)  # the renames (a batch touches two or three folders)
 
 
 def json_bytes(data: Any, *, floats: bool = True) -> bytes:
