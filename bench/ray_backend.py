@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -65,28 +65,36 @@ class KeepHosts(Executor):
         await self.inner.perform(request, session)
 
 
-async def _session_seconds(executor: Executor, tasks: int, concurrency: int) -> float:
+class Measured(NamedTuple):
+    """One run: its wall time, and the CPU time this (the coordinating) process spent on it, Ray's threads in it
+    included (the executor hosts' CPU is in their own processes)."""
+
+    wall: float
+    cpu: float
+
+
+async def _session_seconds(executor: Executor, tasks: int, concurrency: int) -> Measured:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         session_dir = generate_session(root, tasks, seed=1, max_deps=0)
         engine = Engine(project_root=root, executor=executor, concurrency=concurrency)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         run = await execute_session(engine, session_dir)
-        seconds = time.perf_counter() - started
+        measured = Measured(time.perf_counter() - started, time.process_time() - cpu)
         assert run.status.value == "completed", run.error
-        return seconds
+        return measured
 
 
-def _cold(executor: Executor, tasks: int, concurrency: int) -> float:
+def _cold(executor: Executor, tasks: int, concurrency: int) -> Measured:
     """One run, in an event loop of its own (what one CLI command is)."""
     return asyncio.run(_session_seconds(executor, tasks, concurrency))
 
 
-def _warm(inner: Executor, tasks: int, concurrency: int, *, on_ray: bool) -> float:
+def _warm(inner: Executor, tasks: int, concurrency: int, *, on_ray: bool) -> Measured:
     """One run after a warm-up run in the same event loop; on Ray, on the hosts the warm-up started (they talk
     to the listener of that loop)."""
 
-    async def both() -> float:
+    async def both() -> Measured:
         hosts = ray_executor(inner) if on_ray else None
         executor = KeepHosts(hosts) if hosts is not None else inner
         try:
@@ -128,17 +136,20 @@ def main() -> None:
         ideal = n / c * wait
         print(f"{n} tasks x {wait:g} s at concurrency {c} (ideal {ideal:.2f} s), {args.repeat} local/Ray pairs")
         started = time.perf_counter()
-        cold = _cold(ray_executor(Wait(wait)), n, c)
+        cold = _cold(ray_executor(Wait(wait)), n, c).wall
         cold_wall = time.perf_counter() - started
-        locals_, warms, overheads = [], [], []
+        locals_, warms, overheads, cpu_local, cpu_ray = [], [], [], [], []
         for number in range(1, args.repeat + 1):
             # Each pair back to back: a machine shared with other work drifts less within a pair than across runs.
-            local = _warm(Wait(wait), n, c, on_ray=False)
-            warm = _warm(Wait(wait), n, c, on_ray=True)
-            locals_.append(local)
-            warms.append(warm)
-            overheads.append((warm / local - 1) * 100)
-            print(f"  pair {number}: local {local:7.3f} s   ray, warm {warm:7.3f} s   overhead {overheads[-1]:+.2f} %")
+            here = _warm(Wait(wait), n, c, on_ray=False)
+            there = _warm(Wait(wait), n, c, on_ray=True)
+            locals_.append(here.wall)
+            warms.append(there.wall)
+            cpu_local.append(here.cpu / n * 1000)
+            cpu_ray.append(there.cpu / n * 1000)
+            overheads.append((there.wall / here.wall - 1) * 100)
+            print(f"  pair {number}: local {here.wall:7.3f} s   ray, warm {there.wall:7.3f} s   "
+                  f"overhead {overheads[-1]:+.2f} %")
         local, warm, overhead = _median(locals_), _median(warms), _median(overheads)
         print(f"  local          {local:7.3f} s   ratio to ideal {local / ideal:.3f}   (median)")
         print(f"  ray, cold      {cold:7.3f} s   ratio to local {cold / local:.3f}   (joins Ray, starts the hosts; "
@@ -146,8 +157,9 @@ def main() -> None:
         print(f"  ray, warm      {warm:7.3f} s   ratio to local {warm / local:.3f}   (median)")
         print(f"  overhead       {overhead:+.2f} % (median of the pairs; range {min(overheads):+.2f} .. "
               f"{max(overheads):+.2f} %; target < 5 %), {(warm - local) / n * c * 1000:+.1f} ms per task")
-        noop_local = _median([_warm(Wait(0), args.noop, c, on_ray=False) for _ in range(3)])
-        noop_ray = _median([_warm(Wait(0), args.noop, c, on_ray=True) for _ in range(3)])
+        print(f"  coordinator CPU per task: local {_median(cpu_local):.2f} ms, ray {_median(cpu_ray):.2f} ms (median)")
+        noop_local = _median([_warm(Wait(0), args.noop, c, on_ray=False).wall for _ in range(3)])
+        noop_ray = _median([_warm(Wait(0), args.noop, c, on_ray=True).wall for _ in range(3)])
         print(f"{args.noop} no-op tasks at concurrency {c} (median of 3)")
         print(f"  local          {noop_local:7.3f} s   {noop_local / args.noop * 1000:.2f} ms per task")
         print(f"  ray, warm      {noop_ray:7.3f} s   {noop_ray / args.noop * 1000:.2f} ms per task   dispatch "
