@@ -127,8 +127,10 @@ def test_bmad_build_with_the_openai_executor(v611: Path, server: fake_openai.Fak
         "blind-hunter", "edge-case-hunter", "verification-gap"]
     review = [r for r in policy.requests if r.step_id == "step-04-review" and r.kind == "work"]
     assert [r.title for r in review] == ["step-04-review.md", "subagent: Blind Hunter", "subagent: Edge Case Hunter",
-                                         "subagent: Verification Gap Reviewer",
-                                         "step-04-review.md (after its subagents)"]
+                                         "subagent: Verification Gap Reviewer", "step-04-review.md"]
+    # the continuation repeats the step's request word for word (a cache hit), the layers' results after it
+    after = review[-1].parts["Step instructions"]
+    assert after.startswith(review[0].parts["Step instructions"]) and "## After the subagents" in after
     hunter = review[2].parts["Step instructions"]  # the layer's instruction from customize.toml, rendered
     assert f"Read `{v611}/_bmad/bmm/ship/bmad-build/review-prompts/edge-case-hunter.md`" in hunter
     assert "diff_output by the fake model" in hunter  # the value the step set for its layers

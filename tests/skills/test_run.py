@@ -222,7 +222,8 @@ def test_subagent_layers_are_parallel_executor_calls(mini: Path) -> None:
     assert run.status == "completed"
     review = [r for r in executor.work() if r.step_id == "step-04-review"]
     assert [r.title for r in review] == ["step-04-review.md", "subagent: Linter", "subagent: Tests",
-                                         "step-04-review.md (after its subagents)"]
+                                         "step-04-review.md"]  # the continuation repeats the step's request
+    assert review[3].content.startswith(review[0].content) and "## After the subagents" in review[3].content
     assert "runs these 2 layers as parallel subagents" in review[0].content and "lint" not in review[0].content
     assert [r.content for r in review[1:3]] == ["Launch a subagent: lint CHANGE-7.",
                                                 "Launch a subagent: test CHANGE-7."]

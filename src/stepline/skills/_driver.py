@@ -696,17 +696,17 @@ async def _step_file(ctx: StepContext) -> None:
     if layers:
         results = [result for _, active in layers for result in await _run_subagents(ctx, active)]
         _record(ctx, "subagents", "subagents", {"layers": [r["id"] for r in results]}, results)
-        rest = lean.text if lean is not None else doc.text  # the step as sent, the layers' results in their place
-        for token, active in layers:
-            ids = {layer.get("id") for layer in active}
-            rest = rest.replace(token, "\n\n".join(f"#### {r['name']} (`{r['id']}`) — its subagent returned:\n\n"
-                                                   f"{r['result']}" for r in results if r["id"] in ids))
-        continuation = ("The layers ran as parallel subagents; their results stand below in place of the layers. "
-                        "Continue this step from there (do not redo what came before them).\n\n" + _render(ctx, rest))
+        # The continuation repeats the step's request word for word and adds the layers' results after it: a
+        # provider serves the repeated part from its cache (issue 21) instead of a restated step text.
+        found = "\n\n".join(f"#### {r['name']} (`{r['id']}`) — its subagent returned:\n\n{r['result']}"
+                              for r in results)
+        continuation = (f"{content}\n\n## After the subagents\nThis request continues the step: the layers ran as "
+                        "parallel subagents, their results are below. Do the rest of the step, after the layers "
+                        f"(do not redo what came before them).\n\n{found}")
         if offered:
             continuation += _routes_text(ctx, offered)
-        outcome = await ctx.invoke("work", title=f"{name} (after its subagents)", content=continuation,
-                                   context=context, hints=_standing(ctx), choices=choices)
+        outcome = await ctx.invoke("work", content=continuation, context=context, hints=_standing(ctx),
+                                   choices=choices)
         ctx.step.summary = outcome.summary
         route = outcome.choice
     target, reason, by = await _route(ctx, doc, route, offered)
