@@ -313,7 +313,7 @@ def build_prompt(request: StepRequest) -> tuple[str, str]:
     if outputs:
         parts.append("## Output\nwrite_output without `path` writes to " + relative(str(outputs[0])) + ".")
     if request.variables:
-        parts.append(_variables(request))
+        parts.append(_variables(request, _configured(standing)))
     context = {key: relative(value) if isinstance(value, str) else value  # what the text above does not say
                for key, value in request.context.items()
                if value not in (None, "", [], {}) and key != "project_root" and not (key == "output" and outputs)}
@@ -326,12 +326,19 @@ def build_prompt(request: StepRequest) -> tuple[str, str]:
     return system, redact("\n\n".join(parts))
 
 
-def _variables(request: StepRequest) -> str:
+def _configured(standing: str) -> set[str]:
+    """The names the standing text's configuration lists (``- name: value`` under ``## Configuration``, as
+    :func:`~stepline.executors.standing_text` writes it)."""
+    return set(re.findall(r"(?m)^- ([^\s:]+): ", standing.partition("## Configuration\n")[2]))
+
+
+def _variables(request: StepRequest, configured: set[str] | frozenset[str] = frozenset()) -> str:
     """The run's variables the step refers to (by name, in its text), and only the names of the others: a step
-    rarely needs more, and every request carrying all of them is the largest repeated part of a run's prompts."""
+    rarely needs more, and every request carrying all of them is the largest repeated part of a run's prompts.
+    Those the run's standing configuration already shows (``configured``) are not named again."""
     text = "\n".join(filter(None, (request.content, request.question, request.condition, request.title)))
     used = {name: value for name, value in request.variables.items() if name and _names(text, name)}
-    others = sorted(name for name in request.variables if name not in used)
+    others = sorted(name for name in request.variables if name not in used and name not in configured)
     from stepline.guardrails import redact_obj
 
     lines = ["## Variables", _compact(redact_obj(used)) if used else "(none named by this step)"]
