@@ -339,3 +339,24 @@ def test_a_call_with_nothing_left_is_not_started(tmp_path: Path, spender: Path) 
     assert not spender.exists()  # no agent ran
     [record] = session.memos.values()
     assert record["usage"] == {} and record["stopped"].startswith("the story's budget: nothing is left")
+
+
+def test_a_recorded_run_keeps_its_agents_output_log_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """`--record` wraps the session; the agent's lines still reach the step's log."""
+    from stepline.interfaces.cli._app import run_cli
+
+    project = tmp_path / "project"
+    (project / "config").mkdir(parents=True)
+    (project / "flow.yaml").write_text(WORKFLOW, encoding="utf-8")
+    (project / "config" / "runtime.yaml").write_text(
+        f"executors:\n  cli-agent: {{agent: claude, command: {BIN / 'claude'}}}\n", encoding="utf-8")
+    (tmp_path / "gate").write_text("go", encoding="utf-8")
+    for name, value in (("WATCH_AGENT", "slow"), ("WATCH_GATE", str(tmp_path / "gate")), ("WATCH_LINES", "2")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    assert run_cli(["run", "flow.yaml", "--executor", "cli-agent", "--record", str(tmp_path / "tape.yaml"),
+                    "--non-interactive", "-C", str(project), "--json"]) == 0
+    run_id = json.loads(capsys.readouterr().out)["run_id"]
+    log = (project / ".stepline" / "runs" / run_id / "logs" / "build.log").read_text(encoding="utf-8")
+    assert "out| working on part 2" in log and (tmp_path / "tape.yaml").is_file()

@@ -137,6 +137,10 @@ class _RecordingSession(StepSession):
                                                   self.inner.memo(label, payload, compute))
         return result
 
+    def output_log(self) -> Path | None:
+        """The real session's: a recorded run is watched as any other."""
+        return self.inner.output_log()
+
 
 def _error(exc: BaseException) -> dict[str, Any]:
     return {"type": type(exc).__name__, "message": _redact(str(exc)),
