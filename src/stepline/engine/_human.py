@@ -19,7 +19,7 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stepline.engine._signals import StepBlocked
 from stepline.model import EventType
@@ -78,14 +78,15 @@ class HumanChannel:
         self.relay = relay
 
     async def ask(self, ctx: StepContext, question: str, choices: list[str] | None, key: str, *,
-                  menu: list[MenuOption] | None = None) -> str:
+                  menu: list[MenuOption] | None = None, hints: dict[str, Any] | None = None) -> str:
         """Return the answer to ``question`` or raise :class:`StepBlocked` until someone gives it.
 
         ``menu``: the options, when the question is a step's menu (``choices`` are their keys); a relay shows them.
+        ``hints``: the request's hints when the executor answers as the user (#yolo), e.g. the run's standing text.
         """
         if ctx.run.mode == "yolo":
             outcome = await ctx.invoke("answer", question=question, choices=choices,
-                                       title=f"answer as the user: {question}")
+                                       title=f"answer as the user: {question}", hints=hints)
             return outcome.choice or outcome.summary or ""
         gate_id = f"ask:{key}"
         engine = ctx.engine

@@ -590,7 +590,7 @@ async def _checkpoint(ctx: StepContext, checkpoint: Checkpoint, proposal: str | 
             ctx.engine.human.record(ctx, key, proposal, by=executor.name or "executor")  # the person's own choice
             answer = proposal
         else:
-            answer = await ctx.engine.human.ask(ctx, note + question, keys, key, menu=menu)
+            answer = await ctx.engine.human.ask(ctx, note + question, keys, key, menu=menu, hints=_standing(ctx))
         chosen = _option(answer, checkpoint.options)
         if chosen is None:
             note = f"{answer!r} is not one of the options. "
