@@ -415,11 +415,12 @@ def _routes_text(ctx: StepContext, offered: dict[str, list[dict[str, Any]]]) -> 
     work, by the model that did it, instead of a request per route)."""
     default = ctx.spec.meta.get("next")
     following = next((s.meta.get("file") for s in ctx.run.workflow.steps if s.id == default), default)
-    lines = [f"- `{routes[0]['file']}`{' (a loop back)' if routes[0]['loop'] else ''} when: "
-             + " / ".join(f"line {r['line']}: {r['text'][:240]}" for r in routes) for routes in offered.values()]
+    # The routes' own lines are in the step's text above: each is named by its file, not restated.
+    lines = [f"- `{routes[0]['file']}`{' (a loop back)' if routes[0]['loop'] else ''}" for routes in offered.values()]
     return ("\n\n## Where this step leaves\nThe runtime follows the step's routes: do not read or follow another "
             f"step file. When you finish, set `choice` to `next` to go on to {following or 'the end of the skill'}, "
-            "or to the step file of the route below whose condition holds now:\n" + "\n".join(lines))
+            "or to the step file below if the text above sends the work there now (an EARLY EXIT, a loop "
+            "back):\n" + "\n".join(lines))
 
 
 async def _route(ctx: StepContext, doc: SkillDoc, proposal: str | None = None,
