@@ -122,3 +122,44 @@ def test_show_prompt_prints_exactly_what_a_step_sent(tmp_path: Path, capsys: Any
     assert printed[0]["messages"] == sent[0]["messages"][1:]
     assert printed[0]["system"] == sent[0]["messages"][0]["content"]
     assert run_cli(["show", run.run_id, "--prompt", "nope", "-C", str(tmp_path)]) == 3
+
+
+CORPUS_ALPHA = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus" / "bmad" / "v6.0.0-alpha.23"
+
+
+def test_a_micro_file_run_sends_its_standing_text_once_per_request_in_the_shared_prefix(tmp_path: Path) -> None:
+    """create-product-brief with the openai executor: every request's system message is the same bytes and holds
+    workflow.md's goal and role, the rules every step file repeats and the run's configuration; no step's own part
+    restates those rules, and each hand-over journals them as shared (left out of the step's text)."""
+    import pytest
+
+    from stepline.bmad import install_bmad
+    from stepline.families import load_workflow
+
+    if not CORPUS_ALPHA.is_dir():
+        pytest.skip("shared/corpus is not available")
+    project = (tmp_path / "shop").resolve()
+    install_bmad(CORPUS_ALPHA, project, {"user_name": "Ada"})
+    workflow = project / "_bmad/bmm/workflows/1-analysis/create-product-brief/workflow.md"
+    with fake_openai.FakeOpenAI().running() as server:
+        server.responder = fake_openai.responder(Policy())
+        engine = Engine(project_root=project, executor="openai", mode="yolo",
+                        executor_options={"base_url": server.base_url, "api_key": "test", "model": "fake"})
+        run = asyncio.run(engine.start(load_workflow(workflow, project_root=project)))
+        requests = list(server.requests)
+    assert run.status.value == "completed", run.error
+    systems = {m["content"] for r in requests for m in r["messages"] if m["role"] == "system"}
+    assert len(requests) >= 6 and len(systems) == 1
+    (system,) = systems
+    assert "**Goal:** Create comprehensive product briefs" in system and "### Universal Rules:" in system
+    assert "### Role Reinforcement:" in system and "- user_name: Ada" in system
+    assert "WORKFLOW ARCHITECTURE" not in system and "INITIALIZATION" not in system  # the runtime's
+    users = [m["content"] for r in requests for m in r["messages"] if m["role"] == "user"]
+    assert not any("### Universal Rules:" in text for text in users)
+    # step-06's own Role Reinforcement differs from the one the others repeat ("completion tone"): it stays its own
+    assert [text for text in users if "### Role Reinforcement:" in text] == [
+        text for text in users if "Maintain collaborative completion tone" in text]
+    assert "Maintain collaborative discovery tone" in system
+    handovers = [e.data["result"] for e in engine.store.open(run.run_id).events()
+                 if e.type == "CallRecorded" and e.data["op"] == "handover" and e.data["result"].get("role") == "step"]
+    assert handovers and all("Universal Rules:" in h["left_out"]["shared"] for h in handovers)

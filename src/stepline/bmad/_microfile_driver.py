@@ -171,7 +171,7 @@ async def _ask(ctx: StepContext, options: list[Option], *, executor: bool, round
         if proposal is not None:
             return proposal
         outcome = await ctx.invoke("choose", question=question, menu=[o.as_menu_option() for o in options],
-                                   content=question)
+                                   content=question, hints=_standing_hints(ctx))
         return outcome.choice
     key = f"{ctx.spec.id}/{ctx.attempt}/menu/{round_no}"
     speaker = _speaks_for_user(ctx) if proposal is not None else None
@@ -179,7 +179,7 @@ async def _ask(ctx: StepContext, options: list[Option], *, executor: bool, round
         ctx.engine.human.record(ctx, key, proposal, by=speaker)
         return proposal
     return await ctx.engine.human.ask(ctx, question, [o.key for o in options], key,
-                                      menu=[o.as_menu_option() for o in options])
+                                      menu=[o.as_menu_option() for o in options], hints=_standing_hints(ctx))
 
 
 # ------------------------------------------------------------------------------------------------------ init
@@ -317,6 +317,12 @@ def _standing(ctx: StepContext, shared: tuple[str, ...]) -> str:
     return standing_text(text, ctx.run.workflow.variables)
 
 
+def _standing_hints(ctx: StepContext) -> dict[str, Any]:
+    """The hints of a request that carries the run's standing text (every request of the run shares it)."""
+    shared = () if ctx.engine.config.prompts.full_step_text else _shared_sections(ctx)
+    return {STANDING_HINT: _standing(ctx, shared)}
+
+
 def _read_step(ctx: StepContext, path: Path) -> tuple[str, list[str]]:
     """The step file's text (read now, just in time) and its frontmatter warnings; unusable frontmatter fails."""
     try:
@@ -434,7 +440,8 @@ async def _side_trip(ctx: StepContext, option: Option, env: dict[str, Any]) -> N
     content = text or f"{option.label}: {option.handler}"
     _hand_over(ctx, "advanced-elicitation" if elicit else "party-mode", path, text, content)
     await ctx.invoke("work", title=f"{option.label} — {ctx.spec.name or ctx.spec.id}", content=content,
-                     context={"invoked_from": ctx.spec.meta["file"], "workflow": str(path), "handler": option.handler})
+                     context={"invoked_from": ctx.spec.meta["file"], "workflow": str(path), "handler": option.handler},
+                     hints=_standing_hints(ctx))
 
 
 async def _settle(ctx: StepContext, options: list[Option], *, executor: bool, proposal: str | None,
@@ -460,7 +467,7 @@ async def _settle(ctx: StepContext, options: list[Option], *, executor: bool, pr
         elif kind == "local":
             await ctx.invoke("work", title=f"[{chosen.key}] {chosen.label}",
                              content=f"The user chose [{chosen.key}] {chosen.label}. {chosen.handler}".strip(),
-                             context={"step_file": ctx.spec.meta["file"]})
+                             context={"step_file": ctx.spec.meta["file"]}, hints=_standing_hints(ctx))
         else:
             key = f"{ctx.spec.id}/{ctx.attempt}/exit/{round_no}"
             if key not in ctx.engine.calls.recorded:  # a resumed run shows the menu again instead

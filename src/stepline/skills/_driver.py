@@ -334,7 +334,7 @@ async def _on_activation(ctx: StepContext) -> None:
     files = read_skill_files(Path(skill["root"]))
     section = next((s for s in files.sections if "activation" in s.title.lower()), None)
     raw = section.text if section else ""
-    left, runtime = _activation_left(raw)
+    left, runtime = (raw, []) if ctx.engine.config.prompts.full_step_text else _activation_left(raw)
     if not left.strip():  # nothing but what the runtime did: no request (issue 21)
         _hand_over(ctx, "activation", files.entry.path, raw, "", left_out={"runtime": runtime}, requested=False)
         ctx.step.summary = "activation done by the runtime: " + ("; ".join(runtime) or "nothing to do")
