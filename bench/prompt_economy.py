@@ -16,7 +16,12 @@ it is meant to be run by hand: the system text and the tool definitions, then th
 or ``SKILL.md`` + ``workflow.md`` + ``customize.toml``) and the module's config read into the conversation (one
 request each), then for every step file the runtime visited, in order: a request that reads it (its whole text
 lands in the conversation) and a request that writes that step's output (the same text stepline's fake model
-wrote), never stopping at a menu. Every request resends the whole conversation so far.
+wrote), never stopping at a menu. Every request resends the whole conversation so far. Its system text is
+stepline's protocol text (a real IDE agent's is several times longer). Left out of it, all in its favour: the
+subagents a step launches (bmad-build's three review layers, each a fresh conversation of its own under an IDE
+agent; stepline's run counts them), the checkpoint a step halts at (stepline asks it, answered in #yolo by a
+request of its own), and ``render_skill.py``'s call and output; the step files it reads are the raw files, not the
+rendered snapshots an agent reads (paths and customization values inlined).
 
 Both are counted in characters (a model's tokens are about a quarter of them), uncached and cache-weighted: a
 request's prefix shared byte for byte with an earlier request of the same run is billed at 0.1x (a cache read),
