@@ -72,28 +72,22 @@ class Channel:
     token: str
     #: Done when the worker said its ``perform`` returned (``end``): every call it made has been answered.
     ended: asyncio.Future[None]
-    calls: asyncio.Queue[_Call] = field(default_factory=asyncio.Queue)
+    #: The calls in the order they came; None (put there once the ``perform`` ended) is the last item.
+    calls: asyncio.Queue[_Call | None] = field(default_factory=asyncio.Queue)
     #: The exceptions calls raised on the coordinator, by call number: the worker's error names the number.
     failures: dict[int, BaseException] = field(default_factory=dict)
     count: int = 0
 
-    async def next(self, done: asyncio.Future[Any]) -> _Call | None:
-        """The worker's next call, or None once its ``perform`` has ended (``done``) and no call is left."""
-        while True:
-            if not self.calls.empty():
-                return self.calls.get_nowait()
-            if done.done():
-                return None
-            getter = asyncio.ensure_future(self.calls.get())
-            try:
-                await asyncio.wait({getter, done}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                if not getter.done():
-                    getter.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await getter
-            if getter.done() and not getter.cancelled():
-                return getter.result()
+    def stop(self, _: object = None) -> None:
+        """The ``perform`` ended: once the calls queued before are taken, :meth:`next` says None."""
+        self.calls.put_nowait(None)
+
+    async def next(self) -> _Call | None:
+        """The worker's next call, or None once its ``perform`` has ended and no call is left (for good)."""
+        call = await self.calls.get()
+        if call is None:
+            self.calls.put_nowait(None)  # whoever asks next hears it too
+        return call
 
 
 class SessionServer:
@@ -121,8 +115,8 @@ class SessionServer:
         """Forget ``channel``: a connection that still waits on it is answered with an error."""
         self._channels.pop(channel.token, None)
         while not channel.calls.empty():
-            channel.calls.get_nowait().answer({"error": {"type": "ExecutorError", "message": "the step ended",
-                                                         "retryable": True}})
+            if (call := channel.calls.get_nowait()) is not None:
+                call.answer({"error": {"type": "ExecutorError", "message": "the step ended", "retryable": True}})
 
     async def aclose(self) -> None:
         """Stop listening."""
@@ -167,12 +161,13 @@ async def serve_calls(channel: Channel, session: StepSession, done: asyncio.Futu
     A call under way when the worker dies is finished and journaled all the same: it is the coordinator's
     work, so a lost worker never leaves an effect half done.
     """
-    while (call := await channel.next(done)) is not None:
+    done.add_done_callback(channel.stop)
+    while (call := await channel.next()) is not None:
         channel.count += 1
         number = channel.count
         try:
             if call.op == "memo":
-                await _memo(channel, session, call, done)
+                await _memo(channel, session, call)
                 continue
             if call.op not in _OPS:
                 raise ExecutorError(f"the worker asked for an unknown protocol call {call.op!r}", retryable=False)
@@ -183,13 +178,13 @@ async def serve_calls(channel: Channel, session: StepSession, done: asyncio.Futu
             call.answer({"error": _describe(exc), "call": number})
 
 
-async def _memo(channel: Channel, session: StepSession, call: _Call, done: asyncio.Future[Any]) -> None:
+async def _memo(channel: Channel, session: StepSession, call: _Call) -> None:
     """The journal answers a recorded ``memo``; otherwise the worker computes it and the result is journaled."""
     follow_up: list[_Call] = []
 
     async def compute() -> dict[str, Any]:
         call.answer({"compute": True})
-        nxt = await channel.next(done)
+        nxt = await channel.next()
         if nxt is None:
             raise ExecutorError("the worker went away while computing a memo", retryable=True)
         follow_up.append(nxt)
