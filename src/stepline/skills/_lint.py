@@ -19,7 +19,7 @@ from stepline.formats import Diagnostic
 from stepline.skills._customize import load_central_config, resolve_customization
 from stepline.skills._load import find_skill, module_of
 from stepline.skills._render import SNAPSHOT_TOKEN, RenderEnv, unknown_tokens
-from stepline.skills._skill import SkillDoc, read_doc, read_skill_files, skill_folder
+from stepline.skills._skill import SkillDoc, missing_render_entry, read_doc, read_skill_files, skill_folder
 
 __all__ = ["lint_skill", "skill_kind"]
 
@@ -124,7 +124,12 @@ def lint_skill(path: Path, project_root: Path) -> list[Diagnostic]:
             out.append(Diagnostic("error", "unreadable", exc.detail, exc.path or str(doc_path), exc.line))
             continue
         out.extend(_lint_doc(doc, root, project_root, env, module, check_config))
+        if doc.path == root / "SKILL.md" or doc.path.relative_to(root).as_posix() in files.docs:
+            out.extend(doc.problems)  # an asset's frontmatter is its output's example, not the skill's to read
     out.extend(_lint_customization(root, custom.values))
+    render_entry = missing_render_entry(files)
+    if render_entry is not None:
+        out.append(render_entry)
     reached = set(files.steps)
     if files.kind == "step-files":
         for step in sorted(root.rglob("step-*.md")):

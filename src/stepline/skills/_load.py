@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from stepline.errors import NotFoundError, ReaderError
+from stepline.errors import NotFoundError, ReaderError, UsageError
 from stepline.model import SourceRef, StepSpec, WorkflowSpec
 from stepline.skills._customize import (
     Customization,
@@ -38,6 +38,7 @@ from stepline.skills._skill import (
     referenced_sections,
     skill_folder,
     step_sections,
+    unrunnable,
 )
 
 __all__ = ["SKILL_FORMAT", "find_skill", "load_skill", "module_of", "step_id_of"]
@@ -203,6 +204,27 @@ def _forwarded(shim: Customization, target: Customization) -> Customization:
     return Customization(values=values, defaults=target.defaults, layers=target.layers + shim.layers)
 
 
+def _refuse_unrunnable(files: SkillFiles) -> None:
+    """A skill BMAD's renderer would refuse is not run (the run would stop where a link breaks, as if done)."""
+    problems = unrunnable(files)
+    if problems:
+        first = problems[0]
+        more = f"; {len(problems) - 1} more" if len(problems) > 1 else ""
+        raise ReaderError(first.message, path=first.path, line=first.line,
+                          hint=f"fix it{more}: `stepline validate {files.root}` lists every problem")
+
+
+def _check_mode(files: SkillFiles, mode: str) -> None:
+    """``--mode`` names one of the skill's intent modes (checked before a run is created)."""
+    names = [m.name for m in files.modes]
+    if not names:
+        raise UsageError(f"--mode {mode}: skill {files.name!r} has no intent modes to choose from",
+                         hint="run it without --mode")
+    if mode.lower() not in {n.lower() for n in names}:
+        raise UsageError(f"--mode {mode}: skill {files.name!r} has no intent mode {mode!r}",
+                         hint="use --mode " + " or --mode ".join(n.lower() for n in names))
+
+
 def load_skill(path: Path | str, *, project_root: Path | str, variables: dict[str, Any] | None = None,
                mode: str | None = None) -> WorkflowSpec:
     """Read the skill at ``path`` (its folder or SKILL.md) into a WorkflowSpec for the ``bmad-skill`` driver.
@@ -211,6 +233,7 @@ def load_skill(path: Path | str, *, project_root: Path | str, variables: dict[st
     """
     root = Path(project_root).resolve()
     files = read_skill_files(Path(path))
+    _refuse_unrunnable(files)
     module = module_of(files.root)
     central, config_files = load_central_config(root, module)
     custom = resolve_customization(files.root, root)
@@ -218,6 +241,7 @@ def load_skill(path: Path | str, *, project_root: Path | str, variables: dict[st
     steps = _skill_steps(files, custom)
     intent = (mode or "").lower() or None
     forwarded = None
+    runs = files  # the skill whose steps run: the shim's target for a shim
     if files.kind == "shim":
         target_root = find_skill(str(files.forward_to), files.root, root)
         if target_root is None:
@@ -226,6 +250,8 @@ def load_skill(path: Path | str, *, project_root: Path | str, variables: dict[st
         target = read_skill_files(target_root)
         if target.kind == "shim":
             raise ReaderError(f"{files.forward_to} is itself a shim", path=str(target.skill.path), line=1)
+        _refuse_unrunnable(target)
+        runs = target
         target_module = module_of(target.root)
         target_central, target_files = load_central_config(root, target_module)
         target_custom = _forwarded(custom, resolve_customization(target.root, root))
@@ -237,6 +263,8 @@ def load_skill(path: Path | str, *, project_root: Path | str, variables: dict[st
         steps = [shim_step, *_skill_steps(target, target_custom)]
         intent = intent or files.forward_intent
         forwarded = target.name
+    if mode:
+        _check_mode(runs, mode)
     names = _flat_config(central, module, root)
     variables = {**names, "project-root": str(root), "skill-root": str(files.root), "skill-name": files.name,
                  **(variables or {})}

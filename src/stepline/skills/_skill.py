@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from stepline.errors import ReaderError
+from stepline.formats._diagnostics import Diagnostic
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
 from stepline.skills._render import SNAPSHOT_TOKEN
@@ -34,12 +35,14 @@ __all__ = [
     "StepFile",
     "checkpoints_in",
     "is_skill",
+    "missing_render_entry",
     "read_doc",
     "read_skill_files",
     "referenced_sections",
     "scripts_in",
     "skill_folder",
     "step_sections",
+    "unrunnable",
 ]
 
 SkillKind = Literal["step-files", "sections", "shim"]
@@ -80,6 +83,8 @@ class SkillDoc:
     body_line: int
     links: list[Link] = field(default_factory=list)
     scripts: list[tuple[int, str]] = field(default_factory=list)
+    #: what is wrong with its frontmatter (not YAML, never closed): the raw text is used, the linter reports it
+    problems: list[Diagnostic] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +182,8 @@ def read_doc(root: Path, path: Path) -> SkillDoc:
     """Read one Markdown document of the skill and find its links and script calls (line by line)."""
     text = read_text(path)
     fm = read_frontmatter(text, path=str(path))
-    doc = SkillDoc(path=path, text=text, frontmatter=dict(fm.data), body_line=fm.body_line)
+    doc = SkillDoc(path=path, text=text, frontmatter=dict(fm.data), body_line=fm.body_line,
+                   problems=list(fm.diagnostics))
     for key, value in fm.data.items():  # nextStepFile: './step-02.md' (the micro-file way some releases keep)
         if isinstance(value, str) and value.endswith(".md") and "{" not in value.replace("{skill-root}", "") and (
                 key.endswith("StepFile") or Path(value).name.startswith("step-")):
@@ -388,6 +394,35 @@ def _walk_steps(files: SkillFiles, first: str) -> None:
         step = _step_file(files, name, doc)
         files.steps[name] = step
         pending.extend(t for t in [step.next, *(r.target for r in step.routes)] if t and t not in files.steps)
+
+
+def missing_render_entry(files: SkillFiles) -> Diagnostic | None:
+    """SKILL.md runs ``render_skill.py``, which renders the skill's ``workflow.md``, but there is none."""
+    if (files.root / "workflow.md").is_file():
+        return None
+    line = next((n for n, text in enumerate(files.skill.text.splitlines(), start=1) if "render_skill.py" in text), 0)
+    if not line:
+        return None
+    return Diagnostic("error", "missing-file", "SKILL.md renders the skill's workflow.md (render_skill.py), which "
+                      "does not exist", str(files.skill.path), line)
+
+
+def unrunnable(files: SkillFiles) -> list[Diagnostic]:
+    """What keeps the skill from running as BMAD would render it, each with file:line: SKILL.md's frontmatter
+    is not YAML, the workflow.md it renders is missing, or the entry document or a step file links to a file of
+    the skill that does not exist (BMAD's ``render_skill.py`` refuses such a skill; the runtime would otherwise
+    end the run where the link breaks, as if the skill were done)."""
+    found = list(files.skill.problems)
+    entry = missing_render_entry(files)
+    if entry is not None:
+        found.append(entry)
+    for doc in files.docs.values():
+        for link in doc.links:
+            if (link.snapshot or _is_step_name(link.target)) and not (files.root / link.target).is_file():
+                written = f"[[bmad-snapshot:{link.target}]]" if link.snapshot else link.target
+                found.append(Diagnostic("error", "missing-file", f"{written} names no file of the skill",
+                                        str(doc.path), link.line))
+    return found
 
 
 def step_sections(files: SkillFiles) -> list[Section]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Annotated
@@ -31,6 +32,23 @@ def install_extras(extras: Path, project: Path) -> list[str]:
     return copied
 
 
+_SETTING = re.compile(r"[\w-]+(?:\.[\w-]+)?")
+
+
+def parse_settings(pairs: list[str]) -> dict[str, str]:
+    """``--set KEY=VALUE`` or ``--set MODULE.KEY=VALUE`` pairs as a mapping; a malformed one is a UsageError."""
+    from stepline.errors import UsageError
+
+    settings: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not _SETTING.fullmatch(name.strip()):
+            raise UsageError(f"--set expects KEY=VALUE or MODULE.KEY=VALUE, got {pair!r}",
+                             hint="for example --set user_name=Ada or --set bmm.project_name=demo")
+        settings[name.strip()] = value
+    return settings
+
+
 @bmad_app.command("install")
 def install(
     src: Annotated[Path, typer.Argument(help="A BMAD repository, its src/ folder, or one module folder.")],
@@ -50,10 +68,12 @@ def install(
     SRC, --project and --extras, when relative, are taken from the current folder (or from -C DIR).
     """
     from stepline.bmad import install_bmad
-    from stepline.interfaces.cli._runs import parse_vars
+    from stepline.errors import NotFoundError
 
-    settings = parse_vars(setting or [])
+    settings = parse_settings(setting or [])
     at = where(directory, None)  # the project folder may not exist yet: the installer makes it
+    if extras is not None and not at.path(extras).is_dir():  # checked first: a failed command installs nothing
+        raise NotFoundError(f"{at.path(extras)}: no such folder", hint="pass the folder holding the extra task files")
     report = install_bmad(at.path(src), at.root if project is None else at.path(project), settings)
     copied = install_extras(at.path(extras), report.project) if extras is not None else []
     if as_json:

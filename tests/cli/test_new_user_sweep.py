@@ -1,0 +1,159 @@
+"""A new user's mistakes with BMAD v6.11.0 skills, through the CLI: one line ``error: …`` naming the file:line or
+the thing and the fix, the README's exit code, no traceback, and no run created for what could be refused first.
+
+Each case is one a user makes: a skill whose step file or ``[[bmad-snapshot:…]]`` target is gone, a SKILL.md whose
+frontmatter is not YAML, a ``--mode`` the skill does not have, ``bmad install`` with a bad ``--set`` or ``--extras``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from stepline.bmad import install_bmad
+from stepline.interfaces.cli._app import run_cli
+
+CORPUS_V611 = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus" / "bmad" / "v6.11.0"
+BUILD = "_bmad/bmm/ship/bmad-build"
+
+
+@pytest.fixture(scope="module")
+def _installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not CORPUS_V611.is_dir():
+        pytest.skip("shared/corpus/bmad/v6.11.0 is not available")
+    project = tmp_path_factory.mktemp("v611") / "project"
+    install_bmad(CORPUS_V611, project, {})
+    return project
+
+
+@pytest.fixture
+def project(_installed: Path, tmp_path: Path) -> Path:
+    """A project with BMAD v6.11.0 installed (a fresh copy per test)."""
+    copy = tmp_path / "project"
+    shutil.copytree(_installed, copy)
+    return copy
+
+
+def _refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """Run the CLI; it must print exactly one ``error:`` line on stderr and no traceback."""
+    code = run_cli(args)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in err[0], err
+    return code, err[0]
+
+
+def _run(project: Path, skill: str, *extra: str) -> list[str]:
+    return ["run", skill, "--executor", "dry-run", "--yolo", "-q", "-C", str(project), *extra]
+
+
+def _no_run(project: Path) -> bool:
+    runs = project / ".stepline" / "runs"
+    return not runs.is_dir() or not any(p.name.startswith("run-") for p in runs.iterdir())
+
+
+def test_the_installed_skill_runs(project: Path) -> None:
+    """The fixture is sound: bmad-build runs to completion as installed."""
+    assert run_cli(_run(project, BUILD)) == 0
+
+
+def test_a_missing_step_file_is_refused_not_skipped(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """step-02-plan.md deleted: the run used to end after step 01 as 'completed'; now it is refused at load,
+    naming the first link to the missing file (as BMAD's render_skill.py refuses the skill)."""
+    (project / BUILD / "step-02-plan.md").unlink()
+    code, line = _refused(_run(project, BUILD), capsys)
+    assert code == 4
+    assert "step-01-clarify-and-route.md:" in line and "[[bmad-snapshot:step-02-plan.md]] names no file" in line
+    assert "stepline validate" in line
+    assert _no_run(project)
+
+
+def test_a_snapshot_link_to_a_missing_file_is_refused(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A typo in a [[bmad-snapshot:…]] target (not a step file) in a step file is refused with its file:line."""
+    step = project / BUILD / "step-01-clarify-and-route.md"
+    text = step.read_text(encoding="utf-8")
+    line_no = next(n for n, ln in enumerate(text.splitlines(), start=1) if "compile-epic-context.md]]" in ln)
+    step.write_text(text.replace("compile-epic-context.md]]", "compile-epic-contxt.md]]"), encoding="utf-8")
+    code, line = _refused(_run(project, BUILD), capsys)
+    assert code == 4 and f"step-01-clarify-and-route.md:{line_no}: [[bmad-snapshot:compile-epic-contxt.md]]" in line
+    assert _no_run(project)
+
+
+def test_a_missing_workflow_md_is_refused_and_linted(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SKILL.md renders workflow.md with render_skill.py; without workflow.md the skill used to run SKILL.md's
+    render command as its only step."""
+    (project / BUILD / "workflow.md").unlink()
+    code, line = _refused(_run(project, BUILD), capsys)
+    assert code == 4 and "SKILL.md:" in line and "workflow.md" in line and "does not exist" in line
+    assert _no_run(project)
+    assert run_cli(["validate", BUILD, "-C", str(project)]) == 10
+    assert "renders the skill's workflow.md" in capsys.readouterr().out
+
+
+def test_skill_md_frontmatter_not_yaml(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`name: [unclosed` used to run under the name '[unclosed' and validate only warned about the name."""
+    skill = project / BUILD / "SKILL.md"
+    lines = skill.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[1] = "name: [unclosed\n"
+    skill.write_text("".join(lines), encoding="utf-8")
+    code, line = _refused(_run(project, BUILD), capsys)
+    assert code == 4 and re.search(r"SKILL\.md:[23]: frontmatter key 'name' is not valid YAML", line)  # where
+    assert _no_run(project)  # PyYAML noticed it
+    assert run_cli(["validate", BUILD, "-C", str(project)]) == 10
+    assert re.search(r"SKILL\.md:[23]: error: frontmatter key 'name' is not valid YAML", capsys.readouterr().out)
+
+
+def test_a_step_files_broken_frontmatter_is_linted(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A step file's frontmatter that is not YAML is an error of `stepline validate`, with its line."""
+    step = project / BUILD / "step-03-implement.md"
+    step.write_text("---\nfoo: [bad\n---\n" + step.read_text(encoding="utf-8"), encoding="utf-8")
+    assert run_cli(["validate", BUILD, "-C", str(project)]) == 10
+    out = capsys.readouterr().out
+    assert re.search(r"step-03-implement\.md:[23]: error: frontmatter key 'foo' is not valid YAML", out)
+
+
+def test_an_unknown_mode_is_a_usage_error_before_any_run(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--mode bogus` used to create a run that failed at its intent step (exit 8, 'resume' offered)."""
+    code, line = _refused(_run(project, "_bmad/bmm/plan/bmad-prd", "--mode", "bogus"), capsys)
+    assert code == 2 and "--mode bogus" in line and "bmad-prd" in line and "--mode validate" in line
+    code, line = _refused(_run(project, "_bmad/bmm/v6-shims/bmad-create-prd", "--mode", "edit"), capsys)
+    assert code == 2 and "bmad-prd" in line  # a shim's target's modes
+    assert _no_run(project)
+
+
+def test_mode_for_a_skill_without_modes(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--mode validate` on bmad-build (step files, no intent modes) used to be ignored silently."""
+    code, line = _refused(_run(project, BUILD, "--mode", "validate"), capsys)
+    assert code == 2 and "has no intent modes" in line and "without --mode" in line
+    assert _no_run(project)
+
+
+def test_a_known_mode_in_any_case_still_runs(project: Path) -> None:
+    assert run_cli(_run(project, "_bmad/bmm/plan/bmad-prd", "--mode", "Validate")) == 0
+
+
+def test_install_set_names_its_own_flag_and_takes_module_keys(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`--set foo` used to say '--var expects NAME=VALUE'; `--set bmm.user_skill_level=expert` (the documented
+    MODULE.KEY form) used to be refused."""
+    if not CORPUS_V611.is_dir():
+        pytest.skip("shared/corpus/bmad/v6.11.0 is not available")
+    target = tmp_path / "p"
+    code, line = _refused(["bmad", "install", str(CORPUS_V611), "--project", str(target), "--set", "foo"], capsys)
+    assert code == 2 and line.startswith("error: --set expects KEY=VALUE") and not target.exists()
+    assert run_cli(["bmad", "install", str(CORPUS_V611), "--project", str(target), "--set",
+                    "bmm.user_skill_level=expert"]) == 0
+    assert 'user_skill_level = "expert"' in (target / "_bmad" / "config.user.toml").read_text(encoding="utf-8")
+
+
+def test_install_with_missing_extras_installs_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A wrong --extras folder used to be found only after every module had been installed."""
+    if not CORPUS_V611.is_dir():
+        pytest.skip("shared/corpus/bmad/v6.11.0 is not available")
+    target = tmp_path / "p"
+    code, line = _refused(["bmad", "install", str(CORPUS_V611), "--project", str(target), "--extras",
+                           str(tmp_path / "nope")], capsys)
+    assert code == 3 and "nope: no such folder" in line
+    assert not (target / "_bmad").exists()
