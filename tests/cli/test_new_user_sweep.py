@@ -157,3 +157,23 @@ def test_install_with_missing_extras_installs_nothing(tmp_path: Path, capsys: py
                            str(tmp_path / "nope")], capsys)
     assert code == 3 and "nope: no such folder" in line
     assert not (target / "_bmad").exists()
+
+
+def test_resume_after_a_step_file_vanished(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A skill run blocked at a checkpoint, its next step file deleted, then resumed: the step fails saying the
+    file is gone since the run started and how to go on; restored, the same run resumes to completion."""
+    base = ["-C", str(project), "-q"]
+    assert run_cli(["run", BUILD, "--executor", "dry-run", "--non-interactive", *base]) == 9
+    run_id = next(p.name for p in (project / ".stepline" / "runs").iterdir() if p.name.startswith("run-"))
+    assert run_cli(["answer", run_id, "A", "-C", str(project)]) == 0
+    step = project / BUILD / "step-03-implement.md"
+    kept = step.read_bytes()
+    step.unlink()
+    capsys.readouterr()
+    assert run_cli(["resume", run_id, "--executor", "dry-run", *base]) == 8
+    assert run_cli(["status", run_id, "-C", str(project)]) == 0
+    out = capsys.readouterr().out
+    assert "step-03-implement.md: this step file is gone (the skill changed after the run started)" in out
+    assert "restore it, then resume the run" in out
+    step.write_bytes(kept)
+    assert run_cli(["resume", run_id, "--executor", "dry-run", *base]) == 0

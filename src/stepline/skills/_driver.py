@@ -655,7 +655,9 @@ async def _step_file(ctx: StepContext) -> None:
     name = str(ctx.spec.meta["file"])
     path = root / name
     if not path.is_file():
-        raise ReaderError(f"step file {name} does not exist", path=str(path), hint="fix the link to it")
+        # the skill was checked when the run was loaded: the file went away since (an update, a deletion)
+        raise ReaderError("this step file is gone (the skill changed after the run started)", path=str(path),
+                          hint="restore it, then resume the run; or start a new run of the skill")
     if ctx.spec.id == _first_step_file(ctx) and await _resumed_step_files(ctx):
         return
     doc = read_doc(root, path)
