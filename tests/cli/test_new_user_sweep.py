@@ -177,3 +177,19 @@ def test_resume_after_a_step_file_vanished(project: Path, capsys: pytest.Capture
     assert "restore it, then resume the run" in out
     step.write_bytes(kept)
     assert run_cli(["resume", run_id, "--executor", "dry-run", *base]) == 0
+
+
+def test_an_override_of_the_wrong_type_is_refused(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`review_layers = "oops"` in _bmad/custom/bmad-build.toml (an array of tables in customize.toml) used to
+    run silently; BMAD's renderer refuses it. Refused at load and by validate, naming the override's line."""
+    custom = project / "_bmad" / "custom" / "bmad-build.toml"
+    custom.parent.mkdir(parents=True, exist_ok=True)
+    custom.write_text('[workflow]\n# the team\'s layers\nreview_layers = "oops"\n', encoding="utf-8")
+    code, line = _refused(_run(project, BUILD), capsys)
+    assert code == 4 and "custom/bmad-build.toml:3: workflow.review_layers is a string here, but an array of " \
+                         "tables in the skill's customize.toml" in line
+    assert _no_run(project)
+    assert run_cli(["validate", BUILD, "-C", str(project)]) == 10
+    custom.write_text('[workflow]\nactivation_steps_append = ["Say hi."]\n[[workflow.review_layers]]\nid = "x"\n'
+                      'name = "X"\ninstruction = "Look."\n', encoding="utf-8")  # the right types still merge
+    assert run_cli(_run(project, BUILD)) == 0

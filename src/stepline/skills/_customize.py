@@ -99,6 +99,34 @@ class Customization:
         return next((k for k, v in self.defaults.items() if isinstance(v, dict)), None)
 
 
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array of tables" if value and all(isinstance(v, dict) for v in value) else "a list"
+    if isinstance(value, bool):
+        return "true or false"
+    return "a number" if isinstance(value, int | float) else "a string" if isinstance(value, str) else "a date"
+
+
+def _check_override(defaults: dict[str, Any], override: dict[str, Any], path: Path, prefix: str = "") -> None:
+    """An override keeps each default's type: BMAD's renderer refuses a string where the default is a list (or the
+    reverse), so the runtime would otherwise run with a value the skill's text cannot take."""
+    for key, value in override.items():
+        if key not in defaults:
+            continue
+        default, name = defaults[key], f"{prefix}{key}"
+        if isinstance(default, dict) and isinstance(value, dict):
+            _check_override(default, value, path, f"{name}.")
+            continue
+        want, got = _kind(default), _kind(value)
+        if want != got and not (want == "a list" and not default) and not (got == "a list" and not value):
+            lines = read_text(path).splitlines()
+            line = next((n for n, text in enumerate(lines, start=1) if re.match(rf"\s*{re.escape(key)}\s*=", text)), 1)
+            raise ReaderError(f"{name} is {got} here, but {want} in the skill's customize.toml", path=str(path),
+                              line=line, hint=f"give {name} as {want}, as customize.toml does")
+
+
 def resolve_customization(skill_dir: Path, project_root: Path | None, *, name: str | None = None) -> Customization:
     """Merge ``customize.toml`` with the team and personal overrides of skill ``name`` (default: the folder's)."""
     defaults_path = skill_dir / "customize.toml"
@@ -112,7 +140,9 @@ def resolve_customization(skill_dir: Path, project_root: Path | None, *, name: s
         custom = project_root / "_bmad" / "custom"
         for layer in (custom / f"{skill}.toml", custom / f"{skill}.user.toml"):
             if layer.is_file():
-                merged = structural_merge(merged, load_toml(layer))
+                override = load_toml(layer)
+                _check_override(defaults, override, layer)
+                merged = structural_merge(merged, override)
                 layers.append(str(layer))
     return Customization(values=merged, defaults=defaults, layers=tuple(layers))
 
