@@ -151,3 +151,10 @@ def test_sections_the_step_files_repeat_go_once_to_the_standing_text() -> None:
     standing = workflow_standing(entry)
     assert "**Goal:** a brief." in standing and "an analyst" in standing and "cite sources" in standing
     assert "Just-In-Time" not in standing and "config.yaml" not in standing and "name: w" not in standing
+
+
+def test_a_line_that_sends_the_model_to_another_step_file_is_control_prose() -> None:
+    """'If a step directs you to another snapshot file, read it fully and follow it' is the runtime's routing."""
+    text = "# W\n\n**Goal:** ship it.\n\n**CRITICAL:** If a step directs you to another snapshot file, read it fully.\n"
+    lean = lean_step_text(text)
+    assert "ship it" in lean.text and "directs you" not in lean.text and lean.lines == 1

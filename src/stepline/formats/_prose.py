@@ -46,7 +46,8 @@ _CONTROL_LINE = re.compile(
     r"(?i)(frontmatter|stepsCompleted|lastStep|nextStepFile|"
     r"\bnext\s+step\b|step\s+file|\bload(ing)?\b.{0,40}\bstep\b|read\s+(the\s+)?(complete|entire)|"
     r"\bmenu\b|\[C\]|'C'|\"C\"|halt\s+and\s+wait|wait\s+for\s+user\s+(input|selection)|"
-    r"look(ing)?\s+ahead|future\s+steps|skip(ping)?\s+steps|optimiz(e|ing)\s+sequences)")
+    r"look(ing)?\s+ahead|future\s+steps|skip(ping)?\s+steps|optimiz(e|ing)\s+sequences|"
+    r"\b(directs?|sends?|points?)\s+you\s+to\s+(another|the\s+next)\b)")
 _ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 
 

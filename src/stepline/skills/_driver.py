@@ -226,9 +226,11 @@ def _entry_rules(ctx: StepContext) -> str:
     if files.kind != "step-files":  # a sections skill: the sections before its activation (the rest run as steps)
         end = next((i for i, s in enumerate(files.sections) if "activation" in s.title.lower()), 0)
         return _render(ctx, "\n\n".join(s.text for s in files.sections[:end]))
+    # The lead before the entry's first section (its title, goal, standing notes), without control prose.
+    lead = lean_step_text(read_frontmatter(files.entry.text).body.split("\n## ", 1)[0]).text.strip()
     keep = [s.text for s in files.sections if "activation" not in s.title.lower() and "step-" not in s.text
             and s.title.lower() != "conventions"]
-    return _render(ctx, "\n\n".join(keep))
+    return _render(ctx, "\n\n".join(filter(None, [lead, *keep])))
 
 
 def _standing(ctx: StepContext, **more: Any) -> dict[str, Any]:
