@@ -37,11 +37,23 @@ def register_drivers() -> None:
         importlib.import_module(module)
 
 
+def _refuse_skill_without_skill_md(path: Path) -> None:
+    """A skill folder whose SKILL.md is missing or misspelled is no workflow (not a micro-file one)."""
+    from stepline.skills import skill_md_missing
+
+    folder = path if path.is_dir() else path.parent
+    if path.is_dir() or path.name.lower() == "skill.md" or path.name.startswith("workflow"):
+        missing = skill_md_missing(folder)
+        if missing is not None:
+            raise ReaderError(missing, path=str(folder))
+
+
 def detect_format(path: Path) -> str:
     """Name the format of the workflow at ``path`` (a file or a folder holding one)."""
     if (path / "SKILL.md" if path.is_dir() else path.parent / "SKILL.md").is_file() and (
             path.is_dir() or path.name == "SKILL.md" or path.name.startswith("workflow")):
         return "bmad-skill"  # a skill folder, its SKILL.md, or the workflow.md it renders
+    _refuse_skill_without_skill_md(path)
     if path.is_dir():
         if (path / "workflow.yaml").is_file() and is_native_workflow(path / "workflow.yaml"):
             return "native"
@@ -138,9 +150,11 @@ def lint_tree(path: Path, *, project_root: Path | None = None) -> tuple[list[Dia
     try:
         fmt = detect_format(path)
         return _lint_one(fmt, path, root), {_kind(fmt, path): 1}
-    except ReaderError:
+    except ReaderError as exc:
         if path.is_file():
             raise
+        if _is_broken_skill(path):
+            return [Diagnostic("error", "unreadable", exc.detail, exc.path or str(path), exc.line)], {"unreadable": 1}
     diagnostics: list[Diagnostic] = []
     counts: dict[str, int] = {}
     for candidate in _workflows_under(path):
@@ -159,6 +173,12 @@ def lint_tree(path: Path, *, project_root: Path | None = None) -> tuple[list[Dia
     return diagnostics, counts
 
 
+def _is_broken_skill(folder: Path) -> bool:
+    from stepline.skills import skill_md_missing
+
+    return skill_md_missing(folder) is not None
+
+
 def _workflows_under(folder: Path) -> list[Path]:
     """Every workflow file or session folder under ``folder`` (hidden folders other than .workflow skipped)."""
     found: list[Path] = []
@@ -170,6 +190,10 @@ def _workflows_under(folder: Path) -> list[Path]:
         if parts[:2] == ("_bmad", "render") or any(candidate.is_relative_to(s) for s in skills):
             continue  # a skill is checked as one, from its folder; render/ holds BMAD's generated snapshots
         if candidate.is_dir() and (candidate / "SKILL.md").is_file():
+            skills.append(candidate)
+            found.append(candidate)
+            continue
+        if candidate.is_dir() and _is_broken_skill(candidate):  # reported, never skipped
             skills.append(candidate)
             found.append(candidate)
             continue

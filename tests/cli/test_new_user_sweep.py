@@ -193,3 +193,23 @@ def test_an_override_of_the_wrong_type_is_refused(project: Path, capsys: pytest.
     custom.write_text('[workflow]\nactivation_steps_append = ["Say hi."]\n[[workflow.review_layers]]\nid = "x"\n'
                       'name = "X"\ninstruction = "Look."\n', encoding="utf-8")  # the right types still merge
     assert run_cli(_run(project, BUILD)) == 0
+
+
+def test_a_skill_whose_skill_md_is_misnamed_is_not_a_micro_file_workflow(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SKILL.md renamed skill.md: the folder's workflow.md used to run as a 2-step micro-file workflow (exit 0)
+    and validate to pass; a customize.toml without SKILL.md was skipped by `validate _bmad`."""
+    (project / BUILD / "SKILL.md").rename(project / BUILD / "skill.md")
+    orphan = project / "_bmad" / "bmm" / "ship" / "orphan"
+    orphan.mkdir()
+    (orphan / "customize.toml").write_text("[workflow]\n", encoding="utf-8")
+    for target in (BUILD, BUILD + "/workflow.md"):
+        code, line = _refused(_run(project, target), capsys)
+        assert code == 4 and "bmad-build: the skill's file is skill.md, not SKILL.md (rename it SKILL.md" in line
+    code, line = _refused(_run(project, "_bmad/bmm/ship/orphan"), capsys)
+    assert code == 4 and "orphan: customize.toml but no SKILL.md" in line
+    assert _no_run(project)
+    assert run_cli(["validate", "_bmad", "-C", str(project)]) == 10
+    out = capsys.readouterr().out
+    assert "bmad-build: error: the skill's file is skill.md" in out and "orphan: error: customize.toml" in out
+    assert "2 unreadable;" in out  # (and the shims forwarding to bmad-build name it missing)

@@ -24,6 +24,7 @@ _EXPORTS = {
     "render_skill_text": "._render",
     "resolve_customization": "._customize",
     "skill_kind": "._lint",
+    "skill_md_missing": "._skill",
     "structural_merge": "._customize",
 }
 
@@ -38,6 +39,7 @@ __all__ = [
     "render_skill_text",
     "resolve_customization",
     "skill_kind",
+    "skill_md_missing",
     "structural_merge",
 ]
 
@@ -51,6 +53,6 @@ if TYPE_CHECKING:
     from stepline.skills._lint import lint_skill, skill_kind
     from stepline.skills._load import SKILL_FORMAT, load_skill
     from stepline.skills._render import RenderEnv, render_skill_text
-    from stepline.skills._skill import is_skill
+    from stepline.skills._skill import is_skill, skill_md_missing
 
 __getattr__, __dir__ = _lazy_exports("stepline.skills", globals(), _EXPORTS)

@@ -41,6 +41,7 @@ __all__ = [
     "referenced_sections",
     "scripts_in",
     "skill_folder",
+    "skill_md_missing",
     "step_sections",
     "unrunnable",
 ]
@@ -149,6 +150,20 @@ class SkillFiles:
 def is_skill(path: Path) -> bool:
     """Whether ``path`` is a skill folder or its ``SKILL.md``."""
     return (path.is_dir() and (path / "SKILL.md").is_file()) or (path.is_file() and path.name == "SKILL.md")
+
+
+def skill_md_missing(folder: Path) -> str | None:
+    """Why ``folder`` looks like a skill whose ``SKILL.md`` is missing (a ``skill.md`` spelled otherwise, or a
+    ``customize.toml`` with no SKILL.md beside it), else None. Such a folder is no skill: its workflow.md would
+    otherwise be taken for a micro-file workflow, or the folder skipped by ``stepline validate``."""
+    if not folder.is_dir() or (folder / "SKILL.md").is_file():
+        return None
+    misnamed = next((p.name for p in sorted(folder.iterdir()) if p.name.lower() == "skill.md"), None)
+    if misnamed is not None:
+        return f"the skill's file is {misnamed}, not SKILL.md (rename it SKILL.md: the name is case-sensitive)"
+    if (folder / "customize.toml").is_file():
+        return "customize.toml but no SKILL.md: not a skill (restore the skill's SKILL.md)"
+    return None
 
 
 def skill_folder(path: Path) -> Path:
