@@ -78,3 +78,22 @@ def test_an_executor_that_talks_to_this_terminal_is_refused_on_ray_before_a_run_
     assert run_cli(["run", str(path), "-C", str(project), "-q", "--backend", "ray", "-e", "human"]) == 2
     assert "executor 'human' speaks with the person at this terminal" in _one_line_error(capsys)
     assert not (project / ".stepline" / "runs").exists() or not any((project / ".stepline" / "runs").iterdir())
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize(("args", "says"), [
+    (["--backend", "spark"], "unknown backend 'spark'"),
+    (["--ray-address", "127.0.0.1:6379"], "--ray-address goes with --backend ray"),
+])
+def test_a_wrong_backend_option_of_the_sprint_loop_is_a_usage_error_before_anything_is_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], says: str) -> None:
+    """`stepline sprint run` checks --backend/--ray-address as `stepline run` does: exit 2, no loop saved, no run."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sprint"))
+    from sprint_kit import BMAD, make_project
+
+    if not BMAD.is_dir():
+        pytest.skip(f"no BMAD release at {BMAD}")
+    root = make_project(tmp_path / "calc")
+    assert run_cli(["sprint", "run", "-C", str(root), "-q", *args]) == 2
+    assert says in _one_line_error(capsys)
+    assert not (root / ".stepline").exists()
