@@ -213,3 +213,49 @@ def test_a_skill_whose_skill_md_is_misnamed_is_not_a_micro_file_workflow(
     out = capsys.readouterr().out
     assert "bmad-build: error: the skill's file is skill.md" in out and "orphan: error: customize.toml" in out
     assert "2 unreadable;" in out  # (and the shims forwarding to bmad-build name it missing)
+
+
+# ----------------------------------------------------------------------------------- outside this sweep's area
+# Found by the sweep in the sprint loop's CLI (interfaces/cli/_sprint.py, sprint/_plan.py), left to their owners.
+
+BOARD = """development_status:
+  epic-1: in-progress
+  1-1-first-story: ready-for-dev
+  1-2-second: backlog
+"""
+
+
+@pytest.fixture
+def sprint_project(project: Path) -> Path:
+    artifacts = project / "_bmad-output" / "implementation-artifacts"
+    artifacts.mkdir(parents=True)
+    (artifacts / "sprint-status.yaml").write_text(BOARD, encoding="utf-8")
+    (artifacts / "1-1-first-story.md").write_text("# Story 1.1\n\nStatus: ready-for-dev\n", encoding="utf-8")
+    return project
+
+
+def test_the_sprint_fixture_plans(sprint_project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The board is sound: the plan lists the ready story (so the cases below fail for their own reason)."""
+    assert run_cli(["sprint", "run", "--dry-run", "-C", str(sprint_project)]) == 0
+    assert "1. 1-1-first-story" in capsys.readouterr().out
+
+
+@pytest.mark.xfail(strict=True, reason="sprint run --story naming a backlog story says 'no story is ready-for-dev' "
+                                       "and exits 0, never saying that the story asked for is backlog")
+def test_sprint_story_that_is_not_ready(sprint_project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, line = _refused(["sprint", "run", "--story", "1-2", "--dry-run", "-C", str(sprint_project)], capsys)
+    assert code != 0 and "1-2-second" in line and "backlog" in line
+
+
+@pytest.mark.xfail(strict=True, reason="sprint run --dry-run prints a plan for --backend nope (exit 0); "
+                                       "stepline run refuses it: unknown backend 'nope' (exit 2)")
+def test_sprint_dry_run_checks_the_backend(sprint_project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, line = _refused(["sprint", "run", "--dry-run", "--backend", "nope", "-C", str(sprint_project)], capsys)
+    assert code == 2 and "backend 'nope'" in line
+
+
+@pytest.mark.xfail(strict=True, reason="sprint run --dry-run prints a plan for --executor nope (exit 0); the real "
+                                       "run then says unknown executor 'nope' (exit 3)")
+def test_sprint_dry_run_checks_the_executor(sprint_project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, line = _refused(["sprint", "run", "--dry-run", "--executor", "nope", "-C", str(sprint_project)], capsys)
+    assert code == 3 and "executor 'nope'" in line
