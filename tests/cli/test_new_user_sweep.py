@@ -259,3 +259,18 @@ def test_sprint_dry_run_checks_the_backend(sprint_project: Path, capsys: pytest.
 def test_sprint_dry_run_checks_the_executor(sprint_project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, line = _refused(["sprint", "run", "--dry-run", "--executor", "nope", "-C", str(sprint_project)], capsys)
     assert code == 3 and "executor 'nope'" in line
+
+
+def test_run_script_of_a_missing_script_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """runScript of a script that does not exist used to fail as 'command exited with code 2'; it is refused
+    naming the script and where it was looked for (and so is never started)."""
+    (tmp_path / "flow.yaml").write_text("id: tools\nsteps:\n  - id: s1\n    body: run a script\n", encoding="utf-8")
+    (tmp_path / "script.yaml").write_text("steps:\n  s1:\n    - call_tool: {name: runScript, args: {script: "
+                                          "_bmad/scripts/memlg.py}}\n    - finish: {summary: done}\n",
+                                          encoding="utf-8")
+    assert run_cli(["run", "flow.yaml", "--script", "script.yaml", "--yolo", "-q", "-C", str(tmp_path)]) == 8
+    run_id = next(p.name for p in (tmp_path / ".stepline" / "runs").iterdir() if p.name.startswith("run-"))
+    capsys.readouterr()
+    assert run_cli(["status", run_id, "-C", str(tmp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"refused: script _bmad/scripts/memlg.py does not exist ({tmp_path}/_bmad/scripts/memlg.py)" in out

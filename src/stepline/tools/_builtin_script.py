@@ -43,10 +43,20 @@ def script_tools() -> list[ToolSpec]:
         name="runScript", description="Run a Python script file (path relative to the project root, or absolute) "
                                       "with its arguments, via `uv run` when available, else the project's Python.",
         command=script_argv, risk="medium", idempotent=False, effect=EffectCheck(_before, _happened),
+        precondition=_missing_script,
         args_schema={"type": "object", "required": ["script"], "additionalProperties": False,
                      "properties": {"script": {"type": "string", "minLength": 1, "pattern": r"\.py$"},
                                     "args": {"type": "array", "items": {"type": "string"}}}},
     )]
+
+
+def _missing_script(args: dict[str, Any], project_root: str) -> str | None:
+    """A script that does not exist is refused with its path (python would only exit 2)."""
+    script = Path(str(args["script"]))
+    path = script if script.is_absolute() else Path(project_root) / script
+    if path.is_file():
+        return None
+    return f"script {args['script']} does not exist ({path}): check the path, relative to the project root"
 
 
 def script_call(command: str) -> dict[str, Any] | None:

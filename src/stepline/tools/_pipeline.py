@@ -158,6 +158,8 @@ class ToolPipeline:
         refusal = self.policy.refusal(spec.name) or _args_problem(spec, state.args)
         if refusal is None and not state.project_root.is_dir():
             refusal = f"project root {str(project_root)!r} is not a directory"
+        if refusal is None and spec.precondition is not None:
+            refusal = spec.precondition(state.args, str(state.project_root))
         if refusal is not None:
             return state.refuse(refusal)
         if self.policy.requires_approval(state.risk):

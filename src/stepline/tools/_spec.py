@@ -127,6 +127,8 @@ class ToolSpec:
     ``effect`` (for a tool that is not idempotent) tells whether an interrupted call had its effect, so a
     resumed run neither repeats it nor stops for a person when the disk shows it.
     ``timeout_seconds`` overrides the policy's timeout for this tool.
+    ``precondition(args, project_root)`` says why a call cannot do anything (a script that does not exist), or
+    None; the pipeline then refuses the call, saying so, instead of running it to a bare failed exit code.
     """
 
     name: str
@@ -139,6 +141,7 @@ class ToolSpec:
     idempotent: bool = False
     timeout_seconds: float | None = None
     effect: EffectCheck | None = None
+    precondition: Callable[[dict[str, Any], str], str | None] | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
