@@ -123,6 +123,18 @@ def test_an_unknown_mode_is_a_usage_error_before_any_run(project: Path, capsys: 
     assert _no_run(project)
 
 
+def test_var_intent_is_checked_like_mode(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--var intent=bogus` used to fail the run at its intent step (exit 8); with `--mode validate` beside it,
+    the --var silently won. bmad-build (no intent modes) keeps an `intent` variable of its own."""
+    code, line = _refused(_run(project, "_bmad/bmm/plan/bmad-prd", "--var", "intent=bogus"), capsys)
+    assert code == 2 and "--var intent=bogus: skill 'bmad-prd' has no intent mode 'bogus'" in line
+    code, line = _refused(_run(project, "_bmad/bmm/plan/bmad-prd", "--var", "intent=bogus", "--mode", "validate"),
+                          capsys)
+    assert code == 2 and "--mode validate and --var intent=bogus disagree" in line
+    assert _no_run(project)
+    assert run_cli(_run(project, BUILD, "--var", "intent=fix the login bug")) == 0
+
+
 def test_mode_for_a_skill_without_modes(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`--mode validate` on bmad-build (step files, no intent modes) used to be ignored silently."""
     code, line = _refused(_run(project, BUILD, "--mode", "validate"), capsys)

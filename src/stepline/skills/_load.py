@@ -214,14 +214,14 @@ def _refuse_unrunnable(files: SkillFiles) -> None:
                           hint=f"fix it{more}: `stepline validate {files.root}` lists every problem")
 
 
-def _check_mode(files: SkillFiles, mode: str) -> None:
-    """``--mode`` names one of the skill's intent modes (checked before a run is created)."""
+def _check_mode(files: SkillFiles, mode: str, given_as: str) -> None:
+    """``--mode`` (or ``--var intent=``) names one of the skill's intent modes (checked before a run is created)."""
     names = [m.name for m in files.modes]
     if not names:
-        raise UsageError(f"--mode {mode}: skill {files.name!r} has no intent modes to choose from",
+        raise UsageError(f"{given_as}: skill {files.name!r} has no intent modes to choose from",
                          hint="run it without --mode")
     if mode.lower() not in {n.lower() for n in names}:
-        raise UsageError(f"--mode {mode}: skill {files.name!r} has no intent mode {mode!r}",
+        raise UsageError(f"{given_as}: skill {files.name!r} has no intent mode {mode!r}",
                          hint="use --mode " + " or --mode ".join(n.lower() for n in names))
 
 
@@ -263,8 +263,13 @@ def load_skill(path: Path | str, *, project_root: Path | str, variables: dict[st
         steps = [shim_step, *_skill_steps(target, target_custom)]
         intent = intent or files.forward_intent
         forwarded = target.name
+    given = str((variables or {}).get("intent") or "").strip()
+    if mode and given and given.lower() != mode.lower():  # the run's --var would win over --mode: say so
+        raise UsageError(f"--mode {mode} and --var intent={given} disagree", hint="give one of them")
     if mode:
-        _check_mode(runs, mode)
+        _check_mode(runs, mode, f"--mode {mode}")
+    elif given and runs.modes:  # a skill without intent modes may use an `intent` variable of its own
+        _check_mode(runs, given, f"--var intent={given}")
     names = _flat_config(central, module, root)
     variables = {**names, "project-root": str(root), "skill-root": str(files.root), "skill-name": files.name,
                  **(variables or {})}
