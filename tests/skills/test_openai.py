@@ -105,11 +105,20 @@ def test_bmad_build_with_the_openai_executor(v611: Path, server: fake_openai.Fak
     assert policy.errors == []
     kinds = policy.kinds()
     # five step files (the activation is all runtime mechanics: no request), plus step-02's checkpoint choice acted
-    # on, step-04's three review layers as subagents and its continuation; the checkpoint answered as the user
-    # (#yolo); the prose conditions of the split-or-keep checkpoints of step-01 (multi-goal) and step-02 (token
-    # count) are the model's decides; step-01's three other routes and step-04's two loops back are offered in the
-    # step's last work request (issue 21: one turn), where the model chose `next`
-    assert kinds["work"] == 5 + 1 + 3 + 1 and kinds["answer"] == 1 and kinds["decide"] == 2
+    # on, step-04's three review layers as subagents and its continuation. Issue 21, one turn per step: the prose
+    # conditions of the split-or-keep checkpoints of step-01 (multi-goal) and step-02 (token count), the [A]/[E]
+    # checkpoint answered as the user (#yolo) and step-01's three other routes and step-04's two loops back are all
+    # said in the finish of the step's own work request: no decide, no answer request
+    assert kinds["work"] == 5 + 1 + 3 + 1 and "answer" not in kinds and "decide" not in kinds
+    recorded = [(e.data["op"], e.data["key"].split("/")[0], e.data["result"]) for e in events
+                if e.type == "CallRecorded" and e.data["op"] in ("checkpoint-condition", "checkpoint")]
+    assert [(op, step, r.get("holds", r.get("choice")), r["by"]) for op, step, r in recorded] == [
+        ("checkpoint-condition", "step-01-clarify-and-route", False, "executor"),
+        ("checkpoint-condition", "step-02-plan", False, "executor"), ("checkpoint", "step-02-plan", "A", "executor")]
+    assert "named a later stop ('line 38: [A]')" in recorded[1][2]["reason"]  # step-02's first stop: the [A]/[E]
+    assert recorded[2][2]["asked"] == "in the finish of the step's work"
+    plan = next(r for r in policy.requests if r.step_id == "step-02-plan" and r.kind == "work")
+    assert plan.choices == ["line 38: [A]", "line 38: [E]", "line 17: [S]", "line 17: [K]"] and not plan.menu
     routes = {e.data["key"].split("/")[0]: e.data["result"] for e in events
               if e.type == "CallRecorded" and e.data["op"] == "route"}
     assert routes["step-01-clarify-and-route"]["by"] == routes["step-04-review"]["by"] == "executor"
@@ -117,7 +126,8 @@ def test_bmad_build_with_the_openai_executor(v611: Path, server: fake_openai.Fak
     offered = [r for r in policy.requests
                if r.kind == "work" and "Where this step leaves" in r.parts["Step instructions"]]
     assert [(r.step_id, r.choices) for r in offered] == [
-        ("step-01-clarify-and-route", ["next", "step-03-implement.md", "step-04-review.md", "step-oneshot.md"]),
+        ("step-01-clarify-and-route", ["next", "step-03-implement.md", "step-04-review.md", "step-oneshot.md",
+                                       "line 85: [S]", "line 85: [K]"]),
         ("step-04-review", ["next", "step-02-plan.md", "step-03-implement.md"])]
     activation = next(e.data for e in events if e.type == "CallRecorded" and e.data["op"] == "handover"
                       and e.data["result"]["role"] == "activation")["result"]

@@ -21,7 +21,10 @@
   (``If `{workflow.review_gate}` is `on`:``, ``If spec exceeds 1600 tokens:``) is asked only when it holds:
   decided by the runtime when it can read it (a ``{workflow.<x>}``, config or run value compared to a literal or
   (non-)empty, a file that exists or is missing, a frontmatter field of a file a variable names), else by a
-  ``decide`` request; journaled (``checkpoint-condition``) with the reason and who decided.
+  ``decide`` request; journaled (``checkpoint-condition``) with the reason and who decided. Issue 21, one turn
+  per step: the step's work request asks for its first stop in its ``finish`` choice (``line N: stop``; in #yolo
+  ``line N: [K]``, the model answering as the user), so neither the ``decide`` nor the ``answer`` request is sent
+  when the executor says; an option's handler that only moves on (``Continue to checkpoint``) is no request.
 * **Resume offer**: work in progress found when the skill starts (a document whose ``status`` is not final, a
   step-file output whose ``stepsCompleted`` shows steps done) is offered: the person chooses resume or start
   over; unattended the runtime resumes (the most recent) and journals why.
@@ -512,6 +515,81 @@ def _option(answer: str | None, options: tuple[tuple[str, str], ...]) -> tuple[s
                  picked.lower() == o[1].lower() or picked.upper().startswith(f"[{o[0]}]")), None)
 
 
+#: A sentence of a checkpoint option's handler that only moves on (``Continue to checkpoint with full spec``,
+#: ``→ Step 3``, ``then return to CHECKPOINT 1``): the runtime does it; the rest of a handler is the model's work.
+_MOVE_ON = re.compile(r"^(?:(?:then|and)\s+)?(?:→|->|(?:continue|proceed|return|go(?: back)?|move on|loop back|skip)\b"
+                      r"(?:.*\b(?:checkpoint|step|next|menu)\b.*)?$)", re.I)
+
+
+def _handler_has_work(handler: str) -> bool:
+    """Whether a checkpoint option's handler asks for work beyond moving on (issue 21: no request for a handler
+    that only continues, returns to the checkpoint or names the next step)."""
+    body = re.sub(r"^\s*[-*]\s*(?:\*\*)?\[?\w\]?(?:\*\*)?\s*:\s*", "", handler.strip())
+    sentences = [p.strip(" .*_`") for p in re.split(r"(?<=[.;!])\s+|,\s*then\s+|\n+", body)]
+    return any(p and not _MOVE_ON.match(p) for p in sentences)
+
+
+def _stops_offered(ctx: StepContext, checkpoints: list[Checkpoint]) -> list[Checkpoint]:
+    """The checkpoints the step's work request asks about in its ``finish`` (issue 21: one turn per step): each
+    conditional one the runtime cannot read now, up to the first unconditional one; in #yolo, where the model
+    answers as the user, that unconditional one too (its option is the answer)."""
+    offered = []
+    for checkpoint in checkpoints:
+        if checkpoint.condition is None:
+            if ctx.run.mode == "yolo":
+                offered.append(checkpoint)
+            break
+        if _condition_fact(ctx, checkpoint.condition) is None:
+            offered.append(checkpoint)
+    return offered
+
+
+def _stop_choices(ctx: StepContext, offered: list[Checkpoint]) -> list[str]:
+    """The ``finish`` choices that name the step's first stop: ``line N: [K]`` (#yolo: the checkpoint stops and,
+    as the user, you choose K) or ``line N: stop`` (the person is asked); the unconditional checkpoint's first."""
+    ordered = sorted(offered, key=lambda c: c.condition is not None)
+    if ctx.run.mode == "yolo":
+        return [f"line {c.line}: [{key}]" for c in ordered for key, _ in c.options]
+    return [f"line {c.line}: stop" for c in ordered]
+
+
+def _stops_text(ctx: StepContext, offered: list[Checkpoint], plain: str) -> str:
+    """The part of the step's work request that asks for its first stop in the ``finish`` (``plain``: the choice
+    that says no checkpoint stops, or None when one always does)."""
+    lines = []
+    for c in offered:
+        options = " | ".join(f"[{k}] {label}" for k, label in c.options)
+        lines.append(f"- line {c.line} ({options})" + (f" stops only if: {c.condition}" if c.condition else
+                                                          " always stops"))
+    answer = ("This run is unattended: answer as the user would, in the same finish — choose `line N: [K]`, the "
+              "checkpoint that stops first and the option you choose there (the runtime then has its handler done). "
+              if ctx.run.mode == "yolo" else
+              "Choose `line N: stop` for the first one whose condition holds (the runtime then asks the person). ")
+    return ("\n\n## Checkpoints (say in your finish)\n" + "\n".join(lines) + "\n" + answer +
+            (f"If none stops, choose {plain}." if plain else ""))
+
+
+def _said_stops(choice: str | None, offered: list[Checkpoint]) -> dict[int, tuple[bool, str | None, str]]:
+    """What the work request's ``finish`` choice says of each offered checkpoint: ``line -> (stops, option key,
+    why)``. A named checkpoint stops (the conditional ones before it do not); any other choice (a route, the
+    plain one) says none stops; no choice says nothing."""
+    if not choice or not offered:
+        return {}
+    match = re.fullmatch(r"line (\d+): (?:\[(\w+)\]|stop)", choice.strip())
+    said: dict[int, tuple[bool, str | None, str]] = {}
+    for c in offered:
+        if match is None:
+            if c.condition is not None:
+                said[c.line] = False, None, f"the executor's finish of the step's work chose {choice!r}, no stop"
+            continue
+        if c.line == int(match[1]):
+            said[c.line] = True, match[2], f"the executor's finish of the step's work chose {choice!r}"
+            break
+        if c.condition is not None:
+            said[c.line] = False, None, f"the executor's finish named a later stop ({choice!r})"
+    return said
+
+
 _TOKEN = r"`?(\{\{?[^{}`\s]+\}?\})`?"
 _COMPARE = re.compile(_TOKEN + r"\s+(?P<op>==|=|!=|is not|is)\s+`?[\"']?(?P<value>[\w.-]+)[\"']?`?", re.I)
 _EMPTINESS = re.compile(_TOKEN + r"\s+is\s+(?P<value>non-empty|not empty|empty|set|unset)\b", re.I)
@@ -551,9 +629,11 @@ def _condition_fact(ctx: StepContext, condition: str) -> tuple[bool, str] | None
     return (not fact[0], f"{fact[1]} (unless)") if negate else fact
 
 
-async def _checkpoint_applies(ctx: StepContext, checkpoint: Checkpoint) -> bool:
-    """Whether a conditional checkpoint stops for the person: the runtime decides a condition it can read, the
-    executor's ``decide`` any other; journaled with the reason and who decided."""
+async def _checkpoint_applies(ctx: StepContext, checkpoint: Checkpoint,
+                              said: tuple[bool, str | None, str] | None = None) -> bool:
+    """Whether a conditional checkpoint stops for the person: the runtime decides a condition it can read, else
+    what the executor ``said`` in the finish of the step's work, else the executor's ``decide``; journaled with
+    the reason and who decided."""
     name = str(ctx.spec.meta["file"])
     assert checkpoint.condition is not None
     earlier = _recorded(ctx, f"checkpoint/{checkpoint.line}/condition")
@@ -563,6 +643,8 @@ async def _checkpoint_applies(ctx: StepContext, checkpoint: Checkpoint) -> bool:
     if fact is not None:
         holds, reason = fact[0], f"{fact[1]}: {'holds' if fact[0] else 'does not hold'}"
         by = "runtime"
+    elif said is not None:
+        holds, reason, by = said[0], said[2], "executor"
     else:
         outcome = await ctx.invoke(
             "decide", title=f"checkpoint at {name}:{checkpoint.line}?", condition=checkpoint.condition,
@@ -577,7 +659,7 @@ async def _checkpoint_applies(ctx: StepContext, checkpoint: Checkpoint) -> bool:
 
 
 async def _checkpoint(ctx: StepContext, checkpoint: Checkpoint, proposal: str | None,
-                      offered: dict[str, list[dict[str, Any]]] | None = None) -> str | None:
+                      offered: dict[str, list[dict[str, Any]]] | None = None, said: str | None = None) -> str | None:
     """Present a step's checkpoint to the person (in #yolo the executor answers as the user) and have the
     executor do what the step says for the choice; an option that returns to the checkpoint asks again."""
     name = str(ctx.spec.meta["file"])
@@ -592,18 +674,25 @@ async def _checkpoint(ctx: StepContext, checkpoint: Checkpoint, proposal: str | 
                 _option(proposal, checkpoint.options) is not None:
             ctx.engine.human.record(ctx, key, proposal, by=executor.name or "executor")  # the person's own choice
             answer = proposal
+        elif round_no == 0 and said is not None and ctx.run.mode == "yolo" and \
+                _option(said, checkpoint.options) is not None:  # answered as the user in the step's own finish
+            ctx.engine.human.record(ctx, key, said, by=executor.name or "executor")
+            answer = said
         else:
             answer = await ctx.engine.human.ask(ctx, note + question, keys, key, menu=menu, hints=_standing(ctx))
         chosen = _option(answer, checkpoint.options)
         if chosen is None:
             note = f"{answer!r} is not one of the options. "
             continue
-        _record(ctx, f"checkpoint/{checkpoint.line}/{round_no}", "checkpoint", {"line": checkpoint.line},
-                {"choice": chosen[0], "by": "executor" if ctx.run.mode == "yolo" else "person"})
-        ctx.step.choice = chosen[0]
         handler = checkpoint.handlers.get(chosen[0], "")
+        _record(ctx, f"checkpoint/{checkpoint.line}/{round_no}", "checkpoint", {"line": checkpoint.line},
+                {"choice": chosen[0], "by": "executor" if ctx.run.mode == "yolo" else "person",
+                 **({"asked": "in the finish of the step's work"} if answer is said else {}),
+                 **({"handler": "moves on only: no request"} if handler and not _handler_has_work(handler) else {})})
+        ctx.step.choice = chosen[0]
         route: str | None = None
-        if handler:  # the step's last word so far: it names where the step leaves, when routes are offered
+        # the step's last word so far: it names where the step leaves, when routes are offered
+        if handler and _handler_has_work(handler):
             outcome = await ctx.invoke(
                 "work", title=f"[{chosen[0]}] {chosen[1]} at {name}:{checkpoint.line}",
                 content=f"At {name}:{checkpoint.line} the person chose [{chosen[0]}] {chosen[1]}. Do what the step "
@@ -690,13 +779,27 @@ async def _step_file(ctx: StepContext) -> None:
     _hand_over(ctx, "step", path, doc.text, content, left_out=lean.left_out if lean is not None else None)
     menu = [MenuOption(k, label) for c in [c for c in checkpoints if c.condition is None][:1] for k, label in c.options]
     last = not layers and bool(offered)
-    outcome = await ctx.invoke("work", content=content + (_routes_text(ctx, offered) if last else ""),
-                               context=context, menu=menu, hints=_standing(ctx), choices=choices if last else None)
+    # Its checkpoints are asked in the same finish too (issue 21: one turn): whether a condition the runtime cannot
+    # read holds, and in #yolo the option the model chooses as the user; a decide or an answer request is the
+    # fallback for an executor whose finish does not say.
+    stops = _stops_offered(ctx, checkpoints)
+    always = any(c.condition is None for c in stops)
+    plain = (choices if last else None) or ([] if always or not stops else ["continue"])
+    work_choices = [*plain, *_stop_choices(ctx, stops)] or None
+    text = content + (_routes_text(ctx, offered) if last else "")
+    if stops:
+        text += _stops_text(ctx, stops, " or ".join(f"`{c}`" for c in plain))
+        menu = []  # the unconditional checkpoint's options are among the choices (#yolo) or the person's alone
+    outcome = await ctx.invoke("work", content=text, context=context, menu=menu, hints=_standing(ctx),
+                               choices=work_choices)
     ctx.step.summary = outcome.summary
-    route = outcome.choice if last else None
+    said = _said_stops(outcome.choice, stops)
+    route = outcome.choice if last and outcome.choice in (choices or []) else None
     for checkpoint in checkpoints:
-        if checkpoint.condition is None or await _checkpoint_applies(ctx, checkpoint):
-            chosen = await _checkpoint(ctx, checkpoint, outcome.choice, offered if last else None)
+        told = said.get(checkpoint.line)
+        if checkpoint.condition is None or await _checkpoint_applies(ctx, checkpoint, told):
+            chosen = await _checkpoint(ctx, checkpoint, outcome.choice, offered if last else None,
+                                       said=told[1] if told else None)
             route = chosen if last and chosen is not None else route
     if layers:
         results = [result for _, active in layers for result in await _run_subagents(ctx, active)]
