@@ -286,3 +286,22 @@ def test_run_script_of_a_missing_script_says_so(tmp_path: Path, capsys: pytest.C
     assert run_cli(["status", run_id, "-C", str(tmp_path)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert f"refused: script _bmad/scripts/memlg.py does not exist ({tmp_path}/_bmad/scripts/memlg.py)" in out
+
+
+def test_install_over_an_earlier_release_says_what_it_left(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """v6.11.0 installed over a v6.0.0-alpha.23 project used to merge silently: the old workflows stayed beside
+    the skills (and still ran). The install says so per module; installing a release again says nothing."""
+    alpha = CORPUS_V611.parent / "v6.0.0-alpha.23"
+    if not (CORPUS_V611.is_dir() and alpha.is_dir()):
+        pytest.skip("the BMAD corpus is not available")
+    target = str(tmp_path / "p")
+    assert run_cli(["bmad", "install", str(alpha), "--project", target, "--extras",
+                    str(CORPUS_V611.parent / "extras")]) == 0
+    assert run_cli(["bmad", "install", str(alpha), "--project", target, "--extras",
+                    str(CORPUS_V611.parent / "extras")]) == 0
+    assert "warning" not in capsys.readouterr().err  # the same release again (its extras and configs are its own)
+    assert run_cli(["bmad", "install", str(CORPUS_V611), "--project", target]) == 0
+    warnings = [" ".join(w.split()) for w in capsys.readouterr().err.split("warning: ")[1:]]
+    assert any(w.startswith(f"{target}/_bmad/bmm keeps ") and "this release does not ship" in w and
+               "remove the folder and install again" in w for w in warnings), warnings

@@ -49,6 +49,24 @@ def parse_settings(pairs: list[str]) -> dict[str, str]:
     return settings
 
 
+def _files_under(folder: Path) -> dict[Path, set[str]]:
+    """The files of each module folder already under ``folder`` (``_bmad``), relative to that module folder."""
+    if not folder.is_dir():
+        return {}
+    return {module.resolve(): {p.relative_to(module).as_posix() for p in module.rglob("*") if p.is_file()}
+            for module in folder.iterdir() if module.is_dir()}
+
+
+def _left_over(before: set[str], source: Path, extras: Path | None) -> list[str]:
+    """Files an earlier install left that this release does not ship: not the module's config (the installer
+    writes config.yaml, the person config.user.yaml), nor the task files ``--extras`` adds."""
+    def ours(rel: str) -> bool:
+        name = Path(rel).name
+        return name in ("config.yaml", "config.user.yaml") or (extras is not None and (extras / name).is_file())
+
+    return sorted(rel for rel in before if not (source / rel).exists() and not ours(rel))
+
+
 @bmad_app.command("install")
 def install(
     src: Annotated[Path, typer.Argument(help="A BMAD repository, its src/ folder, or one module folder.")],
@@ -74,7 +92,12 @@ def install(
     at = where(directory, None)  # the project folder may not exist yet: the installer makes it
     if extras is not None and not at.path(extras).is_dir():  # checked first: a failed command installs nothing
         raise NotFoundError(f"{at.path(extras)}: no such folder", hint="pass the folder holding the extra task files")
-    report = install_bmad(at.path(src), at.root if project is None else at.path(project), settings)
+    target = at.root if project is None else at.path(project)
+    earlier = _files_under(target / "_bmad")  # an upgrade over another release leaves that release's files
+    report = install_bmad(at.path(src), target, settings)
+    extras_folder = at.path(extras) if extras is not None else None
+    stale = {m.target: _left_over(earlier.get(m.target.resolve(), set()), m.source, extras_folder)
+             for m in report.modules}
     copied = install_extras(at.path(extras), report.project) if extras is not None else []
     if as_json:
         print_json({"project": str(report.project), "extras": copied, "unused_settings": list(report.unused_settings),
@@ -93,3 +116,8 @@ def install(
         console.print(f"installed extra tasks: {', '.join(copied)}")
     for key in report.unused_settings:
         err_console.print(f"warning: no module declares the setting {key!r}")
+    for module_folder, files in stale.items():
+        if files:
+            err_console.print(f"warning: {module_folder} keeps {len(files)} file(s) of an earlier install that this "
+                              f"release does not ship (e.g. {files[0]}); for a clean install, remove the folder and "
+                              "install again", markup=False, soft_wrap=True, highlight=False)
