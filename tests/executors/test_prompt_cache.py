@@ -163,3 +163,22 @@ def test_a_micro_file_run_sends_its_standing_text_once_per_request_in_the_shared
     handovers = [e.data["result"] for e in engine.store.open(run.run_id).events()
                  if e.type == "CallRecorded" and e.data["op"] == "handover" and e.data["result"].get("role") == "step"]
     assert handovers and all("Universal Rules:" in h["left_out"]["shared"] for h in handovers)
+
+
+def test_paths_under_the_project_root_are_sent_relative_to_it() -> None:
+    """The model is sent project-relative paths (the tools take them, commands run in the root): in the step's
+    text, its context and the run's standing configuration; the root itself reads ``.``, a sibling folder and a
+    path that merely contains the root's text keep theirs."""
+    root = "/home/ada/shop"
+    request = StepRequest(kind="work", run_id="r", step_id="a", title="A", workflow_id="wf",
+                          content=f"Read `{root}/_bmad/x/spec-template.md`, then run `uv run {root}/scripts/m.py`. "
+                                  f"Not `{root}-old/notes.md` nor `/mnt{root}/y.md`.",
+                          context={"project_root": root, "step_file": f"{root}/_bmad/x/step-01.md"},
+                          hints={STANDING_HINT: f"## Configuration\n- output_folder: {root}/_bmad-output\n"
+                                                f"- project-root: {root}"})
+    system, user = build_prompt(request)
+    assert "Read `_bmad/x/spec-template.md`, then run `uv run scripts/m.py`" in user
+    assert f"`{root}-old/notes.md`" in user and f"`/mnt{root}/y.md`" in user
+    assert '"step_file": "_bmad/x/step-01.md"' in user
+    assert "- output_folder: _bmad-output\n- project-root: ." in system and "relative to the project root" in system
+    assert (system + user).count(root) == 2  # the sibling and the /mnt path only

@@ -142,7 +142,9 @@ def test_bmad_build_with_the_openai_executor(v611: Path, server: fake_openai.Fak
     after = review[-1].parts["Step instructions"]
     assert after.startswith(review[0].parts["Step instructions"]) and "## After the subagents" in after
     hunter = review[2].parts["Step instructions"]  # the layer's instruction from customize.toml, rendered
-    assert f"Read `{v611}/_bmad/bmm/ship/bmad-build/review-prompts/edge-case-hunter.md`" in hunter
+    # the path as the model's tools take it: relative to the project root (issue 21), nowhere absolute
+    assert "Read `_bmad/bmm/ship/bmad-build/review-prompts/edge-case-hunter.md`" in hunter
+    assert not [r.step_id for r in policy.requests if str(v611) in json.dumps(r.parts)]
     assert "diff_output by the fake model" in hunter  # the value the step set for its layers
     assert "# Step 5" not in review[0].parts["Step instructions"] + review[-1].parts["Step instructions"]
 

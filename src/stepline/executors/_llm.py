@@ -262,7 +262,8 @@ _PROTOCOL_TOOLS: tuple[dict[str, Any], ...] = (
 _SYSTEM = """You do one step of a workflow run by stepline. The runtime owns the order of steps, files, \
 variables, menus and state: do only the current step, and act only through the tools — text you write outside \
 a tool call is not kept. End a decide request by calling `decide`, any other request by calling `finish`, \
-exactly once, after your other tool calls; make them all in one reply when you can. {mode}"""
+exactly once, after your other tool calls; make them all in one reply when you can. Paths are relative to the \
+project root, where commands run. {mode}"""
 
 _KIND = {
     "work": "Do the step's work described below.",
@@ -291,7 +292,8 @@ def build_prompt(request: StepRequest) -> tuple[str, str]:
     standing = str(request.hints.get(STANDING_HINT) or "").strip()
     if standing:
         shared.append("## Standing instructions of this workflow (for every step)\n" + standing)
-    system = redact("\n\n".join(shared))
+    root = str(request.context.get("project_root") or "")
+    system = redact(project_relative("\n\n".join(shared), root))
     parts = [f"# Step {request.step_id}: {request.title}",
              _KIND[request.kind].format(section=request.section) + f"\nAttempt {request.attempt}."]
     if standing and request.context.get("fresh_context"):  # a subagent: the shared prefix is not its context
@@ -309,7 +311,7 @@ def build_prompt(request: StepRequest) -> tuple[str, str]:
         parts.append("## Menu\n" + "\n".join(f"[{o.key}] {o.label}" + (" (default)" if o.default else "")
                                              for o in request.menu))
     outputs = request.hints.get("outputs")
-    relative = _relative_to(str(request.context.get("project_root") or ""))
+    relative = _relative_to(root)
     if outputs:
         parts.append("## Output\nwrite_output without `path` writes to " + relative(str(outputs[0])) + ".")
     if request.variables:
@@ -323,7 +325,17 @@ def build_prompt(request: StepRequest) -> tuple[str, str]:
         from stepline.context import render_context
 
         parts.append("## Context (TELIS)\n" + render_context(request.telis_context))
-    return system, redact("\n\n".join(parts))
+    return system, redact(project_relative("\n\n".join(parts), root))
+
+
+def project_relative(text: str, root: str) -> str:
+    """``text`` with the paths under the project ``root`` written relative to it (issue 21): every tool takes
+    them so (``read``, ``write_output``, ``runScript``) and commands run there, so the absolute prefix, the same in
+    every path, tells the model nothing. The root itself reads ``.``; a sibling (``<root>-old``) is left alone."""
+    if not root or root.rstrip("/") == "":
+        return text
+    prefix = r"(?<![\w./~-])" + re.escape(root.rstrip("/"))  # the root where a path starts, not inside another
+    return re.sub(prefix + r"(?![\w.-])", ".", re.sub(prefix + "/+", "", text))
 
 
 def _configured(standing: str) -> set[str]:
