@@ -17,11 +17,16 @@ or ``SKILL.md`` + ``workflow.md`` + ``customize.toml``) and the module's config 
 request each), then for every step file the runtime visited, in order: a request that reads it (its whole text
 lands in the conversation) and a request that writes that step's output (the same text stepline's fake model
 wrote), never stopping at a menu. Every request resends the whole conversation so far. Its system text is
-stepline's protocol text (a real IDE agent's is several times longer). Left out of it, all in its favour: the
-subagents a step launches (bmad-build's three review layers, each a fresh conversation of its own under an IDE
-agent; stepline's run counts them), the checkpoint a step halts at (stepline asks it, answered in #yolo by a
-request of its own), and ``render_skill.py``'s call and output; the step files it reads are the raw files, not the
-rendered snapshots an agent reads (paths and customization values inlined).
+stepline's protocol text (a real IDE agent's is several times longer). The subagents a step launches (bmad-build's
+review layers) are simulated as the skill asks, minimal: where stepline ran them, the conversation gets one request
+that launches them (their prompts go out as its tool calls) and their results back (the results stepline's run
+got); each subagent is a fresh conversation of its own — the same protocol text and tools, then the instruction the
+skill gives it (the text stepline sent its subagent request), a request that reads the files the instruction names
+(those that exist in the project) and one that returns its result. The ratio is printed with and without them, so a
+reader sees their effect. Left out of it, all in its favour: the checkpoint a step halts at (answered in #yolo in
+the finish of stepline's step request, so not a request of its own either), and ``render_skill.py``'s call and
+output; the step files it reads are the raw files, not the rendered snapshots an agent reads (paths and
+customization values inlined).
 
 Both are counted in characters (a model's tokens are about a quarter of them), uncached and cache-weighted: a
 request's prefix shared byte for byte with an earlier request of the same run is billed at 0.1x (a cache read),
@@ -39,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -124,8 +130,46 @@ def run_stepline(project: Path, workflow: Path) -> tuple[list[dict[str, Any]], l
     return requests, steps, written
 
 
-def prompt_run(entries: list[Path], system: str, tools: str, steps: list[Path], sections: list[str]) -> list[str]:
-    """The simulated prompt-run: one growing conversation, one string per request (see the module docstring)."""
+class Subagents:
+    """The subagents a step of the stepline run launched: the instruction each was given, and what came back."""
+
+    def __init__(self, instructions: list[str], results: str) -> None:
+        self.instructions = instructions
+        self.results = results
+
+
+def subagents_of(requests: list[dict[str, Any]]) -> dict[str, Subagents]:
+    """By step id: the subagents stepline's run launched (``subagent: <name>`` requests, each counted once) and the
+    results its continuation request carried back to the step."""
+    from fakes.policy import read_request
+
+    instructions: dict[str, dict[str, str]] = {}
+    results: dict[str, str] = {}
+    for request in requests:
+        parsed = read_request(next(str(m["content"]) for m in request["messages"] if m["role"] == "user"))
+        text = parsed.parts.get("Step instructions", "")
+        if parsed.title.startswith("subagent: "):
+            instructions.setdefault(parsed.step_id, {})[parsed.title] = text
+        elif "\n## After the subagents\n" in text:
+            results[parsed.step_id] = text.split("\n## After the subagents\n", 1)[1]
+    return {step: Subagents(list(given.values()), results.get(step, "")) for step, given in instructions.items()}
+
+
+def named_files(project: Path, instruction: str) -> list[Path]:
+    """The project files an instruction names in backticks (``Read `review-prompts/x.md` ``), as a subagent reads
+    them: relative to the project root, or absolute."""
+    found = []
+    for name in re.findall(r"`([^`\s]+\.[A-Za-z0-9]+)`", instruction):
+        path = Path(name) if Path(name).is_absolute() else project / name
+        if path.is_file() and path not in found:
+            found.append(path)
+    return found
+
+
+def prompt_run(entries: list[Path], system: str, tools: str, steps: list[Path], sections: list[str],
+               subagents: dict[str, Subagents] | None = None, project: Path | None = None) -> list[str]:
+    """The simulated prompt-run: one growing conversation, one string per request (see the module docstring);
+    ``subagents``, by step: the fresh conversations a step launches, simulated as the skill asks."""
     conversation = tools + system + f"\nRun the workflow {entries[0]} step by step.\n"
     prompts: list[str] = []
 
@@ -138,6 +182,17 @@ def prompt_run(entries: list[Path], system: str, tools: str, steps: list[Path], 
         turn(f"[read {entry.name}]\n{entry.read_text(encoding='utf-8')}")
     for index, step in enumerate(steps):
         turn(f"[read {step.name}]\n{step.read_text(encoding='utf-8')}")
+        launched = (subagents or {}).get(step.stem)
+        if launched is not None:
+            turn("".join(f"[launch a subagent]\n{given}\n" for given in launched.instructions)
+                 + f"[the subagents returned]\n{launched.results}\n")
+            for given in launched.instructions:  # each a fresh conversation: the instruction, the files it names
+                fresh = tools + system + "\n" + given
+                files = named_files(project, given) if project is not None else []
+                if files:
+                    prompts.append(fresh)
+                    fresh += "".join(f"[read {path.name}]\n{path.read_text(encoding='utf-8')}" for path in files)
+                prompts.append(fresh)
         section = sections[index] if index < len(sections) else ""
         turn(f"[write the section]\n{section}\n[update the frontmatter: stepsCompleted]\n")
     prompts.append(conversation)  # the closing turn
@@ -185,15 +240,24 @@ def measure(name: str, release: str, workflow: Path, entries: tuple[Path, ...], 
         system = "".join(m["content"] for m in first["messages"] if m["role"] == "system").split("\n\nWorkflow: ")[0]
         tools = json.dumps(first.get("tools") or [], sort_keys=True)
         files = [project / entry for entry in entries if (project / entry).is_file()]
-        theirs = prompt_run(files, system, tools, steps, list(written.values()))
+        launched = subagents_of(requests)
+        theirs = prompt_run(files, system, tools, steps, list(written.values()), launched, project.resolve())
+        bare = prompt_run(files, system, tools, steps, list(written.values())) if launched else theirs
     ours_u, ours_w, ours_c = costs(ours)
     theirs_u, theirs_w, theirs_c = costs(theirs)
-    print(f"\n{name} ({release}), {len(steps)} step files visited")
-    print(f"{'':24}{'requests':>9}{'uncached chars':>16}{'cache-weighted':>16}{'from cache':>12}")
-    print(f"{'stepline':24}{len(ours):>9}{ours_u:>16,}{ours_w:>16,}{ours_c / ours_u:>11.0%}")
-    print(f"{'as prompts (simulated)':24}{len(theirs):>9}{theirs_u:>16,}{theirs_w:>16,}{theirs_c / theirs_u:>11.0%}")
+    bare_u, bare_w, bare_c = costs(bare)
+    count = sum(len(s.instructions) for s in launched.values())
+    print(f"\n{name} ({release}), {len(steps)} step files visited, {count} subagents")
+    print(f"{'':28}{'requests':>9}{'uncached chars':>16}{'cache-weighted':>16}{'from cache':>12}")
+    print(f"{'stepline':28}{len(ours):>9}{ours_u:>16,}{ours_w:>16,}{ours_c / ours_u:>11.0%}")
+    print(f"{'as prompts (simulated)':28}{len(theirs):>9}{theirs_u:>16,}{theirs_w:>16,}{theirs_c / theirs_u:>11.0%}")
+    if launched:
+        print(f"{'  without its subagents':28}{len(bare):>9}{bare_u:>16,}{bare_w:>16,}{bare_c / bare_u:>11.0%}")
     print(f"ratio stepline / prompts: uncached {ours_u / theirs_u:.2f}x, cache-weighted {ours_w / theirs_w:.2f}x "
           "(issue 21's targets: <= 0.25x and <= 0.5x)")
+    if launched:
+        print(f"  against the prompt-run without its subagents: uncached {ours_u / bare_u:.2f}x, cache-weighted "
+              f"{ours_w / bare_w:.2f}x")
     if per_request:
         list_requests(requests, ours)
     return ours_u / theirs_u, ours_w / theirs_w
