@@ -81,6 +81,18 @@ def test_a_snapshot_link_to_a_missing_file_is_refused(project: Path, capsys: pyt
     assert _no_run(project)
 
 
+def test_a_broken_snapshot_in_any_rendered_source_is_refused(project: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """render_skill.py resolves the [[bmad-snapshot:…]] links of every Markdown file of a skill with workflow.md
+    (a review prompt, a reference): one to no file is refused with its file:line, as BMAD refuses it."""
+    prompt = project / BUILD / "review-prompts" / "edge-case-hunter.md"
+    prompt.write_text(prompt.read_text(encoding="utf-8") + "\nSee [[bmad-snapshot:nope.md]].\n", encoding="utf-8")
+    lines = len(prompt.read_text(encoding="utf-8").splitlines())
+    code, line = _refused(_run(project, BUILD), capsys)
+    assert code == 4 and f"edge-case-hunter.md:{lines}: [[bmad-snapshot:nope.md]] names no file" in line
+    assert _no_run(project)
+
+
 def test_a_missing_workflow_md_is_refused_and_linted(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """SKILL.md renders workflow.md with render_skill.py; without workflow.md the skill used to run SKILL.md's
     render command as its only step."""

@@ -424,9 +424,10 @@ def missing_render_entry(files: SkillFiles) -> Diagnostic | None:
 
 def unrunnable(files: SkillFiles) -> list[Diagnostic]:
     """What keeps the skill from running as BMAD would render it, each with file:line: SKILL.md's frontmatter
-    is not YAML, the workflow.md it renders is missing, or the entry document or a step file links to a file of
-    the skill that does not exist (BMAD's ``render_skill.py`` refuses such a skill; the runtime would otherwise
-    end the run where the link breaks, as if the skill were done)."""
+    is not YAML, the workflow.md it renders is missing, the entry document or a step file links to a file of the
+    skill that does not exist (the runtime would otherwise end the run where the link breaks, as if the skill
+    were done), or — a skill with workflow.md — any of its Markdown files has a ``[[bmad-snapshot:…]]`` to no
+    file or is not UTF-8. BMAD's ``render_skill.py`` refuses each of these."""
     found = list(files.skill.problems)
     entry = missing_render_entry(files)
     if entry is not None:
@@ -437,6 +438,13 @@ def unrunnable(files: SkillFiles) -> list[Diagnostic]:
                 written = f"[[bmad-snapshot:{link.target}]]" if link.snapshot else link.target
                 found.append(Diagnostic("error", "missing-file", f"{written} names no file of the skill",
                                         str(doc.path), link.line))
+    if (files.root / "workflow.md").is_file():  # rendered: render_skill.py resolves the links of every source
+        read = {doc.path for doc in files.docs.values()} | {files.skill.path}
+        for path in sorted(p for p in files.root.rglob("*.md") if p not in read):
+            for number, line in enumerate(read_text(path).splitlines(), start=1):
+                found.extend(Diagnostic("error", "missing-file", f"[[bmad-snapshot:{match[1]}]] names no file of the "
+                                        "skill", str(path), number)
+                             for match in SNAPSHOT_TOKEN.finditer(line) if not (files.root / match[1]).is_file())
     return found
 
 
