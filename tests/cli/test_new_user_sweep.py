@@ -359,3 +359,13 @@ def test_logs_follow_of_a_killed_run_ends(tmp_path: Path) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid.read_text()), signal.SIGKILL)
     assert done.returncode != 0 and "stepline resume" in done.stderr
+
+
+def test_validate_says_a_broken_central_config_once(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A _bmad/config.toml that does not parse used to be printed once per skill (49 identical lines)."""
+    config = project / "_bmad" / "config.toml"
+    config.write_text(config.read_text(encoding="utf-8") + "[core\n", encoding="utf-8")
+    assert run_cli(["validate", "_bmad", "-C", str(project)]) == 10
+    out = capsys.readouterr().out.splitlines()
+    assert sum("config.toml:" in line and "TOML does not parse" in line for line in out) == 1
+    assert out[-1].endswith("1 error(s), 0 warning(s)")

@@ -28,6 +28,8 @@ def validate(
 
     at = where(directory, project_root)
     diagnostics, checked = lint_tree(at.path(path), project_root=at.root)
+    # A problem of a file many workflows read (_bmad/config.toml, a shared template) is one problem, said once.
+    diagnostics = list(dict.fromkeys(diagnostics))
     errors = sum(1 for d in diagnostics if d.severity == "error")
     if as_json:
         print_json([asdict(d) for d in diagnostics])
