@@ -369,3 +369,15 @@ def test_validate_says_a_broken_central_config_once(project: Path, capsys: pytes
     out = capsys.readouterr().out.splitlines()
     assert sum("config.toml:" in line and "TOML does not parse" in line for line in out) == 1
     assert out[-1].endswith("1 error(s), 0 warning(s)")
+
+
+def test_install_into_what_is_not_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A project whose _bmad is a file (or a path that cannot be made) used to end in a NotADirectoryError
+    traceback; it is one line naming the path and the cause."""
+    if not CORPUS_V611.is_dir():
+        pytest.skip("shared/corpus/bmad/v6.11.0 is not available")
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "_bmad").write_text("not a folder\n", encoding="utf-8")
+    code, line = _refused(["bmad", "install", str(CORPUS_V611), "--project", str(tmp_path / "p")], capsys)
+    assert code == 1 and f"cannot write {tmp_path}/p/_bmad/core: Not a directory" in line
+    assert "_bmad/ must be folders you can write" in line

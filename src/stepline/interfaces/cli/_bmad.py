@@ -86,7 +86,7 @@ def install(
     SRC, --project and --extras, when relative, are taken from the current folder (or from -C DIR).
     """
     from stepline.bmad import install_bmad
-    from stepline.errors import NotFoundError
+    from stepline.errors import NotFoundError, StorageError
 
     settings = parse_settings(setting or [])
     at = where(directory, None)  # the project folder may not exist yet: the installer makes it
@@ -94,7 +94,12 @@ def install(
         raise NotFoundError(f"{at.path(extras)}: no such folder", hint="pass the folder holding the extra task files")
     target = at.root if project is None else at.path(project)
     earlier = _files_under(target / "_bmad")  # an upgrade over another release leaves that release's files
-    report = install_bmad(at.path(src), target, settings)
+    try:
+        report = install_bmad(at.path(src), target, settings)
+    except OSError as exc:  # a project that cannot be written (not a folder, read-only, full): one line
+        error = StorageError.from_os(exc, exc.filename or target)
+        error.hint = error.hint or f"{target.absolute()} and its _bmad/ must be folders you can write"
+        raise error from exc
     extras_folder = at.path(extras) if extras is not None else None
     stale = {m.target: _left_over(earlier.get(m.target.resolve(), set()), m.source, extras_folder)
              for m in report.modules}
