@@ -561,12 +561,12 @@ def _stops_text(ctx: StepContext, offered: list[Checkpoint], plain: str) -> str:
         options = " | ".join(f"[{k}] {label}" for k, label in c.options)
         lines.append(f"- line {c.line} ({options})" + (f" stops only if: {c.condition}" if c.condition else
                                                           " always stops"))
-    answer = ("This run is unattended: answer as the user would, in the same finish — choose `line N: [K]`, the "
-              "checkpoint that stops first and the option you choose there (the runtime then has its handler done). "
-              if ctx.run.mode == "yolo" else
-              "Choose `line N: stop` for the first one whose condition holds (the runtime then asks the person). ")
+    answer = ("This run is unattended: answer as the user would, in the same finish — choose "
+              "`line <line>: [<key>]`, the checkpoint that stops first and the option you choose there (the runtime "
+              "then has its handler done)." if ctx.run.mode == "yolo" else
+              "Choose `line <line>: stop` for the first one whose condition holds (the runtime then asks the person).")
     return ("\n\n## Checkpoints (say in your finish)\n" + "\n".join(lines) + "\n" + answer +
-            (f"If none stops, choose {plain}." if plain else ""))
+            (f" If none stops, choose {plain}." if plain else ""))
 
 
 def _said_stops(choice: str | None, offered: list[Checkpoint]) -> dict[int, tuple[bool, str | None, str]]:
@@ -765,12 +765,16 @@ async def _step_file(ctx: StepContext) -> None:
                                  f"finish this request: {names}.{ask} Do everything before them now.)")
     checkpoints = checkpoints_in(doc.text)
     content = _render(ctx, raw)
+    stops = _stops_offered(ctx, checkpoints)
+    said_here = {c.line for c in stops}
     if checkpoints:  # the runtime asks them: the executor must not ask them too
         content = ("The runtime presents this step's checkpoint(s) to the person after this request ("
                    + "; ".join(f"line {c.line}" + (f" (only if: {c.condition} — the runtime settles it)"
-                                                    if c.condition else "") for c in checkpoints)
+                                                    if c.condition and c.line not in said_here else "")
+                               for c in checkpoints)
                    + ") and hands you their choice: do the step's work up to each checkpoint, do not ask it "
-                   "yourself.\n\n" + content)
+                   "yourself" + ("; say in your finish which stops first (see Checkpoints below)" if stops else "")
+                   + ".\n\n" + content)
     # Where the step leaves is asked in its last work request: after its subagents, if any, else in its work
     # request and again in a conditional checkpoint's handler, if one runs. A step with an unconditional
     # checkpoint acts on the person's choice after its work request: its routes stay decide requests.
@@ -782,7 +786,6 @@ async def _step_file(ctx: StepContext) -> None:
     # Its checkpoints are asked in the same finish too (issue 21: one turn): whether a condition the runtime cannot
     # read holds, and in #yolo the option the model chooses as the user; a decide or an answer request is the
     # fallback for an executor whose finish does not say.
-    stops = _stops_offered(ctx, checkpoints)
     always = any(c.condition is None for c in stops)
     plain = (choices if last else None) or ([] if always or not stops else ["continue"])
     work_choices = [*plain, *_stop_choices(ctx, stops)] or None
