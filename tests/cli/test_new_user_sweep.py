@@ -381,3 +381,14 @@ def test_install_into_what_is_not_a_folder(tmp_path: Path, capsys: pytest.Captur
     code, line = _refused(["bmad", "install", str(CORPUS_V611), "--project", str(tmp_path / "p")], capsys)
     assert code == 1 and f"cannot write {tmp_path}/p/_bmad/core: Not a directory" in line
     assert "_bmad/ must be folders you can write" in line
+
+
+def test_a_workflow_block_that_is_not_a_table(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`workflow = 1` in customize.toml used to pass validate and crash a step with an AttributeError."""
+    custom = project / BUILD / "customize.toml"
+    custom.write_text("# defaults\nworkflow = 1\n", encoding="utf-8")
+    code, line = _refused(_run(project, BUILD), capsys)
+    assert code == 4 and "customize.toml:2: workflow is a number, not a table" in line and "[workflow]" in line
+    assert _no_run(project)
+    assert run_cli(["validate", BUILD, "-C", str(project)]) == 10
+    assert "customize.toml:2: error: workflow is a number, not a table" in capsys.readouterr().out

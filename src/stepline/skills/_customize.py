@@ -127,12 +127,23 @@ def _check_override(defaults: dict[str, Any], override: dict[str, Any], path: Pa
                               line=line, hint=f"give {name} as {want}, as customize.toml does")
 
 
+def _check_blocks(values: dict[str, Any], path: Path) -> None:
+    """``workflow`` and ``agent`` (what ``{workflow.<x>}`` and ``{agent.<x>}`` read) are tables when given."""
+    for block in ("workflow", "agent"):
+        if block in values and not isinstance(values[block], dict):
+            lines = read_text(path).splitlines()
+            line = next((n for n, text in enumerate(lines, start=1) if re.match(rf"\s*{block}\s*=", text)), 1)
+            raise ReaderError(f"{block} is {_kind(values[block])}, not a table", path=str(path), line=line,
+                              hint=f"declare it as [{block}] with its fields below")
+
+
 def resolve_customization(skill_dir: Path, project_root: Path | None, *, name: str | None = None) -> Customization:
     """Merge ``customize.toml`` with the team and personal overrides of skill ``name`` (default: the folder's)."""
     defaults_path = skill_dir / "customize.toml"
     if not defaults_path.is_file():
         return Customization()
     defaults = load_toml(defaults_path)
+    _check_blocks(defaults, defaults_path)
     merged: dict[str, Any] = dict(defaults)
     layers = [str(defaults_path)]
     skill = name or skill_dir.name
@@ -141,6 +152,7 @@ def resolve_customization(skill_dir: Path, project_root: Path | None, *, name: s
         for layer in (custom / f"{skill}.toml", custom / f"{skill}.user.toml"):
             if layer.is_file():
                 override = load_toml(layer)
+                _check_blocks(override, layer)
                 _check_override(defaults, override, layer)
                 merged = structural_merge(merged, override)
                 layers.append(str(layer))
