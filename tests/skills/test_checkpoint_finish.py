@@ -57,14 +57,14 @@ class Saying(Recorder):
         await super().perform(request, session)
 
 
-def _run(tmp_path: Path, executor: Recorder, mode: str = "yolo") -> tuple[Any, list[Any]]:
+def _run(tmp_path: Path, executor: Recorder, mode: str = "yolo", step: str = STEP) -> tuple[Any, list[Any]]:
     project = tmp_path / "project"
     root = project / "skills" / "tiny-plan"
     root.mkdir(parents=True)
     (root / "SKILL.md").write_text("---\nname: tiny-plan\ndescription: A plan.\n---\n# Tiny plan\n\n"
                                    "## On Activation\n\nGreet.\n\n## Execution\n\n"
                                    "Read fully and follow `./step-01-plan.md`.\n", encoding="utf-8")
-    (root / "step-01-plan.md").write_text(STEP, encoding="utf-8")
+    (root / "step-01-plan.md").write_text(step, encoding="utf-8")
     (root / "step-02-end.md").write_text("# Step 2: End\n\nSay goodbye.\n", encoding="utf-8")
     engine = Engine(project_root=project, executor=executor, mode=mode)
     run = asyncio.run(engine.start(load_workflow(root, project_root=project)))
@@ -133,6 +133,24 @@ def test_normal_mode_the_person_is_asked_once(tmp_path: Path) -> None:
     assert [(op, r["holds"], r["by"]) for op, r in _journal(events)] == [("checkpoint-condition", False, "executor")]
     asked = [e.data for e in events if e.type == "StepBlocked"]
     assert len(asked) == 1 and asked[0]["gate_id"] == f"ask:step-01-plan/1/checkpoint/{APPROVE}/0"
+
+
+class PersonsVoice(Saying):
+    """An executor whose menu choice is the person's own (a terminal, an MCP agent relaying them)."""
+
+    speaks_for_user = True
+
+
+def test_normal_mode_a_finish_that_says_no_stop_is_not_taken_as_the_menu_answer(tmp_path: Path) -> None:
+    """The finish says `continue` (no conditional stop); the checkpoint after it has a `[C] Continue` option: that
+    word is not the person's answer to it, the person is still asked."""
+    executor = PersonsVoice("continue")
+    run, events = _run(tmp_path, executor, mode="normal",
+                       step=STEP.replace("`[A] Approve` | `[E] Edit`", "`[C] Continue` | `[E] Edit`"))
+    assert run.status == "blocked", run.error
+    assert [e.data["gate_id"] for e in events if e.type == "StepBlocked"] == [
+        f"ask:step-01-plan/1/checkpoint/{APPROVE}/0"]
+    assert [op for op, _ in _journal(events)] == ["checkpoint-condition"]
 
 
 def test_a_handler_that_only_moves_on_is_no_work() -> None:

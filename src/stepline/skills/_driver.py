@@ -801,7 +801,8 @@ async def _step_file(ctx: StepContext) -> None:
     for checkpoint in checkpoints:
         told = said.get(checkpoint.line)
         if checkpoint.condition is None or await _checkpoint_applies(ctx, checkpoint, told):
-            chosen = await _checkpoint(ctx, checkpoint, outcome.choice, offered if last else None,
+            # the finish's choice answers the menu (a person's executor) only when the request offered the menu
+            chosen = await _checkpoint(ctx, checkpoint, outcome.choice if menu else None, offered if last else None,
                                        said=told[1] if told else None)
             route = chosen if last and chosen is not None else route
     if layers:
