@@ -392,3 +392,17 @@ def test_a_workflow_block_that_is_not_a_table(project: Path, capsys: pytest.Capt
     assert _no_run(project)
     assert run_cli(["validate", BUILD, "-C", str(project)]) == 10
     assert "customize.toml:2: error: workflow is a number, not a table" in capsys.readouterr().out
+
+
+def test_a_skill_of_another_project(project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A skill under another project's _bmad (run from elsewhere, or from inside _bmad/bmm) used to run without
+    that project's config: its {{.implementation_artifacts}} and other values left unresolved."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code, line = _refused(_run(elsewhere, str(project / BUILD)), capsys)
+    assert code == 2 and f"is installed in the project {project}, not in {elsewhere}" in line
+    assert f"run it from {project}, or with -C {project}" in line
+    code, line = _refused(_run(project / "_bmad" / "bmm", "ship/bmad-build"), capsys)
+    assert code == 2 and f"not in {project}/_bmad/bmm" in line
+    assert not (elsewhere / ".stepline").exists() and _no_run(project)
+    assert run_cli(_run(project, str(project / BUILD))) == 0  # from its own project, by any path

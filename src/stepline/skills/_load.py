@@ -214,6 +214,18 @@ def _refuse_unrunnable(files: SkillFiles) -> None:
                           hint=f"fix it{more}: `stepline validate {files.root}` lists every problem")
 
 
+def _refuse_other_project(files: SkillFiles, root: Path) -> None:
+    """A skill installed in another project's ``_bmad`` would run without that project's config and
+    customization (its ``{{.key}}`` values left unresolved): refused, saying which project it belongs to."""
+    parts = files.root.parts
+    if "_bmad" not in parts:
+        return  # a source tree's skill: the project given is the one it runs for
+    home = Path(*parts[:len(parts) - 1 - parts[::-1].index("_bmad")])
+    if home.resolve() != root:
+        raise UsageError(f"{files.root} is installed in the project {home}, not in {root}",
+                         hint=f"run it from {home}, or with -C {home}")
+
+
 def _check_mode(files: SkillFiles, mode: str, given_as: str) -> None:
     """``--mode`` (or ``--var intent=``) names one of the skill's intent modes (checked before a run is created)."""
     names = [m.name for m in files.modes]
@@ -233,6 +245,7 @@ def load_skill(path: Path | str, *, project_root: Path | str, variables: dict[st
     """
     root = Path(project_root).resolve()
     files = read_skill_files(Path(path))
+    _refuse_other_project(files, root)
     _refuse_unrunnable(files)
     module = module_of(files.root)
     central, config_files = load_central_config(root, module)
