@@ -264,22 +264,16 @@ def test_the_sprint_fixture_plans(sprint_project: Path, capsys: pytest.CaptureFi
     assert "1. 1-1-first-story" in capsys.readouterr().out
 
 
-@pytest.mark.xfail(strict=True, reason="sprint run --story naming a backlog story says 'no story is ready-for-dev' "
-                                       "and exits 0, never saying that the story asked for is backlog")
 def test_sprint_story_that_is_not_ready(sprint_project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, line = _refused(["sprint", "run", "--story", "1-2", "--dry-run", "-C", str(sprint_project)], capsys)
     assert code != 0 and "1-2-second" in line and "backlog" in line
 
 
-@pytest.mark.xfail(strict=True, reason="sprint run --dry-run prints a plan for --backend nope (exit 0); "
-                                       "stepline run refuses it: unknown backend 'nope' (exit 2)")
 def test_sprint_dry_run_checks_the_backend(sprint_project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, line = _refused(["sprint", "run", "--dry-run", "--backend", "nope", "-C", str(sprint_project)], capsys)
     assert code == 2 and "backend 'nope'" in line
 
 
-@pytest.mark.xfail(strict=True, reason="sprint run --dry-run prints a plan for --executor nope (exit 0); the real "
-                                       "run then says unknown executor 'nope' (exit 3)")
 def test_sprint_dry_run_checks_the_executor(sprint_project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, line = _refused(["sprint", "run", "--dry-run", "--executor", "nope", "-C", str(sprint_project)], capsys)
     assert code == 3 and "executor 'nope'" in line
@@ -319,10 +313,9 @@ def test_install_over_an_earlier_release_says_what_it_left(tmp_path: Path,
                "remove the folder and install again" in w for w in warnings), warnings
 
 
-@pytest.mark.xfail(strict=True, reason="stepline logs RUN -f of a run whose process was killed (no lock holder, no "
-                                       "end event) waits forever; expected: it says the run's process is gone and "
-                                       "to `stepline resume RUN`, non-zero (interfaces/cli/_runs.py logs)")
 def test_logs_follow_of_a_killed_run_ends(tmp_path: Path) -> None:
+    """`stepline logs RUN -f` of a run whose process was killed (no lock holder, no end event) used to wait
+    forever; it says the run is not running and how to go on, exit 5."""
     import contextlib
     import os
     import signal
@@ -358,7 +351,7 @@ def test_logs_follow_of_a_killed_run_ends(tmp_path: Path) -> None:
         if pid.is_file():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid.read_text()), signal.SIGKILL)
-    assert done.returncode != 0 and "stepline resume" in done.stderr
+    assert done.returncode == 5 and f"stepline resume {run_id}" in done.stderr
 
 
 def test_validate_says_a_broken_central_config_once(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sprint_kit import ARTIFACTS, BMAD, BOARD, make_project
 
-from stepline.errors import NotFoundError, ReaderError
+from stepline.errors import NotFoundError, ReaderError, RunStateError
 from stepline.interfaces.cli._app import run_cli
 from stepline.sprint import find_project, plan_stories, read_board, set_status
 
@@ -82,6 +82,11 @@ def test_the_plan_takes_ready_stories_in_order_and_honours_the_filters(tmp_path:
         plan_stories(board, epic=7)
     with pytest.raises(NotFoundError, match="'9-9' names no single story"):
         plan_stories(board, story="9-9")
+    # a story asked for by name that is not taken says why, rather than "nothing to do"
+    with pytest.raises(RunStateError, match="1-2-sub is not taken: its status is done, not ready-for-dev"):
+        plan_stories(board, story="1-2")
+    with pytest.raises(RunStateError, match="1-3-mul is not taken: an earlier loop settled it"):
+        plan_stories(board, story="1-3", settled={"1-3-mul"})
 
 
 def test_the_project_finds_the_dev_workflow_of_each_era_and_the_review_layers(tmp_path: Path) -> None:

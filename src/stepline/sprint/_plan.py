@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from stepline.errors import NotFoundError, UsageError
+from stepline.errors import NotFoundError, RunStateError, UsageError
 from stepline.sprint._board import Board
 
 __all__ = ["plan_stories"]
@@ -36,6 +36,12 @@ def plan_stories(board: Board, *, epic: int | None = None, story: str | None = N
         stories = named
     chosen = [s.key for s in stories
               if s.key not in settled and (s.status in _TAKEN or s.key in unfinished)]
+    if story is not None and not chosen:  # asked for by name: say why it is not taken, not "nothing to do"
+        named_story = stories[0]
+        why = ("an earlier loop settled it (committed or deferred)" if named_story.key in settled
+               else f"its status is {named_story.status}, not ready-for-dev")
+        raise RunStateError(f"{board.path}: story {named_story.key} is not taken: {why}",
+                            hint="see `stepline sprint status`; a story is taken once it is ready-for-dev")
     if max_stories is not None:
         if max_stories < 1:
             raise UsageError("--max-stories must be at least 1")

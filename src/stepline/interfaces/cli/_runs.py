@@ -45,6 +45,14 @@ ConcurrencyOption = Annotated[int | None, typer.Option("--concurrency", "-j", mi
                                                        "ray, the cluster's CPUs.")]
 
 
+def check_backend_name(backend: str | None) -> None:
+    """Refuse a ``--backend`` that is neither ``local`` nor ``ray`` (a UsageError)."""
+    from stepline.errors import UsageError
+
+    if backend not in (None, "local", "ray"):
+        raise UsageError(f"unknown backend {backend!r}", hint="use --backend local or --backend ray")
+
+
 def use_backend(engine: Engine, backend: str | None, ray_address: str | None, concurrency: int | None = None,
                 *, quiet: bool = False) -> None:
     """Apply ``--backend``/``--ray-address``/``--concurrency`` to the engine's runtime config (they override
@@ -56,8 +64,7 @@ def use_backend(engine: Engine, backend: str | None, ray_address: str | None, co
     if concurrency is not None:
         engine.concurrency = runtime.concurrency = concurrency
     if backend is not None:
-        if backend not in ("local", "ray"):
-            raise UsageError(f"unknown backend {backend!r}", hint="use --backend local or --backend ray")
+        check_backend_name(backend)
         runtime.backend = backend  # type: ignore[assignment]  # checked just above
     if ray_address is not None:
         if runtime.backend != "ray":
@@ -591,12 +598,14 @@ def logs(
     it ends."""
     import time as clock
 
+    from stepline.errors import RunStateError
     from stepline.store import read_journal
 
     at = where(directory, project_root)
     run_dir = open_store(at, config).open(run_id)
     agents = _AgentLogs(run_dir.path / "logs", raw=raw)
     seen = 0
+    undriven = 0  # polls in a row that found the run unfinished and no process driving it
     while True:
         events = read_journal(run_dir.journal_path, run_dir.run_id)
         lines = [(str(event.time), line) for event in events[seen:] if (line := _log_line(event)) is not None]
@@ -604,6 +613,11 @@ def logs(
             print(line, flush=True)
         seen = len(events)
         ended = bool(events) and events[-1].type in ("WorkflowCompleted", "WorkflowFailed", "WorkflowBlocked")
-        if not follow or (ended and run_dir.holder() is None):
+        driven = run_dir.holder() is not None
+        if not follow or (ended and not driven):
             return
+        undriven = 0 if ended or driven else undriven + 1
+        if undriven == 2:  # twice, 0.3 s apart: not a resume between releasing the lock and taking it
+            raise RunStateError(f"run {run_dir.run_id} is not running: it did not finish and no process drives it "
+                                "(killed?)", hint=f"`stepline resume {run_dir.run_id}` goes on where it stopped")
         clock.sleep(0.3)

@@ -136,7 +136,12 @@ def run(
     at = where(directory, project_root)
     options = LoopOptions(epic=epic, story=story, max_stories=max_stories, executor=executor)
     if dry_run:
+        from stepline.interfaces.cli._runs import build_engine, check_backend_name
+
         project, sprint = _project(at, sprint_config)
+        check_backend_name(backend)  # the plan is what a run would do: refuse what the run would refuse
+        if options.executor or sprint.executor:
+            build_engine(at, config, options.executor or sprint.executor, None, "non-interactive", True)
         _, keys, resume = plan(project, open_store(at, config), options)
         _print_plan(project, sprint, keys, resume, as_json)
         return
