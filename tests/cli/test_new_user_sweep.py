@@ -269,6 +269,18 @@ def test_sprint_story_that_is_not_ready(sprint_project: Path, capsys: pytest.Cap
     assert code != 0 and "1-2-second" in line and "backlog" in line
 
 
+def test_sprint_outside_a_bmad_project_or_without_a_board_is_not_found(
+        sprint_project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Outside a BMAD project the loop says so (it used to say only 'no sprint board here', exit 4); a project
+    without its sprint-status.yaml is 'not found' too (3), naming the file and sprint planning."""
+    (tmp_path / "plain").mkdir()
+    code, line = _refused(["sprint", "run", "--dry-run", "-C", str(tmp_path / "plain")], capsys)
+    assert code == 3 and "not a BMAD project (no _bmad/ folder)" in line
+    next(sprint_project.rglob("sprint-status.yaml")).unlink()
+    code, line = _refused(["sprint", "status", "-C", str(sprint_project)], capsys)
+    assert code == 3 and "sprint-status.yaml: no sprint board here" in line and "sprint planning" in line
+
+
 def test_sprint_dry_run_checks_the_backend(sprint_project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, line = _refused(["sprint", "run", "--dry-run", "--backend", "nope", "-C", str(sprint_project)], capsys)
     assert code == 2 and "backend 'nope'" in line

@@ -38,7 +38,7 @@ def test_a_bad_board_is_one_error_naming_file_and_line(tmp_path: Path) -> None:
         read_board(_board(tmp_path, BOARD.replace("1-2-sub: ready-for-dev", "1-2-sub: doing")))
     with pytest.raises(ReaderError, match="no 'development_status:'"):
         read_board(_board(tmp_path, "project: x\n"))
-    with pytest.raises(ReaderError, match="no sprint board here"):
+    with pytest.raises(NotFoundError, match="no sprint board here"):
         read_board(tmp_path / "missing.yaml")
 
 

@@ -22,7 +22,7 @@ from typing import Literal
 
 from stepline import time
 from stepline._yaml import compose_yaml_text, find_yaml_line
-from stepline.errors import ReaderError, RunStateError
+from stepline.errors import NotFoundError, ReaderError, RunStateError
 from stepline.formats._files import read_text
 
 __all__ = ["STORY_ORDER", "Board", "BoardEntry", "read_board", "set_status", "status_rank"]
@@ -90,8 +90,8 @@ class Board:
 def read_board(path: Path) -> Board:
     """Read a ``sprint-status.yaml``; a file that is not a board is one :class:`ReaderError` naming file:line."""
     if not path.is_file():
-        raise ReaderError("no sprint board here", path=str(path),
-                          hint="run BMAD's sprint planning (bmad-sprint-planning / sprint-planning) first")
+        raise NotFoundError(f"{path}: no sprint board here",
+                            hint="run BMAD's sprint planning (bmad-sprint-planning / sprint-planning) first")
     text = read_text(path)
     data, root = compose_yaml_text(text, path=str(path))
     if not isinstance(data, dict) or not isinstance(data.get("development_status"), dict):

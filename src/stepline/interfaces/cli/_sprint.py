@@ -35,9 +35,13 @@ SprintConfigOption = Annotated[Path | None, typer.Option("--sprint-config", help
 
 
 def _project(at: Where, sprint_config: Path | None) -> tuple[SprintProject, SprintConfig]:
+    from stepline.errors import NotFoundError
     from stepline.sprint._config import load_sprint_config
     from stepline.sprint._project import find_project
 
+    if not (at.root / "_bmad").is_dir():
+        raise NotFoundError(f"{at.root}: not a BMAD project (no _bmad/ folder)", hint="run it in the project (or "
+                            "pass -C PROJECT); install BMAD there with `stepline bmad install SRC`")
     return find_project(at.root), load_sprint_config(at.root, at.option(sprint_config))
 
 
