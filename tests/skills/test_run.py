@@ -7,6 +7,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from stepline import Engine
 from stepline.executors import StepSession
 from stepline.families import load_workflow, register_drivers
@@ -120,6 +122,19 @@ def test_activation_is_the_runtimes_and_instructions_are_steps(mini: Path) -> No
     route = next(r for r in recorder.work() if r.step_id == "step-01-route")
     assert f"Speak in `English`; work goes to `{mini}/out/work`" in route.content
     assert all(r.variables["persistent_facts"] == facts for r in recorder.work()[1:])
+
+
+@pytest.mark.parametrize("entry", ["file:/etc/hostname", "file:../outside/*.md"])
+def test_a_fact_file_outside_the_project_fails_activation_saying_so(mini: Path, entry: str) -> None:
+    """persistent_facts' file: entries are "paths or globs under {project-root}": one naming a file elsewhere is
+    not read into every request; the run fails at activation naming the entry."""
+    (mini / "_bmad" / "custom" / "tiny-build.toml").write_text(f'[workflow]\npersistent_facts = ["{entry}"]\n',
+                                                                encoding="utf-8")
+    run, _ = _run(mini, mini / "_bmad" / "mini" / "tiny-build", Recorder())
+    assert run.status.value == "failed"
+    error = run.steps["activate"].error or ""
+    assert entry in error and "outside the project root" in error
+    assert "persistent_facts" not in run.variables
 
 
 def test_intent_create_is_decided_from_the_disk(mini: Path) -> None:

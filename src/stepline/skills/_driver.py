@@ -278,10 +278,13 @@ def _load_facts(ctx: StepContext, entries: list[Any]) -> list[dict[str, Any]]:
             continue
         pattern = text[len("file:"):].strip()
         relative = pattern[len(str(root)) + 1:] if pattern.startswith(str(root) + "/") else pattern
-        if Path(relative).is_absolute():
-            matches = [Path(relative)] if Path(relative).is_file() else []
-        else:
-            matches = _glob(root, relative)
+        if Path(relative).is_absolute() or ".." in Path(relative).parts:
+            # The format reads facts from "paths or globs under {project-root}": a fact from elsewhere would
+            # make the run depend on files the project does not hold (and carry them into every request).
+            raise StepFailed(f"persistent_facts entry {str(entry)!r} names a file outside the project root",
+                             hint="file: entries are paths or globs under {project-root}; copy the file into the "
+                                  "project, or give the fact as text")
+        matches = _glob(root, relative)
         for path in matches:
             content = read_text(path)
             facts.append({"source": str(entry), "path": str(path), "sha256": _sha(content),
