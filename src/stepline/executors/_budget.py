@@ -19,7 +19,7 @@ from typing import Any
 
 from stepline.errors import UsageError
 
-__all__ = ["BUDGET_HINT", "CallBudget", "Prices", "SharedMeter", "Spent", "weigh"]
+__all__ = ["BUDGET_HINT", "CallBudget", "Prices", "SharedMeter", "Usage", "weigh"]
 
 #: The hint a caller puts a :class:`CallBudget` under (as :meth:`CallBudget.to_hint`).
 BUDGET_HINT = "budget"
@@ -35,22 +35,37 @@ class Prices:
 
 
 @dataclass(frozen=True, slots=True)
-class Spent:
-    """One usage, weighed: tokens by kind and dollars."""
+class Usage:
+    """Tokens and dollars, weighed (:func:`weigh`) and summed over ``calls`` calls."""
 
     input_tokens: float = 0.0
     output_tokens: float = 0.0
     cache_read_tokens: float = 0.0
     cost_usd: float = 0.0
+    calls: int = 0
 
     @property
     def tokens(self) -> float:
         """Every token counted (cache reads too: they are tokens the model read)."""
         return self.input_tokens + self.output_tokens + self.cache_read_tokens
 
-    def __add__(self, other: Spent) -> Spent:
-        return Spent(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens,
-                     self.cache_read_tokens + other.cache_read_tokens, self.cost_usd + other.cost_usd)
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens,
+                     self.cache_read_tokens + other.cache_read_tokens, self.cost_usd + other.cost_usd,
+                     self.calls + other.calls)
+
+    def to_dict(self) -> dict[str, float]:
+        """Plain JSON (a run variable)."""
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cache_read_tokens": self.cache_read_tokens, "cost_usd": round(self.cost_usd, 6),
+                "calls": self.calls}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Usage:
+        """Back from :meth:`to_dict`."""
+        return cls(float(raw.get("input_tokens") or 0), float(raw.get("output_tokens") or 0),
+                   float(raw.get("cache_read_tokens") or 0), float(raw.get("cost_usd") or 0),
+                   int(raw.get("calls") or 0))
 
 
 def _number(raw: Mapping[str, Any], *keys: str) -> float:
@@ -61,7 +76,7 @@ def _number(raw: Mapping[str, Any], *keys: str) -> float:
     return 0.0
 
 
-def weigh(usage: Mapping[str, Any], prices: Prices) -> Spent:
+def weigh(usage: Mapping[str, Any], prices: Prices) -> Usage:
     """What ``usage`` (an executor's recorded usage) counts for: its tokens, and its reported cost or, without
     one, its tokens at ``prices``."""
     inp = _number(usage, "input_tokens")
@@ -70,7 +85,7 @@ def weigh(usage: Mapping[str, Any], prices: Prices) -> Spent:
     cost = _number(usage, "cost_usd")
     if cost <= 0:
         cost = (inp * prices.input + out * prices.output + cache * prices.cache_read) / 1e6
-    return Spent(inp, out, cache, cost)
+    return Usage(inp, out, cache, cost, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +121,7 @@ class CallBudget:
         except (TypeError, ValueError) as exc:
             raise UsageError(f"the request's budget hint is not understood: {exc}") from None
 
-    def crossed(self, spent: Spent) -> str | None:
+    def crossed(self, spent: Usage) -> str | None:
         """Why ``spent`` is past this budget, in words; None while it is within."""
         if self.tokens is not None and spent.tokens > self.tokens:
             return f"{self.what}: {spent.tokens:.0f} tokens > the {self.tokens:.0f} left"
@@ -128,7 +143,7 @@ class SharedMeter:
 
     def __init__(self, budget: CallBudget) -> None:
         self.budget = budget
-        self.spent: dict[int, Spent] = {}
+        self.spent: dict[int, Usage] = {}
         self.crossed = asyncio.Event()
         self.reason: str | None = budget.spent_before()
         self.users = 0
@@ -139,7 +154,7 @@ class SharedMeter:
         """Call ``call`` has used ``usage`` so far (its total, not an increment)."""
         self.spent[call] = weigh(usage, self.budget.prices)
         if self.reason is None:
-            total = sum(self.spent.values(), Spent())
+            total = sum(self.spent.values(), Usage())
             self.reason = self.budget.crossed(total)
             if self.reason is not None:
                 self.crossed.set()
