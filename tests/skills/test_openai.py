@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from fakes import fake_openai
-from fakes.policy import Call, Policy, Request
+from fakes.policy import Call, Policy, Request, read_request
 from stepline import Engine
 from stepline.families import load_workflow, register_drivers
 from stepline.model import Event
@@ -81,6 +82,18 @@ def _run(project: Path, skill: Path, server: fake_openai.FakeOpenAI) -> tuple[st
     return run.run_id, _events(project, run.run_id)
 
 
+def _titles_by_invocation(events: list[Event], step_id: str) -> list[str]:
+    """The titles of a step's executor requests in the order the runtime numbered them (journal keys
+    ``<step>/<attempt>/<invocation>/<call>``), read from each request's first model turn as journaled."""
+    first: dict[int, str] = {}
+    for event in events:
+        if event.type == "CallRecorded" and event.step_id == step_id and event.data["op"] == "memo:openai":
+            invocation = int(event.data["key"].split("/")[2])
+            prompt = event.data["args"]["payload"]["prompt"]["messages"][0]["content"]
+            first.setdefault(invocation, read_request(prompt).title)
+    return [first[n] for n in sorted(first)]
+
+
 def _handovers_in_turn(events: list[Event]) -> list[str]:
     """The step files handed over, checking each is handed over by its own step, after that step started."""
     started: set[str] = set()
@@ -135,13 +148,21 @@ def test_bmad_build_with_the_openai_executor(v611: Path, server: fake_openai.Fak
     custom = next(e.data for e in events if e.type == "CallRecorded" and e.data["op"] == "customization")
     assert [layer["id"] for layer in custom["result"]["values"]["review_layers"]] == [
         "blind-hunter", "edge-case-hunter", "verification-gap"]
+    layers = ["subagent: Blind Hunter", "subagent: Edge Case Hunter", "subagent: Verification Gap Reviewer"]
+    # The layers' requests are sent at once (parallel subagents): the order they reach the model is the scheduler's
+    # and not checked. What is deterministic: they come between the step's request and its continuation, and they
+    # are numbered in the layers' order (the journal's keys, the same on a resume), their results in that order.
     review = [r for r in policy.requests if r.step_id == "step-04-review" and r.kind == "work"]
-    assert [r.title for r in review] == ["step-04-review.md", "subagent: Blind Hunter", "subagent: Edge Case Hunter",
-                                         "subagent: Verification Gap Reviewer", "step-04-review.md"]
+    assert [review[0].title, sorted(r.title for r in review[1:-1]), review[-1].title] == [
+        "step-04-review.md", layers, "step-04-review.md"]
+    assert _titles_by_invocation(events, "step-04-review") == ["step-04-review.md", *layers, "step-04-review.md"]
     # the continuation repeats the step's request word for word (a cache hit), the layers' results after it
     after = review[-1].parts["Step instructions"]
     assert after.startswith(review[0].parts["Step instructions"]) and "## After the subagents" in after
-    hunter = review[2].parts["Step instructions"]  # the layer's instruction from customize.toml, rendered
+    assert re.findall(r"^#### (.+?) \(`[^`]+`\) — its subagent returned:$", after, re.M) == [
+        layer.removeprefix("subagent: ") for layer in layers]
+    # the layer's instruction from customize.toml, rendered
+    hunter = next(r for r in review if r.title == "subagent: Edge Case Hunter").parts["Step instructions"]
     # the path as the model's tools take it: relative to the project root (issue 21), nowhere absolute
     assert "Read `_bmad/bmm/ship/bmad-build/review-prompts/edge-case-hunter.md`" in hunter
     assert not [r.step_id for r in policy.requests if str(v611) in json.dumps(r.parts)]
