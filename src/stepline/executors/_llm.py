@@ -311,13 +311,11 @@ def build_prompt(request: StepRequest) -> tuple[str, str]:
         parts.append("## Menu\n" + "\n".join(f"[{o.key}] {o.label}" + (" (default)" if o.default else "")
                                              for o in request.menu))
     outputs = request.hints.get("outputs")
-    relative = _relative_to(root)
     if outputs:
-        parts.append("## Output\nwrite_output without `path` writes to " + relative(str(outputs[0])) + ".")
+        parts.append("## Output\nwrite_output without `path` writes to " + str(outputs[0]) + ".")
     if request.variables:
         parts.append(_variables(request, _configured(standing)))
-    context = {key: relative(value) if isinstance(value, str) else value  # what the text above does not say
-               for key, value in request.context.items()
+    context = {key: value for key, value in request.context.items()  # what the text above does not say
                if value not in (None, "", [], {}) and key != "project_root" and not (key == "output" and outputs)}
     if context:
         parts.append("## Context\n" + _compact(redact_obj(context)))
@@ -371,12 +369,6 @@ def _names(text: str, name: str) -> bool:
     if _PLAIN_WORD.fullmatch(name):
         return False
     return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text) is not None
-
-
-def _relative_to(root: str) -> Callable[[str], str]:
-    """A path under ``root`` as the tools take it (relative to the project root); any other text as it is."""
-    prefix = root.rstrip("/") + "/"
-    return lambda text: text[len(prefix):] if root and text.startswith(prefix) else text
 
 
 def _compact(value: Any) -> str:
