@@ -13,7 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stepline._yaml import find_yaml_line, load_yaml_text
 from stepline.errors import ConfigError
+from stepline.executors._budget import Prices
 from stepline.formats._files import read_text
+
+#: The executors' default prices: a budget weighs tokens the same whether or not sprint.yaml names prices.
+_DEFAULT_PRICES = Prices()
 
 __all__ = ["BudgetLimit", "SprintConfig", "load_sprint_config"]
 
@@ -67,9 +71,9 @@ class BudgetsSection(_Section):
     story: BudgetLimit = Field(default_factory=BudgetLimit)
     run: BudgetLimit = Field(default_factory=BudgetLimit)
     #: Dollars per million tokens, for executors that report tokens but no cost.
-    input_per_mtok: float = Field(default=3.0, ge=0)
-    output_per_mtok: float = Field(default=15.0, ge=0)
-    cache_read_per_mtok: float = Field(default=0.3, ge=0)
+    input_per_mtok: float = Field(default=_DEFAULT_PRICES.input, ge=0)
+    output_per_mtok: float = Field(default=_DEFAULT_PRICES.output, ge=0)
+    cache_read_per_mtok: float = Field(default=_DEFAULT_PRICES.cache_read, ge=0)
 
 
 class CheckpointsSection(_Section):

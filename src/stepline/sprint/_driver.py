@@ -159,8 +159,10 @@ def _config(ctx: StepContext) -> dict[str, Any]:
 
 def _prices(ctx: StepContext) -> Prices:
     budgets = _config(ctx).get("budgets") or {}
-    return Prices(input=float(budgets.get("input_per_mtok", 3.0)), output=float(budgets.get("output_per_mtok", 15.0)),
-                  cache_read=float(budgets.get("cache_read_per_mtok", 0.3)))
+    default = Prices()  # a key missing from the run's config: the same defaults config/sprint.yaml has
+    return Prices(input=float(budgets.get("input_per_mtok", default.input)),
+                  output=float(budgets.get("output_per_mtok", default.output)),
+                  cache_read=float(budgets.get("cache_read_per_mtok", default.cache_read)))
 
 
 def _usage(ctx: StepContext) -> Usage:
