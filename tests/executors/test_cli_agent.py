@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from fakes.processes import alive
 from stepline import Engine
 from stepline.engine import HumanChannel
 from stepline.errors import ExecutorError
@@ -227,15 +228,8 @@ def test_a_timeout_kills_the_agent_and_its_children(agent_log: Path, monkeypatch
     assert caught.value.retryable
     pids = [int(pid) for pid in pids_file.read_text(encoding="utf-8").split()]
     deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(") ", 1)[-1].startswith("Z"))

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from fakes.processes import alive
 from stepline.errors import BudgetExceeded
 from stepline.executors import StepRequest, StepSession, create_executor
 from stepline.executors._budget import CallBudget
@@ -73,15 +74,6 @@ def spender(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "pids"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(") ", 1)[-1].startswith("Z"))
-
-
 def _request(budget: CallBudget | None = None, step: str = "build") -> StepRequest:
     hints: dict[str, Any] = {"invocation": 0}
     if budget is not None:
@@ -116,7 +108,7 @@ def test_an_agent_that_runs_past_its_budget_is_stopped_with_everything_it_starte
     assert not caught.value.retryable and caught.value.usage["input_tokens"] >= 1750
     assert stopped_at - _crossed_at(tmp_path / "times", 2000) < 3.0
     pids = [int(pid) for pid in spender.read_text(encoding="utf-8").split()]
-    assert len(pids) == 2 and not any(_alive(pid) for pid in pids)  # no orphan: the child went with the agent
+    assert len(pids) == 2 and not any(alive(pid) for pid in pids)  # no orphan: the child went with the agent
     [record] = session.memos.values()
     assert record["stopped"] == "the story's budget: 2100 tokens > the 2000 left" and record["final"] is None
     assert record["usage"] == caught.value.usage and record["usage"]["output_tokens"] >= 350
@@ -155,7 +147,7 @@ def test_parallel_calls_of_one_pool_share_what_is_left(tmp_path: Path, spender: 
     usages = [r.usage["input_tokens"] + r.usage["output_tokens"] for r in results]
     assert sum(usages) > 3000 and all(u < 3000 for u in usages)
     for name in ("pids-1", "pids-2"):
-        assert not any(_alive(int(pid)) for pid in (tmp_path / name).read_text().split())
+        assert not any(alive(int(pid)) for pid in (tmp_path / name).read_text().split())
     assert executor._meters == {}  # type: ignore[attr-defined]  # the pool is gone with its last call
 
 

@@ -4,13 +4,13 @@ seconds, the call is journaled as stopped (with evidence), the story is deferred
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import pytest
 from sprint_kit import ARTIFACTS, BMAD, git, make_project
 
+from fakes.processes import alive
 from stepline.interfaces.cli._app import run_cli
 
 pytestmark = [pytest.mark.corpus, pytest.mark.skipif(not BMAD.is_dir(), reason=f"no BMAD release at {BMAD}")]
@@ -31,15 +31,6 @@ def _budgeted(root: Path, budgets: str) -> None:
     git(root, "commit", "-q", "-am", "a budget")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(") ", 1)[-1].startswith("Z"))
-
-
 def test_a_runaway_agent_is_stopped_mid_build_the_story_deferred_and_the_loop_goes_on(
         tmp_path: Path, agent_env: Path, runaway: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = make_project(tmp_path / "calc", layers=1)
@@ -58,9 +49,9 @@ def test_a_runaway_agent_is_stopped_mid_build_the_story_deferred_and_the_loop_go
                                                    .splitlines()) if float(total) > 5000)
     [pids] = [line.split() for line in runaway.read_text().splitlines()]
     deadline = time.monotonic() + 5
-    while any(_alive(int(pid)) for pid in pids) and time.monotonic() < deadline:
+    while any(alive(int(pid)) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(_alive(int(pid)) for pid in pids)
+    assert not any(alive(int(pid)) for pid in pids)
     lines = (tmp_path / "times").read_text().splitlines()
     assert float(lines[-1].split()[1]) - crossed < 2.0 and crossed > started  # it printed nothing after that
 
@@ -92,7 +83,7 @@ def test_an_escalated_budget_waits_for_a_person_who_lets_the_story_go_on(
     [blocked] = json.loads(capsys.readouterr().out)
     assert blocked["outcome"] == "blocked" and "Story 1-1-add went past its budget (the agent was stopped" in \
         blocked["summary"]
-    assert not any(_alive(int(pid)) for pid in runaway.read_text().split())
+    assert not any(alive(int(pid)) for pid in runaway.read_text().split())
     assert run_cli(["answer", blocked["run_id"], "continue", "-C", str(root)]) == 0
     capsys.readouterr()
     assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q"]) == 0
@@ -112,7 +103,7 @@ def test_the_loops_budget_stops_a_runaway_agent_and_then_the_loop(
     assert [(r["key"], r["outcome"]) for r in results] == [("1-1-add", "deferred"), ("1-2-sub", "stopped")]
     assert results[0]["summary"].endswith("the loop's budget: 6000 tokens > the 5000 left")
     assert results[1]["summary"].startswith("the loop's budget is spent: ")
-    assert not any(_alive(int(pid)) for pid in runaway.read_text().split())
+    assert not any(alive(int(pid)) for pid in runaway.read_text().split())
     assert [json.loads(line)["step"] for line in agent_env.read_text().splitlines()] == ["build"]  # nothing after
 
 
@@ -127,5 +118,5 @@ def test_a_reviewer_that_runs_past_what_the_build_left_is_stopped_and_the_story_
     assert result["outcome"] == "deferred"  # the build's 1,700 tokens left 1,300 to the review
     assert result["summary"] == ("1-1-add deferred: a reviewer was stopped mid-review: layer-1: claude was stopped in "
                                  "step 'review': the story's budget: 2000 tokens > the 1300 left")
-    assert not any(_alive(int(pid)) for pid in runaway.read_text().split())
+    assert not any(alive(int(pid)) for pid in runaway.read_text().split())
     assert git(root, "log", "--format=%(trailers:key=Stepline-Story)").strip() == ""  # nothing committed
