@@ -13,7 +13,12 @@ Our exception hierarchy::
     │   └── NondeterminismError            a resumed step asked for something the journal did not record
     ├── StorageError              exit 1   a run's file cannot be written (disk full, read-only): path + cause
     ├── ExecutorError             exit 7   an executor failed (retryable says whether to try again)
-    │   └── BudgetExceeded                 a call was stopped because its usage crossed its budget
+    │   ├── BudgetExceeded                 a call was stopped because its usage crossed its budget
+    │   └── AgentEnvironmentError          an agent CLI failed for a reason outside the work (``kind`` says which):
+    │       ├── AgentStalled               no output and no file change for its stall limit (stopped there)
+    │       ├── AgentNeedsPermission       a permission, trust or login prompt it cannot pass unattended
+    │       ├── AgentRateLimited           a rate limit or quota error
+    │       └── AgentUnreachable           its model's endpoint could not be reached
     ├── ToolError                 exit 7   a tool failed or was refused
     ├── ConfigError               exit 4   config/runtime.yaml or a --config file is wrong
     └── StepFailed                exit 8   a step failed for good (the run is failed, details on the step)
@@ -30,6 +35,11 @@ import errno
 from typing import ClassVar
 
 __all__ = [
+    "AgentEnvironmentError",
+    "AgentNeedsPermission",
+    "AgentRateLimited",
+    "AgentStalled",
+    "AgentUnreachable",
     "BudgetExceeded",
     "ConfigError",
     "ExecutorError",
@@ -182,6 +192,44 @@ class BudgetExceeded(ExecutorError):
     def __init__(self, message: str, *, usage: dict[str, float] | None = None, hint: str | None = None) -> None:
         super().__init__(message, retryable=False, hint=hint)
         self.usage = dict(usage or {})
+
+
+class AgentEnvironmentError(ExecutorError):
+    """A coding-agent CLI failed for a reason that is not the work's: it hung, it waits for a permission or a login,
+    its quota or rate limit is spent, its endpoint is unreachable. ``kind`` names which (it is in the message too),
+    so a caller that counts attempts at the work (the sprint loop's builds) need not count this one."""
+
+    kind: ClassVar[str] = "environment"
+
+    def __init__(self, message: str, *, retryable: bool = True, hint: str | None = None) -> None:
+        super().__init__(message, retryable=retryable, hint=hint)
+
+
+class AgentStalled(AgentEnvironmentError):
+    """No line on its stream and no file change in its folder for its ``stall_seconds``: it was stopped there."""
+
+    kind: ClassVar[str] = "stall"
+
+
+class AgentNeedsPermission(AgentEnvironmentError):
+    """It stopped at a permission, trust or login prompt nobody can answer unattended (not retryable as it is)."""
+
+    kind: ClassVar[str] = "permission"
+
+    def __init__(self, message: str, *, retryable: bool = False, hint: str | None = None) -> None:
+        super().__init__(message, retryable=retryable, hint=hint)
+
+
+class AgentRateLimited(AgentEnvironmentError):
+    """Its provider refused for a rate limit or a spent quota."""
+
+    kind: ClassVar[str] = "rate-limit"
+
+
+class AgentUnreachable(AgentEnvironmentError):
+    """It could not connect to its model's endpoint."""
+
+    kind: ClassVar[str] = "connection"
 
 
 class ToolError(SteplineError):
