@@ -104,6 +104,14 @@ class JournaledSession(StepSession):
         run_dir = self.ctx.engine._dir
         return run_dir.step_log(self.ctx.spec.id) if run_dir is not None else None
 
+    async def agent_process(self, process: dict[str, Any]) -> dict[str, Any] | None:
+        """Journal the agent process as an intent (synced before it starts), under this request's own key: a
+        resumed request reads back the one an earlier driver left, whichever call it had reached."""
+        key = f"{self.prefix}/agent-process"
+        before = self.ctx.engine.calls.started.get(key)
+        self.ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "agent_process", "args": process}, sync=True)
+        return dict(before["args"]) if before is not None else None
+
     def _check_open(self, op: str) -> None:
         if self.outcome.finished:
             raise StepFailed(f"step {self.ctx.spec.id!r}: {op} after finish", retryable=False)

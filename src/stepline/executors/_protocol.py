@@ -117,6 +117,13 @@ class StepSession(ABC):
                    compute: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
         """Return the journaled result for this call, or run ``compute`` once and journal its result."""
 
+    async def agent_process(self, process: dict[str, Any]) -> dict[str, Any] | None:
+        """Journal, durably, the agent process this request is about to let start (``process``: its pid, start
+        time, process group, boot) and return the one journaled before it by this same request — the agent of a
+        driver that died, for the caller to stop before it starts another. A session without a journal (a Ray
+        worker's: the worker's death stops its agent) keeps none."""
+        return None
+
     def output_log(self) -> Path | None:
         """Where to append what a running agent prints, line by line, for people watching it (``stepline logs
         -f``): a log in the run's folder, never state (the journal stays the truth). None: the run keeps none."""
