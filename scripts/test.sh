@@ -2,6 +2,7 @@
 # Set everything up and run the whole test suite: ruff, mypy (strict, on src/), pytest.
 source "$(dirname "$0")/_venv.sh" dev
 bash scripts/browser.sh  # Debian's chromium for tests/web/test_browser.py (skipped, saying so, where it cannot be had)
+bash scripts/agents.sh   # the pinned real agent CLIs (npm, tests/agents) for tests/agentcli (skipped, saying so, where npm cannot be reached)
 echo "== ruff check"; .venv/bin/ruff check src tests bench
 echo "== mypy src"; .venv/bin/mypy src
 echo "== pytest"; .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
