@@ -165,3 +165,28 @@ def test_decide_request_ends_with_decide_and_a_finish_is_sent_back(tmp_path: Pat
     assert "the PRD exists" in server.requests[0]["messages"][0]["content"]
     refused = server.requests[1]["messages"][-1]["content"][0]
     assert refused["is_error"] and "ends with `decide`, not `finish`" in refused["content"]
+
+
+def test_a_decide_request_that_only_finishes_names_the_refusal(server: FakeAnthropic) -> None:
+    """A model that answers a decide request with `finish` every turn fails with that refusal named."""
+    from stepline.errors import ExecutorError
+
+    class Session:
+        async def memo(self, label: str, payload: dict[str, Any], compute: Any) -> dict[str, Any]:
+            result: dict[str, Any] = await compute()
+            return result
+
+    server.queue(message(("finish", {"summary": "done"})), message(("finish", {"summary": "done, really"})))
+    executor = AnthropicExecutor(options(server, max_turns=2))
+    request = StepRequest(kind="decide", run_id="r", step_id="check", title="Check", condition="the PRD exists")
+
+    async def go() -> None:
+        try:
+            await executor.perform(request, Session())  # type: ignore[arg-type]
+        finally:
+            await executor.aclose()
+
+    with pytest.raises(ExecutorError, match=r"did not call decide within 2 model turns: it never called `decide`; "
+                                            r"the last refused call was `finish`: this decide request ends with "
+                                            r"`decide`, not `finish`"):
+        asyncio.run(go())

@@ -182,11 +182,14 @@ def test_resumed_step_does_not_call_the_model_again(tmp_path: Path, server: Fake
 
 
 def test_exceeding_max_turns_is_a_clear_error(tmp_path: Path, server: FakeOpenAI) -> None:
-    """A model that never calls finish fails the step with an error naming the step and the limit."""
-    server.queue(completion(text="I think the greeting is nice."), completion(("read", {"path": "missing.md"})))
+    """A model that never calls finish fails the step with an error naming the step, the limit and the last
+    refused call."""
+    server.queue(completion(text="I think the greeting is nice."), completion(("read", {"path": "../outside.md"})))
     _, result = run(tmp_path, "openai", executor_options=options(server, max_turns=2))
     assert result.status.value == "failed"
-    assert "step 'write' (work request) did not call finish within 2 model turns" in result.steps["write"].error
+    error = result.steps["write"].error
+    assert "step 'write' (work request) did not call finish within 2 model turns" in error
+    assert "it never called `finish`; the last refused call was `read`: " in error and "outside.md" in error
     assert "Use the tools" in server.requests[1]["messages"][-1]["content"]
 
 
@@ -264,3 +267,35 @@ def test_a_choice_outside_the_menu_is_sent_back(tmp_path: Path, server: FakeOpen
     asyncio.run(go())
     assert session.choice == "X"
     assert server.requests[1]["messages"][-1]["content"] == "error: choice must be one of C, X"
+
+
+def test_a_finish_refused_every_turn_names_the_refusal(server: FakeOpenAI) -> None:
+    """A model that calls finish every turn with a key the menu does not offer fails the step with that refusal
+    (not only "did not call finish"): the real cause and how often it happened."""
+    from stepline.executors import MenuOption, StepRequest
+
+    class Session:
+        async def finish(self, choice: str | None = None, summary: str | None = None) -> None:
+            raise AssertionError("a refused choice must not reach the session")
+
+        async def memo(self, label: str, payload: dict[str, Any], compute: Any) -> dict[str, Any]:
+            result: dict[str, Any] = await compute()
+            return result
+
+    server.queue(*(completion(("finish", {"choice": "Z"})) for _ in range(3)))
+    executor = OpenAIExecutor(options(server, max_turns=3))
+    request = StepRequest(kind="choose", run_id="r", step_id="menu", title="Menu",
+                          menu=[MenuOption("C", "Continue"), MenuOption("X", "Exit")])
+
+    async def go() -> None:
+        try:
+            await executor.perform(request, Session())  # type: ignore[arg-type]
+        finally:
+            await executor.aclose()
+
+    with pytest.raises(ExecutorError) as raised:
+        asyncio.run(go())
+    message = raised.value.format_message()
+    assert "did not call finish within 3 model turns" in message
+    assert "it called `finish` 3 times and was refused, last: choice must be one of C, X" in message
+    assert "max_turns" not in (raised.value.hint or "")  # more turns would not help

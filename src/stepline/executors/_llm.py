@@ -473,6 +473,7 @@ class LLMExecutor(Executor):
         tools = protocol_tools()
         messages = self.start_messages(user)
         ending = "decide" if request.kind == "decide" else "finish"
+        refusals = _Refusals(ending)
         for number in range(1, self.settings.max_turns + 1):
             turn = await self._model_turn(session, system, messages, tools, number, cache_key=request.run_id)
             self.add_turn(messages, turn)
@@ -485,11 +486,12 @@ class LLMExecutor(Executor):
                 result = await self._dispatch(request, session, call)
                 if call.name == ending and not result.is_error:
                     return
+                refusals.note(call.name, result)
                 results.append(result)
             self.add_results(messages, results)
         raise ExecutorError(f"{self.name}: step {request.step_id!r} ({request.kind} request) did not call "
-                            f"{ending} within {self.settings.max_turns} model turns", retryable=False,
-                            hint=f"raise executors.{self.name}.max_turns or make the step's instructions clearer")
+                            f"{ending} within {self.settings.max_turns} model turns: {refusals.cause()}",
+                            retryable=False, hint=refusals.hint(self.name))
 
     async def _model_turn(self, session: StepSession, system: str, messages: list[dict[str, Any]],
                           tools: list[dict[str, Any]], number: int, cache_key: str) -> Turn:
@@ -580,6 +582,44 @@ class LLMExecutor(Executor):
 
 
 _MODES: dict[str, WriteMode] = {"append": "append", "replace": "replace", "section": "section"}
+
+
+@dataclass(slots=True)
+class _Refusals:
+    """Why a conversation never ended: how often the model called the ending tool and was refused, and the
+    last refusal (of that tool, else of any call), so the failure names the real cause, not only the limit."""
+
+    ending: str
+    ending_refused: int = 0
+    last_ending: str = ""
+    last_other: str = ""
+
+    def note(self, name: str, result: ToolResult) -> None:
+        """Count ``result`` of a call to ``name`` if it was refused."""
+        if not result.is_error:
+            return
+        reason = result.content.removeprefix("error: ")
+        if name == self.ending:
+            self.ending_refused += 1
+            self.last_ending = reason
+        else:
+            self.last_other = f"`{name}`: {reason}"
+
+    def cause(self) -> str:
+        """The cause, in a clause: the last refusal of the ending call, else of any call."""
+        if self.ending_refused:
+            times = "once" if self.ending_refused == 1 else f"{self.ending_refused} times"
+            return f"it called `{self.ending}` {times} and was refused, last: {self.last_ending}"
+        if self.last_other:
+            return f"it never called `{self.ending}`; the last refused call was {self.last_other}"
+        return f"it never called `{self.ending}`"
+
+    def hint(self, provider: str) -> str:
+        """The fix: the step's choices when the ending call was refused, else more turns or clearer text."""
+        if self.ending_refused:
+            return ("the model's answer does not fit the step (see the refusal): make the step's menu or choices "
+                    "clearer, or look at the conversation with `stepline show RUN --prompt STEP`")
+        return f"raise executors.{provider}.max_turns or make the step's instructions clearer"
 
 
 class _BadCall(Exception):
