@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from stepline import Engine
-from stepline.engine import HumanChannel
+from stepline.engine import HumanChannel, build_timeline
 from stepline.errors import ExecutorError
 from stepline.executors import MenuOption, StepRequest, StepSession
 from stepline.executors._human import HumanExecutor
@@ -108,6 +108,10 @@ def test_a_person_types_each_steps_output_and_the_run_completes(tmp_path: Path) 
     assert run.steps["intro"].summary == "wrote the intro"
     shown = screen.getvalue()
     assert "Introduction" in shown and "MARK-INTRO" in shown and "MARK-WRAP" in shown
+    # A person's answers are journaled (replayed on resume) but are no model call: `show` counts none.
+    timeline = build_timeline(engine.store.open(run.run_id))
+    assert sum(1 for e in timeline["events"] if e["type"] == "WorkflowStepCompleted") == 2
+    assert timeline["usage"] == {}
 
 
 def test_an_invalid_menu_answer_is_asked_again() -> None:

@@ -32,8 +32,10 @@ def build_timeline(run_dir: RunDir, events: Iterable[Event] | None = None, *, wh
         kind, sid = event.type, event.step_id
         if kind == _RECORDED:
             result = event.data.get("result")
-            if str(event.data.get("op", "")).startswith("memo:") and isinstance(result, dict):
-                tokens = result.get("usage") or {}
+            # A model's (or an agent's) call journals its usage with its result; a person's answers (the human
+            # executor's memo) carry none and are no model call.
+            tokens = result.get("usage") if isinstance(result, dict) else None
+            if str(event.data.get("op", "")).startswith("memo:") and isinstance(tokens, dict):
                 bucket = usage.setdefault(sid or "-", {"calls": 0, "input_tokens": 0, "cached_input_tokens": 0,
                                                        "cache_write_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
                 bucket["calls"] += 1
