@@ -17,11 +17,16 @@ FAMILIES = ("stepline.native", "stepline.bmad", "stepline.skills", "stepline.ccw
 DRIVERS = {
     "stepline.native._driver",
     "stepline.bmad._legacy_driver", "stepline.bmad._conditions_driver", "stepline.bmad._discover",
-    "stepline.bmad._template_output", "stepline.bmad._microfile_driver", "stepline.bmad._menus",
+    "stepline.bmad._template_output", "stepline.bmad._microfile_driver",
     "stepline.ccw._driver", "stepline.ccw._state", "stepline.ccw._prompt",
     "stepline.skills._driver",
     "stepline.sprint._driver", "stepline.sprint._loop",
 }
+
+#: The step-chain mechanism both BMAD families share (issue 25): between the families and the engine. Its
+#: reader (``_read``) is the families' readers' too, so it never imports the engine; the rest runs steps.
+STEPCHAIN = "stepline.stepchain"
+STEPCHAIN_READERS = {"stepline.stepchain._read"}
 
 
 def _module_name(path: Path) -> str:
@@ -92,10 +97,25 @@ def test_a_family_imports_no_other_family(family: str) -> None:
             assert not bad, f"{module} imports {bad}: a family stands alone (stepline.families joins them)"
 
 
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if _in(m, STEPCHAIN)))
+def test_the_step_chain_imports_no_family_and_its_reader_no_engine(module: str) -> None:
+    bad = sorted(d for d in GRAPH[module] if any(_in(d, f) for f in FAMILIES) or _in(d, "stepline.families")
+                 or (module in STEPCHAIN_READERS and (_in(d, "stepline.engine") or
+                                                      (_in(d, STEPCHAIN) and d not in STEPCHAIN_READERS))))
+    assert not bad, f"{module} imports {bad}: the step chain sits below the families, its reader below the engine"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if any(_in(m, f) for f in FAMILIES) and m not in DRIVERS
+                                          and not m.endswith("__init__") and m not in FAMILIES))
+def test_a_reader_imports_only_the_step_chains_reader(module: str) -> None:
+    bad = sorted(d for d in GRAPH[module] if _in(d, STEPCHAIN) and d not in STEPCHAIN_READERS)
+    assert not bad, f"reader {module} imports {bad}: a reader may use the step chain's reader only"
+
+
 @pytest.mark.parametrize("package", ["stepline.model", "stepline.store", "stepline.executors", "stepline.tools",
                                      "stepline.guardrails", "stepline.evidence", "stepline.formats"])
 def test_foundations_import_nothing_above_them(package: str) -> None:
-    above = ("stepline.engine", "stepline.families", "stepline.interfaces", "stepline._api", *FAMILIES)
+    above = ("stepline.engine", "stepline.families", "stepline.interfaces", "stepline._api", STEPCHAIN, *FAMILIES)
     for module, deps in GRAPH.items():
         if _in(module, package):
             bad = sorted(d for d in deps if any(_in(d, a) for a in above))

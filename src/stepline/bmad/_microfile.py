@@ -23,7 +23,10 @@ file is read only when that step runs. Each :class:`~stepline.model.StepSpec` th
     ``skipToStepFile``, ``parallel-steps[3]`` …) and prose references (labelled by the target's file stem).
 ``menu``
     options the step presents, in order: ``{"key", "label", "kind", "handler", "line"}`` where ``kind`` is
-    ``continue`` | ``advanced-elicitation`` | ``party-mode`` | ``exit`` | ``custom``.
+    ``continue`` | ``advanced-elicitation`` | ``party-mode`` | ``exit`` | ``custom``
+    (:func:`stepline.stepchain._read.parse_menu`).
+``halts``
+    the lines that stop for the person without a menu (:func:`stepline.stepchain._read.halts_in`).
 ``is_continuation``
     True for ``step-01b-continue``-style files, which the runtime replaces by its own resume logic.
 ``mode``
@@ -56,6 +59,7 @@ from stepline.formats._diagnostics import Diagnostic, Severity
 from stepline.formats._files import decode_text, read_text
 from stepline.formats._frontmatter import Frontmatter, read_frontmatter_file
 from stepline.model import SourceRef, StepSpec, WorkflowSpec
+from stepline.stepchain._read import halts_in, parse_menu, prose_lines
 
 __all__ = [
     "Progress",
@@ -70,26 +74,14 @@ __all__ = [
 _VAR_RE = re.compile(r"(?<!\{)\{([A-Za-z_*][\w\-*]*)\}(?!\})")
 _TOKEN_RE = re.compile(r"[^\s`'\"()<>,|]+")
 _REF_LINE_RE = re.compile(r"\{|\.(?:md|csv|ya?ml|xml|json)\b")
-_MENU_LINE_RE = re.compile(r"\[|^#|\bif\b", re.IGNORECASE)
 _PATHISH_RE = re.compile(r"\.(?:md|csv|yaml|yml|xml|json)$")
 _STEP_NUMBER_RE = re.compile(r"(?:^|-)(\d+)([a-z]?)(?=-|$)")
 _MODE_EQ_RE = re.compile(r"mode\s*==\s*\**\s*([A-Za-z][\w\-]*)", re.IGNORECASE)
-_MENU_OPTION_RE = re.compile(r"\[([A-Z][A-Z0-9]{0,3}|\d{1,2})\]([a-z]*)([^\[\]\n\"]*)")
-_MENU_HANDLER_RE = re.compile(
-    r"^[\s\-*#>]*\**\s*IF\s+['\"]?([A-Z][A-Z0-9]{0,3}|\d{1,2})\b['\"]?[^:\n]*:\**\s*(.*)$", re.IGNORECASE
-)
 _HEADING_RE = re.compile(r"^(#{1,6})\s+(.*)$")
 _CONFIG_REF_RE = re.compile(r"[^\s`'\"()]*config\.yaml")
 _NEXT_KEYS = ("nextStepFile", "nextStep")
 _NOT_BRANCH_KEYS = frozenset({"thisStepFile", "workflowFile", "altStepFile", *_NEXT_KEYS})
 _FOLDER_MODES = {"c": "create", "e": "edit", "v": "validate", "b": "brief"}
-_MENU_KINDS = {
-    "C": ("continue", ("continue", "complete")),
-    "A": ("advanced-elicitation", ("advanced",)),
-    "P": ("party-mode", ("party",)),
-    "X": ("exit", ("exit",)),
-}
-_NOT_MENU_KEYS = frozenset({"N", "URL"})
 
 
 # ------------------------------------------------------------------------------------------------- variables
@@ -156,6 +148,7 @@ class _Step:
     alt: Path | None = None
     branches: dict[str, Path] = field(default_factory=dict)
     menu: list[dict[str, Any]] = field(default_factory=list)
+    halts: list[dict[str, Any]] = field(default_factory=list)
     name: str = ""
     description: str = ""
     mode: str | None = None
@@ -246,26 +239,8 @@ def _read(path: Path, wf: _Workflow) -> Frontmatter:
     return fm
 
 
-_FENCE_RE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
-
-
 def _prose_lines(fm: Frontmatter, *, include_fenced: bool = False) -> list[tuple[int, str]]:
-    """Return (1-based line, text) of the body outside fenced code blocks (examples are not instructions).
-
-    Fences follow CommonMark: a block opened by N backticks closes only at N or more of the same character,
-    so a ```` block may quote ``` lines.
-    """
-    prose = []
-    fence = ""
-    for offset, line in enumerate(fm.body.splitlines()):
-        match = _FENCE_RE.match(line)
-        if match and not fence:
-            fence = match[1]
-        elif match and match[1][0] == fence[0] and len(match[1]) >= len(fence) and not line.strip()[len(match[1]):]:
-            fence = ""
-        elif not fence or include_fenced:
-            prose.append((fm.body_line + offset, line))
-    return prose
+    return prose_lines(fm.body, fm.body_line, include_fenced=include_fenced)
 
 
 # ------------------------------------------------------------------------------------------------ references
@@ -464,7 +439,7 @@ def _router_options(wf_fm: Frontmatter, env: Mapping[str, Any], wf: _Workflow) -
             continue
         seen.add(ref.path)
         entries.append((ref, mode))
-    menu = {_menu_slug(o["label"]): o for o in _parse_menu(prose)}
+    menu = {_menu_slug(o["label"]): o for o in parse_menu(prose)}
     options: list[dict[str, Any]] = []
     for ref, mode in entries:
         assert ref.path is not None
@@ -504,58 +479,6 @@ def _choose(options: list[dict[str, Any]], mode: str | None, wf: _Workflow) -> l
         return prefixed
     names = ", ".join(o["mode"] for o in options)
     raise UsageError(f"{wf.file}: unknown mode {mode!r}", hint=f"choose one of: {names}")
-
-
-# ----------------------------------------------------------------------------------------------------- menus
-
-
-def _menu_kind(key: str, label: str, handler: str) -> str:
-    kind, words = _MENU_KINDS.get(key, ("custom", ()))
-    lowered = label.lower()
-    if (
-        any(lowered.startswith(w) for w in words)
-        or (key == "A" and "advancedElicitation" in handler)
-        or (key == "P" and "partyMode" in handler)
-    ):
-        return kind
-    return "custom"
-
-
-def _parse_menu(prose: list[tuple[int, str]]) -> list[dict[str, Any]]:
-    """Parse the ``[K] Label`` options a step (or a router) presents and their ``IF K:`` handlers."""
-    options: dict[str, dict[str, Any]] = {}
-    handlers: dict[str, tuple[str, int]] = {}
-    in_menu = False
-    for line_no, line in prose:
-        if not _MENU_LINE_RE.search(line):
-            continue
-        heading = _HEADING_RE.match(line)
-        if heading:
-            title = heading[2].lower()
-            in_menu = (
-                ("menu" in title and "collaboration" not in title) or title.startswith("if ") or ("selection" in title)
-            )
-        handler = _MENU_HANDLER_RE.match(line)
-        if handler and (in_menu or "load" in line.lower() or "execute" in line.lower()):
-            handlers.setdefault(handler[1].upper(), (handler[2].strip(), line_no))
-        if not (in_menu or "select" in line.lower() or line.lstrip().startswith(("**[", "[", "- **["))):
-            continue
-        for match in _MENU_OPTION_RE.finditer(line):
-            key = match[1]
-            if key in _NOT_MENU_KEYS or key in options:
-                continue
-            label = (key + match[2] if match[2] else "") + match[3]
-            label = re.split(r"\s+[-—–]\s+", label.replace("*", "").strip(), maxsplit=1)[0].strip(" :")
-            if not label:
-                continue
-            options[key] = {"key": key, "label": label, "line": line_no}
-    menu = []
-    for key, option in options.items():
-        handler_text, _ = handlers.get(key, ("", 0))
-        option["handler"] = handler_text
-        option["kind"] = _menu_kind(key, option["label"], handler_text)
-        menu.append(option)
-    return menu
 
 
 # ----------------------------------------------------------------------------------------------------- steps
@@ -635,7 +558,8 @@ def _read_step(path: Path, base: Mapping[str, Any], wf: _Workflow) -> _Step:
         step.next = _next_inside_fences(fm, path, env, wf)
     for target in prose_targets:
         step.branches.setdefault(target.stem, target)
-    step.menu = _parse_menu(prose)
+    step.menu = parse_menu(prose)
+    step.halts = [h.as_meta() for h in halts_in(prose)]
     return step
 
 
@@ -801,6 +725,7 @@ def load_bmad_microfile(
                     "alt": str(step.alt) if step.alt else None,
                     "branches": {k: str(v) for k, v in step.branches.items()},
                     "menu": step.menu,
+                    "halts": step.halts,
                     "is_continuation": _is_continuation(p),
                     "mode": step_mode,
                 },
@@ -820,6 +745,7 @@ def load_bmad_microfile(
                     "alt": None,
                     "branches": {},
                     "menu": [],
+                    "halts": [],
                     "is_continuation": False,
                     "mode": None,
                 },

@@ -9,41 +9,46 @@ What the model was told to do in prose, the runtime does:
 * **Just-in-time**: a step's file is read when that step runs, never earlier, and only it is handed to the
   executor (variables substituted). Each hand-over is journaled (path, sha256 of the file and of what was
   sent) so an audit can show that no later step leaked.
-* **Menus** are presented and acted on by the runtime (:mod:`stepline.bmad._menus`); an answer that is not
-  an option is asked again. Each presentation is asked once: in normal mode an authored menu is the user's,
-  so an executor's choice is only a proposal and the person is asked through the human channel — unless the
-  executor speaks for the person (``speaks_for_user``: the human executor, an IDE agent over MCP), whose
-  ``finish`` choice *is* the person's answer and is journaled as such instead of asked again.
+* **Menus** and **halts** are presented and settled by the step-chain mechanism both families share
+  (:mod:`stepline.stepchain`): in normal mode an authored menu is the person's, asked once.
 * **State**: on continue, the runtime appends the step to the document's ``stepsCompleted`` (numbers or
   names, in the document's style), sets ``lastStep`` and adds the files the executor read to
   ``inputDocuments``. The update is journaled as an intent before the file is written and is idempotent, so
   a crash at any instant is repaired on resume and the journal and the frontmatter agree.
 
-Revisited steps (a "go back" option, a loop) run as visits named ``<step>@<n>``; more visits than
-``runtime.max_step_visits`` fail the step with the loop's diagnostic instead of running forever.
+Revisited steps run as visits (``<step>@<n>``, :func:`stepline.stepchain._chain.visit_id`), failing with the
+loop's diagnostic past ``runtime.max_step_visits``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 from typing import Any
 
 from stepline import time
-from stepline.bmad._menus import Option, Route, build_menu, match_answer, menu_text
 from stepline.bmad._microfile import Progress, completed_step_index, load_csv_data, read_progress
 from stepline.engine._context import StepContext, render_variables
 from stepline.engine._flow import CursorFlow
 from stepline.engine._runner import register_driver
 from stepline.engine._session import sha256_file
-from stepline.engine._signals import StepBlocked
-from stepline.errors import NotFoundError, ReaderError, StepFailed
+from stepline.errors import NotFoundError, ReaderError
 from stepline.executors import STANDING_HINT, standing_text
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import mark_step_completed, read_frontmatter, update_frontmatter
 from stepline.formats._prose import lean_step_text, shared_sections, workflow_standing
 from stepline.model import EventType, Run, StepSpec, StepStatus, WorkflowSpec
+from stepline.stepchain._chain import (
+    check_visits,
+    choose,
+    hand_over,
+    record,
+    settle,
+    side_trip,
+    skip_pending,
+    visit_id,
+)
+from stepline.stepchain._menus import Option, Route, build_menu
 from stepline.store import atomic_write_bytes
 
 __all__ = ["INIT_STEP", "MicrofileFlow", "run_microfile_step"]
@@ -85,18 +90,6 @@ class MicrofileFlow(CursorFlow):
 # ---------------------------------------------------------------------------------------------------- helpers
 
 
-def _base(sid: str) -> str:
-    return sid.split("@", 1)[0]
-
-
-def _visit_id(run: Run, base: str) -> str:
-    """``base`` for a first visit, else ``base@n`` for the n-th."""
-    first = run.steps.get(base)
-    if first is None or first.status == StepStatus.PENDING:
-        return base
-    return f"{base}@{2 + sum(1 for sid in run.steps if sid.startswith(base + '@'))}"
-
-
 def _step_for_file(workflow: WorkflowSpec, file: str) -> StepSpec | None:
     return next((s for s in workflow.steps if s.meta.get("file") == file and not s.meta.get("init")), None)
 
@@ -127,61 +120,6 @@ def _output_path(ctx: StepContext, spec: StepSpec) -> Path | None:
     return path if path.is_absolute() else ctx.project_root / path
 
 
-def _record(ctx: StepContext, key: str, op: str, args: dict[str, Any], result: Any) -> None:
-    ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": op, "args": args, "result": result})
-
-
-def _hand_over(ctx: StepContext, role: str, path: Path, raw: str, sent: str, **extra: Any) -> None:
-    """Journal what the executor is about to receive (once per invocation, also across a resume)."""
-    key = f"{ctx.spec.id}/{ctx.attempt}/handover/{ctx.invocations}"
-    entry = {"role": role, "path": str(path), "sha256": hashlib.sha256(raw.encode("utf-8")).hexdigest(),
-             "sent_sha256": hashlib.sha256(sent.encode("utf-8")).hexdigest(), **extra}
-    ctx.handed_over.append(entry)
-    if key not in ctx.engine.calls.recorded:
-        _record(ctx, key, "handover", {"path": str(path), "role": role}, entry)
-
-
-def _skip_pending(ctx: StepContext, reason: str, only: set[str] | None = None) -> None:
-    for spec in ctx.run.workflow.steps:
-        step = ctx.run.steps.get(spec.id)
-        if spec.id != ctx.spec.id and (step is None or step.status == StepStatus.PENDING) and (
-                only is None or spec.id in only):
-            ctx.engine.emit(EventType.STEP_SKIPPED, {"reason": reason}, step_id=spec.id)
-
-
-def _speaks_for_user(ctx: StepContext) -> str | None:
-    """The name of the executor when it speaks for the person (:attr:`Executor.speaks_for_user`), else None.
-
-    Such an executor showed the step's menu to the person and brings back their choice (the human executor
-    at the terminal, an IDE agent over MCP): asking the human channel again would ask the same menu twice.
-    """
-    executor = ctx.engine.executor
-    return executor.name or "executor" if executor.speaks_for_user else None
-
-
-async def _ask(ctx: StepContext, options: list[Option], *, executor: bool, round_no: int, note: str = "",
-               proposal: str | None = None) -> str | None:
-    """One round of a menu: the executor's proposal, a ``choose`` request, or the human channel.
-
-    For a person's menu (``executor`` False), a ``proposal`` is the person's own choice, given through an
-    executor that speaks for them: it is journaled as the answer, exactly as if typed at the prompt.
-    """
-    question = (note + " " if note else "") + menu_text(options)
-    if executor:
-        if proposal is not None:
-            return proposal
-        outcome = await ctx.invoke("choose", question=question, menu=[o.as_menu_option() for o in options],
-                                   content=question, hints=_standing_hints(ctx))
-        return outcome.choice
-    key = f"{ctx.spec.id}/{ctx.attempt}/menu/{round_no}"
-    speaker = _speaks_for_user(ctx) if proposal is not None else None
-    if proposal is not None and speaker is not None:
-        ctx.engine.human.record(ctx, key, proposal, by=speaker)
-        return proposal
-    return await ctx.engine.human.ask(ctx, question, [o.key for o in options], key,
-                                      menu=[o.as_menu_option() for o in options], hints=_standing_hints(ctx))
-
-
 # ------------------------------------------------------------------------------------------------------ init
 
 
@@ -203,15 +141,7 @@ async def _choose_mode(ctx: StepContext) -> tuple[str | None, str]:
     raw = router["options"]
     options = [Option(str(o["key"] or i), str(o["label"] or o["mode"]), Route("goto", o["entry"]), default=i == 1)
                for i, o in enumerate(raw, start=1)]
-    chosen: Option | None = None
-    note = ""
-    round_no = 0
-    while chosen is None:
-        _check_rounds(ctx, round_no)
-        answer = await _ask(ctx, options, executor=False, round_no=round_no, note=note)
-        chosen = match_answer(answer, options)
-        note = f"{answer!r} is not one of the options."
-        round_no += 1
+    chosen = await choose(ctx, options, hints=_standing_hints(ctx), name="menu")
     mode = str(raw[options.index(chosen)]["mode"])
     return mode, _entry(workflow, router, mode)
 
@@ -261,7 +191,7 @@ async def _initialise(ctx: StepContext) -> None:
         index = completed_step_index(progress, steps)
         if index >= 0:
             done = {s.id for s in steps if completed_step_index(progress, [s]) == 0} | {steps[index].id}
-            _skip_pending(ctx, f"completed in {document} (stepsCompleted)", done)
+            skip_pending(ctx, f"completed in {document} (stepsCompleted)", done)
             following = steps[index].meta.get("next")
             target = _step_for_file(workflow, following) if following else None
             start = target.id if target is not None else None
@@ -269,31 +199,12 @@ async def _initialise(ctx: StepContext) -> None:
                        f"{document} is already complete (stepsCompleted {list(progress.steps_completed)})")
     ctx.emit(EventType.CURSOR_MOVED, {"next": start, "mode": mode, "document": str(document) if document else None})
     if start is None:
-        _skip_pending(ctx, "not on the path this run took")
+        skip_pending(ctx, "not on the path this run took")
     ctx.step.summary = summary
     ctx.step.choice = mode
 
 
 # ------------------------------------------------------------------------------------------------------ steps
-
-
-def _check_visits(ctx: StepContext) -> None:
-    visit = int(ctx.spec.id.split("@", 1)[1]) if "@" in ctx.spec.id else 1
-    limit = ctx.engine.config.runtime.max_step_visits
-    if visit > limit:
-        why = _diagnostics_for(ctx.run.workflow, str(ctx.spec.meta["file"]), ("self-loop",))
-        raise StepFailed(f"step {_base(ctx.spec.id)!r} would run a {visit}th time (runtime.max_step_visits is "
-                         f"{limit}): the workflow loops without reaching an end"
-                         + (f"; {'; '.join(why)}" if why else ""), retryable=False,
-                         hint="fix the step's nextStepFile/menu, or raise runtime.max_step_visits")
-
-
-def _check_rounds(ctx: StepContext, round_no: int) -> None:
-    limit = ctx.engine.config.runtime.max_step_visits
-    if round_no >= limit:
-        raise StepFailed(f"step {ctx.spec.id!r}: {round_no} menu rounds without moving on "
-                         f"(runtime.max_step_visits is {limit})", retryable=False,
-                         hint="the executor keeps choosing options that return to the menu")
 
 
 def _shared_sections(ctx: StepContext) -> tuple[str, ...]:
@@ -381,7 +292,7 @@ def _create_document(ctx: StepContext, document: Path) -> None:
     document.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(document, _render_runtime_vars(read_text(template),
                                                       ctx.variables).encode("utf-8"))
-    _record(ctx, key, "create_document", args, {"sha256": sha256_file(document)})
+    record(ctx, "document", "create_document", args, {"sha256": sha256_file(document)})
 
 
 def _marker(ctx: StepContext, document_text: str, step_text: str) -> int | str:
@@ -427,58 +338,24 @@ def _save_state(ctx: StepContext, document: Path, step_text: str) -> None:
     document.parent.mkdir(parents=True, exist_ok=True)
     if updated != text:
         atomic_write_bytes(document, updated.encode("utf-8"))
-    _record(ctx, key, "document_state", args, {"sha256": sha256_file(document)})
+    record(ctx, "state", "document_state", args, {"sha256": sha256_file(document)})
 
 
 async def _side_trip(ctx: StepContext, option: Option, env: dict[str, Any]) -> None:
-    """``[A]``/``[P]``: hand the executor the advanced-elicitation or party-mode workflow, then come back."""
+    """``[A]``/``[P]``: the advanced-elicitation or party-mode workflow the step names (else the core one)."""
     elicit = option.route.kind == "elicit"
     raw = env.get("advancedElicitationTask" if elicit else "partyModeWorkflow") or (
         _ELICITATION if elicit else _PARTY_MODE)
     path = Path(render_variables(str(raw), {**env, "project-root": str(ctx.project_root)}))
     text = read_text(path) if path.is_file() else ""
-    content = text or f"{option.label}: {option.handler}"
-    _hand_over(ctx, "advanced-elicitation" if elicit else "party-mode", path, text, content)
-    await ctx.invoke("work", title=f"{option.label} — {ctx.spec.name or ctx.spec.id}", content=content,
-                     context={"invoked_from": ctx.spec.meta["file"], "workflow": str(path), "handler": option.handler},
-                     hints=_standing_hints(ctx))
-
-
-async def _settle(ctx: StepContext, options: list[Option], *, executor: bool, proposal: str | None,
-                  env: dict[str, Any]) -> Option:
-    """Present the menu until an option that moves on is chosen; act on the others and ask again."""
-    note = ""
-    round_no = 0
-    while True:
-        _check_rounds(ctx, round_no)
-        answer = await _ask(ctx, options, executor=executor, round_no=round_no, note=note,
-                            proposal=proposal if round_no == 0 else None)
-        chosen = match_answer(answer, options)
-        round_no += 1
-        note = ""
-        if chosen is None:
-            note = f"{answer!r} is not one of the options."
-            continue
-        kind = chosen.route.kind
-        if kind == "goto":
-            return chosen
-        if kind in ("elicit", "party"):
-            await _side_trip(ctx, chosen, env)
-        elif kind == "local":
-            await ctx.invoke("work", title=f"[{chosen.key}] {chosen.label}",
-                             content=f"The user chose [{chosen.key}] {chosen.label}. {chosen.handler}".strip(),
-                             context={"step_file": ctx.spec.meta["file"]}, hints=_standing_hints(ctx))
-        else:
-            key = f"{ctx.spec.id}/{ctx.attempt}/exit/{round_no}"
-            if key not in ctx.engine.calls.recorded:  # a resumed run shows the menu again instead
-                _record(ctx, key, "exit", {"choice": chosen.key}, None)
-                raise StepBlocked(f"exited at [{chosen.key}] {chosen.label}; `stepline resume "
-                                  f"{ctx.run.run_id}` (or running the workflow again) continues here")
+    await side_trip(ctx, option, path, text, text or f"{option.label}: {option.handler}",
+                    context={"invoked_from": ctx.spec.meta["file"]}, hints=_standing_hints(ctx))
 
 
 async def _run_step_file(ctx: StepContext) -> None:
     spec, meta = ctx.spec, ctx.spec.meta
-    _check_visits(ctx)
+    check_visits(ctx, why=_diagnostics_for(ctx.run.workflow, str(ctx.spec.meta["file"]), ("self-loop",)),
+                 hint="fix the step's nextStepFile/menu, or raise runtime.max_step_visits")
     path = Path(str(meta["file"]))
     text, warnings = _read_step(ctx, path)
     if meta.get("next"):
@@ -497,7 +374,7 @@ async def _run_step_file(ctx: StepContext) -> None:
     visited = frozenset(str(s.meta.get("file")) for s in ctx.run.workflow.steps
                         if ctx.run.steps.get(s.id) is not None and ctx.run.steps[s.id].status != StepStatus.PENDING)
     options, authored = build_menu(meta, env, visited)
-    _hand_over(ctx, "step", path, text, content, warnings=warnings, data=sorted(data),
+    hand_over(ctx, "step", path, text, content, warnings=warnings, data=sorted(data),
                left_out=lean.left_out if lean is not None else None)
     outcome = await ctx.invoke(
         "work", content=content, menu=[o.as_menu_option() for o in options],
@@ -508,8 +385,9 @@ async def _run_step_file(ctx: StepContext) -> None:
     ctx.step.summary = outcome.summary
     target: str | None = meta.get("next")
     if options:
-        chosen = await _settle(ctx, options, executor=ctx.run.mode == "yolo" or not authored,
-                               proposal=outcome.choice, env=env)
+        chosen = await settle(ctx, options, executor=ctx.run.mode == "yolo" or not authored, proposal=outcome.choice,
+                              hints=_standing_hints(ctx), side_trip=lambda option: _side_trip(ctx, option, env),
+                              context={"step_file": meta["file"]})
         ctx.step.choice = chosen.key
         target = chosen.route.target
     following: StepSpec | None = None
@@ -520,10 +398,10 @@ async def _run_step_file(ctx: StepContext) -> None:
             raise ReaderError(f"{target} is not a step of this workflow", path=str(path))
     if document is not None:
         _save_state(ctx, document, text)
-    visit = _visit_id(ctx.run, following.id) if following is not None else None
+    visit = visit_id(ctx.run, following.id) if following is not None else None
     ctx.emit(EventType.CURSOR_MOVED, {"next": visit, "from": spec.id, "choice": ctx.step.choice})
     if visit is None:
-        _skip_pending(ctx, "not on the path this run took")
+        skip_pending(ctx, "not on the path this run took")
 
 
 async def run_microfile_step(ctx: StepContext) -> None:

@@ -65,10 +65,21 @@ from stepline.formats._frontmatter import read_frontmatter
 from stepline.formats._prose import lean_step_text
 from stepline.model import EventType, Run, StepStatus, WorkflowSpec
 from stepline.skills._headless import ResultFacts, executor_status, fill_result, pick_shape, result_shapes
-from stepline.skills._load import SKILL_FORMAT
+from stepline.skills._load import SKILL_FORMAT, find_skill
 from stepline.skills._render import CUSTOM_TOKEN, RenderEnv, render_skill_text
 from stepline.skills._resume import InProgress, output_mentions, steps_in_progress
 from stepline.skills._skill import Checkpoint, SkillDoc, checkpoints_in, read_doc, read_skill_files, scripts_in
+from stepline.stepchain._chain import (
+    check_visits,
+    hand_over,
+    record,
+    recorded,
+    settle,
+    side_trip,
+    skip_pending,
+    visit_id,
+)
+from stepline.stepchain._menus import Option, build_menu, menu_text
 
 __all__ = ["SkillFlow", "run_skill_step"]
 
@@ -104,63 +115,17 @@ def _render(ctx: StepContext, text: str) -> str:
     return render_skill_text(text, _env(ctx), _skill(ctx).get("module"))
 
 
-def _record(ctx: StepContext, name: str, op: str, args: dict[str, Any], result: Any) -> None:
-    key = f"{ctx.spec.id}/{ctx.attempt}/{name}"
-    if key not in ctx.engine.calls.recorded:
-        ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": op, "args": args, "result": result})
-
-
-def _recorded(ctx: StepContext, name: str) -> Any:
-    """What :func:`_record` journaled under ``name`` for this step (a resumed step keeps its decisions), or None."""
-    entry = ctx.engine.calls.recorded.get(f"{ctx.spec.id}/{ctx.attempt}/{name}")
-    return entry["result"] if entry is not None else None
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _hand_over(ctx: StepContext, role: str, path: Path, raw: str, sent: str, **extra: Any) -> None:
-    """Journal what the executor is about to receive: the file, its hash and the hash of the rendered text."""
-    entry = {"role": role, "path": str(path), "sha256": _sha(raw), "sent_sha256": _sha(sent), **extra}
-    ctx.handed_over.append(entry)
-    _record(ctx, f"handover/{ctx.invocations}", "handover", {"path": str(path), "role": role}, entry)
-
-
 def _set_var(ctx: StepContext, name: str, value: Any) -> None:
     if ctx.variables.get(name) != value:
         ctx.emit(EventType.VARIABLE_SET, {"name": name, "value": value})
 
 
-def _visit_id(run: Run, base: str) -> str:
-    first = run.steps.get(base)
-    if first is None or first.status == StepStatus.PENDING:
-        return base
-    return f"{base}@{2 + sum(1 for sid in run.steps if sid.startswith(base + '@'))}"
-
-
-def _check_visits(ctx: StepContext) -> None:
-    visit = int(ctx.spec.id.split("@", 1)[1]) if "@" in ctx.spec.id else 1
-    limit = ctx.engine.config.runtime.max_step_visits
-    if visit > limit:
-        raise StepFailed(f"step {ctx.spec.id.split('@')[0]!r} would run a {visit}th time (runtime.max_step_visits "
-                         f"is {limit}): the skill loops without reaching an end", retryable=False,
-                         hint="answer the loop's decide differently, or raise runtime.max_step_visits")
-
-
-def _skip_rest(ctx: StepContext, reason: str) -> None:
-    for spec in ctx.run.workflow.steps:
-        step = ctx.run.steps.get(spec.id)
-        if spec.id != ctx.spec.id and (step is None or step.status == StepStatus.PENDING):
-            ctx.engine.emit(EventType.STEP_SKIPPED, {"reason": reason}, step_id=spec.id)
-
-
 def _move(ctx: StepContext, following: str | None, **why: Any) -> None:
     """Set the run's cursor to the next visit (None: the skill is done, steps off the path are skipped)."""
-    visit = _visit_id(ctx.run, following) if following else None
+    visit = visit_id(ctx.run, following) if following else None
     ctx.emit(EventType.CURSOR_MOVED, {"next": visit, "from": ctx.spec.id, **why})
     if visit is None:
-        _skip_rest(ctx, "not on the path this run took")
+        skip_pending(ctx, "not on the path this run took")
         _write_result(ctx)
 
 
@@ -194,7 +159,7 @@ def _write_result(ctx: StepContext) -> None:
     result = fill_result(shape, ResultFacts(intent=intent, render=lambda text: _render(ctx, text), exists=exists,
                                             files=_files_written(ctx), reported=reported, variables=ctx.variables))
     ctx.engine.store.open(ctx.run.run_id).write("result.json", result)
-    _record(ctx, "result", "result", {"shape": f"{shape.path}:{shape.line}", "file": "result.json"}, result)
+    record(ctx, "result", "result", {"shape": f"{shape.path}:{shape.line}", "file": "result.json"}, result)
     ctx.step.summary = f"{ctx.step.summary or 'done'}; result.json: {result['status']}"
 
 
@@ -287,8 +252,8 @@ def _load_facts(ctx: StepContext, entries: list[Any]) -> list[dict[str, Any]]:
         matches = _glob(root, relative)
         for path in matches:
             content = read_text(path)
-            facts.append({"source": str(entry), "path": str(path), "sha256": _sha(content),
-                          "text": content[:_FACT_LIMIT]})
+            digest = hashlib.sha256(content.encode("utf-8")).hexdigest()
+            facts.append({"source": str(entry), "path": str(path), "sha256": digest, "text": content[:_FACT_LIMIT]})
         if not matches:
             facts.append({"source": str(entry), "path": None, "note": f"no file matches {pattern}"})
     return facts
@@ -298,9 +263,9 @@ async def _activate(ctx: StepContext) -> None:
     skill = _skill(ctx)
     block = skill.get("block") or "workflow"
     values = skill["customization"].get(block) or {}
-    _record(ctx, "customization", "customization", {"skill": skill["name"], "layers": skill["layers"]},
+    record(ctx, "customization", "customization", {"skill": skill["name"], "layers": skill["layers"]},
             {"block": block, "values": values})
-    _record(ctx, "config", "config", {"files": skill["config_files"]}, {"central": skill["central"]})
+    record(ctx, "config", "config", {"files": skill["config_files"]}, {"central": skill["central"]})
     if "date" not in ctx.variables:
         _set_var(ctx, "date", time.now().date().isoformat())
     facts = _load_facts(ctx, list(values.get("persistent_facts") or []) if isinstance(values, dict) else [])
@@ -344,7 +309,7 @@ async def _on_activation(ctx: StepContext) -> None:
     raw = section.text if section else ""
     left, runtime = (raw, []) if ctx.engine.config.prompts.full_step_text else _activation_left(raw)
     if not left.strip():  # nothing but what the runtime did: no request (issue 21)
-        _hand_over(ctx, "activation", files.entry.path, raw, "", left_out={"runtime": runtime}, requested=False)
+        hand_over(ctx, "activation", files.entry.path, raw, "", left_out={"runtime": runtime}, requested=False)
         ctx.step.summary = "activation done by the runtime: " + ("; ".join(runtime) or "nothing to do")
         _move(ctx, ctx.spec.meta.get("next"))
         return
@@ -352,7 +317,7 @@ async def _on_activation(ctx: StepContext) -> None:
             "(above), and runs each activation_steps_prepend/append entry as a step of its own. Do only what is "
             "left of the activation below; do not start the main workflow.")
     content = f"{done}\n\n{_render(ctx, left)}"
-    _hand_over(ctx, "activation", files.entry.path, raw, content, left_out={"runtime": runtime})
+    hand_over(ctx, "activation", files.entry.path, raw, content, left_out={"runtime": runtime})
     outcome = await ctx.invoke("work", content=content, context=_base_context(ctx), hints=_standing(ctx))
     ctx.step.summary = outcome.summary
     _move(ctx, ctx.spec.meta.get("next"))
@@ -373,7 +338,7 @@ async def _shim(ctx: StepContext) -> None:
     content = (f"This skill forwards to {target}; the runtime runs {target} next with intent "
                f"{ctx.variables.get('intent') or '(its own detection)'} and this skill's customization fields. "
                f"Do only what this skill asks before forwarding (its notice).\n\n{_render(ctx, raw)}")
-    _hand_over(ctx, "shim", files.skill.path, raw, content)
+    hand_over(ctx, "shim", files.skill.path, raw, content)
     outcome = await ctx.invoke("work", content=content, context={**_base_context(ctx), "forwards_to": target},
                                hints=_standing(ctx))
     ctx.step.summary = outcome.summary
@@ -639,7 +604,7 @@ async def _checkpoint_applies(ctx: StepContext, checkpoint: Checkpoint,
     the reason and who decided."""
     name = str(ctx.spec.meta["file"])
     assert checkpoint.condition is not None
-    earlier = _recorded(ctx, f"checkpoint/{checkpoint.line}/condition")
+    earlier = recorded(ctx, f"checkpoint/{checkpoint.line}/condition")
     if isinstance(earlier, dict):  # decided before the run was interrupted: the same decision
         return bool(earlier["holds"])
     fact = _condition_fact(ctx, checkpoint.condition)
@@ -656,7 +621,7 @@ async def _checkpoint_applies(ctx: StepContext, checkpoint: Checkpoint,
                      ") stops for the person only if the condition below holds. Does it hold now?"),
             hints=_standing(ctx, default=False), context=_base_context(ctx))
         holds, reason, by = bool(outcome.decision), outcome.reason or "the executor's decision", "executor"
-    _record(ctx, f"checkpoint/{checkpoint.line}/condition", "checkpoint-condition",
+    record(ctx, f"checkpoint/{checkpoint.line}/condition", "checkpoint-condition",
             {"line": checkpoint.line, "condition": checkpoint.condition}, {"holds": holds, "reason": reason, "by": by})
     return holds
 
@@ -688,7 +653,7 @@ async def _checkpoint(ctx: StepContext, checkpoint: Checkpoint, proposal: str | 
             note = f"{answer!r} is not one of the options. "
             continue
         handler = checkpoint.handlers.get(chosen[0], "")
-        _record(ctx, f"checkpoint/{checkpoint.line}/{round_no}", "checkpoint", {"line": checkpoint.line},
+        record(ctx, f"checkpoint/{checkpoint.line}/{round_no}", "checkpoint", {"line": checkpoint.line},
                 {"choice": chosen[0], "by": "executor" if ctx.run.mode == "yolo" else "person",
                  **({"asked": "in the finish of the step's work"} if answer is said else {}),
                  **({"handler": "moves on only: no request"} if handler and not _handler_has_work(handler) else {})})
@@ -742,8 +707,31 @@ async def _resumed_step_files(ctx: StepContext) -> bool:
     return True
 
 
+def _step_menu(ctx: StepContext, checkpoints: list[Checkpoint]) -> list[Option]:
+    """The menu the step presents to the person (its ``[K]`` options, else its halt's), none when a checkpoint
+    that always stops already asks the person (see :mod:`stepline.stepchain._menus`)."""
+    if any(c.condition is None for c in checkpoints):
+        return []
+    steps = {s.id for s in ctx.run.workflow.steps}
+    visited = frozenset(sid for sid, step in ctx.run.steps.items() if step.status != StepStatus.PENDING)
+    options, authored = build_menu(ctx.spec.meta, dict(ctx.variables), visited, exists=steps.__contains__)
+    return options if authored else []
+
+
+async def _side_trip(ctx: StepContext, option: Option) -> None:
+    """``[A]``/``[P]``: the skill the option's handler names (``Invoke the `bmad-party-mode` skill``), else BMAD's
+    advanced-elicitation or party-mode skill, handed to the executor; then the menu is presented again."""
+    named = re.search(r"`(bmad-[\w-]+)`", option.handler)
+    wanted = named[1] if named else "bmad-advanced-elicitation" if option.route.kind == "elicit" else "bmad-party-mode"
+    folder = find_skill(wanted, Path(_skill(ctx)["root"]), ctx.project_root)
+    path = folder / "SKILL.md" if folder is not None else Path(wanted)
+    text = read_text(path) if path.is_file() else ""
+    await side_trip(ctx, option, path, text, _render(ctx, text) if text else f"{option.label}: {option.handler}",
+                    context={**_base_context(ctx), "invoked_from": ctx.spec.meta["file"]}, hints=_standing(ctx))
+
+
 async def _step_file(ctx: StepContext) -> None:
-    _check_visits(ctx)
+    check_visits(ctx, hint="answer the loop's decide differently, or raise runtime.max_step_visits")
     skill = _skill(ctx)
     root = Path(skill["root"])
     name = str(ctx.spec.meta["file"])
@@ -768,6 +756,11 @@ async def _step_file(ctx: StepContext) -> None:
                                  f"finish this request: {names}.{ask} Do everything before them now.)")
     checkpoints = checkpoints_in(doc.text)
     content = _render(ctx, raw)
+    options = _step_menu(ctx, checkpoints)
+    if options:  # the runtime presents it: the executor must not present it too
+        content = (f"The runtime presents this step's menu to the person after this request ({menu_text(options)})"
+                   " and hands you their choice: do the step's work up to the menu, do not present it yourself."
+                   f"\n\n{content}")
     stops = _stops_offered(ctx, checkpoints)
     said_here = {c.line for c in stops}
     if checkpoints:  # the runtime asks them: the executor must not ask them too
@@ -781,10 +774,11 @@ async def _step_file(ctx: StepContext) -> None:
     # Where the step leaves is asked in its last work request: after its subagents, if any, else in its work
     # request and again in a conditional checkpoint's handler, if one runs. A step with an unconditional
     # checkpoint acts on the person's choice after its work request: its routes stay decide requests.
-    offered = _offered_routes(ctx) if layers or all(c.condition for c in checkpoints) else {}
+    offered = _offered_routes(ctx) if not options and (layers or all(c.condition for c in checkpoints)) else {}
     choices = ["next", *(routes[0]["file"] for routes in offered.values())] if offered else None
-    _hand_over(ctx, "step", path, doc.text, content, left_out=lean.left_out if lean is not None else None)
-    menu = [MenuOption(k, label) for c in [c for c in checkpoints if c.condition is None][:1] for k, label in c.options]
+    hand_over(ctx, "step", path, doc.text, content, left_out=lean.left_out if lean is not None else None)
+    menu = [o.as_menu_option() for o in options] or [
+        MenuOption(k, label) for c in [c for c in checkpoints if c.condition is None][:1] for k, label in c.options]
     last = not layers and bool(offered)
     # Its checkpoints are asked in the same finish too (issue 21: one turn): whether a condition the runtime cannot
     # read holds, and in #yolo the option the model chooses as the user; a decide or an answer request is the
@@ -799,6 +793,7 @@ async def _step_file(ctx: StepContext) -> None:
     outcome = await ctx.invoke("work", content=text, context=context, menu=menu, hints=_standing(ctx),
                                choices=work_choices)
     ctx.step.summary = outcome.summary
+    proposal = outcome.choice
     said = _said_stops(outcome.choice, stops)
     route = outcome.choice if last and outcome.choice in (choices or []) else None
     for checkpoint in checkpoints:
@@ -810,7 +805,7 @@ async def _step_file(ctx: StepContext) -> None:
             route = chosen if last and chosen is not None else route
     if layers:
         results = [result for _, active in layers for result in await _run_subagents(ctx, active)]
-        _record(ctx, "subagents", "subagents", {"layers": [r["id"] for r in results]}, results)
+        record(ctx, "subagents", "subagents", {"layers": [r["id"] for r in results]}, results)
         # The continuation repeats the step's request word for word and adds the layers' results after it: a
         # provider serves the repeated part from its cache (issue 21) instead of a restated step text.
         found = "\n\n".join(f"#### {r['name']} (`{r['id']}`) — its subagent returned:\n\n{r['result']}"
@@ -824,8 +819,17 @@ async def _step_file(ctx: StepContext) -> None:
                                    choices=choices)
         ctx.step.summary = outcome.summary
         route = outcome.choice
+    if options:
+        picked = await settle(ctx, options, executor=ctx.run.mode == "yolo", proposal=proposal, hints=_standing(ctx),
+                              side_trip=lambda option: _side_trip(ctx, option), context=context)
+        ctx.step.choice = picked.key
+        if picked.route.target != ctx.spec.meta.get("next"):  # an option that leaves elsewhere, or ends the skill
+            reason, by = f"[{picked.key}] {picked.label} chosen at the step's menu", "person"
+            record(ctx, "route", "route", {"from": name}, {"next": picked.route.target, "reason": reason, "by": by})
+            _move(ctx, picked.route.target, reason=reason, by=by)
+            return
     target, reason, by = await _route(ctx, doc, route, offered)
-    _record(ctx, "route", "route", {"from": name}, {"next": target, "reason": reason, "by": by})
+    record(ctx, "route", "route", {"from": name}, {"next": target, "reason": reason, "by": by})
     _move(ctx, target, reason=reason, by=by)
 
 
@@ -883,7 +887,7 @@ async def _intent(ctx: StepContext) -> None:
                 reason = f"chosen: {answer!r}"
                 by = "executor" if ctx.run.mode == "yolo" else "person"
     _set_var(ctx, "intent", chosen["name"].lower())
-    _record(ctx, "intent", "intent", {"modes": names}, {"intent": chosen["name"], "reason": reason, "by": by})
+    record(ctx, "intent", "intent", {"modes": names}, {"intent": chosen["name"], "reason": reason, "by": by})
     ctx.step.summary = f"intent {chosen['name']} ({reason})"
     # The mode's own paragraph is work too ("Bind {doc_workspace} …, seed the memlog"), done before its sections;
     # a mode naming no section ("Load `references/validate.md`") is only that.
@@ -933,7 +937,7 @@ async def _offer_resume(ctx: StepContext, found: list[InProgress]) -> tuple[InPr
     """Offer to resume work in progress rather than start over: ``(the document, why, who decided)``, or None
     to start over. A person is asked (in normal mode); unattended, the runtime resumes the most recently changed
     document, as the skill would offer. The decision is journaled with its reason."""
-    earlier = _recorded(ctx, "resume")
+    earlier = recorded(ctx, "resume")
     if isinstance(earlier, dict):  # decided before the run was interrupted: the same decision
         again = next((d for d in found if str(d.path) == earlier.get("document")), None)
         return (again, str(earlier["reason"]), str(earlier["by"])) if again is not None else None
@@ -965,7 +969,7 @@ async def _offer_resume(ctx: StepContext, found: list[InProgress]) -> tuple[InPr
                              "questions", retryable=False, hint="answer `resume` or `start over`")
         reason = f"the person chose {answer!r}"
         by = "person"
-    _record(ctx, "resume", "resume", {"candidates": described},
+    record(ctx, "resume", "resume", {"candidates": described},
             {"choice": "resume" if picked else "start over", "document": str(picked.path) if picked else None,
              "resume_at": picked.resume_at if picked else None, "reason": reason, "by": by})
     return (picked, reason, by) if picked is not None else None
@@ -1020,7 +1024,7 @@ async def _section(ctx: StepContext) -> None:
         refs = list(ctx.spec.meta.get("references", []))
         raw = section.text + "".join("\n\n" + s.text for s in files.sections if s.title in refs)
     content = _render(ctx, raw)
-    _hand_over(ctx, "section", files.entry.path, raw, content)
+    hand_over(ctx, "section", files.entry.path, raw, content)
     doc = SkillDoc(path=files.entry.path, text=raw, frontmatter={}, body_line=1, scripts=scripts_in(raw))
     context = {**_base_context(ctx), "section": ctx.spec.meta.get("title"), "scripts": _scripts(ctx, doc)}
     outcome = await ctx.invoke("work", content=content, context=context, hints=_standing(ctx))

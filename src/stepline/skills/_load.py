@@ -8,7 +8,8 @@ The steps, in order:
 * ``on-activation`` — what the activation prose leaves to judgement (greeting, headless detection), handed to
   the executor with the runtime's work stated as done.
 * ``append-<n>`` — one step per ``activation_steps_append`` entry.
-* a step-file skill: one step per step file (``step-02-plan``), in the order the links reach them;
+* a step-file skill: one step per step file (``step-02-plan``), in the order the links reach them, each with
+  the menu and the halts it presents to the person (:mod:`stepline.stepchain._read`);
   a sections skill: ``intent`` when it has intent modes, then one step per section (``section-discovery``);
   a shim: ``shim`` (its own text, the deprecation notice) and then the whole target skill, its intent
   pre-resolved, its legacy customization fields taken from the shim.
@@ -40,6 +41,7 @@ from stepline.skills._skill import (
     step_sections,
     unrunnable,
 )
+from stepline.stepchain._read import halts_in, parse_menu, prose_lines
 
 __all__ = ["SKILL_FORMAT", "find_skill", "load_skill", "module_of", "step_id_of"]
 
@@ -146,12 +148,14 @@ def _step_file_specs(files: SkillFiles) -> list[StepSpec]:
         routes = [{"target": step_id_of(r.target), "file": r.target, "line": r.line, "text": r.text,
                    "loop": _is_back(r.target, name)} for r in step.routes if r.target in known]
         status = [[value, step_id_of(target), line] for value, target, line in step.status_routes if target in known]
+        doc = files.docs[name]
+        prose = prose_lines("\n".join(doc.text.splitlines()[doc.body_line - 1:]), doc.body_line)
         specs.append(StepSpec(
             id=step_id_of(name), name=name, source=SourceRef(path=str(files.root / name), line=1),
             meta={"role": "step-file", "skill": files.name, "file": name,
                   "next": step_id_of(step.next) if step.next and step.next in known else None,
-                  "routes": routes, "status_routes": status,
-                  "frontmatter": files.docs[name].frontmatter}))
+                  "routes": routes, "status_routes": status, "frontmatter": doc.frontmatter,
+                  "menu": parse_menu(prose), "halts": [h.as_meta() for h in halts_in(prose)]}))
     return specs
 
 

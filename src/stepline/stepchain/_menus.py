@@ -1,7 +1,8 @@
-"""What a micro-file step's menu options do: the runtime, not the model, decides where each one leads.
+"""What a step file's menu options do: the runtime, not the model, decides where each one leads.
 
-A step's menu comes from the reader (``meta["menu"]``: key, label, kind, handler text). Each option gets a
-:class:`Route`:
+A step's menu comes from the reader (``meta["menu"]``: key, label, kind, handler text, see
+:func:`stepline.stepchain._read.parse_menu`); a step without one that halts for the person presents its halt's
+options (``meta["halts"]``, :func:`stepline.stepchain._read.halt_menu`). Each option gets a :class:`Route`:
 
 ``goto``
     save state and go to a step file (``target``), or end the workflow (``target`` None). ``[C]`` goes to
@@ -23,12 +24,14 @@ answered by the executor, since choosing a branch there is the model's judgement
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from stepline.engine._context import render_variables
 from stepline.executors import MenuOption
+from stepline.stepchain._read import halt_menu
 
 __all__ = ["Option", "Route", "build_menu", "match_answer", "menu_text"]
 
@@ -116,31 +119,34 @@ def _synthesised(meta: dict[str, Any]) -> list[tuple[dict[str, Any], Route]]:
     return options
 
 
-def _default(options: list[tuple[dict[str, Any], Route]], meta: dict[str, Any], visited: frozenset[str]) -> str | None:
-    """The option that moves forward: to an existing step file not visited yet (or the end), then continue,
+def _default(options: list[tuple[dict[str, Any], Route]], meta: dict[str, Any], visited: frozenset[str],
+             exists: Callable[[str], bool]) -> str | None:
+    """The option that moves forward: to an existing step not visited yet (or the end), then continue,
     then ``nextStepFile``, then ``[C]``. Exit and local options are never the default."""
     forward = [(raw, route) for raw, route in options
-               if route.kind == "goto" and (route.target is None or Path(route.target).is_file())]
+               if route.kind == "goto" and (route.target is None or exists(route.target))]
     ranked = sorted(forward, key=lambda item: (item[1].target in visited, item[0].get("kind") != "continue",
                                                item[1].target is None or item[1].target != meta.get("next"),
                                                item[0]["key"] != "C"))
     return str(ranked[0][0]["key"]) if ranked else None
 
 
-def build_menu(meta: dict[str, Any], env: dict[str, Any],
-               visited: frozenset[str] = frozenset()) -> tuple[list[Option], bool]:
+def build_menu(meta: dict[str, Any], env: dict[str, Any], visited: frozenset[str] = frozenset(),
+               exists: Callable[[str], bool] = lambda target: Path(target).is_file()) -> tuple[list[Option], bool]:
     """The options of a step and whether a person answers them (authored menu) or the executor (synthesised).
 
     ``visited`` holds the step files this run has already been through: the default (what pressing Enter, or
     the dry-run executor, picks) prefers a way forward to a step not visited yet, so that a workflow whose
-    menus lead back (validate -> edit -> validate) is walked through rather than around in circles.
+    menus lead back (validate -> edit -> validate) is walked through rather than around in circles. Targets are
+    what ``meta`` names (a micro-file step's file, a skill's step id); ``exists`` says whether one is there.
     """
-    authored = [(raw, _route(raw, meta, env)) for raw in meta.get("menu", [])]
+    written = meta.get("menu") or halt_menu(meta.get("halts") or [])
+    authored = [(raw, _route(raw, meta, env)) for raw in written]
     if authored and not any(route.kind == "goto" for _, route in authored):
         authored = [(raw, Route("goto", meta.get("next")) if route.kind == "local" else route)
                     for raw, route in authored]
     chosen = authored or _synthesised(meta)
-    default = _default(chosen, meta, visited)
+    default = _default(chosen, meta, visited, exists)
     options = [Option(str(raw["key"]), str(raw.get("label") or raw["key"]), route, str(raw.get("handler") or ""),
                       default=raw["key"] == default) for raw, route in chosen]
     return options, bool(authored)
