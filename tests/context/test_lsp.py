@@ -160,3 +160,28 @@ def test_typescript_hover_and_signature_help_from_typescript_language_server(pro
     (sig,) = signature["lsp"]["result"]["signatures"]
     assert [p["label"] for p in sig["parameters"]] == ["width: number", "height: number"]
     assert len(pids) == 1 and _gone(pids[0])
+
+
+def test_a_position_outside_the_document_is_a_warning_and_no_server_is_asked(code: Path) -> None:
+    """Line 500 of a 9-line file, or a character past its line's end, is named in a warning (the server would
+    answer nothing, which reads as "nothing to say"); the empty row after the final newline is still a position."""
+
+    async def go() -> tuple[dict, dict, list[int], dict]:
+        resolver = ContextResolver(code, TelisConfig())
+        try:
+            past_end = await resolver.resolve(TelisRequest(document_path="app/greeting.py", line=500, character=0))
+            past_line = await resolver.resolve(TelisRequest(document_path="app/greeting.py", line=8, character=200))
+            started = resolver.lsp.pids
+            last_row = await resolver.resolve(TelisRequest(document_path="app/greeting.py", line=9, character=0))
+        finally:
+            await resolver.aclose()
+        return past_end, past_line, started, last_row
+
+    past_end, past_line, started, last_row = asyncio.run(go())
+    assert past_end["warnings"] == ["app/greeting.py: telis_line/telis_character: line 500 is outside the document "
+                                    "(9 lines, numbered from 0); no language server was asked"]
+    assert past_end["lsp"]["result"] is None and past_end["lsp"]["line"] == 500
+    assert past_line["warnings"] == ["app/greeting.py: telis_line/telis_character: character 200 is outside line 8 "
+                                     "(28 characters, numbered from 0); no language server was asked"]
+    assert started == []  # neither was sent to a server
+    assert last_row["warnings"] == [] and last_row["lsp"]["server"] == "pylsp"

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pygls.lsp.client import LanguageClient
 
-__all__ = ["DEFAULT_SERVERS", "LANGUAGE_IDS", "LspAnswer", "LspPool", "find_command"]
+__all__ = ["DEFAULT_SERVERS", "LANGUAGE_IDS", "LspAnswer", "LspPool", "find_command", "position_outside"]
 
 DEFAULT_SERVERS: dict[str, list[str]] = {
     "python": ["pylsp", "--check-parent-process"],  # it exits when stepline does, even killed
@@ -68,6 +68,19 @@ def find_command(command: list[str]) -> list[str] | None:
         beside = Path(sys.executable).parent / program
         found = str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
     return [found, *command[1:]] if found else None
+
+
+def position_outside(text: str, line: int, character: int) -> str | None:
+    """Why ``line``:``character`` (the protocol's: 0-based, characters in UTF-16 units) is no position of
+    ``text``, or None. A server asked about such a position answers nothing, which would read as "nothing to
+    say here" rather than as the wrong position it is."""
+    rows = text.split("\n")  # after a final newline, the empty last row is where a cursor can still stand
+    if not 0 <= line < len(rows):
+        return f"line {line} is outside the document ({len(text.splitlines())} lines, numbered from 0)"
+    length = len(rows[line].removesuffix("\r").encode("utf-16-le")) // 2
+    if not 0 <= character <= length:
+        return f"character {character} is outside line {line} ({length} characters, numbered from 0)"
+    return None
 
 
 @dataclass(slots=True)

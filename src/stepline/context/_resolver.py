@@ -31,7 +31,7 @@ from stepline.context._cache import TtlCache
 from stepline.context._config import TelisConfig, TelisRequest
 from stepline.context._fingerprint import fingerprint
 from stepline.context._index import ShardIndex
-from stepline.context._lsp import SUFFIXES, LspPool
+from stepline.context._lsp import SUFFIXES, LspPool, position_outside
 from stepline.context._select import select_within_budget
 from stepline.context._shards import Shard, load_shards_file, shards_from_markdown, shards_from_text_file
 from stepline.context._tokens import clip_to_tokens, estimate_tokens
@@ -325,6 +325,10 @@ class ContextResolver:
         if language is None:
             warnings.append(f"the language of {document} is unknown: set telis_language; no language server "
                             "was asked")
+            return part
+        outside = position_outside(text, request.line, request.character or 0)
+        if outside is not None:
+            warnings.append(f"{document}: telis_line/telis_character: {outside}; no language server was asked")
             return part
         key = "|".join([language, request.method, uri, hashlib.sha256(text.encode()).hexdigest(),
                         str(request.line), str(request.character)])
