@@ -36,7 +36,7 @@ def test_a_runaway_agent_is_stopped_mid_build_the_story_deferred_and_the_loop_go
     root = make_project(tmp_path / "calc", layers=1)
     _budgeted(root, "{mode: enforce, story: {tokens: 5000}}")
     started = time.time()
-    assert run_cli(["sprint", "run", "--max-stories", "2", "-C", str(root), "--json", "-q"]) == 0
+    assert run_cli(["sprint", "run", "--max-stories", "2", "-C", str(root), "--json", "-q"]) == 11
     stories = {r["key"]: r for r in json.loads(capsys.readouterr().out)}
     assert (stories["1-1-add"]["outcome"], stories["1-2-sub"]["outcome"]) == ("deferred", "committed")
     reason = ("the agent was stopped mid-build: claude was stopped in step 'build': the story's budget: 6000 tokens "
@@ -98,7 +98,7 @@ def test_the_loops_budget_stops_a_runaway_agent_and_then_the_loop(
         tmp_path: Path, agent_env: Path, runaway: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = make_project(tmp_path / "calc", layers=1)
     _budgeted(root, "{mode: enforce, run: {tokens: 5000}}")
-    assert run_cli(["sprint", "run", "-C", str(root), "--json", "-q"]) == 0
+    assert run_cli(["sprint", "run", "-C", str(root), "--json", "-q"]) == 11
     results = json.loads(capsys.readouterr().out)
     assert [(r["key"], r["outcome"]) for r in results] == [("1-1-add", "deferred"), ("1-2-sub", "stopped")]
     assert results[0]["summary"].endswith("the loop's budget: 6000 tokens > the 5000 left")
@@ -113,7 +113,7 @@ def test_a_reviewer_that_runs_past_what_the_build_left_is_stopped_and_the_story_
     monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-1": "runaway-reviewer"}))
     root = make_project(tmp_path / "calc", layers=1)
     _budgeted(root, "{mode: enforce, story: {tokens: 3000}}")
-    assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 0
+    assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 11
     [result] = json.loads(capsys.readouterr().out)
     assert result["outcome"] == "deferred"  # the build's 1,700 tokens left 1,300 to the review
     assert result["summary"] == ("1-1-add deferred: a reviewer was stopped mid-review: layer-1: claude was stopped in "

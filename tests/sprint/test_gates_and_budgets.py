@@ -41,7 +41,7 @@ def test_an_enforced_story_budget_defers_the_story_before_its_next_call(
     config = root / "config" / "sprint.yaml"
     config.write_text(config.read_text() + "budgets: {mode: enforce, story: {tokens: 1000}}\n")
     git(root, "commit", "-q", "-am", "a budget")
-    assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 0
+    assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 11
     [result] = json.loads(capsys.readouterr().out)
     assert result["outcome"] == "deferred"
     assert "the story's budget: 1700 tokens > the limit of 1000" in result["summary"]  # cache reads count
@@ -68,7 +68,7 @@ def test_checkpoints_wait_before_the_build_and_after_the_commit_and_a_rejection_
     assert git(root, "log", "--format=%s", "-1").strip() == "story 1-1-add: Story 1-1: add"
     assert run_cli(["reject", blocked["run_id"], "--by", "lead", "-C", str(root)]) == 0
     capsys.readouterr()
-    assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q"]) == 0
+    assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q"]) == 11
     [result] = json.loads(capsys.readouterr().out)
     assert result["outcome"] == "deferred" and "rejected the checkpoint-commit" in result["summary"]
     assert git(root, "rev-parse", "HEAD").strip() == start  # the rejected commit is undone, kept as a patch
@@ -144,7 +144,60 @@ def test_a_check_that_cannot_run_fails_verification_and_says_why(
     config = root / "config" / "sprint.yaml"
     config.write_text(config.read_text().replace("commands: [", "commands: ['no-such-checker --all', "))
     git(root, "commit", "-q", "-am", "a second check")
-    assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 0
-    [result] = json.loads(capsys.readouterr().out)
-    assert result["outcome"] == "deferred"
-    assert "`no-such-checker --all` did not run to its end: cannot run it:" in result["summary"]
+    assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root)]) == 11  # a story deferred
+    out = capsys.readouterr()
+    assert "deferred 1-1-add" in out.out
+    assert "`no-such-checker --all` did not run to its end: cannot run it:" in out.out
+    # Progress: ✓ only for the stages that did what they are for; the failed verify is ✗ with what it chose.
+    marks = [line.split()[:2] for line in out.err.splitlines() if line[:1] in "✓✗"]
+    assert marks == [["✓", "baseline"], ["✓", "build"], ["✗", "verify"], ["✗", "defer"]], out.err
+    assert "✗ verify fail: command-1:" in out.err
+
+
+def _journal(root: Path, run_id: str) -> list[dict[str, object]]:
+    raw = (root / ".stepline" / "runs" / run_id / "journal.jsonl").read_bytes().rstrip(b"\0").decode()
+    return [json.loads(line) for line in raw.splitlines() if line.strip()]
+
+
+def test_one_answer_settles_one_story_s_escalation_and_the_next_story_asks_again(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two stories escalate; the answer to the first is not the second's: it blocks on its own question."""
+    root = make_project(tmp_path / "calc", layers=1)
+    monkeypatch.setenv("FAKE_REVIEW", json.dumps({"1-1:layer-1": "escalate: should add() accept strings?",
+                                                  "1-2:layer-1": "escalate: should sub() go below zero?"}))
+    assert run_cli(["sprint", "run", "--max-stories", "2", "-C", str(root), "--json", "-q"]) == 9
+    [first] = json.loads(capsys.readouterr().out)
+    assert run_cli(["answer", first["run_id"], "accept", "-C", str(root)]) == 0
+    said = capsys.readouterr().out
+    assert "ask:review-escalation:1-1-add:1" in said and "stepline sprint resume" in said
+    assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q"]) == 9
+    results = json.loads(capsys.readouterr().out)
+    assert [(r["key"], r["outcome"]) for r in results] == [("1-1-add", "committed"), ("1-2-sub", "blocked")]
+    assert "should sub() go below zero?" in results[1]["summary"]
+    second = _journal(root, results[1]["run_id"])
+    assert not [e for e in second if e["type"] == "AnswerGiven"]
+    gates = json.loads((root / ".stepline" / "runs" / results[1]["run_id"] / "gates.json").read_text())
+    assert [(g["gate_id"], g["status"]) for g in gates] == [("ask:review-escalation:1-2-sub:1", "pending")]
+    assert git(root, "log", "--format=%(trailers:key=Stepline-Story,valueonly)").split() == ["1-1-add"]
+    # Its own answer lets it go on.
+    assert run_cli(["answer", results[1]["run_id"], "defer", "-C", str(root)]) == 0
+    capsys.readouterr()
+    assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q"]) == 11
+    assert [r["outcome"] for r in json.loads(capsys.readouterr().out)] == ["deferred"]
+
+
+def test_an_approved_checkpoint_of_one_story_does_not_approve_the_next_story_s(
+        tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_project(tmp_path / "calc", layers=1)
+    config = root / "config" / "sprint.yaml"
+    config.write_text(config.read_text() + "checkpoints: {before_build: true}\n")
+    git(root, "commit", "-q", "-am", "checkpoints")
+    assert run_cli(["sprint", "run", "--max-stories", "2", "-C", str(root), "--json", "-q"]) == 9
+    [first] = json.loads(capsys.readouterr().out)
+    assert run_cli(["approve", first["run_id"], "--by", "lead", "-C", str(root)]) == 0
+    assert "stepline sprint resume" in capsys.readouterr().out
+    assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q"]) == 9
+    results = json.loads(capsys.readouterr().out)
+    assert [(r["key"], r["outcome"]) for r in results] == [("1-1-add", "committed"), ("1-2-sub", "blocked")]
+    assert "step:checkpoint-plan" in results[1]["summary"]
+    assert [json.loads(line)["story"] for line in agent_env.read_text().splitlines()] == ["1-1-add", "1-1-add"]

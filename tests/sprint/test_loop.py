@@ -60,7 +60,7 @@ def test_the_loop_commits_the_honest_story_catches_the_liar_and_the_breaker_and_
                                                   "a remark that is not a finding"}))
     code = run_cli(["sprint", "run", "-C", str(root), "--json", "-q"])
     out = capsys.readouterr()
-    assert code == 0, out.err
+    assert code == 11, out.err
     results = {r["key"]: r for r in json.loads(out.out)}
     assert {k: r["outcome"] for k, r in results.items()} == {
         "1-1-add": "committed", "1-2-sub": "committed", "1-3-mul": "committed", "1-4-div": "deferred"}
@@ -143,7 +143,7 @@ def test_sigkill_mid_build_mid_verify_mid_review_after_git_commit_and_before_the
         done = _child(root, command, **env)
         assert done.returncode == -signal.SIGKILL, (command, env, done.returncode, done.stderr[-2000:])
     final = _child(root, "resume")
-    assert final.returncode == 0, final.stderr[-2000:]
+    assert final.returncode == 11, final.stderr[-2000:]
 
     assert _story_commits(root) == Counter({"1-1-add": 1, "1-2-sub": 1, "1-3-mul": 1})
     assert _board(root) == FINAL_BOARD
@@ -176,7 +176,7 @@ def test_a_worktree_run_leaves_the_main_checkout_clean_until_the_merge(
     start = git(root, "rev-parse", "HEAD").strip()
     code = run_cli(["sprint", "run", "--max-stories", "3", "-C", str(root), "--json", "-q"])
     out = capsys.readouterr()
-    assert code == 0, out.err
+    assert code == 11, out.err
     assert [r["outcome"] for r in json.loads(out.out)] == ["committed", "committed", "deferred"]
     calls = _calls(agent_env)
     assert calls and all(c["cwd"].startswith(str(root / ".stepline" / "sprint" / "worktrees")) for c in calls)

@@ -198,6 +198,7 @@ class Engine:
         """Create a run of ``workflow`` and drive it until it completes, fails or blocks."""
         run_dir = self.store.create()
         self._events = []
+        self.calls = CallLog()  # an engine that drove another run first must not answer this one from it
         now = time.now_iso()
         run = Run(run_id=run_dir.run_id, workflow=workflow, status=RunStatus.RUNNING, mode=self.mode,
                   executor=self.executor_name, executor_options=_public_options(self.executor_options),

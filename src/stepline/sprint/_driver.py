@@ -236,6 +236,13 @@ def _call_budget(ctx: StepContext) -> dict[str, Any] | None:
                       pool=f"{ctx.run.run_id}/{ctx.spec.id}/{ctx.attempt}").to_hint()
 
 
+def _gate_key(ctx: StepContext, question: str) -> str:
+    """The key of a question a person answers for this story at this stage's visit (``review-escalation:1-2-sub:2``
+    is the second review round's): one answer settles that question only, never another story's or round's."""
+    visit = ctx.spec.id.split("@", 1)
+    return f"{question}:{_vars(ctx)['sprint_story']}:{visit[1] if len(visit) > 1 else 1}"
+
+
 async def _budget_spent(ctx: StepContext, why: str) -> bool:
     """The story's enforced budget is spent (``why``): defer it, or — with ``budgets.on_exceeded: escalate`` —
     ask a person (``stepline answer RUN defer|continue``). True when the stage must stop (the story is deferred);
@@ -244,7 +251,7 @@ async def _budget_spent(ctx: StepContext, why: str) -> bool:
     if (_config(ctx).get("budgets") or {}).get("on_exceeded") == "escalate":
         question = (f"Story {key} went past its budget ({why}). Answer defer (set the story aside) or continue "
                     "(let it go on; its budgets then only warn).")
-        answer = await ctx.engine.human.ask(ctx, question, ["defer", "continue"], f"{ctx.spec.id}-budget")
+        answer = await ctx.engine.human.ask(ctx, question, ["defer", "continue"], _gate_key(ctx, ctx.spec.id.split("@", 1)[0] + "-budget"))
         if answer.strip().lower().startswith("continue"):
             _set(ctx, "sprint_budget_waived", True)
             return False
@@ -568,7 +575,7 @@ async def _review(ctx: StepContext) -> None:
         question = (f"Story {key}: the review escalates: " + "; ".join(f["text"] for f in escalations)
                     + ". Answer fix (send it back to the builder), accept (go on) or defer (set the story aside).")
         answer = (await ctx.engine.human.ask(ctx, question, ["fix", "accept", "defer"],
-                                             f"{ctx.spec.id}-escalation")).strip().lower()
+                                             _gate_key(ctx, "review-escalation"))).strip().lower()
         if answer.startswith("defer"):
             choice = "defer"
             _set(ctx, "sprint_reason", "a person deferred it at the review's escalation: "

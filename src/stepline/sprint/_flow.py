@@ -15,12 +15,17 @@ from dataclasses import dataclass
 
 from stepline.model import Run, StepStatus
 
-__all__ = ["CHECKPOINTS", "STAGES", "SprintFlow", "next_stage", "visit"]
+__all__ = ["CHECKPOINTS", "STAGES", "SUCCEEDED", "SprintFlow", "next_stage", "visit"]
 
 STAGES = ("baseline", "checkpoint-plan", "build", "verify", "review", "verify-final", "commit", "checkpoint-commit",
           "merge", "advance", "defer")
 #: The stages that are human gates (per-story checkpoints, when the config asks for them).
 CHECKPOINTS = ("checkpoint-plan", "checkpoint-commit")
+
+
+#: The choices of a stage that did what it is for (a build that built, a verify that passed …); any other choice
+#: (``fail``, ``failed``, ``over-budget``, ``patch``, ``defer``, ``deferred``) completes the stage without success.
+SUCCEEDED = frozenset({"recorded", "approved", "built", "pass", "clean", "skipped", "committed", "merged", "done"})
 
 
 def visit(base: str, number: int) -> str:

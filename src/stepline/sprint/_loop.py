@@ -9,6 +9,7 @@ a story committed or deferred by an earlier loop is never taken again. What the 
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,8 +28,8 @@ if TYPE_CHECKING:
     from stepline.engine import Engine
     from stepline.store import RunStore
 
-__all__ = ["LoopOptions", "StoryResult", "StoryRun", "latest_story_runs", "load_loop", "run_loop", "save_loop",
-           "story_usage"]
+__all__ = ["LoopOptions", "StoryResult", "StoryRun", "latest_story_runs", "load_loop", "loop_driver", "loop_log_path",
+           "loop_outcome", "run_loop", "save_loop", "story_usage"]
 
 _PREFIX = "sprint-story:"
 
@@ -42,6 +43,8 @@ class LoopOptions:
     max_stories: int | None = None
     executor: str | None = None
     sprint_id: str = field(default_factory=lambda: "sprint-" + time.now().strftime("%Y%m%d-%H%M%S"))
+    #: The stories this loop has started, in order (``max_stories`` counts them across resumes).
+    taken: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +89,8 @@ def load_loop(root: Path) -> LoopOptions:
         raise NotFoundError(f"{_loop_file(root)}: no sprint loop was started here",
                             hint="start one with `stepline sprint run`")
     return LoopOptions(epic=raw.get("epic"), story=raw.get("story"), max_stories=raw.get("max_stories"),
-                       executor=raw.get("executor"), sprint_id=str(raw.get("sprint_id") or "sprint"))
+                       executor=raw.get("executor"), sprint_id=str(raw.get("sprint_id") or "sprint"),
+                       taken=[str(key) for key in raw.get("taken") or []])
 
 
 def latest_story_runs(store: RunStore) -> dict[str, StoryRun]:
@@ -141,6 +145,16 @@ def board_rows(project: SprintProject, store: RunStore) -> list[dict[str, Any]]:
     return rows
 
 
+def loop_outcome(results: list[StoryResult]) -> str:
+    """How a loop ended, the worst of its stories: ``failed``, ``blocked`` (on a person), ``deferred`` (a story
+    set aside, or the loop's budget spent before the next one), else ``done`` (nothing left, or all committed)."""
+    outcomes = {r.outcome for r in results}
+    for worst in ("failed", "blocked"):
+        if worst in outcomes:
+            return worst
+    return "deferred" if outcomes & {"deferred", "stopped"} else "done"
+
+
 def _outcome(run: Run) -> tuple[str, str]:
     if run.status == RunStatus.BLOCKED:
         return "blocked", run.blocked_reason or "waiting for a person"
@@ -184,37 +198,128 @@ def plan(project: SprintProject, store: RunStore, options: LoopOptions) -> tuple
     settled, unfinished = settled_and_unfinished(store)
     keys = plan_stories(board, epic=options.epic, story=options.story, max_stories=options.max_stories,
                         unfinished=unfinished, settled=settled)
+    if options.max_stories is not None and options.taken:  # a resumed loop: the stories it started count
+        room = options.max_stories - len(options.taken)
+        keys = []
+        for key in plan_stories(board, epic=options.epic, story=options.story, unfinished=unfinished,
+                                settled=settled):
+            if key in options.taken:
+                keys.append(key)  # unfinished (a settled one is not planned): already counted
+            elif room > 0:
+                keys.append(key)
+                room -= 1
     return board, keys, {k: unfinished[k] for k in keys if k in unfinished}
 
 
+def _loop_lock(root: Path) -> Path:
+    return root / ".stepline" / "sprint" / "loop.lock"
+
+
+def loop_log_path(root: Path) -> Path:
+    """``.stepline/sprint/loop.jsonl``: what the loops here did, story by story (``stepline sprint watch`` reads it;
+    a view, never state: each story's run journal is the truth)."""
+    return root / ".stepline" / "sprint" / "loop.jsonl"
+
+
+def loop_driver(root: Path) -> int | None:
+    """The pid of the process driving a loop here now, or None."""
+    from stepline.store import lock_holder
+
+    return lock_holder(_loop_lock(root))
+
+
+class _LoopLog:
+    def __init__(self, root: Path) -> None:
+        self.path = loop_log_path(root)
+
+    def write(self, event: str, **data: Any) -> None:
+        import json
+
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"time": time.now_iso(), "event": event, **data}) + "\n")
+
+
+def _spent_before(engine: Engine, options: LoopOptions, keys: list[str]) -> Usage:
+    """What the stories this loop settled before a resume cost (the loop's budget counts them)."""
+    spent = Usage()
+    runs = latest_story_runs(engine.store)
+    for key in options.taken:
+        if key not in keys and key in runs:
+            spent = spent + story_usage(engine.load(engine.store.open(runs[key].run_id)))
+    return spent
+
+
 async def run_loop(engine: Engine, project: SprintProject, config: SprintConfig, options: LoopOptions,
-                   *, report: Any = None) -> list[StoryResult]:
+                   *, report: Any = None, resumed: bool = False) -> list[StoryResult]:
     """Run the loop until no story is left, one blocks or fails, or the loop's enforced budget is spent.
 
-    ``report(result)`` is called as each story ends.
+    One loop at a time drives a project (a second is refused naming the first's pid). ``report(result)`` is
+    called as each story ends; each story's start and end and the loop's end go to :func:`loop_log_path`.
     """
     if project.dev is None:
         raise NotFoundError(f"{project.root}: no BMAD dev workflow is installed (bmad-build-auto, bmad-dev-auto, "
                             "bmad-dev-story or dev-story)", hint="install BMAD with `stepline bmad install SRC`")
     import subprocess
 
+    from stepline.errors import RunLockedError
+    from stepline.store import RunLock
+
     probe = subprocess.run(["git", "-C", str(project.root), "rev-parse", "--verify", "-q", "HEAD"],
                            capture_output=True, text=True)
     if probe.returncode != 0:
         raise RunStateError(f"{project.root} is not a git repository with a commit",
                             hint="the loop commits each story: `git init` and commit the project first")
-    _, keys, to_resume = plan(project, engine.store, options)
+    lock = RunLock(_loop_lock(project.root), options.sprint_id)
+    try:
+        lock.acquire()
+    except RunLockedError:
+        raise RunLockedError(f"a sprint loop is already running in {project.root} (process "
+                             f"{loop_driver(project.root) or 'unknown'})",
+                             hint="watch it with `stepline sprint watch`, or stop it first") from None
+    log = _LoopLog(project.root)
     results: list[StoryResult] = []
-    spent = Usage()
+    try:
+        _, keys, to_resume = plan(project, engine.store, options)
+        log.write("loop-started", sprint_id=options.sprint_id, pid=os.getpid(), resumed=resumed, stories=keys)
+        current: dict[str, str] = {}
+
+        def announce(event: Any) -> None:  # the story's run id, as soon as its run has one
+            if event.type in ("WorkflowStarted", "WorkflowResumed") and current:
+                log.write("story-run", key=current["key"], run_id=event.run_id)
+
+        engine.listeners.append(announce)
+        try:
+            results = await _stories(engine, project, config, options, keys, to_resume, log, current, report)
+        finally:
+            engine.listeners.remove(announce)
+    except BaseException as exc:
+        log.write("loop-ended", outcome="error", error=str(exc) or type(exc).__name__)
+        raise
+    finally:
+        lock.release()
+    log.write("loop-ended", outcome=loop_outcome(results))
+    return results
+
+
+async def _stories(engine: Engine, project: SprintProject, config: SprintConfig, options: LoopOptions,
+                   keys: list[str], to_resume: dict[str, str], log: _LoopLog, current: dict[str, str],
+                   report: Any) -> list[StoryResult]:
+    results: list[StoryResult] = []
+    spent = _spent_before(engine, options, keys)
+    limit = config.budgets.run
     for key in keys:
-        limit = config.budgets.run
         problem = over_limit(spent, limit.tokens, limit.cost_usd)
         if problem and config.budgets.mode == "enforce":
             results.append(StoryResult(key, "", "stopped", f"the loop's budget is spent: {problem}", Usage()))
+            log.write("story-ended", key=key, run_id="", outcome="stopped", summary=results[-1].summary)
             break
+        current["key"] = key
+        log.write("story-started", key=key, run_id=to_resume.get(key))
         if key in to_resume:
             run = await engine.resume(to_resume[key])
         else:
+            options.taken.append(key)
+            save_loop(project.root, options)
             workflow = story_workflow(key, builds=config.retries.build, reviews=config.retries.review,
                                       merge=config.isolation == "worktree",
                                       plan_gate=config.checkpoints.before_build,
@@ -225,6 +330,10 @@ async def run_loop(engine: Engine, project: SprintProject, config: SprintConfig,
         spent = spent + usage
         result = StoryResult(key=key, run_id=run.run_id, outcome=outcome, summary=summary, usage=usage)
         results.append(result)
+        log.write("story-ended", key=key, run_id=run.run_id, outcome=outcome, summary=summary,
+                  usage=usage.to_dict(), loop_spent=spent.to_dict(),
+                  loop_left={"tokens": None if limit.tokens is None else limit.tokens - spent.tokens,
+                             "cost_usd": None if limit.cost_usd is None else limit.cost_usd - spent.cost_usd})
         if report is not None:
             report(result)
         if outcome in ("blocked", "failed"):

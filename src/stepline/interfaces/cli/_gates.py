@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from stepline.interfaces.cli._app import ConfigOption, Directory, JsonOutput, ProjectRoot, app, where
+from stepline.interfaces.cli._app import ConfigOption, Directory, JsonOutput, ProjectRoot, Where, app, where
 from stepline.interfaces.cli._render import console, print_json
 
 
@@ -21,6 +21,14 @@ def decide_gate(project_root: Path, config: Path | None, run_id: str, gate_id: s
     root = project_root.resolve()
     engine = Engine(project_root=root, config=load_runtime_config(root, config))
     return engine.decide_gate(run_id, gate_id, approved=approved, by=by, notes=notes, answer=answer)
+
+
+def _resume_command(at: Where, config: Path | None, run_id: str) -> str:
+    """How the run goes on: a sprint story's run is resumed with its loop (the stories after it too)."""
+    from stepline.interfaces.cli._runs import open_store
+
+    format_ = open_store(at, config).open(run_id).manifest().workflow.format
+    return "stepline sprint resume" if format_ == "sprint" else f"stepline resume {run_id}"
 
 
 @app.command()
@@ -78,7 +86,7 @@ def approve(run_id: Annotated[str, typer.Argument(help="The blocked run.")], gat
     """Approve a pending gate; then `stepline resume RUN` continues the run."""
     at = where(directory, project_root)
     gate_id = decide_gate(at.root, at.option(config), run_id, gate, approved=True, by=by, notes=notes)
-    console.print(f"approved {gate_id} by {by}; continue with: stepline resume {run_id}")
+    console.print(f"approved {gate_id} by {by}; continue with: {_resume_command(at, config, run_id)}")
 
 
 @app.command()
@@ -88,7 +96,8 @@ def reject(run_id: Annotated[str, typer.Argument(help="The blocked run.")], gate
     """Reject a pending gate: the gated step fails (resume to record it)."""
     at = where(directory, project_root)
     gate_id = decide_gate(at.root, at.option(config), run_id, gate, approved=False, by=by, notes=notes)
-    console.print(f"rejected {gate_id} by {by}; `stepline resume {run_id}` records the step as failed")
+    console.print(f"rejected {gate_id} by {by}; `{_resume_command(at, config, run_id)}` records the "
+                  "step as failed")
 
 
 @app.command()
@@ -102,4 +111,4 @@ def answer(run_id: Annotated[str, typer.Argument(help="The blocked run.")],
     at = where(directory, project_root)
     gate_id = decide_gate(at.root, at.option(config), run_id, gate, approved=True, by=by, notes=None,
                           answer=text)
-    console.print(f"answered {gate_id}; continue with: stepline resume {run_id}")
+    console.print(f"answered {gate_id}; continue with: {_resume_command(at, config, run_id)}")

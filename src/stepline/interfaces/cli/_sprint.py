@@ -73,45 +73,78 @@ def _print_plan(project: SprintProject, config: SprintConfig, keys: list[str], r
                       f"[{story['story_file'] or 'no story file yet'}]", markup=False)
 
 
+#: ``sprint run`` / ``resume`` / ``watch`` exit codes by how the loop ended (README's exit-code table): failed 8 and
+#: blocked on a person 9 as for any run; a story deferred (or the loop's budget spent) 11; all done 0.
+EXIT_DEFERRED = 11
+_EXIT = {"done": 0, "deferred": EXIT_DEFERRED, "blocked": EXIT_BLOCKED, "failed": EXIT_FAILED}
+_STYLE = {"committed": "green", "deferred": "yellow", "blocked": "yellow", "stopped": "yellow"}
+
+
+def _progress(quiet: bool) -> Any:
+    """One line per stage of the story being run (stderr): ✓ only for a stage that did what it is for."""
+    from rich.text import Text
+
+    from stepline.sprint._flow import SUCCEEDED
+
+    def listen(event: Any) -> None:
+        if quiet or event.type not in ("WorkflowStepCompleted", "WorkflowStepFailed", "StepBlocked", "StepRetry"):
+            return
+        data = event.data
+        choice = data.get("choice")
+        if event.type == "WorkflowStepCompleted":
+            mark, style = ("✓", "green") if choice in SUCCEEDED or choice is None else ("✗", "red")
+        else:
+            mark, style = {"WorkflowStepFailed": ("✗", "red"), "StepBlocked": ("⏸", "yellow")}.get(
+                event.type, ("↻", "yellow"))
+        detail = " ".join(str(data.get("error") or data.get("reason") or data.get("summary") or "").split())
+        said = f"{choice}: " if choice and choice not in SUCCEEDED else ""
+        err_console.print(Text.assemble((mark, style), f" {event.step_id or ''} ", (said + detail[:300], "dim")))
+
+    return listen
+
+
 def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, options: LoopOptions,
-           quiet: bool, as_json: bool, backend: tuple[str | None, str | None, int | None] = (None, None, None)
-           ) -> None:
+           quiet: bool, as_json: bool, backend: tuple[str | None, str | None, int | None] = (None, None, None),
+           *, resumed: bool = False) -> None:
     import asyncio
 
     from stepline.errors import UsageError
     from stepline.interfaces.cli._runs import build_engine, use_backend
-    from stepline.sprint._loop import run_loop, save_loop
+    from stepline.sprint._loop import loop_outcome, run_loop, save_loop
 
     project, config = _project(at, sprint_config)
     executor = options.executor or config.executor
     if executor is None:  # the dry-run executor would "build" nothing and every story would be deferred
         raise UsageError("the sprint loop needs an executor that builds", hint="pass --executor NAME (cli-agent, "
                          "openai, anthropic, scripted, …) or set executor: in config/sprint.yaml")
-    engine = build_engine(at, config_path, executor, None, "non-interactive", quiet or as_json)
+    engine = build_engine(at, config_path, executor, None, "non-interactive", True)
+    engine.listeners.append(_progress(quiet or as_json))
     use_backend(engine, *backend, quiet=quiet or as_json)  # build and review calls on Ray; the loop stays here
     save_loop(at.root, options)
 
     def report(result: StoryResult) -> None:
         if not as_json:
-            style = {"committed": "green", "deferred": "yellow", "blocked": "yellow"}.get(result.outcome, "red")
+            style = _STYLE.get(result.outcome, "red")
             console.print(f"[{style}]{result.outcome}[/{style}] {result.key} (run {result.run_id}, "
                           f"{result.usage.tokens:.0f} tokens, ${result.usage.cost_usd:.4f})")
             console.print(f"  {result.summary}", markup=False, soft_wrap=True)
 
-    results = asyncio.run(run_loop(engine, project, config, options, report=report))
+    results = asyncio.run(run_loop(engine, project, config, options, report=report, resumed=resumed))
     if as_json:
         print_json([{"key": r.key, "run_id": r.run_id, "outcome": r.outcome, "summary": r.summary,
                      "usage": r.usage.to_dict()} for r in results])
     elif not results:
         console.print("no story is ready-for-dev")
-    outcomes = {r.outcome for r in results}
-    if "failed" in outcomes:
-        raise typer.Exit(EXIT_FAILED)
-    if "blocked" in outcomes:
+    outcome = loop_outcome(results)
+    if outcome == "blocked":
         blocked = next(r for r in results if r.outcome == "blocked")
         err_console.print(f"story {blocked.key} waits for a person: answer with `stepline answer {blocked.run_id} "
                           f"...` (or approve), then `stepline sprint resume`", markup=False, soft_wrap=True)
-        raise typer.Exit(EXIT_BLOCKED)
+    elif outcome == "failed":
+        failed = next(r for r in results if r.outcome == "failed")
+        err_console.print(f"story {failed.key} failed (see `stepline logs {failed.run_id}`); fix the cause, then "
+                          "`stepline sprint resume`", markup=False, soft_wrap=True)
+    raise typer.Exit(_EXIT[outcome])
 
 
 @sprint_app.command("run")
@@ -169,7 +202,8 @@ def resume(
     from stepline.sprint._loop import load_loop
 
     at = where(directory, project_root)
-    _drive(at, config, sprint_config, load_loop(at.root), quiet, as_json, (backend, ray_address, concurrency))
+    _drive(at, config, sprint_config, load_loop(at.root), quiet, as_json, (backend, ray_address, concurrency),
+           resumed=True)
 
 
 @sprint_app.command("status")
