@@ -29,11 +29,17 @@ _DRIVERS = (
     "stepline.ccw._driver",  # CCW sessions (R-E7, R-E8)
     "stepline.sprint._driver",  # the sprint loop's story stages (R-L1)
 )
+#: Families whose runs never start a run of another family: only their own drivers are needed to run them
+#: (a native run then imports no BMAD, skills, CCW or sprint code; the others may start child runs of any).
+_SELF_CONTAINED = {"native": "stepline.native._driver"}
 
 
-def register_drivers() -> None:
-    """Register every family's step drivers with the engine (idempotent: a module registers once)."""
-    for module in _DRIVERS:
+def register_drivers(fmt: str | None = None) -> None:
+    """Register the step drivers a run of format ``fmt`` needs with the engine: its own family's when that
+    family starts no runs of others, else every family's (also with no ``fmt``). Idempotent: a module
+    registers once."""
+    own = _SELF_CONTAINED.get(fmt or "")
+    for module in (own,) if own else _DRIVERS:
         importlib.import_module(module)
 
 

@@ -376,10 +376,13 @@ DAMAGE = [
 
 # -- the commands --------------------------------------------------------------------------------------------
 def _tree(folder: Path) -> dict[str, str]:
-    """Every file under ``folder`` (and every folder, every link) with what it holds."""
+    """Every file under ``folder`` (and every folder, every link) with what it holds; but the digest
+    (summary.json), derived data that a reader rebuilds and saves when the run's files changed."""
     found = {}
     for path in sorted(folder.rglob("*")):
         name = str(path.relative_to(folder))
+        if name == "summary.json":
+            continue
         if path.is_symlink():
             found[name] = f"-> {os.readlink(path)}"
         elif path.is_dir():

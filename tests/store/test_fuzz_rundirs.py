@@ -174,8 +174,9 @@ def _cli(argv: list[str]) -> tuple[int, str]:
 
 
 def _tree(folder: Path) -> dict[str, str]:
+    """The run's files and what they hold; not the digest (summary.json), which readers rebuild when stale."""
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*"))
-            if p.is_file() and not p.is_symlink() and p.name != "lock"}
+            if p.is_file() and not p.is_symlink() and p.name not in ("lock", "summary.json")}
 
 
 def _read_everywhere(project: Path, run_dir: Path) -> None:

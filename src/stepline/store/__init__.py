@@ -23,14 +23,17 @@ from stepline.store._rundir import (
     RunSummary,
     new_run_id,
 )
+from stepline.store._summary import SUMMARY_FILE, Fingerprint, fingerprint, read_summary, save_summary
 
 __all__ = [
     "DEFAULT_STORAGE_ROOT",
     "MANIFEST_COUNTS",
     "RUN_FILES",
+    "SUMMARY_FILE",
     "Diagnosis",
     "Durability",
     "Finding",
+    "Fingerprint",
     "Journal",
     "RunDir",
     "RunLock",
@@ -40,11 +43,14 @@ __all__ = [
     "atomic_write_json",
     "datasync",
     "diagnose",
+    "fingerprint",
     "fsync_path",
     "lock_holder",
     "new_run_id",
     "read_journal",
     "read_json",
+    "read_summary",
+    "save_summary",
     "stale_temp_files",
     "sweep_temp_files",
     "truncate_to_last_good",

@@ -15,7 +15,7 @@ import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from stepline import time
-from stepline.errors import JournalError, NotFoundError, RunStateError, StorageError
+from stepline.errors import JournalError, NotFoundError, RunStateError, StorageError, UsageError
 from stepline.model import Approval, Artifact, DesignRationale, Event, Evidence, Gate, Run, RunStatus, ToolResult
 from stepline.store._files import atomic_write_bytes, atomic_write_json, read_json
 from stepline.store._journal import Journal, read_journal
@@ -46,6 +46,8 @@ MANIFEST_COUNTS = "steps_by_status"
 _DONE = ("completed", "skipped")
 
 _RUN_ID = re.compile(r"^run-\d{14}-[0-9a-f]{8}$")
+#: How many of the runs an ambiguous part of a run id matches are named.
+_LISTED = 10
 
 
 def new_run_id() -> str:
@@ -280,6 +282,11 @@ class RunStore:
         matches = [name for name in known if run_id and run_id in name]
         if len(matches) == 1:
             return RunDir(self.root / matches[0])
+        if len(matches) > 1:
+            shown = ", ".join(matches[:_LISTED]) + (f" and {len(matches) - _LISTED} more" if len(matches) > _LISTED
+                                                     else "")
+            raise UsageError(f"{run_id!r} is part of {len(matches)} run ids: {shown}",
+                             hint="give more of the one you mean")
         close = difflib.get_close_matches(run_id, known, n=1)
         hint = f"did you mean {close[0]}?" if close else "see `stepline list` for the runs in " + str(self.root)
         raise NotFoundError(f"no run {run_id!r} under {self.root}", hint=hint)
@@ -295,46 +302,52 @@ class RunStore:
         return sorted((p for p in self.root.iterdir() if _RUN_ID.match(p.name) and p.is_dir()),
                       key=lambda p: p.name)
 
+    def run_ids(self) -> list[str]:
+        """Every run's id, oldest first."""
+        return [path.name for path in self._run_paths()]
+
     def summaries(self) -> Iterator[RunSummary]:
-        """Yield a summary of every run, oldest first; a run whose manifest cannot be read is ``damaged`` (its
-        :attr:`RunSummary.damage` says why) and one that recorded nothing is ``not started``."""
+        """Yield a summary of every run, oldest first (:meth:`summary`)."""
         for path in self._run_paths():
-            try:
-                manifest = read_json(path / "manifest.json", None)
-            except JournalError as exc:
-                yield _unreadable(path, f"manifest.json: {exc.detail}")
-                continue
-            if manifest is None:
-                yield _unreadable(path, None)
-                continue
-            problem = _manifest_shape(manifest, path.name)
-            if problem is not None:
-                yield _unreadable(path, f"manifest.json: {problem}")
-                continue
-            journal = path / "journal.jsonl"
-            if not journal.is_file():
-                problem = f"journal.jsonl: {'not a file' if journal.exists() else 'missing'}"
-            workflow = manifest["workflow"]
-            counts = manifest.get(MANIFEST_COUNTS)
-            if not isinstance(counts, dict):  # an older manifest, with a record per step
-                counts = {}
-                steps = manifest.get("steps")
-                for step in (steps.values() if isinstance(steps, dict) else ()):
-                    status = step.get("status") if isinstance(step, dict) else None
-                    counts[status] = counts.get(status, 0) + 1
-            numbers = [n for n in counts.values() if type(n) is int]
-            spec_steps = workflow.get("steps")
-            yield RunSummary(
-                run_id=path.name,
-                workflow=workflow["id"],
-                status="damaged" if problem else manifest["status"],
-                created_at=str(manifest.get("created_at", "")),
-                updated_at=str(manifest.get("updated_at", "")),
-                steps_done=sum(n for status, n in counts.items() if status in _DONE and type(n) is int),
-                steps_total=(len(spec_steps) if isinstance(spec_steps, list) else 0) or sum(numbers),
-                live_pid=lock_holder(path / "lock"),
-                damage=problem,
-            )
+            yield self.summary(path.name)
+
+    def summary(self, run_id: str) -> RunSummary:
+        """The summary of one run, from its manifest: a run whose manifest cannot be read is ``damaged`` (its
+        :attr:`RunSummary.damage` says why) and one that recorded nothing is ``not started``."""
+        path = self.root / run_id
+        try:
+            manifest = read_json(path / "manifest.json", None)
+        except JournalError as exc:
+            return _unreadable(path, f"manifest.json: {exc.detail}")
+        if manifest is None:
+            return _unreadable(path, None)
+        problem = _manifest_shape(manifest, path.name)
+        if problem is not None:
+            return _unreadable(path, f"manifest.json: {problem}")
+        journal = path / "journal.jsonl"
+        if not journal.is_file():
+            problem = f"journal.jsonl: {'not a file' if journal.exists() else 'missing'}"
+        workflow = manifest["workflow"]
+        counts = manifest.get(MANIFEST_COUNTS)
+        if not isinstance(counts, dict):  # an older manifest, with a record per step
+            counts = {}
+            steps = manifest.get("steps")
+            for step in (steps.values() if isinstance(steps, dict) else ()):
+                status = step.get("status") if isinstance(step, dict) else None
+                counts[status] = counts.get(status, 0) + 1
+        numbers = [n for n in counts.values() if type(n) is int]
+        spec_steps = workflow.get("steps")
+        return RunSummary(
+            run_id=path.name,
+            workflow=workflow["id"],
+            status="damaged" if problem else manifest["status"],
+            created_at=str(manifest.get("created_at", "")),
+            updated_at=str(manifest.get("updated_at", "")),
+            steps_done=sum(n for status, n in counts.items() if status in _DONE and type(n) is int),
+            steps_total=(len(spec_steps) if isinstance(spec_steps, list) else 0) or sum(numbers),
+            live_pid=lock_holder(path / "lock"),
+            damage=problem,
+        )
 
 
 def _steps_problem(run: Run) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -14,16 +15,21 @@ if TYPE_CHECKING:
 __all__ = [
     "console",
     "context_detail",
+    "context_lines",
     "err_console",
     "one_line",
     "print_contexts",
     "print_errors",
     "print_json",
+    "print_secrets",
     "print_secrets_in_artifacts",
+    "print_table",
     "progress_listener",
+    "run_errors",
     "run_exit_code",
     "run_summary",
     "secrets_in_artifacts",
+    "table_width",
 ]
 
 
@@ -42,8 +48,10 @@ class _LazyConsole:
         return getattr(self._console, name)
 
 
-console: Any = _LazyConsole(highlight=False)
-err_console: Any = _LazyConsole(stderr=True, highlight=False)
+# No emoji codes: a gate id such as `tool:shell:IMPL-1` must print as written, not as `tool🐚IMPL-1`. Markup
+# stays for the runtime's own words; user data goes through print_table, plain print or rich Text.
+console: Any = _LazyConsole(highlight=False, emoji=False)
+err_console: Any = _LazyConsole(stderr=True, highlight=False, emoji=False)
 
 _MARKS = {
     "WorkflowStepStarted": ("…", "cyan"),
@@ -57,25 +65,105 @@ _MARKS = {
 }
 
 
-def progress_listener(quiet: bool) -> Any:
-    """A listener that prints one line per step event (to stderr, so ``--json`` stdout stays clean)."""
+class _Progress:
+    """The progress of a run on stderr, priced by who looks: when stderr is a terminal, a live line (steps done,
+    the step under way) with a line above it for each step that ends; otherwise one plain line per step that
+    ends, written as is (no rich: a 20,000-step run piped to a file pays a write a step, nothing more)."""
 
-    def listen(event: Event) -> None:
-        if quiet or event.type not in _MARKS:
-            return
-        if event.type == "WorkflowStepStarted" and not sys.stderr.isatty():
-            return
-        from rich.text import Text
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty()
+        self.done = 0
+        self.current = ""
+        self.live: Any = None
 
-        mark, style = _MARKS[event.type]
+    def __call__(self, event: Event) -> None:
+        if self.quiet:
+            return
+        kind = event.type
+        if self.tty:
+            self._live(event)
+        if kind not in _MARKS or kind == "WorkflowStepStarted":
+            return
         data = event.data
         detail = one_line(data.get("error") or data.get("reason") or data.get("path") or data.get("summary")
                           or data.get("name"))
         if not data.get("error") and len(detail) > 160:  # an error is shown whole; a long summary is not
             detail = detail[:159] + "…"
+        mark, style = _MARKS[kind]
+        if not self.tty:
+            sys.stderr.write(f"{mark} {event.step_id or ''} {detail}\n")
+            return
+        from rich.text import Text
+
         err_console.print(Text.assemble((mark, style), f" {event.step_id or ''} ", (detail, "dim")))
 
-    return listen
+    def _live(self, event: Event) -> None:
+        """Keep the live line: started with the run, counting ended steps, stopped when the run stops."""
+        kind = event.type
+        if kind in ("WorkflowStepCompleted", "StepSkipped"):
+            self.done += 1
+        elif kind == "WorkflowStepStarted":
+            self.current = event.step_id or ""
+        elif kind in ("WorkflowStarted", "WorkflowResumed") and self.live is None:
+            import atexit
+
+            from rich.live import Live
+
+            self.live = Live(self, console=err_console, transient=True, refresh_per_second=4)
+            self.live.start()
+            atexit.register(self.live.stop)  # an interrupted run must not leave the terminal's cursor hidden
+        elif kind in ("WorkflowCompleted", "WorkflowFailed", "WorkflowBlocked") and self.live is not None:
+            self.live.stop()
+            self.live = None
+
+    def __rich__(self) -> Any:
+        from rich.text import Text
+
+        return Text.assemble(("… ", "cyan"), f"{self.done} step(s) done", (f"  {self.current}", "dim"))
+
+
+def progress_listener(quiet: bool) -> Any:
+    """A listener that shows a run's progress on stderr (so ``--json`` stdout stays clean); see :class:`_Progress`."""
+    return _Progress(quiet)
+
+
+def table_width() -> int | None:
+    """The width a table must fit: ``COLUMNS`` when set, else the terminal's; None when stdout is no terminal
+    (a pipe or a file gets every row whole)."""
+    import os
+    import shutil
+
+    if os.environ.get("COLUMNS", "").isdigit() or sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, fit_last: bool = False,
+                width: int | None = None) -> None:
+    """Print rows under headers, each column as wide as its widest cell, as plain text (no markup: ids, paths and
+    gate ids print as written). Nothing is cut but, with ``fit_last``, the last column (a detail, an error):
+    shortened with '…' to what the others leave of ``width`` (:func:`table_width` when not given). Made for
+    long tables: one pass to measure, one to print, about a microsecond a cell."""
+    rows = [[one_line(cell) for cell in row] for row in rows]
+    widths = [len(header) for header in headers]
+    for row in rows:
+        for number, cell in enumerate(row[:-1] if fit_last else row):
+            if len(cell) > widths[number]:
+                widths[number] = len(cell)
+    room = None
+    if fit_last:
+        width = table_width() if width is None else width
+        used = sum(widths[:-1]) + 2 * (len(widths) - 1)
+        room = None if width is None else max(width - used, 12)
+    lines = []
+    for row in [list(headers), *rows]:
+        cells = [cell.ljust(widths[number]) for number, cell in enumerate(row[:-1])]
+        last = row[-1]
+        if room is not None and len(last) > room:
+            last = last[: room - 1] + "…"
+        lines.append("  ".join([*cells, last]).rstrip())
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 def run_summary(run: Run) -> dict[str, Any]:
@@ -109,11 +197,15 @@ def secrets_in_artifacts(run: Run) -> list[dict[str, Any]]:
 
 def print_secrets_in_artifacts(run: Run) -> None:
     """Tell the user which file holds which kind of secret (never the secret): stepline does not rewrite them."""
+    print_secrets(secrets_in_artifacts(run))
+
+
+def print_secrets(found: list[dict[str, Any]]) -> None:
+    """:func:`print_secrets_in_artifacts` of the files :func:`secrets_in_artifacts` found."""
     from rich.text import Text
 
     from stepline.guardrails import describe_secrets
 
-    found = secrets_in_artifacts(run)
     if not found:
         return
     console.print(Text("warning: secrets in files the steps wrote (NOT redacted: the files keep them)",
@@ -132,22 +224,24 @@ def one_line(text: Any) -> str:
     return " ".join(str(text or "").split())
 
 
-def print_errors(run: Run) -> None:
-    """Every failed step's whole error (and the run's, when it is not one of them), never cut: the console's
-    lines are not wrapped by rich (``soft_wrap``), the terminal wraps them."""
-    from rich.text import Text
-
+def run_errors(run: Run) -> list[tuple[str, str]]:
+    """Every failed step's whole error, and the run's when it is not one of them: ``[(step id or "run", error)]``."""
     errors = [(step.step_id, step.error) for step in run.steps.values()
               if step.status.value == "failed" and step.error]
     if run.error and not any(run.error.endswith(error) for _, error in errors):
         errors.append(("run", run.error))
+    return errors
+
+
+def print_errors(errors: Sequence[Sequence[str]]) -> None:
+    """Each error of :func:`run_errors` whole, never cut: stepline does not wrap its lines, the terminal does."""
     if not errors:
         return
-    console.print(Text("errors:", style="red"))
+    lines = ["errors:"]
     for step_id, error in errors:
         first, *rest = error.splitlines() or [""]
-        text = "\n".join([f"  {step_id}: {first}", *(f"    {line}" for line in rest)])
-        console.print(Text(text), soft_wrap=True)
+        lines += [f"  {step_id}: {first}", *(f"    {line}" for line in rest)]
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 def context_detail(data: dict[str, Any]) -> str | None:
@@ -170,16 +264,14 @@ def context_detail(data: dict[str, Any]) -> str | None:
     return None
 
 
-def print_contexts(run: Run) -> None:
-    """Each step's TELIS context: its shards (tier, score, source), the language server's answer, warnings."""
-    from rich.text import Text
-
-    steps = [step for step in run.steps.values() if step.telis_context]
-    if not steps:
-        return
-    console.print(Text("context (TELIS):", style="bold"))
-    for step in steps:
-        context = step.telis_context or {}
+def context_lines(run: Run) -> list[list[str]]:
+    """Each step's TELIS context, a list of lines a step: its shards (tier, score, source), the language
+    server's answer, warnings."""
+    found = []
+    for step in run.steps.values():
+        context = step.telis_context
+        if not context:
+            continue
         lines = [f"  {step.step_id}: {context.get('fingerprint')}  {context.get('tokens', 0)} tokens, phase "
                  f"{context.get('phase', 0)} ({context.get('stopped')}); query: "
                  f"{(context.get('request') or {}).get('query') or '-'}"]
@@ -193,7 +285,14 @@ def print_contexts(run: Run) -> None:
             lines.append(f"    {lsp.get('method')} at {lsp.get('document')}:{lsp.get('line')}:{lsp.get('character')}"
                          f" ({lsp.get('server') or 'no server'}): {one_line(answer)[:160] or '-'}")
         lines += [f"    warning: {warning}" for warning in context.get("warnings") or []]
-        console.print(Text("\n".join(lines)), soft_wrap=True)
+        found.append(lines)
+    return found
+
+
+def print_contexts(contexts: Sequence[Sequence[str]]) -> None:
+    """The lines of :func:`context_lines` under a heading, as written."""
+    if contexts:
+        sys.stdout.write("\n".join(["context (TELIS):", *(line for lines in contexts for line in lines)]) + "\n")
 
 
 def run_exit_code(run: Run) -> int:

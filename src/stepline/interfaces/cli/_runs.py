@@ -10,22 +10,22 @@ import typer
 from stepline.interfaces.cli._app import ConfigOption, Directory, JsonOutput, ProjectRoot, Where, app, where
 from stepline.interfaces.cli._render import (
     console,
-    context_detail,
     err_console,
-    one_line,
     print_contexts,
     print_errors,
     print_json,
+    print_secrets,
     print_secrets_in_artifacts,
+    print_table,
     progress_listener,
     run_exit_code,
     run_summary,
 )
 
 if TYPE_CHECKING:
-    from stepline import Engine
+    from stepline.engine import Engine
     from stepline.model import Run, RunMode
-    from stepline.store import RunDir, RunStore, RunSummary
+    from stepline.store import RunDir, RunStore
 
 ExecutorOption = Annotated[str | None, typer.Option("--executor", "-e",
                                                     help="Who does the steps: dry-run, scripted, openai, "
@@ -33,6 +33,8 @@ ExecutorOption = Annotated[str | None, typer.Option("--executor", "-e",
 ScriptOption = Annotated[Path | None, typer.Option("--script", help="Script of protocol calls for the "
                                                    "scripted executor (implies --executor scripted).")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")]
+ShowAll = Annotated[bool, typer.Option("--all", help="Every row, read from the journal (a long run shows its "
+                                       "failures, gates and last rows).")]
 BackendOption = Annotated[str | None, typer.Option("--backend", help="Where executor work runs: local (this "
                                                    "process) or ray (a Ray cluster). Default: runtime.backend.")]
 RayAddressOption = Annotated[str | None, typer.Option("--ray-address", help="The Ray cluster to join (what `ray "
@@ -104,12 +106,14 @@ def parse_vars(pairs: list[str]) -> dict[str, str]:
 
 
 def build_engine(at: Where, config: Path | None, executor: str | None, script: Path | None,
-                 mode: RunMode, quiet: bool, extra_options: dict[str, Any] | None = None) -> Engine:
+                 mode: RunMode, quiet: bool, extra_options: dict[str, Any] | None = None, *,
+                 drivers: bool = True) -> Engine:
     """The engine for a CLI command, with the progress display attached (``config`` and ``script`` as given
-    on the command line)."""
-    from stepline import Engine
-    from stepline.engine import load_runtime_config
+    on the command line). ``drivers=False`` leaves the families' step drivers to the caller (``run`` registers
+    those of the workflow it read: a native run loads no other family)."""
+    from stepline.engine import Engine, load_runtime_config
     from stepline.errors import NotFoundError, UsageError
+    from stepline.families import register_drivers
 
     root = at.root
     config = at.option(config)
@@ -128,11 +132,17 @@ def build_engine(at: Where, config: Path | None, executor: str | None, script: P
 
         checked = {k: v for k, v in options.items() if k != "record"}
         create_executor(executor, {**runtime.executors.get(executor, {}), **checked})  # fail fast on a bad name
+    if drivers:
+        register_drivers()
     return Engine(project_root=root, config=runtime, executor=executor, executor_options=options, mode=mode,
                   listeners=[progress_listener(quiet)])
 
 
-def _finish(run: Run, as_json: bool) -> None:
+def _finish(engine: Engine, run: Run, as_json: bool) -> None:
+    from stepline.interfaces.cli._digest import record_digest
+
+    run_dir = engine.store.open(run.run_id)
+    record_digest(run_dir, run, run_dir.events())
     if as_json:
         print_json(run_summary(run))
     else:
@@ -179,7 +189,7 @@ def run(
 ) -> None:
     """Run a workflow from its first step until it completes, fails or waits for a person."""
     from stepline.errors import UsageError
-    from stepline.families import load_workflow
+    from stepline.families import load_workflow, register_drivers
 
     if yolo and non_interactive:
         raise UsageError("--yolo and --non-interactive exclude each other")
@@ -194,14 +204,15 @@ def run(
             raise UsageError(f"--cassette goes with the replay executor, not {executor!r}")
         executor = "replay"
         extra["cassette"] = str(at.option(cassette))
-    engine = build_engine(at, config, executor, script, mode, quiet or as_json, extra)
+    engine = build_engine(at, config, executor, script, mode, quiet or as_json, extra, drivers=False)
     use_backend(engine, backend, ray_address, concurrency, quiet=quiet or as_json)
     workflow = load_workflow(at.path(path).absolute(), project_root=at.root, variables=variables,
                              mode=workflow_mode)
+    register_drivers(workflow.format)
     import asyncio  # here, not at the top: `stepline --help` imports every command module
 
     result = asyncio.run(engine.start(workflow, variables))
-    _finish(result, as_json)
+    _finish(engine, result, as_json)
 
 
 @app.command()
@@ -224,7 +235,7 @@ def resume(
     import asyncio
 
     result = asyncio.run(engine.resume(run_id))
-    _finish(result, as_json)
+    _finish(engine, result, as_json)
 
 
 def open_store(at: Where, config: Path | None) -> RunStore:
@@ -235,19 +246,50 @@ def open_store(at: Where, config: Path | None) -> RunStore:
     return RunStore(at.root / load_runtime_config(at.root, at.option(config)).runtime.storage_root)
 
 
-def load_run(at: Where, config: Path | None, run_id: str | None) -> Run:
-    """The run with ``run_id`` (or the latest), rebuilt from its journal."""
-    from stepline import Engine
-    from stepline.engine import load_runtime_config
+def reader_engine(at: Where, config: Path | None) -> Engine:
+    """An engine that reads the project's runs (loads, checks them); it drives none, so no family is loaded."""
+    from stepline.engine import Engine, load_runtime_config
+
+    return Engine(project_root=at.root, config=load_runtime_config(at.root, at.option(config)))
+
+
+def find_run(engine: Engine, run_id: str | None) -> RunDir:
+    """The directory of the run ``run_id`` names (a unique part of its id), or of the latest run."""
     from stepline.errors import NotFoundError
 
-    engine = Engine(project_root=at.root, config=load_runtime_config(at.root, at.option(config)))
-    if run_id is None:
-        latest = engine.store.latest()
-        if latest is None:
-            raise NotFoundError(f"no runs under {engine.store.root}", hint="start one with `stepline run PATH`")
-        return engine.load(latest)
-    return engine.load(engine.store.open(run_id))
+    if run_id is not None:
+        return engine.store.open(run_id)
+    latest = engine.store.latest()
+    if latest is None:
+        raise NotFoundError(f"no runs under {engine.store.root}", hint="start one with `stepline run PATH`")
+    return latest
+
+
+def load_run(at: Where, config: Path | None, run_id: str | None) -> Run:
+    """The run with ``run_id`` (or the latest), rebuilt from its journal."""
+    engine = reader_engine(at, config)
+    return engine.load(find_run(engine, run_id))
+
+
+def _view(at: Where, config: Path | None, run_id: str | None, *, whole: bool) -> tuple[str, dict[str, Any]]:
+    """The run's id and what status and show print of it: from its digest, or with ``whole`` every step and
+    event from its journal. A damaged run raises what its journal says (as loading it does)."""
+    from stepline.interfaces.cli._digest import KEEP, digest_of, make_digest
+
+    engine = reader_engine(at, config)
+    run_dir = find_run(engine, run_id)
+    if not whole:
+        shown = digest_of(engine, run_dir).get("run")
+        if shown is not None:
+            return run_dir.run_id, shown
+    run = engine.load(run_dir)
+    return run_dir.run_id, make_digest(run_dir, run, run_dir.events(), keep=None if whole else KEEP)["run"]
+
+
+def _omitted(shown: int, total: int, what: str, command: str) -> None:
+    """Say how many rows a long run's table left out, and how to see them."""
+    if shown < total:
+        print(f"({total - shown} of {total} {what} not shown; every one: {command} --all)")
 
 
 @app.command()
@@ -259,14 +301,17 @@ def status(
     as_json: JsonOutput = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also check the run directory as `stepline "
                                           "doctor` does; a damaged one is explained (exit 6).")] = False,
+    show_all: ShowAll = False,
 ) -> None:
-    """Show a run's status and its steps (a failed step's whole error below the table)."""
-    from rich.table import Table
-    from rich.text import Text
-
+    """Show a run's status and its steps (a long run: its failed, blocked and retried steps and the last ones);
+    a failed step's whole error below the table."""
     from stepline.errors import JournalError
 
     at = where(directory, project_root)
+    if not (as_json or verbose):
+        shown_id, view = _view(at, config, run_id, whole=show_all)
+        _print_status(shown_id, view)
+        return
     try:
         found = load_run(at, config, run_id)
     except JournalError:
@@ -274,35 +319,40 @@ def status(
             raise
         from stepline.interfaces.cli._doctor import EXIT_DAMAGED, diagnose_run, open_run_dir, print_diagnosis
 
-        diagnosis = diagnose_run(at, config, open_run_dir(at, config, run_id))
+        damaged = diagnose_run(at, config, open_run_dir(at, config, run_id))
         if as_json:
-            print_json(diagnosis.to_dict())
+            print_json(damaged.to_dict())
         else:
-            print_diagnosis(diagnosis)
+            print_diagnosis(damaged)
         raise typer.Exit(EXIT_DAMAGED) from None
+    from stepline.interfaces.cli._digest import KEEP, make_digest
+    from stepline.interfaces.cli._doctor import diagnose_run, print_diagnosis
+
+    run_dir = _run_dir(at, config, found.run_id)
+    diagnosis = diagnose_run(at, config, run_dir) if verbose else None
     if as_json:
         summary = run_summary(found)
-        if verbose:
-            from stepline.interfaces.cli._doctor import diagnose_run
-
-            summary["run_directory"] = diagnose_run(at, config, _run_dir(at, config, found.run_id)).to_dict()
+        if diagnosis is not None:
+            summary["run_directory"] = diagnosis.to_dict()
         print_json(summary)
         return
-    console.print(f"[bold]{found.run_id}[/bold]  {found.workflow.id} ({found.workflow.format})  "
-                  f"status: [bold]{found.status.value}[/bold]")
-    if found.blocked_reason:
-        console.print(Text(f"blocked: {found.blocked_reason}"))
-    table = Table("step", "name", "status", "attempts", box=None, expand=True)
-    table.add_column("error", no_wrap=True, overflow="ellipsis", ratio=1)  # one line, the rest of the width
-    for step in found.steps.values():
-        table.add_row(step.step_id, step.name, step.status.value, str(step.attempts), Text(one_line(step.error)))
-    console.print(table)
-    print_errors(found)
-    print_secrets_in_artifacts(found)
-    if verbose:
-        from stepline.interfaces.cli._doctor import diagnose_run, print_diagnosis
+    _print_status(found.run_id, make_digest(run_dir, found, run_dir.events(), keep=None if show_all else KEEP)["run"])
+    if diagnosis is not None:
+        print_diagnosis(diagnosis)
 
-        print_diagnosis(diagnose_run(at, config, _run_dir(at, config, found.run_id)))
+
+def _print_status(run_id: str, view: dict[str, Any]) -> None:
+    print(f"{run_id}  {view['workflow']} ({view['format']})  status: {view['status']}")
+    if view["blocked_reason"]:
+        print(f"blocked: {view['blocked_reason']}")
+    print_table(("step", "name", "status", "attempts", "error"),
+                ([sid, name, state, str(attempts), error] for _, sid, name, state, attempts, error in view["steps"]),
+                fit_last=True)
+    counts = ", ".join(f"{n} {state}" for state, n in view["counts"].items())
+    _omitted(len(view["steps"]), view["total"], f"steps ({counts})", f"stepline status {run_id}")
+    print_errors(view["errors"])
+    _omitted(len(view["errors"]), view["errors_total"], "errors", f"stepline status {run_id}")
+    print_secrets(view["secrets"])
 
 
 @app.command("list")
@@ -313,59 +363,36 @@ def list_runs(
     as_json: JsonOutput = False,
 ) -> None:
     """List the runs of this project, oldest first; a damaged run is listed as such (each run directory is
-    checked as `stepline doctor` checks it)."""
+    checked as `stepline doctor` checks it, once: a digest beside its journal keeps the result until the run's
+    files change)."""
     from dataclasses import asdict
 
-    from rich.table import Table
+    from stepline.interfaces.cli._digest import summary_row
 
-    at = where(directory, project_root)
-    store = open_store(at, config)
-    rows = _checked(at, config, store, list(store.summaries()))
+    engine = reader_engine(where(directory, project_root), config)
+    store = engine.store
+    rows = [summary_row(store, engine, run_id) for run_id in store.run_ids()]
     if as_json:
         print_json([asdict(r) for r in rows])
         return
     if not rows:
-        err_console.print(f"no runs under {store.root}")
+        err_console.print(f"no runs under {store.root}", markup=False)
         return
-    table = Table("run", "workflow", "status", "steps", "updated", box=None)
+    shown = []
     for row in rows:
-        shown = row.status
+        state = row.status
         if row.damage is not None:
-            shown = f"{row.status} (see below)"
+            state = f"{row.status} (see below)"
         elif row.status == "running" and row.live_pid is None:
-            shown = "interrupted (resume it)"
+            state = "interrupted (resume it)"
         elif row.live_pid is not None:
-            shown = f"{row.status} (pid {row.live_pid})"
-        table.add_row(row.run_id, row.workflow, shown, f"{row.steps_done}/{row.steps_total}", row.updated_at[:19])
-    console.print(table)
-    from rich.text import Text
-
+            state = f"{row.status} (pid {row.live_pid})"
+        shown.append([row.run_id, row.workflow, state, f"{row.steps_done}/{row.steps_total}", row.updated_at[:19]])
+    print_table(("run", "workflow", "status", "steps", "updated"), shown)
     for row in rows:
         if row.damage is not None:
-            console.print(Text(f"{row.run_id} {row.status}: {row.damage}"
-                               + (f"; see `stepline doctor {row.run_id}`" if row.status == "damaged" else "")),
-                          soft_wrap=True)
-
-
-def _checked(at: Where, config: Path | None, store: RunStore, rows: list[RunSummary]) -> list[RunSummary]:
-    """``rows`` with every run whose manifest looks whole checked as ``stepline doctor`` checks it (the journal
-    line by line and folded, the audit files): a damaged one is listed as ``damaged``, with its first damage."""
-    from dataclasses import replace
-
-    from stepline import Engine
-    from stepline.engine import load_runtime_config
-    from stepline.store import RunDir
-
-    engine = Engine(project_root=at.root, config=load_runtime_config(at.root, at.option(config)))
-    checked = []
-    for row in rows:
-        if row.damage is None and row.status != "starting":
-            first = engine.diagnose(RunDir(store.root / row.run_id)).first()
-            if first is not None:
-                where = f"{first.path.name}:{first.line}" if first.line else first.path.name
-                row = replace(row, status="damaged", damage=f"{where}: {first.problem}")
-        checked.append(row)
-    return checked
+            print(f"{row.run_id} {row.status}: {row.damage}"
+                  + (f"; see `stepline doctor {row.run_id}`" if row.status == "damaged" else ""))
 
 
 @app.command()
@@ -389,46 +416,40 @@ def show(
     project_root: ProjectRoot = None,
     config: ConfigOption = None,
     as_json: JsonOutput = False,
+    show_all: ShowAll = False,
 ) -> None:
-    """Show a run's timeline: every event, artifact, gate and decision in order, and model usage; then each
-    failed step's whole error and the files that hold secrets."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from stepline.engine import build_timeline
-
+    """Show a run's timeline: its events, artifacts, gates and decisions in order (a long run: its failures,
+    gates, checks and last events), and model usage; then each failed step's whole error and the files that
+    hold secrets."""
     at = where(directory, project_root)
-    found = load_run(at, config, run_id)
-    if prompt is not None:
-        _print_prompts(_run_dir(at, config, found.run_id), found, prompt, as_json)
+    if prompt is not None or as_json:
+        from stepline.engine import build_timeline
+
+        found = load_run(at, config, run_id)
+        if prompt is not None:
+            _print_prompts(_run_dir(at, config, found.run_id), found, prompt, as_json)
+        else:
+            print_json(build_timeline(_run_dir(at, config, found.run_id)))
         return
-    timeline = build_timeline(_run_dir(at, config, found.run_id))
-    if as_json:
-        print_json(timeline)
-        return
-    console.print(f"[bold]{found.run_id}[/bold]  {found.workflow.id}  status: [bold]{found.status.value}[/bold]")
-    table = Table("seq", "time", "step", "event", box=None, expand=True)
-    # One line per event; the detail takes what the other columns leave of the terminal's width (rich reads it,
-    # or COLUMNS). The whole of a failed step's error is printed below the table, never cut.
-    table.add_column("detail", no_wrap=True, overflow="ellipsis", ratio=1)
-    for entry in timeline["events"]:
-        table.add_row(str(entry["seq"]), entry["time"][11:23], entry["step_id"] or "", entry["type"],
-                      Text(one_line(_event_detail(entry["data"]))))
-    console.print(table)
-    if timeline["usage"]:
-        usage = Table("step", "model calls", "input tokens", "cached (read)", "cached (written)", "output tokens",
-                      "cost (USD)", box=None)
-        totals = [0.0] * 6
-        for step_id, bucket in timeline["usage"].items():
-            values = [bucket["calls"], bucket["input_tokens"], bucket.get("cached_input_tokens", 0),
-                      bucket.get("cache_write_tokens", 0), bucket["output_tokens"], bucket["cost_usd"]]
-            totals = [a + b for a, b in zip(totals, values, strict=True)]
-            usage.add_row(step_id, *(f"{v:g}" for v in values))
-        usage.add_row("[bold]run[/bold]", *(f"{v:g}" for v in totals))
-        console.print(usage)
-    print_contexts(found)
-    print_errors(found)
-    print_secrets_in_artifacts(found)
+    shown_id, view = _view(at, config, run_id, whole=show_all)
+    print(f"{shown_id}  {view['workflow']}  status: {view['status']}")
+    # One line per event; the detail takes what the other columns leave of the terminal's width (COLUMNS, or
+    # the terminal's). The whole of a failed step's error is printed below the table, never cut.
+    print_table(("seq", "time", "step", "event", "detail"),
+                ([str(seq), when[11:23], step, kind, detail] for seq, when, step, kind, detail in view["events"]),
+                fit_last=True)
+    _omitted(len(view["events"]), view["events_total"], "events", f"stepline show {shown_id}")
+    if view["usage"]:
+        print_table(("step", "model calls", "input tokens", "cached (read)", "cached (written)", "output tokens",
+                     "cost (USD)"),
+                    [*([sid, *(f"{v:g}" for v in values)] for sid, *values in view["usage"]),
+                     ["run", *(f"{v:g}" for v in view["usage_total"])]])
+        _omitted(len(view["usage"]), view["usage_steps"], "steps' usage", f"stepline show {shown_id}")
+    print_contexts(view["contexts"])
+    _omitted(len(view["contexts"]), view["contexts_total"], "contexts", f"stepline show {shown_id}")
+    print_errors(view["errors"])
+    _omitted(len(view["errors"]), view["errors_total"], "errors", f"stepline show {shown_id}")
+    print_secrets(view["secrets"])
 
 
 def _print_prompts(run_dir: RunDir, run: Run, step_id: str, as_json: bool) -> None:
@@ -464,26 +485,6 @@ def _print_prompts(run_dir: RunDir, run: Run, step_id: str, as_json: bool) -> No
             calls = message.get("tool_calls")
             print(f"--- {message.get('role')}\n{text or ''}" + (f"\n{json.dumps(calls, ensure_ascii=False)}"
                                                                   if calls else ""))
-
-
-def _listed(value: Any) -> list[Any]:
-    """A record's list of findings as a list (a record edited by hand may hold anything: show it as it is)."""
-    if isinstance(value, list):
-        return value
-    return [] if value is None or value == "" else [value]
-
-
-def _event_detail(data: dict[str, Any]) -> str:
-    """What `show` says about one event: the error, reason, file, gate or summary; a check's name and findings."""
-    if data.get("guardrail"):
-        return f"{data['guardrail']} ({data.get('stage')}): " + "; ".join(map(str, _listed(data.get("details"))))
-    if data.get("gate") and "checked" in data:  # a validation gate
-        return f"{data['gate']}: " + ("; ".join(map(str, _listed(data.get("issues")))) or "passed")
-    context = context_detail(data)  # TELIS: a context resolved, a source drifted
-    if context is not None:
-        return context
-    return str(data.get("error") or data.get("reason") or data.get("path") or data.get("gate_id")
-               or data.get("summary") or "")
 
 
 def _run_dir(at: Where, config: Path | None, run_id: str) -> RunDir:
@@ -573,7 +574,7 @@ class _AgentLogs:
                 stamp, _, rest = raw.partition(" ")  # "<time> <agent>#<call> <out|err|--->| <line>"
                 head, _, text = rest.partition("| ")
                 if not self.raw and head.endswith(" out"):
-                    from stepline.executors._cli_agent import describe_output
+                    from stepline.executors.cli_agents import describe_output
 
                     text = describe_output(text)
                 text = text if len(text) <= 400 else text[:400] + "…"
