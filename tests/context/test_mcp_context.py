@@ -39,6 +39,6 @@ def test_current_step_returns_the_context_with_the_step(project: Path) -> None:
 
     current = asyncio.run(main())
     assert current["status"] == "waiting_for_work"
-    context = current["step"]["telis_context"]
+    context = current["requests"][0]["telis_context"]
     assert [s["id"] for s in context["shards"]] == ["docs/backup.md#backups"]
     assert context["fingerprint"].startswith("sha256:") and "nightly at two" in context["shards"][0]["text"]

@@ -10,40 +10,21 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters
+
+from interfaces.mcp_agent import call as _call
+from interfaces.mcp_agent import stdio_server
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "microfile_run" / "project"
 MENUS = "_bmad/demo/workflows/menus"
 ROUTER = "_bmad/demo/workflows/router"
 CORPUS = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus" / "bmad" / "v6.0.0-alpha.23"
 BRIEF = "_bmad/bmm/workflows/1-analysis/create-product-brief/workflow.md"
-
-
-async def _call(client: Client, name: str, args: dict[str, Any] | None = None) -> Any:
-    result = await client.call_tool(name, args or {})
-    if result.is_error:
-        raise AssertionError(f"{name} failed: {result.content}")
-    structured = result.structured_content
-    if structured is not None:
-        return structured.get("result", structured) if isinstance(structured, dict) else structured
-    text = result.content[0].text  # type: ignore[union-attr]
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def _server(project: Path) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable,
-                                 args=["-m", "stepline.interfaces.mcp", "--project-root", str(project)],
-                                 cwd=str(project))
 
 
 class Agent:
@@ -65,7 +46,9 @@ class Agent:
         self.run_id = (await _call(self.client, "start_run", {"path": path, "mode": mode}))["run_id"]
         for _ in range(100):
             current = await _call(self.client, "current_step", {"wait_seconds": 30})
-            status, step = current["status"], current.get("step")
+            status, requests = current["status"], current.get("requests") or []
+            step = requests[0] if requests else None
+            assert len(requests) <= 1, requests
             if status == "waiting_for_answer" or (status == "blocked" and step):
                 self.questions.append(step)
                 self.presented[step["step_id"]] += 1
@@ -75,26 +58,27 @@ class Agent:
                 continue
             if status != "waiting_for_work":
                 break
-            sid, keys = step["step_id"], [option["key"] for option in step.get("menu") or []]
+            assert step is not None
+            sid, rid, keys = step["step_id"], step["request_id"], [option["key"] for option in step.get("menu") or []]
             if step["kind"] == "work":
                 self.work[sid] = step
             if step["kind"] == "decide":
-                await _call(self.client, "decide", {"value": True, "reason": "agreed", "step_id": sid})
+                await _call(self.client, "decide", {"value": True, "reason": "agreed", "request_id": rid})
                 continue
             if step["kind"] == "work" and step.get("hints", {}).get("output"):
                 await _call(self.client, "write_output", {"content": f"\n## {sid}\nwritten with the user\n",
-                                                          "step_id": sid})
+                                                          "request_id": rid})
             choice = None
             if step["kind"] in ("choose", "answer") or (self.how == "finish" and keys):
                 self.presented[sid] += 1
                 choice = "C" if "C" in keys else (keys or step.get("choices") or [None])[0]
-            await _call(self.client, "finish", {"choice": choice, "summary": f"did {sid}", "step_id": sid})
+            await _call(self.client, "finish", {"choice": choice, "summary": f"did {sid}", "request_id": rid})
         return await _call(self.client, "run_status", {"run_id": self.run_id})
 
 
 def _drive(project: Path, path: str, how: str, **kwargs: Any) -> tuple[Agent, dict[str, Any]]:
     async def main() -> tuple[Agent, dict[str, Any]]:
-        async with asyncio.timeout(120), Client(_server(project)) as client:
+        async with asyncio.timeout(120), Client(stdio_server(project)) as client:
             agent = Agent(client, how)
             return agent, await agent.drive(path, **kwargs)
 
@@ -171,14 +155,14 @@ def test_a_non_interactive_run_blocked_on_a_menu_shows_it_and_answer_resumes_it(
 def test_the_agents_own_question_is_answered_through_answer(project: Path) -> None:
     """An ask over MCP returns at once saying the user must answer; answer gives it and the step goes on."""
 
-    async def main() -> tuple[list[Any], dict[str, Any], str]:
-        async with asyncio.timeout(60), Client(_server(project)) as client:
+    async def main() -> tuple[list[Any], dict[str, Any], str, dict[str, Any]]:
+        async with asyncio.timeout(60), Client(stdio_server(project)) as client:
             run_id = (await _call(client, "start_run", {"path": MENUS}))["run_id"]
             seen: list[Any] = []
-            step = (await _call(client, "current_step"))["step"]
+            (step,) = (await _call(client, "current_step"))["requests"]
             while step["step_id"] != "step-01-start":
-                await _call(client, "finish", {"step_id": step["step_id"]})
-                step = (await _call(client, "current_step"))["step"]
+                await _call(client, "finish", {"request_id": step["request_id"]})
+                (step,) = (await _call(client, "current_step"))["requests"]
             said = await _call(client, "ask", {"question": "Which colour?", "choices": ["red", "blue"]})
             seen.append(said)
             refused = await client.call_tool("write_output", {"content": "x"})  # the question comes first
@@ -191,16 +175,18 @@ def test_the_agents_own_question_is_answered_through_answer(project: Path) -> No
             await _call(client, "write_output", {"content": "blue it is\n"})
             await _call(client, "finish", {"summary": "asked"})
             after = await _call(client, "current_step")
-            return seen, after, run_id
+            return seen, after, run_id, step
 
-    (said, refused, current, wrong, answered), after, run_id = asyncio.run(main())
-    assert "waiting for the user's answer" in said and "answer(run_id, answer)" in said
+    (said, refused, current, wrong, answered), after, run_id, step = asyncio.run(main())
+    assert "waiting for the user's answer as request r" in said and "answer(run_id, answer, request_id=" in said
     assert refused is True
     assert current["status"] == "waiting_for_answer"
-    assert current["step"]["kind"] == "question" and current["step"]["question"] == "Which colour?"
+    (question,) = [r for r in current["requests"] if r["waiting_for"] == "answer"]
+    assert question["kind"] == "question" and question["question"] == "Which colour?"
+    assert question["asked_by"] == step["request_id"]  # the request whose ask it is: its calls wait for it
     assert "'green' is not an answer" in wrong
     assert answered["answer"] == "blue"
-    assert after["status"] == "waiting_for_work" and after["step"]["step_id"] == "step-02-draft"
+    assert after["status"] == "waiting_for_work" and after["requests"][0]["step_id"] == "step-02-draft"
     events = _events(project, run_id)
     (asked,) = [e["data"] for e in events if e["type"] == "CallRecorded" and e["data"]["op"] == "ask"]
     assert asked["args"]["question"] == "Which colour?" and asked["result"] == "blue"

@@ -5,27 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters
+
+from interfaces.mcp_agent import call as _call
+from interfaces.mcp_agent import stdio_server
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "microfile_run" / "project"
 WORKFLOW = "_bmad/demo/workflows/menus"
 UNIQUE = {"step-01-start": "UNIQUE-TEXT-OF-STEP-ONE", "step-02-draft": "UNIQUE-TEXT-OF-STEP-TWO",
           "step-03-done": "UNIQUE-TEXT-OF-STEP-THREE"}
-
-
-async def _call(client: Client, name: str, args: dict[str, Any] | None = None) -> Any:
-    result = await client.call_tool(name, args or {})
-    if result.is_error:
-        raise AssertionError(f"{name} failed: {result.content}")
-    structured = result.structured_content
-    if structured is not None:
-        return structured.get("result", structured) if isinstance(structured, dict) else structured
-    return json.loads(result.content[0].text)  # type: ignore[union-attr]
 
 
 def test_agent_completes_a_micro_file_workflow_one_just_in_time_step_at_a_time(tmp_path: Path) -> None:
@@ -35,8 +26,7 @@ def test_agent_completes_a_micro_file_workflow_one_just_in_time_step_at_a_time(t
     shutil.copytree(FIXTURE, project)
     texts = {sid: next(p for p in (project / WORKFLOW / "steps").glob(f"{sid}.md")).read_text() for sid in UNIQUE}
     assert all(marker in texts[sid] for sid, marker in UNIQUE.items())
-    server = StdioServerParameters(command=sys.executable, args=["-m", "stepline.interfaces.mcp", "-C", str(project)],
-                                   cwd=str(project))
+    server = stdio_server(project)
 
     async def drive() -> tuple[list[dict[str, Any]], dict[str, Any]]:
         seen: list[dict[str, Any]] = []
@@ -46,18 +36,18 @@ def test_agent_completes_a_micro_file_workflow_one_just_in_time_step_at_a_time(t
                 current = await _call(client, "current_step", {"wait_seconds": 20})
                 if current["status"] != "waiting_for_work":
                     break
-                step = current["step"]
+                (step,) = current["requests"]
                 seen.append(step)
-                sid = step["step_id"]
+                sid, rid = step["step_id"], step["request_id"]
                 if step["kind"] == "decide":
-                    await _call(client, "decide", {"value": True, "reason": "agent agrees", "step_id": sid})
+                    await _call(client, "decide", {"value": True, "reason": "agent agrees", "request_id": rid})
                     continue
                 if step["kind"] == "work" and sid in UNIQUE:
                     await _call(client, "write_output", {"content": f"\n## {sid}\nwritten by the agent\n",
-                                                         "step_id": sid})
+                                                         "request_id": rid})
                 keys = [option["key"] for option in step.get("menu") or []]
                 choice = "C" if "C" in keys else (keys[0] if keys else (step.get("choices") or [None])[0])
-                await _call(client, "finish", {"choice": choice, "summary": f"did {sid}", "step_id": sid})
+                await _call(client, "finish", {"choice": choice, "summary": f"did {sid}", "request_id": rid})
             return seen, await _call(client, "run_status", {"run_id": started["run_id"]})
 
     seen, status = asyncio.run(drive())

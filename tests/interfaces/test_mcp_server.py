@@ -13,6 +13,8 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from interfaces.mcp_agent import call as _call
+from interfaces.mcp_agent import stdio_server
 from stepline.interfaces.mcp import find_workflows
 
 WORKFLOW = """\
@@ -51,18 +53,7 @@ def _server(project: Path, *, entry_point: bool) -> StdioServerParameters:
     if entry_point:
         return StdioServerParameters(command=str(Path(sys.executable).parent / "stepline"),
                                      args=["mcp", "--project-root", str(project)], cwd=str(project))
-    return StdioServerParameters(command=sys.executable, args=["-m", "stepline.interfaces.mcp", "-C", str(project)],
-                                 cwd=str(project))
-
-
-async def _call(client: Client, name: str, args: dict[str, Any] | None = None) -> Any:
-    result = await client.call_tool(name, args or {})
-    if result.is_error:
-        raise AssertionError(f"{name} failed: {result.content}")
-    if result.structured_content is not None:
-        structured = result.structured_content
-        return structured.get("result", structured) if isinstance(structured, dict) else structured
-    return json.loads(result.content[0].text)  # type: ignore[union-attr]
+    return stdio_server(project)
 
 
 def _drive(project: Path, body: Callable[[Client], Awaitable[Any]], *, entry_point: bool = False) -> Any:
@@ -95,14 +86,14 @@ def test_agent_drives_a_native_workflow_to_completion_one_step_at_a_time(project
             current = await _call(client, "current_step", {"wait_seconds": 10})
             if current["status"] != "waiting_for_work":
                 break
-            step = current["step"]
+            (step,) = current["requests"]
             payload = json.dumps(step)
             index = len(seen)
             assert MARKS[index] in payload
             assert all(later not in payload for later in MARKS[index + 1:])
             seen.append(step["step_id"])
             await _call(client, "write_output", {"content": f"# {step['title']}\nby the agent\n",
-                                                 "step_id": step["step_id"]})
+                                                 "request_id": step["request_id"]})
             await _call(client, "set_var", {"name": f"done_{step['step_id']}", "value": True})
             await _call(client, "finish", {"summary": f"did {step['step_id']}"})
         assert seen == ["outline", "draft", "review"]
@@ -118,7 +109,8 @@ def test_agent_drives_a_native_workflow_to_completion_one_step_at_a_time(project
 
 
 def test_protocol_mistakes_are_refused_and_the_agent_can_correct_them(project: Path) -> None:
-    """A wrong step id, a path outside the project and a call before any run are errors the agent sees."""
+    """A request id that is not waiting, a path outside the project and a call before any run are errors the
+    agent sees."""
 
     async def body(client: Client) -> list[str]:
         errors = []
@@ -126,19 +118,19 @@ def test_protocol_mistakes_are_refused_and_the_agent_can_correct_them(project: P
         errors.append(early.content[0].text)  # type: ignore[union-attr]
         await _call(client, "start_run", {"path": "flows/trio.yaml"})
         await _call(client, "current_step")
-        wrong = await client.call_tool("write_output", {"content": "x", "step_id": "draft"})
+        wrong = await client.call_tool("write_output", {"content": "x", "request_id": "r9"})
         errors.append(wrong.content[0].text)  # type: ignore[union-attr]
         outside = await client.call_tool("write_output", {"content": "x", "path": "../escape.md"})
         errors.append(outside.content[0].text)  # type: ignore[union-attr]
         await _call(client, "write_output", {"content": "fine\n"})
         await _call(client, "finish")
         current = await _call(client, "current_step")
-        errors.append(current["step"]["step_id"])
+        errors.append(current["requests"][0]["step_id"])
         return errors
 
     early, wrong, outside, next_step = _drive(project, body, entry_point=True)
     assert "no step is waiting for work" in early
-    assert "'draft' is not the current step" in wrong
+    assert "request 'r9' is not waiting (waiting: r1 (outline))" in wrong
     assert "outside the project root" in outside
     assert next_step == "draft"
     assert not (project.parent / "escape.md").exists()

@@ -19,11 +19,15 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, get_args
+
+from pydantic import Field
 
 from stepline.errors import NotFoundError, RunStateError, SteplineError, UsageError
-from stepline.executors._mcp_bridge import McpBridgeExecutor, StepBridge, add_step_tools, step_payload
+from stepline.executors._mcp_bridge import McpBridgeExecutor, StepBridge, add_step_tools
+from stepline.model import RunMode
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -31,13 +35,15 @@ if TYPE_CHECKING:
     from stepline import Engine
     from stepline.engine import RuntimeConfig
     from stepline.engine._human import Question
-    from stepline.model import Event, Run, RunMode
+    from stepline.model import Event, Run
 
 __all__ = ["RunHost", "build_server", "find_workflows", "serve_stdio"]
 
 _SKIP_DIRS = frozenset({".git", ".stepline", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache",
                         ".ruff_cache", ".pytest_cache", "archives"})
-_MODES = ("normal", "yolo", "non-interactive")
+_STEP_ENDS = frozenset({"WorkflowStepCompleted", "WorkflowStepFailed", "StepBlocked", "StepSkipped"})
+_MENU_NOTE = ("the menu is the user's: show it to them once and pass their choice as finish(choice=KEY); without a "
+              "choice it comes back from current_step as waiting_for_answer, for answer(run_id, KEY)")
 _CHOICES_RE = re.compile(r"\s\[([^\[\]]+)\]$")  # a question gate's reason ends with its choices: "… [A/P/C]"
 
 
@@ -85,6 +91,8 @@ class RunHost:
         self.run_id: str | None = None
         self._task: asyncio.Task[Run] | None = None
         self._started = asyncio.Event()
+        #: The steps at work and what each is doing since when (``time.monotonic``), from the engine's events.
+        self._active: dict[str, tuple[str, float]] = {}
 
     # -- driving --------------------------------------------------------------------------------------------
     def _engine(self, mode: RunMode) -> Engine:
@@ -104,7 +112,17 @@ class RunHost:
     def _listen(self, event: Event) -> None:
         if event.type in ("WorkflowStarted", "WorkflowResumed"):
             self.run_id = event.run_id
+            self._active.clear()
             self._started.set()
+        step_id = event.step_id or event.data.get("step_id")
+        if not step_id:
+            return
+        if event.type in _STEP_ENDS:
+            self._active.pop(step_id, None)
+        elif event.type == "ToolStarted":
+            self._active[step_id] = (f"running the tool {event.data.get('tool')!r}", time.monotonic())
+        elif event.type in ("WorkflowStepStarted", "ToolCompleted", "ToolFailed"):
+            self._active[step_id] = ("at work", time.monotonic())
 
     def _check_idle(self) -> None:
         if self._task is not None and not self._task.done():
@@ -123,20 +141,21 @@ class RunHost:
         if task.done() and task.exception() is not None and self.run_id is None:
             error = task.exception()
             raise error if isinstance(error, SteplineError) else RunStateError(f"the run did not start: {error}")
-        return {"run_id": self.run_id, "next": "call current_step to get the step waiting for work"}
+        return {"run_id": self.run_id, "next": "call current_step to get the requests waiting for you"}
 
-    async def start(self, path: str, variables: dict[str, Any] | None = None, mode: str = "normal") -> dict[str, Any]:
+    async def start(self, path: str, variables: dict[str, Any] | None = None,
+                    mode: RunMode = "normal") -> dict[str, Any]:
         """Start a run of the workflow at ``path`` (relative to the project root)."""
         from stepline.families import load_workflow
 
         self._check_idle()
-        if mode not in _MODES:
-            raise UsageError(f"mode {mode!r} is not one of {', '.join(_MODES)}")
+        if mode not in get_args(RunMode):
+            raise UsageError(f"mode {mode!r} is not one of {', '.join(get_args(RunMode))}")
         target = (self.project_root / path).resolve()
         if not target.is_relative_to(self.project_root):
             raise UsageError(f"{path!r} is outside the project root", hint="list_workflows shows what can run")
         workflow = load_workflow(target, project_root=self.project_root, variables=variables or {})
-        engine = self._engine(cast("RunMode", mode))
+        engine = self._engine(mode)
         return await self._launch(engine.start(workflow, variables or {}))
 
     async def resume(self, run_id: str) -> dict[str, Any]:
@@ -145,30 +164,40 @@ class RunHost:
         return await self._launch(self._engine("normal").resume(run_id))
 
     async def current(self, wait_seconds: float = 10.0) -> dict[str, Any]:
-        """The request waiting for work (only the current step), or the run's state when none is waiting."""
+        """Every request the run waits on (work requests and questions, each with its id), or what the runtime is
+        doing when none waits, or the run's state once it is over. Waits up to ``wait_seconds`` for a request."""
         task = self._task
         if task is None:
             raise UsageError("no run is being driven", hint="start_run (or resume_run) first")
         bridge = self.bridge
-        if bridge.request is None and bridge.question is None and not task.done() and wait_seconds > 0:
-            waiter = asyncio.ensure_future(bridge.wait_ready())
+        if not bridge.pending() and not task.done() and wait_seconds > 0:
+            waiter = asyncio.ensure_future(bridge.wait_until(lambda: bool(bridge.pending())))
             await asyncio.wait({waiter, task}, timeout=wait_seconds, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
-        question = bridge.question
-        if question is not None:  # before the request: while it waits, the request (an ask) cannot go on
-            return {"run_id": self.run_id, "status": "waiting_for_answer", "step": question.payload()}
-        request = bridge.request
-        if request is not None:
-            step = step_payload(request)
-            if request.menu and request.kind == "work" and request.mode != "yolo":
-                step["menu_note"] = ("the menu is the user's: show it to them once and pass their choice as "
-                                     "finish(choice=KEY); without a choice it comes back from current_step as "
-                                     "waiting_for_answer, for answer(run_id, KEY)")
-            return {"run_id": self.run_id, "status": "waiting_for_work", "step": step}
+        requests = bridge.pending()
+        if requests:
+            for item in requests:
+                if item["waiting_for"] == "work" and item["menu"] and item["kind"] == "work" and item["mode"] != "yolo":
+                    item["menu_note"] = _MENU_NOTE
+            asked = any(item["waiting_for"] == "answer" for item in requests)
+            result: dict[str, Any] = {"run_id": self.run_id,
+                                      "status": "waiting_for_answer" if asked else "waiting_for_work",
+                                      "requests": requests}
+            if len(requests) > 1:
+                result["note"] = (f"{len(requests)} requests are waiting: do each, in any order or in parallel "
+                                  "subagents, passing its request_id with every call")
+            return result
         if not task.done():
-            return {"run_id": self.run_id, "status": "running",
-                    "note": "the runtime is busy (tools, checks); call current_step again"}
+            return {"run_id": self.run_id, "status": "running", "requests": [], "note": self._activity()}
         return self.status(self.run_id)
+
+    def _activity(self) -> str:
+        """What the runtime is doing while no request waits for the agent: its steps at work, and for how long."""
+        now = time.monotonic()
+        doing = [f"step {step_id!r} is {what} ({now - since:.0f} s)" for step_id, (what, since) in self._active.items()]
+        return ("no request waits for you: the runtime is working — " + ("; ".join(doing) if doing else
+                "between steps (checks, saving)") + ". Call current_step again; it returns as soon as a request "
+                "comes.")
 
     # -- inspecting -----------------------------------------------------------------------------------------
     def _load(self, run_id: str | None) -> Run:
@@ -197,28 +226,30 @@ class RunHost:
             if error is not None:
                 summary["error"] = summary["error"] or str(error)
         if run.status.value == "blocked":
-            question = self._blocked_question(run.run_id)
-            if question is not None:
-                summary["step"] = question
-                summary["next"] = (f"ask the user, then answer({run.run_id!r}, answer): it is recorded and the "
-                                   "run resumes")
+            questions = self._blocked_questions(run.run_id)
+            if questions:
+                summary["requests"] = questions
+                summary["next"] = (f"ask the user, then answer({run.run_id!r}, answer, request_id): it is recorded "
+                                   "and the run resumes")
             else:
                 summary["next"] = "see list_gates; decide_gate, then resume_run"
         return summary
 
-    def _blocked_question(self, run_id: str, step_id: str | None = None) -> dict[str, Any] | None:
-        """The oldest question gate a blocked run waits on (of ``step_id`` when given), as an agent sees it."""
+    def _blocked_questions(self, run_id: str) -> list[dict[str, Any]]:
+        """The question gates a blocked run waits on, as an agent sees them (a gate's id is its request id)."""
+        found = []
         for gate in self.gates(run_id):
-            if gate.get("kind") != "question" or (step_id is not None and gate.get("step_id") != step_id):
+            if gate.get("kind") != "question":
                 continue
             reason = str(gate.get("reason") or "")
-            found = _CHOICES_RE.search(reason)
-            choices = found[1].split("/") if found else None
-            question = reason[:found.start()] if found else reason
-            return {"kind": "question", "run_id": run_id, "step_id": gate.get("step_id"),
-                    "gate_id": gate["gate_id"], "question": question, "choices": choices, "menu": [],
-                    "ends_with": "answer(run_id, answer): ask the user, then pass their answer"}
-        return None
+            listed = _CHOICES_RE.search(reason)
+            found.append({"request_id": gate["gate_id"], "waiting_for": "answer", "kind": "question",
+                          "run_id": run_id, "step_id": gate.get("step_id"), "gate_id": gate["gate_id"],
+                          "question": reason[:listed.start()] if listed else reason,
+                          "choices": listed[1].split("/") if listed else None, "menu": [],
+                          "ends_with": f"answer(run_id, answer, request_id={gate['gate_id']!r}): ask the user, "
+                                       "then pass their answer"})
+        return found
 
     def gates(self, run_id: str | None = None) -> list[dict[str, Any]]:
         """Pending gates (approvals, risky tools, questions) of one run, or of every run."""
@@ -244,25 +275,30 @@ class RunHost:
         return (bool(run_id) and self._task is not None and not self._task.done() and self.run_id is not None
                 and (run_id == self.run_id or self.run_id.startswith(run_id)))
 
-    async def answer(self, run_id: str, answer: str, *, step_id: str | None = None,
+    async def answer(self, run_id: str, answer: str, *, request_id: str | None = None,
                      by: str = "mcp") -> dict[str, Any]:
-        """Give the person's answer to the question ``run_id`` waits on (a menu's choice, a question's answer).
+        """Give the person's answer to the question ``request_id`` of run ``run_id`` (the only one it waits on,
+        without it): a menu's choice, a question's answer.
 
         The run this server drives gets it at once; a run blocked on a question gate gets it recorded the way
         ``stepline answer`` records it, and is resumed (when this server drives nothing else).
         """
         if self._driving(run_id):
-            if self.bridge.question is None:
-                raise RunStateError(f"run {self.run_id} has no question waiting for an answer",
-                                    hint="current_step shows what it waits for")
-            return self.bridge.answer(answer, step_id=step_id, by=by)
+            return self.bridge.answer(answer, request_id=request_id, by=by)
         from stepline import Engine
 
         run_id = self._load(run_id).run_id
-        waiting = self._blocked_question(run_id, step_id)
-        if waiting is None:
-            raise RunStateError(f"run {run_id} has no question waiting for an answer",
-                                hint="run_status shows its state; list_gates its pending gates")
+        questions = self._blocked_questions(run_id)
+        if request_id:
+            questions = [q for q in questions if q["request_id"] == request_id.strip()]
+        if not questions:
+            raise RunStateError(f"run {run_id} has no question {request_id + ' ' if request_id else ''}waiting for "
+                                "an answer", hint="run_status shows its state; list_gates its pending gates")
+        if len(questions) > 1:
+            raise UsageError(f"run {run_id} waits on {len(questions)} questions ("
+                             + ", ".join(q["request_id"] for q in questions) + "): name one with request_id",
+                             hint="run_status lists them")
+        waiting = questions[0]
         choices: list[str] | None = waiting["choices"]
         value = answer.strip()
         if choices:
@@ -287,19 +323,34 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
+#: The ``run_id`` parameter of the tools that name a run.
+RunId = Annotated[str, Field(description="The run's id, as start_run or current_step returned it (a unique prefix "
+                                         "will do).")]
+
+INSTRUCTIONS = """\
+stepline runs a workflow (BMAD, Agent Skills, CCW, native) step by step; you do the work it asks for.
+1. list_workflows, then start_run(path, mode) (mode normal: menus and questions go to the user through you).
+2. current_step: every request the run waits on now, each with its request_id. waiting_for "work": do what its
+   content says with read / write_output / set_var / call_tool / ask, then end it with finish(choice?, summary) —
+   or decide(value, reason) when its kind is "decide". waiting_for "answer": ask the user the question (show the
+   menu once), then answer(run_id, answer, request_id) with their reply (a menu: the option's key).
+3. Pass request_id with every call. Several requests at once (parallel steps, a step's review layers run as
+   subagents, marked by "layer") can be done in any order, or by parallel subagents of yours, each with its id.
+4. Repeat current_step until its status is completed (or failed / blocked: run_status says why; a blocked gate is
+   settled with list_gates and decide_gate, then resume_run). "running" means the runtime is working: call again.
+Only the requests of now are ever shown, never a later step's text: do not guess ahead.
+"""
+
+
 def build_server(host: RunHost) -> MCPServer[Any]:
-    """The MCP server exposing ``host``: workflows, runs, the current step, the protocol, gates."""
+    """The MCP server exposing ``host``: workflows, runs, the waiting requests, the protocol, gates."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
-    server: MCPServer[Any] = MCPServer(
-        "stepline", log_level="WARNING",
-        instructions="Drive stepline workflow runs one step at a time: start_run, then repeat current_step -> do "
-                     "the step's work with read/write_output/set_var/call_tool/ask -> finish (or decide) until "
-                     "the run is completed. Only the current step is ever shown. A step's menu is the user's: "
-                     "show it to them once and pass their choice with finish(choice=...). When current_step "
-                     "says waiting_for_answer (a menu or a question), ask the user and call answer(run_id, "
-                     "answer).")
+    from stepline import __version__
+
+    server: MCPServer[Any] = MCPServer("stepline", title="stepline workflow runs", version=__version__,
+                                       log_level="WARNING", instructions=INSTRUCTIONS)
     add_step_tools(server, host.bridge)
 
     def guard(exc: SteplineError) -> ToolError:
@@ -307,63 +358,97 @@ def build_server(host: RunHost) -> MCPServer[Any]:
 
     @server.tool()
     async def list_workflows() -> list[dict[str, str]]:
-        """Workflows under the project root (native YAML/JSON, BMAD workflow.yaml / workflow*.md, CCW sessions)."""
+        """Workflows under the project root that start_run can run: their path and format (native YAML/JSON,
+        BMAD workflow.yaml / workflow*.md, Agent Skills folders, CCW sessions)."""
         return await asyncio.to_thread(find_workflows, host.project_root)
 
     @server.tool()
-    async def start_run(path: str, variables: dict[str, Any] | None = None, mode: str = "normal") -> dict[str, Any]:
-        """Start a run of the workflow at `path`; mode normal|yolo|non-interactive. Then call current_step."""
+    async def start_run(
+            path: Annotated[str, Field(description="The workflow to run, relative to the project root, as "
+                                                   "list_workflows lists it.")],
+            variables: Annotated[dict[str, Any] | None, Field(
+                description="Values for the workflow's variables (name -> value), e.g. a skill's inputs.")] = None,
+            mode: Annotated[RunMode, Field(
+                description="normal: menus and questions go to the user through you; yolo: the runtime answers "
+                            "them as a simulated expert user; non-interactive: the run blocks on them until "
+                            "answered.")] = "normal") -> dict[str, Any]:
+        """Start a run of a workflow (one run at a time per server). Then call current_step."""
         try:
             return await host.start(path, variables, mode)
         except SteplineError as exc:
             raise guard(exc) from exc
 
     @server.tool()
-    async def resume_run(run_id: str) -> dict[str, Any]:
-        """Continue a blocked, failed or interrupted run from its first unfinished step."""
+    async def resume_run(run_id: RunId) -> dict[str, Any]:
+        """Continue a blocked, failed or interrupted run from its first unfinished step. Then call current_step."""
         try:
             return await host.resume(run_id)
         except SteplineError as exc:
             raise guard(exc) from exc
 
     @server.tool()
-    async def current_step(wait_seconds: float = 10.0) -> dict[str, Any]:
-        """The step waiting for work (this step only), or the run's final state; waits up to `wait_seconds`."""
+    async def current_step(
+            wait_seconds: Annotated[float, Field(
+                ge=0, le=600, description="How long to wait for a request when none waits yet (seconds).")] = 10.0,
+    ) -> dict[str, Any]:
+        """Every request the run waits on now (status waiting_for_work / waiting_for_answer, `requests`: each with
+        its request_id, step, layer, kind and text), else what the runtime is doing (running), else the run's
+        final state (completed, failed, blocked)."""
         try:
             return await host.current(wait_seconds)
         except SteplineError as exc:
             raise guard(exc) from exc
 
     @server.tool()
-    async def run_status(run_id: str | None = None) -> dict[str, Any]:
-        """A run's status and its steps (default: the run this server drives, else the latest)."""
+    async def run_status(run_id: Annotated[str | None, Field(
+            description="The run's id; default: the run this server drives, else the latest run.")] = None,
+    ) -> dict[str, Any]:
+        """A run's status and its steps (each with status, attempts, error, outputs); for a blocked run, the
+        questions it waits on."""
         try:
             return await asyncio.to_thread(host.status, run_id)
         except SteplineError as exc:
             raise guard(exc) from exc
 
     @server.tool()
-    async def list_gates(run_id: str | None = None) -> list[dict[str, Any]]:
-        """Gates waiting for a person: approvals, high-risk tools, questions."""
+    async def list_gates(run_id: Annotated[str | None, Field(
+            description="The run's id; default: every run's pending gates.")] = None) -> list[dict[str, Any]]:
+        """Gates waiting for a person: approvals, high-risk tools, questions of blocked runs."""
         try:
             return await asyncio.to_thread(host.gates, run_id)
         except SteplineError as exc:
             raise guard(exc) from exc
 
     @server.tool()
-    async def answer(run_id: str, answer: str, step_id: str | None = None, by: str = "mcp") -> dict[str, Any]:
-        """Give the user's answer to the question or menu the run waits on (what current_step shows as
-        waiting_for_answer): the option's key for a menu. Journaled like an answer typed at the terminal; a run
-        blocked on the question is resumed."""
+    async def answer(
+            run_id: RunId,
+            answer: Annotated[str, Field(description="The user's answer: for a menu or a question with choices, "
+                                                     "one of the request's `choices` (a menu option's key; "
+                                                     "another is refused naming them).")],
+            request_id: Annotated[str | None, Field(
+                description="The question's request_id, as current_step lists it. May be left out only while "
+                            "exactly one question waits.")] = None,
+            by: Annotated[str, Field(description="Who answered, for the journal.")] = "mcp") -> dict[str, Any]:
+        """Give the user's answer to a question or menu the run waits on (a request current_step shows as
+        waiting_for "answer"). Journaled like an answer typed at the terminal; a run blocked on the question is
+        resumed."""
         try:
-            return await host.answer(run_id, answer, step_id=step_id, by=by)
+            return await host.answer(run_id, answer, request_id=request_id, by=by)
         except SteplineError as exc:
             raise guard(exc) from exc
 
     @server.tool()
-    async def decide_gate(run_id: str, gate_id: str | None = None, approve: bool = True, by: str = "mcp",
-                          notes: str | None = None, answer: str | None = None) -> dict[str, Any]:
-        """Approve or reject a pending gate (or answer a pending question with `answer`); then resume_run."""
+    async def decide_gate(
+            run_id: RunId,
+            gate_id: Annotated[str | None, Field(description="The gate's id, as list_gates lists it; may be left "
+                                                             "out when the run has one pending gate.")] = None,
+            approve: Annotated[bool, Field(description="Approve (true) or reject (false).")] = True,
+            by: Annotated[str, Field(description="Who decided, for the journal.")] = "mcp",
+            notes: Annotated[str | None, Field(description="Why, for the journal.")] = None,
+            answer: Annotated[str | None, Field(description="For a question gate: the answer.")] = None,
+    ) -> dict[str, Any]:
+        """Approve or reject a pending gate of a run that is not being driven (or answer its question); then
+        resume_run."""
         try:
             return host.decide_gate(run_id, gate_id, approve=approve, by=by, notes=notes, answer=answer)
         except SteplineError as exc:
