@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from fakes.fake_anthropic import FakeAnthropic
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus"
@@ -44,3 +46,11 @@ def write_script(project: Path) -> Callable[[dict[str, Any]], Path]:
         return path
 
     return write
+
+
+@pytest.fixture
+def fake_anthropic() -> Iterator[FakeAnthropic]:
+    """A fake Anthropic Messages server on 127.0.0.1 for the test; set its ``responder`` (see tests/fakes/agents.py
+    for pointing the real ``claude`` at it)."""
+    with FakeAnthropic().running() as server:
+        yield server

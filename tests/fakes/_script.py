@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 
 @dataclass
@@ -24,6 +24,9 @@ class Reply:
 
 #: Builds the reply to one request body (a deterministic fake model); see :mod:`fakes.policy`.
 Responder = Callable[[dict[str, Any]], Reply]
+
+#: Renders a 200 reply's body as the server-sent events of the provider's streaming API.
+Streamer = Callable[[dict[str, Any]], Iterator[str]]
 
 
 class Script:
@@ -69,10 +72,13 @@ class Script:
         with self._lock:
             self.replies.extend(replies)
 
-    async def answer(self, body: dict[str, Any], headers: dict[str, str], error: Any) -> JSONResponse:
+    async def answer(self, body: dict[str, Any], headers: dict[str, str], error: Any,
+                     stream: Streamer | None = None) -> Response:
         """Record the request and send the next reply, else the responder's; with neither, a 400 naming the problem.
 
-        A responder that raises is answered with a 400 carrying its message, so the test sees why.
+        A responder that raises is answered with a 400 carrying its message, so the test sees why. With ``stream``
+        (the request asked for a stream) a 200 reply goes out as the events ``stream`` makes of it; faults stay
+        JSON, as the real APIs send them before any stream starts.
         """
         with self._lock:
             self.requests.append(body)
@@ -91,4 +97,6 @@ class Script:
                 reply = Reply(reply.status, {**reply.body, "usage": usage}, reply.delay)
         if reply.delay:
             await asyncio.sleep(reply.delay)
+        if stream is not None and reply.status == 200:
+            return StreamingResponse(stream(reply.body), media_type="text/event-stream")
         return JSONResponse(reply.body, status_code=reply.status)

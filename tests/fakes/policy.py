@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,11 @@ class Conversation:
     results: list[str]
     #: The offered tools: name -> JSON schema of the parameters.
     tools: dict[str, dict[str, Any]]
+
+
+#: A fake model: the tool calls of its next answer to a conversation; none ends the turn with a short text.
+#: :class:`Policy` is one; a test scripting a real agent CLI writes its own (see :mod:`fakes.agents`).
+Play = Callable[[Conversation], list[Call]]
 
 
 @dataclass

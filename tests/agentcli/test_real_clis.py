@@ -1,0 +1,64 @@
+"""The fake model servers proven end to end with the real agent CLIs (tests/agents/, no stepline involved): each
+CLI, run non-interactively in a temporary project with a temporary HOME and pointed at the server, writes a file
+with its own tool because the scripted model told it to, and its output stream carries the usage the server sent.
+How each CLI is driven is written down in :mod:`fakes.agents`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from fakes import agents
+from fakes.fake_anthropic import FakeAnthropic, responder
+
+HERE = Path(__file__).resolve().parent
+#: What one fake model answer costs; each test checks the CLI's totals are made of it.
+USAGE = (1234, 56)
+
+
+def _run(argv: list[str | Path], cwd: Path, env: dict[str, str]) -> list[dict[str, Any]]:
+    """Run a CLI to its end and return its JSON lines; a failure shows its output."""
+    done = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def test_claude_writes_a_file_with_its_own_tool(tmp_path: Path, project: Path, fake_anthropic: FakeAnthropic) -> None:
+    claude = agents.binary("claude")
+    env = agents.claude_env(tmp_path / "home", fake_anthropic.base_url)
+    fake_anthropic.responder = responder(agents.turns(
+        [("Write", {"file_path": str(project / "hello.txt"), "content": "hello from claude\n"})]), usage=USAGE)
+    lines = _run([claude, "-p", "Write hello.txt.", "--output-format", "stream-json", "--verbose",
+                  "--permission-mode", "acceptEdits"], project, env)
+    assert (project / "hello.txt").read_text() == "hello from claude\n"
+    assert len(fake_anthropic.requests) == 2 and all(r["stream"] for r in fake_anthropic.requests)
+    result = lines[-1]
+    assert result["type"] == "result" and result["subtype"] == "success", result
+    assert (result["usage"]["input_tokens"], result["usage"]["output_tokens"]) == (USAGE[0] * 2, USAGE[1] * 2)
+    assert result["session_id"] and result["total_cost_usd"] > 0
+
+
+def test_claude_calls_a_deferred_mcp_tool_through_toolsearch(tmp_path: Path, project: Path,
+                                                            fake_anthropic: FakeAnthropic) -> None:
+    claude = agents.binary("claude")
+    env = agents.claude_env(tmp_path / "home", fake_anthropic.base_url)
+    config = project / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"stepline": {
+        "command": sys.executable, "args": [str(HERE / "finish_server.py"), str(project / "finished.txt")]}}}))
+    fake_anthropic.responder = responder(agents.turns(
+        [("Write", {"file_path": str(project / "a.txt"), "content": "a\n"})],
+        [("mcp__stepline__finish", {"summary": "wrote a.txt"})]), usage=USAGE)
+    lines = _run([claude, "-p", "Write a.txt, then finish.", "--output-format", "stream-json", "--verbose",
+                  "--permission-mode", "acceptEdits", "--mcp-config", config, "--strict-mcp-config",
+                  "--allowedTools", "mcp__stepline"], project, env)
+    assert (project / "a.txt").read_text() == "a\n"
+    assert (project / "finished.txt").read_text() == "wrote a.txt"
+    offered = [[t["name"] for t in r["tools"]] for r in fake_anthropic.requests]
+    # the MCP tool is not offered until ToolSearch loaded it: Write, ToolSearch, finish, the end
+    assert "mcp__stepline__finish" not in offered[1] and "mcp__stepline__finish" in offered[2]
+    assert {"name": "stepline", "status": "connected"}.items() <= lines[0]["mcp_servers"][0].items()
+    assert lines[-1]["usage"]["output_tokens"] == USAGE[1] * len(fake_anthropic.requests) == USAGE[1] * 4

@@ -1,0 +1,66 @@
+"""The real agent CLIs (pinned in tests/agents/, installed by scripts/agents.sh) run against the fake model servers.
+
+Each CLI runs in a temporary project folder with a temporary HOME (never the user's own configuration), and with
+nothing of the caller's environment but PATH and the locale: :func:`environment` builds that, :func:`binary` finds
+the CLI or skips the test naming what is missing. How each CLI is pointed at the local server and made to run
+unattended, as found by running the pinned versions (tests/agentcli/test_real_clis.py proves each one):
+
+claude (@anthropic-ai/claude-code 2.1.x) — Anthropic Messages, streamed (:mod:`fakes.fake_anthropic`)
+    env ``ANTHROPIC_BASE_URL=http://127.0.0.1:PORT`` (no ``/v1``), ``ANTHROPIC_API_KEY=<anything>``,
+    ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` (no telemetry, update or side requests: only ``/v1/messages``);
+    ``claude -p PROMPT --output-format stream-json --verbose --permission-mode acceptEdits`` (writes allowed, Bash
+    not: add ``--allowedTools Bash``); ``--dangerously-skip-permissions`` / ``bypassPermissions`` are refused when
+    running as root. MCP: ``--mcp-config FILE --strict-mcp-config --allowedTools mcp__NAME``; MCP tools are deferred
+    behind ``ToolSearch`` (see :mod:`fakes.fake_anthropic`, whose responder makes that round trip). Usage: every
+    ``assistant`` line carries the streamed message's usage, the last line (``"type": "result"``) the run's total
+    ``usage`` and ``total_cost_usd``; ``session_id`` is on every line.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fakes.policy import Call, Conversation, Play
+
+#: Where scripts/agents.sh installs the pinned CLIs.
+BIN = Path(__file__).resolve().parents[1] / "agents" / "node_modules" / ".bin"
+
+
+def binary(name: str) -> Path:
+    """The installed CLI ``name``; skips the test (saying why and how to get it) when it is not installed."""
+    path = BIN / name
+    if not path.exists():
+        pytest.skip(f"the real `{name}` CLI is not installed in {BIN}: run scripts/agents.sh (needs npm and the "
+                    "registry)")
+    return path
+
+
+def environment(home: Path, **extra: str) -> dict[str, str]:
+    """A clean environment for a real CLI: ``home`` as HOME and every XDG folder inside it, PATH with the CLIs
+    first, the locale, and ``extra``; nothing else of the caller's (no API keys, no config locations)."""
+    env = {"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}", "HOME": str(home),
+           "LANG": "C.UTF-8", "TERM": "dumb", "NO_COLOR": "1",
+           **{f"XDG_{kind}_HOME": str(home / f".xdg-{kind.lower()}") for kind in ("CONFIG", "DATA", "CACHE", "STATE")}}
+    return {**env, **extra}
+
+
+def claude_env(home: Path, base_url: str) -> dict[str, str]:
+    """The environment that points ``claude`` at a :class:`~fakes.fake_anthropic.FakeAnthropic` at ``base_url``."""
+    return environment(home, ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY="sk-ant-fake",
+                       CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1")
+
+
+def turns(*answers: list[Call]) -> Play:
+    """A fake model that gives ``answers`` in order, one per turn of the conversation (its tool results come
+    back before the next), and then ends the turn; a request of a side conversation is one the CLI makes
+    without tools (a title, a summary): it gets no tool call either."""
+
+    def play(conversation: Conversation) -> list[Call]:
+        if not conversation.tools or conversation.turns >= len(answers):
+            return []
+        return answers[conversation.turns]
+
+    return play
