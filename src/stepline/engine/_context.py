@@ -89,6 +89,11 @@ class StepContext:
         )
         return await self.engine.invoke(self, request, self.invocations - 1)
 
+    def next_invoke_replays(self) -> bool:
+        """Whether the next :meth:`invoke` returns the outcome an earlier driver journaled, calling no executor (a
+        driver that must prepare the ground for a call that runs again — a worktree put back — asks first)."""
+        return self.engine.outcome_key(self, self.invocations) in self.engine.calls.recorded
+
     def note_output(self, rel: str, target: Path) -> None:
         """Remember a file this step wrote, for the artifact index at completion."""
         self.written[rel] = target

@@ -773,9 +773,14 @@ class Engine:
                  sync="background" if ctx.run.workflow.format not in _self_durable else False)
 
     # -- executor and tools ---------------------------------------------------------------------------------
+    @staticmethod
+    def outcome_key(ctx: StepContext, invocation: int) -> str:
+        """The journal key of the outcome of a step's ``invocation``-th executor call."""
+        return f"{ctx.spec.id}/{ctx.calls_attempt}/{invocation}/outcome"
+
     async def invoke(self, ctx: StepContext, request: StepRequest, invocation: int) -> Outcome:
         """Call the executor for ``request`` exactly once across crashes: a journaled outcome is replayed."""
-        key = f"{ctx.spec.id}/{ctx.calls_attempt}/{invocation}/outcome"
+        key = self.outcome_key(ctx, invocation)
         recorded = self.calls.recorded.get(key)
         if recorded is not None:
             return Outcome.from_dict(recorded["result"])

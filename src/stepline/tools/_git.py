@@ -10,23 +10,27 @@ up with :func:`find_commit` before committing again.
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 __all__ = ["find_commit", "git", "git_ok", "is_ancestor", "with_trailers"]
 
 
-async def git(root: Path, *args: str, stdin: str | None = None) -> tuple[int, str]:
-    """Run ``git -C root args…``; return its exit status and its output (stdout and stderr), stripped."""
+async def git(root: Path, *args: str, stdin: str | None = None,
+              env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run ``git -C root args…`` (``env``: variables added to this process's, e.g. a scratch ``GIT_INDEX_FILE``);
+    return its exit status and its output (stdout and stderr), stripped."""
     process = await asyncio.create_subprocess_exec(
         "git", "-C", str(root), *args, stdin=asyncio.subprocess.PIPE if stdin is not None else None,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, **env} if env is not None else None)
     out, _ = await process.communicate(stdin.encode("utf-8") if stdin is not None else None)
     return process.returncode or 0, out.decode("utf-8", "replace").strip()
 
 
-async def git_ok(root: Path, *args: str) -> str:
+async def git_ok(root: Path, *args: str, env: dict[str, str] | None = None) -> str:
     """Run git and return its output; a non-zero exit raises :class:`RuntimeError` with git's first line."""
-    code, out = await git(root, *args)
+    code, out = await git(root, *args, env=env)
     if code != 0:
         first = out.splitlines()[0] if out else f"exit status {code}"
         raise RuntimeError(f"git {' '.join(args[:2])}: {first}")
