@@ -125,7 +125,7 @@ def test_codex_runs_a_native_workflow_through_stepline_mcp(tmp_path: Path, agent
     assert len(calls) == 3
     argv = calls[0]["argv"]
     assert argv[:5] == ["exec", "--json", "--skip-git-repo-check", "-C", str(tmp_path.resolve())]
-    assert "--full-auto" in argv and argv[-1] == "-"
+    assert argv[argv.index("-s") + 1] == "workspace-write" and argv[-1] == "-"
     assert calls[0]["url"].startswith("http://127.0.0.1:") and calls[0]["url"] == calls[0]["env_url"]
     assert "MARK-ONE" in calls[0]["prompt"] and "MARK-TWO" not in calls[0]["prompt"]
     assert "MARK-TWO" in calls[1]["prompt"] and "MARK-THREE" not in calls[1]["prompt"]
@@ -185,7 +185,7 @@ def test_a_decision_runs_in_analysis_mode_and_ends_with_decide(agent_log: Path) 
     session = RecordingSession()
     _perform("codex", _request("decide", condition="the draft exists", hints={}), session)
     argv = _invocations(agent_log)[0]["argv"]
-    assert argv[argv.index("-s") + 1] == "read-only" and "--full-auto" not in argv
+    assert argv[argv.index("-s") + 1] == "read-only"
     assert session.calls == [("decide", True, "fake says yes to the draft exists")]
     assert "analysis mode" in _invocations(agent_log)[0]["prompt"]
 

@@ -228,7 +228,7 @@ def _wait_for(probe: Callable[[], Any], timeout: float = 30) -> Any:
 
 def test_the_agents_streamed_usage_is_read_per_cli() -> None:
     """Claude's repeated message usage counts once; codex's cached tokens are recorded apart; opencode sums steps."""
-    from stepline.executors._cli_agent import AGENTS, StreamedUsage
+    from stepline.executors.cli_agents import AGENTS, StreamedUsage
 
     claude = StreamedUsage(AGENTS["claude"].streamed_usage)
     message = {"id": "m1", "usage": {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 100}}
@@ -245,9 +245,9 @@ def test_the_agents_streamed_usage_is_read_per_cli() -> None:
     assert codex.usage == {"input_tokens": 60, "output_tokens": 7, "cached_input_tokens": 40}
     opencode = StreamedUsage(AGENTS["opencode"].streamed_usage)
     for n in (1, 2):
-        opencode.feed(json.dumps({"type": "step_finish", "part": {"id": f"p{n}", "tokens": {"input": 5, "output": 1},
-                                                                  "cost": 0.25}}))
-    assert opencode.usage == {"input_tokens": 10, "output_tokens": 2, "cost_usd": 0.5}
+        opencode.feed(json.dumps({"type": "step_finish", "part": {"id": f"p{n}", "cost": 0.25, "tokens": {
+            "input": 5, "output": 1, "cache": {"read": 3 * n, "write": 0}}}}))
+    assert opencode.usage == {"input_tokens": 10, "output_tokens": 2, "cached_input_tokens": 9, "cost_usd": 0.5}
 
 
 @pytest.mark.parametrize(("line", "said"), [
@@ -267,7 +267,7 @@ def test_the_agents_streamed_usage_is_read_per_cli() -> None:
 ])
 def test_stepline_logs_says_an_agents_stream_json_events_short(line: str, said: str) -> None:
     """Each CLI's events are shown as what they are; a line that is no JSON event is shown as it is."""
-    from stepline.executors._cli_agent import describe_output
+    from stepline.executors.cli_agents import describe_output
 
     assert describe_output(line) == said
 
@@ -305,7 +305,7 @@ def test_a_ccw_session_done_by_a_cli_agent_has_each_tasks_output_in_stepline_log
                          ids=["empty", "unterminated", "one", "two", "blank", "long"])
 def test_an_agents_output_is_handed_on_line_by_line_however_it_arrives(data: bytes) -> None:
     """Lines longer than a read (200 kB of stream JSON) and a last line without a newline come whole, once."""
-    from stepline.executors._cli_agent import _pump
+    from stepline.executors.cli_agents._process import _pump
 
     async def pump() -> tuple[list[str], list[str]]:
         reader = asyncio.StreamReader()

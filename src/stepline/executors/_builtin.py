@@ -14,7 +14,7 @@ BUILTIN_EXECUTORS: dict[str, str] = {
     "scripted": "stepline.executors._scripted:ScriptedExecutor",
     "openai": "stepline.executors._openai:OpenAIExecutor",
     "anthropic": "stepline.executors._anthropic:AnthropicExecutor",
-    "cli-agent": "stepline.executors._cli_agent:CliAgentExecutor",
+    "cli-agent": "stepline.executors.cli_agents:CliAgentExecutor",
     "human": "stepline.executors._human:HumanExecutor",
     "replay": "stepline.executors._cassette:ReplayExecutor",
 }

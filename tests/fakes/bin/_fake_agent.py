@@ -23,23 +23,28 @@ def _option(argv: list[str], name: str) -> str | None:
     return argv[argv.index(name) + 1] if name in argv else None
 
 
+def _json_or_file(value: str) -> dict[str, Any]:
+    """A CLI's ``--mcp-config``: inline JSON or a file's path, as the real ones take it."""
+    return dict(json.loads(value if value.lstrip().startswith("{") else Path(value).read_text(encoding="utf-8")))
+
+
 def _mcp_url(agent: str, argv: list[str]) -> str:
     if agent == "claude":
         assert argv[0] == "-p" and _option(argv, "--output-format") == "stream-json" and "--verbose" in argv
-        config = json.loads(Path(str(_option(argv, "--mcp-config"))).read_text(encoding="utf-8"))
-        return str(config["mcpServers"]["stepline"]["url"])
+        return str(_json_or_file(str(_option(argv, "--mcp-config")))["mcpServers"]["stepline"]["url"])
     if agent == "codex":
         assert argv[0] == "exec" and "--json" in argv and argv[-1] == "-", argv
         setting = next(v for k, v in itertools.pairwise(argv) if k == "-c" and v.startswith("mcp_servers."))
         return str(json.loads(setting.split("=", 1)[1]))
-    if agent in ("gemini", "qwen"):
+    if agent == "gemini":
         assert _option(argv, "--output-format") == "stream-json"
-        env = "GEMINI_CLI_SYSTEM_SETTINGS_PATH" if agent == "gemini" else "QWEN_CODE_SYSTEM_SETTINGS_PATH"
-        settings = json.loads(Path(os.environ[env]).read_text(encoding="utf-8"))
-        return str(settings["mcpServers"]["stepline"]["httpUrl"])
+        settings = Path(os.environ["GEMINI_CLI_HOME"]) / ".gemini" / "settings.json"
+        return str(json.loads(settings.read_text(encoding="utf-8"))["mcpServers"]["stepline"]["httpUrl"])
+    if agent == "qwen":
+        assert _option(argv, "--output-format") == "stream-json"
+        return str(_json_or_file(str(_option(argv, "--mcp-config")))["mcpServers"]["stepline"]["httpUrl"])
     assert argv[:3] == ["run", "--format", "json"], argv
-    config = json.loads(Path(os.environ["OPENCODE_CONFIG"]).read_text(encoding="utf-8"))
-    return str(config["mcp"]["stepline"]["url"])
+    return str(json.loads(os.environ["OPENCODE_CONFIG_CONTENT"])["mcp"]["stepline"]["url"])
 
 
 def _session_id(agent: str, argv: list[str], step_id: str) -> str:

@@ -1,0 +1,10 @@
+"""The ``cli-agent`` executor (:mod:`._executor`) and the coding-agent CLIs it runs, one module each: how each is
+called and how its stream is read. :mod:`._process` runs one agent under its supervisor; :mod:`._classify` tells a
+failure that is not the work's from one that is."""
+
+from stepline.executors.cli_agents._executor import AGENTS, CliAgentExecutor
+from stepline.executors.cli_agents._prompt import build_prompt, describe_output
+from stepline.executors.cli_agents._spec import TOTAL, AgentCli, AgentReport, Invocation, StreamedUsage
+
+__all__ = ["AGENTS", "TOTAL", "AgentCli", "AgentReport", "CliAgentExecutor", "Invocation", "StreamedUsage",
+           "build_prompt", "describe_output"]

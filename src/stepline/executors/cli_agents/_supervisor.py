@@ -1,0 +1,72 @@
+"""The agent's supervisor: a small process between the driver and the agent CLI, so the agent never outlives its
+driver, however the driver ends (SIGKILL included).
+
+Run as a script (it imports nothing of stepline, to start in milliseconds): ``python _supervisor.py GRACE ARGV…``,
+in a new session, so its pid is the process group of the agent and of everything the agent starts. It waits for
+one line ``go`` on stdin (the driver journals this process first: see :mod:`._process`), then starts the agent in
+its own group with the rest of stdin (the prompt) and its stdout/stderr. When its parent goes away (it is
+re-parented: the driver died) or it is told to stop (SIGTERM, SIGINT, SIGHUP), it stops the whole group: SIGTERM,
+then SIGKILL after GRACE seconds. Otherwise it exits with the agent's status once the agent exits.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+#: How often the parent and the agent are looked at.
+_TICK = 0.1
+
+
+def _wait_for_go(parent: int) -> bool:
+    """Read the driver's one line; False when the driver went away (or said something else) first."""
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = os.read(0, 1)
+        if not chunk or os.getppid() != parent:
+            return False
+        line += chunk
+    return line == b"go\n"
+
+
+def _stop_group(agent: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM to the group (the agent and what it started), SIGKILL to what is left after ``grace`` (us too)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.killpg(0, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while agent.poll() is None and time.monotonic() < deadline:
+        time.sleep(_TICK / 2)
+    os.killpg(0, signal.SIGKILL)
+
+
+def main() -> int:
+    """Supervise one agent run (see the module's doc)."""
+    parent = os.getppid()
+    grace, argv = float(sys.argv[1]), sys.argv[2:]
+    if not _wait_for_go(parent):
+        return 125
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stop)
+    try:
+        agent = subprocess.Popen(argv)
+    except OSError as exc:
+        print(f"cannot start {argv[0]}: {exc}", file=sys.stderr)
+        return 127
+    while agent.poll() is None:
+        if stopping or os.getppid() != parent:
+            _stop_group(agent, grace)
+        time.sleep(_TICK)
+    return agent.returncode if agent.returncode >= 0 else 128 - agent.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

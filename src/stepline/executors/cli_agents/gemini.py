@@ -1,0 +1,90 @@
+"""Gemini CLI (``@google/gemini-cli``, tested with 0.61.x): ``gemini --output-format stream-json``, the prompt on stdin.
+
+Gemini reads MCP servers only from settings files, and a system settings file
+(``GEMINI_CLI_SYSTEM_SETTINGS_PATH``) must be owned by root in folders nobody else may write, so stepline gives it
+a home of its own for the run (``GEMINI_CLI_HOME``, documented): a ``.gemini`` folder holding the user's settings with
+stepline's server added and links to the user's other files there (credentials, sessions). The run's folder is
+trusted for the session (``--skip-trust``), so write mode's ``--approval-mode yolo`` holds; analysis mode is
+``default`` with stepline's server trusted (its tools need no confirmation, the editing tools are refused).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from stepline.errors import ExecutorError
+from stepline.executors.cli_agents._spec import SERVER, TOTAL, AgentCli, AgentReport, Invocation, json_lines, tokens
+
+__all__ = ["GEMINI", "parse_stream", "streamed_usage"]
+
+
+def _home(inv: Invocation) -> Path:
+    """A home for this run whose ``.gemini`` is the user's, with stepline's MCP server added to its settings."""
+    user = Path(os.environ.get("GEMINI_CLI_HOME") or Path.home()) / ".gemini"
+    home = inv.config_dir / "gemini-home"
+    mine = home / ".gemini"
+    mine.mkdir(parents=True)
+    settings: dict[str, Any] = {}
+    if (user / "settings.json").is_file():
+        try:
+            settings = json.loads((user / "settings.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ExecutorError(f"{user / 'settings.json'}: cannot be read as JSON ({exc})",
+                                hint="fix the file (stepline adds its MCP server to a copy of it)") from None
+    for entry in user.iterdir() if user.is_dir() else ():
+        if entry.name != "settings.json":
+            (mine / entry.name).symlink_to(entry)
+    servers = settings.get("mcpServers")
+    servers = servers if isinstance(servers, dict) else {}
+    settings["mcpServers"] = {**servers, SERVER: {"httpUrl": inv.mcp_url, "trust": True}}
+    (mine / "settings.json").write_text(json.dumps(settings), encoding="utf-8")
+    return home
+
+
+def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
+    argv = ["--output-format", "stream-json", "--skip-trust",
+            "--approval-mode", "yolo" if inv.mode == "write" else "default", "--allowed-mcp-server-names", SERVER]
+    if inv.include_dirs:
+        argv += ["--include-directories", ",".join(inv.include_dirs)]
+    if inv.model:
+        argv += ["-m", inv.model]
+    if inv.resume:
+        argv += ["--resume", inv.resume]
+    return argv + inv.extra_args, {"GEMINI_CLI_HOME": str(_home(inv))}
+
+
+def streamed_usage(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
+    """The usage of a gemini-style ``result`` line (the whole call's)."""
+    if event.get("type") == "result" and isinstance(event.get("stats"), dict):
+        return TOTAL, tokens(event["stats"])
+    return None
+
+
+def parse_stream(stdout: str) -> AgentReport:
+    """A gemini-style stream: ``init``, ``message`` deltas, ``tool_use``/``tool_result``, ``result`` with stats."""
+    report = AgentReport()
+    parts: list[str] = []
+    for event in json_lines(stdout):
+        report.session_id = event.get("session_id") or report.session_id
+        kind = event.get("type")
+        if kind == "message" and event.get("role") == "assistant":
+            parts.append(str(event.get("content") or ""))
+        elif kind == "result" or "response" in event:
+            report.usage = tokens(event.get("stats") or {})
+            if event.get("response"):
+                parts = [str(event["response"])]
+            if event.get("status") == "error" or event.get("error"):
+                error = event.get("error")
+                report.error = str(error.get("message") if isinstance(error, dict) else error or "error")
+    report.text = "".join(parts)
+    return report
+
+
+GEMINI = AgentCli(
+    "gemini", "npm install -g @google/gemini-cli", _command, parse_stream, streamed_usage,
+    setup_problems=(("please set an auth method", "set GEMINI_API_KEY (or security.auth.selectedType in "
+                                                  "~/.gemini/settings.json)"),),
+)

@@ -1,0 +1,71 @@
+"""opencode (``opencode-ai``, tested with 1.18.x): ``opencode run --format json``, the prompt on stdin.
+
+stepline's MCP server comes in ``OPENCODE_CONFIG_CONTENT`` (inline configuration, merged over the user's). Write mode
+is the ``build`` agent with ``--auto`` (its permission asks are approved: nobody is there to answer them), analysis
+mode the read-only ``plan`` agent. The provider and model are the user's opencode configuration (``--model
+provider/model`` through the executor's ``model`` option).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from stepline.executors.cli_agents._spec import SERVER, AgentCli, AgentReport, Invocation, json_lines, tokens
+
+__all__ = ["OPENCODE"]
+
+
+def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
+    config = {"mcp": {SERVER: {"type": "remote", "url": inv.mcp_url, "enabled": True}}}
+    argv = ["run", "--format", "json", "--dir", str(inv.cwd)]
+    argv += ["--agent", "build", "--auto"] if inv.mode == "write" else ["--agent", "plan"]
+    if inv.model:
+        argv += ["--model", inv.model]
+    if inv.resume:
+        argv += ["--session", inv.resume] + (["--fork"] if inv.fork else [])
+    return argv + inv.extra_args, {"OPENCODE_CONFIG_CONTENT": json.dumps(config)}
+
+
+def _usage(part: dict[str, Any]) -> dict[str, float]:
+    raw: dict[str, Any] = part["tokens"] if isinstance(part.get("tokens"), dict) else {}
+    cache: dict[str, Any] = raw["cache"] if isinstance(raw.get("cache"), dict) else {}
+    return {**tokens(raw, inp="input", out="output"), "cached_input_tokens": float(cache.get("read") or 0),
+            "cost_usd": float(part.get("cost") or 0)}
+
+
+def _streamed(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
+    part = event.get("part")
+    if event.get("type") == "step_finish" and isinstance(part, dict):
+        return str(part.get("id") or ""), _usage(part)
+    return None
+
+
+def _parse(stdout: str) -> AgentReport:
+    report = AgentReport()
+    parts: list[str] = []
+    steps: dict[str, dict[str, float]] = {}
+    for event in json_lines(stdout):
+        report.session_id = event.get("sessionID") or report.session_id
+        part = event.get("part") or {}
+        if event.get("type") == "text":
+            parts.append(str(part.get("text") or ""))
+        elif (found := _streamed(event)) is not None:
+            steps[found[0] or f"#{len(steps)}"] = found[1]
+        elif event.get("type") == "error":
+            error = event.get("error")
+            if isinstance(error, dict):
+                error = (error.get("data") or {}).get("message") or error.get("message") or error.get("name")
+            report.error = str(error or "error")
+    report.usage = {name: sum(step.get(name, 0.0) for step in steps.values())
+                    for name in ("input_tokens", "output_tokens", "cached_input_tokens", "cost_usd")} if steps else {}
+    report.text = "".join(parts)
+    return report
+
+
+OPENCODE = AgentCli(
+    "opencode", "npm install -g opencode-ai", _command, _parse, _streamed,
+    tool_name=lambda tool: f"{SERVER}_{tool}",
+    setup_problems=(("no provider", "configure a provider and model in opencode.json (or `opencode auth login`) "
+                                    "and give the executor model: provider/model"),),
+)

@@ -1,0 +1,32 @@
+"""Qwen Code (``@qwen-code/qwen-code``, tested with 0.24.x): ``qwen --output-format stream-json``, the prompt on
+stdin. stepline's MCP server is given inline (``--mcp-config '<json>'``); write mode is ``--approval-mode yolo``,
+analysis mode ``plan``. Unattended, Qwen needs an auth type set by the user (``security.auth.selectedType`` in
+``~/.qwen/settings.json``, or ``--auth-type`` in the executor's ``extra_args``) and that provider's key.
+"""
+
+from __future__ import annotations
+
+from stepline.executors.cli_agents._spec import SERVER, AgentCli, Invocation, mcp_servers
+from stepline.executors.cli_agents.gemini import parse_stream, streamed_usage
+
+__all__ = ["QWEN"]
+
+
+def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
+    argv = ["--output-format", "stream-json", "--approval-mode", "yolo" if inv.mode == "write" else "plan",
+            "--mcp-config", mcp_servers({"httpUrl": inv.mcp_url, "trust": True}),
+            "--allowed-mcp-server-names", SERVER]
+    if inv.include_dirs:
+        argv += ["--include-directories", ",".join(inv.include_dirs)]
+    if inv.model:
+        argv += ["-m", inv.model]
+    if inv.resume:
+        argv += ["--resume", inv.resume] + (["--fork-session"] if inv.fork else [])
+    return argv + inv.extra_args, {}
+
+
+QWEN = AgentCli(
+    "qwen", "npm install -g @qwen-code/qwen-code", _command, parse_stream, streamed_usage,
+    setup_problems=(("auth type", "set security.auth.selectedType in ~/.qwen/settings.json (or give the executor "
+                                  "extra_args: [--auth-type, openai]) and that provider's key (OPENAI_API_KEY)"),),
+)
