@@ -45,10 +45,10 @@ def register_drivers(fmt: str | None = None) -> None:
 
 def _refuse_skill_without_skill_md(path: Path) -> None:
     """A skill folder whose SKILL.md is missing or misspelled is no workflow (not a micro-file one)."""
-    from stepline.skills import skill_md_missing
-
     folder = path if path.is_dir() else path.parent
     if path.is_dir() or path.name.lower() == "skill.md" or path.name.startswith("workflow"):
+        from stepline.skills import skill_md_missing  # here: a native file needs no skills code
+
         missing = skill_md_missing(folder)
         if missing is not None:
             raise ReaderError(missing, path=str(folder))

@@ -202,12 +202,12 @@ def print_secrets_in_artifacts(run: Run) -> None:
 
 def print_secrets(found: list[dict[str, Any]]) -> None:
     """:func:`print_secrets_in_artifacts` of the files :func:`secrets_in_artifacts` found."""
+    if not found:
+        return
     from rich.text import Text
 
     from stepline.guardrails import describe_secrets
 
-    if not found:
-        return
     console.print(Text("warning: secrets in files the steps wrote (NOT redacted: the files keep them)",
                        style="yellow"))
     for item in found:

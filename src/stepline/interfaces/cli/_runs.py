@@ -9,7 +9,6 @@ import typer
 
 from stepline.interfaces.cli._app import ConfigOption, Directory, JsonOutput, ProjectRoot, Where, app, where
 from stepline.interfaces.cli._render import (
-    console,
     err_console,
     print_contexts,
     print_errors,
@@ -145,19 +144,15 @@ def _finish(engine: Engine, run: Run, as_json: bool) -> None:
     record_digest(run_dir, run, run_dir.events())
     if as_json:
         print_json(run_summary(run))
-    else:
-        from rich.text import Text
-
+    else:  # plain print, not rich: its import is a sixth of a short run's cost, and user data is no markup
         done = sum(1 for s in run.steps.values() if s.status.value in ("completed", "skipped"))
-        style = {"completed": "green", "failed": "red", "blocked": "yellow"}.get(run.status.value, "white")
-        console.print(f"run [bold]{run.run_id}[/bold] [{style}]{run.status.value}[/{style}]: "
-                      f"{done}/{len(run.steps)} steps")
+        lines = [f"run {run.run_id} {run.status.value}: {done}/{len(run.steps)} steps"]
         if run.status.value == "failed":
-            console.print(Text(f"  {run.error}", style="red"))  # Text: an error's "[x]" is not markup
-            console.print(f"  fix the cause, then: stepline resume {run.run_id}")
+            lines += [f"  {run.error}", f"  fix the cause, then: stepline resume {run.run_id}"]
         elif run.status.value == "blocked":
-            console.print(Text(f"  {run.blocked_reason}", style="yellow"))
-            console.print(f"  see `stepline gates {run.run_id}`; approve/answer, then `stepline resume {run.run_id}`")
+            lines += [f"  {run.blocked_reason}",
+                      f"  see `stepline gates {run.run_id}`; approve/answer, then `stepline resume {run.run_id}`"]
+        print("\n".join(lines))
         print_secrets_in_artifacts(run)
     raise typer.Exit(run_exit_code(run))
 
