@@ -1,0 +1,97 @@
+"""Issue 25: a skill's step-file menus and halts reach the person, through the step-chain mechanism micro-file
+workflows use (stepline.stepchain). v6.11.0's bmad-create-epics-and-stories (step-01 "Confirm … to [C] continue",
+step-02/03 "[A] Advanced Elicitation [P] Party Mode [C] Continue", step-04 "[C] Complete Workflow … HALT") and
+bmad-code-review (step-01 "HALT and wait for user confirmation to proceed")."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from stepline import Engine
+from stepline.engine._human import HumanChannel
+from stepline.families import load_workflow, register_drivers
+
+from .conftest import Recorder
+
+register_drivers()
+EPICS = "_bmad/bmm/plan/bmad-create-epics-and-stories"
+REVIEW = "_bmad/bmm/ship/bmad-code-review"
+
+
+def _cli(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "stepline.interfaces.cli", *args, "-C", str(project)],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, env=env, check=False)
+
+
+def _run_id(project: Path) -> str:
+    (run_dir,) = (project / ".stepline" / "runs").iterdir()
+    return run_dir.name
+
+
+def _events(engine: Engine, run_id: str, op: str) -> list[dict[str, Any]]:
+    return [e.data for e in engine.store.open(run_id).events()
+            if e.type == "CallRecorded" and e.data.get("op") == op]
+
+
+def test_nobody_at_the_terminal_blocks_at_each_menu_answer_and_resume_go_on(v611: Path) -> None:
+    """Exit 9 at step-01's [C]; `stepline answer` + `resume` move to step-02, whose menu blocks in turn."""
+    first = _cli(v611, "run", EPICS, "--executor", "dry-run")
+    assert first.returncode == 9, first.stdout + first.stderr
+    run_id = _run_id(v611)
+    assert "[C] continue" in first.stdout + first.stderr
+    status = _cli(v611, "status", run_id)
+    assert "step-01-validate-prerequisites" in status.stdout and "blocked" in status.stdout
+    answered = _cli(v611, "answer", run_id, "C")
+    assert answered.returncode == 0, answered.stdout + answered.stderr
+    again = _cli(v611, "resume", run_id)
+    assert again.returncode == 9, again.stdout + again.stderr
+    assert "[A] Advanced Elicitation" in again.stdout + again.stderr
+    events = Engine(project_root=v611).store.open(run_id).events()
+    decided = [e.data for e in events if e.type == "AnswerGiven"]
+    assert [(d["gate_id"], d.get("answer"), d.get("by")) for d in decided] == [
+        ("ask:step-01-validate-prerequisites/1/menu/0", "C", "cli")]
+
+
+def test_a_halt_without_a_menu_blocks_on_its_question(v611: Path) -> None:
+    """bmad-code-review's step-01 says "HALT and wait for user confirmation to proceed": it asks, once."""
+    engine = Engine(project_root=v611, executor="dry-run", human=HumanChannel(interactive=False))
+    run = asyncio.run(engine.start(load_workflow(v611 / REVIEW, project_root=v611)))
+    assert run.status.value == "blocked"
+    (gate,) = engine.gates.pending()
+    assert gate.step_id == "step-01-gather-context" and "[C] Continue" in gate.reason
+    assert run.steps["step-02-review"].status.value == "pending"
+
+
+def test_yolo_answers_each_menu_as_the_user_and_journals_who(v611: Path) -> None:
+    engine = Engine(project_root=v611, executor="dry-run", mode="yolo")
+    run = asyncio.run(engine.start(load_workflow(v611 / EPICS, project_root=v611)))
+    assert run.status.value == "completed"
+    menus = _events(engine, run.run_id, "menu")
+    assert [m["key"].split("/")[0] for m in menus] == ["step-01-validate-prerequisites", "step-02-design-epics",
+                                                       "step-03-create-stories", "step-04-final-validation"]
+    assert all(m["result"] == {"choice": "C", "by": "executor"} for m in menus)
+    assert menus[1]["args"]["options"] == ["[A] Advanced Elicitation", "[P] Party Mode", "[C] Continue"]
+
+
+def test_a_side_trip_runs_the_elicitation_skill_and_presents_the_menu_again(v611: Path) -> None:
+    """[A] at step-02 hands the executor bmad-advanced-elicitation's SKILL.md, then step-02's menu is asked again."""
+    answers = iter(["C", "A", "C", "C", "C"])
+
+    def prompt(question: str, choices: list[str] | None) -> str:
+        return next(answers)
+
+    recorder = Recorder()
+    engine = Engine(project_root=v611, executor=recorder, human=HumanChannel(interactive=True, prompt=prompt))
+    run = asyncio.run(engine.start(load_workflow(v611 / EPICS, project_root=v611)))
+    assert run.status.value == "completed", run.error
+    trips = [h for h in _events(engine, run.run_id, "handover") if h["result"]["role"] == "advanced-elicitation"]
+    assert len(trips) == 1 and trips[0]["result"]["path"].endswith("bmad-advanced-elicitation/SKILL.md")
+    asked = [e.data for e in engine.store.open(run.run_id).events() if e.type == "AnswerGiven"]
+    assert [a["gate_id"].split("/", 2)[-1] for a in asked if "step-02" in a["gate_id"]] == ["menu/0", "menu/1"]
+    assert all(a["by"] == "terminal" for a in asked)
