@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from fakes.fake_anthropic import FakeAnthropic
+from fakes.fake_openai import FakeOpenAI
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus"
@@ -53,4 +54,11 @@ def fake_anthropic() -> Iterator[FakeAnthropic]:
     """A fake Anthropic Messages server on 127.0.0.1 for the test; set its ``responder`` (see tests/fakes/agents.py
     for pointing the real ``claude`` at it)."""
     with FakeAnthropic().running() as server:
+        yield server
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAI]:
+    """A fake OpenAI server (Chat Completions and Responses) on 127.0.0.1 for the test; set its ``responder``."""
+    with FakeOpenAI().running() as server:
         yield server

@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from fakes import agents
-from fakes.fake_anthropic import FakeAnthropic, responder
+from fakes.fake_anthropic import FakeAnthropic
+from fakes.fake_anthropic import responder as fake_anthropic_responder
+from fakes.fake_openai import FakeOpenAI
+from fakes.fake_openai import responder as fake_openai_responder
 
 HERE = Path(__file__).resolve().parent
 #: What one fake model answer costs; each test checks the CLI's totals are made of it.
@@ -30,7 +33,7 @@ def _run(argv: list[str | Path], cwd: Path, env: dict[str, str]) -> list[dict[st
 def test_claude_writes_a_file_with_its_own_tool(tmp_path: Path, project: Path, fake_anthropic: FakeAnthropic) -> None:
     claude = agents.binary("claude")
     env = agents.claude_env(tmp_path / "home", fake_anthropic.base_url)
-    fake_anthropic.responder = responder(agents.turns(
+    fake_anthropic.responder = fake_anthropic_responder(agents.turns(
         [("Write", {"file_path": str(project / "hello.txt"), "content": "hello from claude\n"})]), usage=USAGE)
     lines = _run([claude, "-p", "Write hello.txt.", "--output-format", "stream-json", "--verbose",
                   "--permission-mode", "acceptEdits"], project, env)
@@ -49,7 +52,7 @@ def test_claude_calls_a_deferred_mcp_tool_through_toolsearch(tmp_path: Path, pro
     config = project / "mcp.json"
     config.write_text(json.dumps({"mcpServers": {"stepline": {
         "command": sys.executable, "args": [str(HERE / "finish_server.py"), str(project / "finished.txt")]}}}))
-    fake_anthropic.responder = responder(agents.turns(
+    fake_anthropic.responder = fake_anthropic_responder(agents.turns(
         [("Write", {"file_path": str(project / "a.txt"), "content": "a\n"})],
         [("mcp__stepline__finish", {"summary": "wrote a.txt"})]), usage=USAGE)
     lines = _run([claude, "-p", "Write a.txt, then finish.", "--output-format", "stream-json", "--verbose",
@@ -62,3 +65,23 @@ def test_claude_calls_a_deferred_mcp_tool_through_toolsearch(tmp_path: Path, pro
     assert "mcp__stepline__finish" not in offered[1] and "mcp__stepline__finish" in offered[2]
     assert {"name": "stepline", "status": "connected"}.items() <= lines[0]["mcp_servers"][0].items()
     assert lines[-1]["usage"]["output_tokens"] == USAGE[1] * len(fake_anthropic.requests) == USAGE[1] * 4
+
+
+def test_codex_runs_a_command_and_calls_an_mcp_tool(tmp_path: Path, project: Path, fake_openai: FakeOpenAI) -> None:
+    codex = agents.binary("codex")
+    server = [sys.executable, str(HERE / "finish_server.py"), str(project / "done.txt")]
+    env = agents.codex_env(tmp_path / "home", fake_openai.base_url, mcp={"stepline": server})
+    fake_openai.responder = fake_openai_responder(agents.turns(
+        [("exec_command", {"cmd": "printf 'hello from codex\\n' > hello.txt"})],
+        [("mcp__stepline__finish", {"summary": "wrote hello.txt"})]), usage=USAGE)
+    lines = _run([codex, "exec", "--json", "--skip-git-repo-check", "-C", project, "-s", "workspace-write",
+                  "Write hello.txt, then finish."], project, env)
+    assert (project / "hello.txt").read_text() == "hello from codex\n"
+    assert (project / "done.txt").read_text() == "wrote hello.txt"
+    assert all(r["stream"] for r in fake_openai.requests) and len(fake_openai.requests) == 3
+    items = [line["item"] for line in lines if line["type"] == "item.completed"]
+    calls = [item for item in items if item["type"] == "mcp_tool_call"]
+    assert [(c["server"], c["tool"], c["status"]) for c in calls] == [("stepline", "finish", "completed")]
+    usage = next(line["usage"] for line in lines if line["type"] == "turn.completed")
+    assert (usage["input_tokens"], usage["output_tokens"]) == (USAGE[0] * 3, USAGE[1] * 3)
+    assert lines[0]["type"] == "thread.started" and lines[0]["thread_id"]

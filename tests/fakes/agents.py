@@ -14,10 +14,27 @@ claude (@anthropic-ai/claude-code 2.1.x) — Anthropic Messages, streamed (:mod:
     behind ``ToolSearch`` (see :mod:`fakes.fake_anthropic`, whose responder makes that round trip). Usage: every
     ``assistant`` line carries the streamed message's usage, the last line (``"type": "result"``) the run's total
     ``usage`` and ``total_cost_usd``; ``session_id`` is on every line.
+
+codex (@openai/codex 0.169) — OpenAI Responses, streamed (:mod:`fakes.fake_openai`)
+    ``$CODEX_HOME/config.toml`` (default ``~/.codex``; :func:`codex_env` writes it): ``model_provider`` naming a
+    ``[model_providers.X]`` with ``base_url = "http://127.0.0.1:PORT/v1"``, ``wire_api = "responses"`` and
+    ``env_key`` naming the variable holding the key; ``codex exec --json --skip-git-repo-check -C DIR -s
+    workspace-write PROMPT`` with stdin closed (it reads stdin when it is not a terminal). There is no
+    ``--full-auto`` any more: ``exec`` never asks (approval policy ``never``), ``-s`` picks the sandbox
+    (``read-only`` for analysis); the shell tool is ``exec_command`` (``{"cmd": "..."}``). MCP:
+    ``[mcp_servers.NAME]`` with ``command``/``args``, and ``required = true`` (else the first turn can start
+    before the server is up and its tools are then never offered) and ``default_tools_approval_mode =
+    "approve"`` (else every call fails: "MCP tool call requires approval, but approval policy is never"). Its
+    tools are offered as the namespace ``mcp__NAME`` (called with ``"namespace"`` on the ``function_call``; the
+    fake's responder does that for a call to ``mcp__NAME__tool``). An unknown model name adds an ``error`` item
+    ("Model metadata for ... not found") to the stream and nothing else. Usage: ``turn.completed`` carries the
+    turn's summed ``usage`` (``input_tokens``, ``cached_input_tokens``, ``output_tokens``); the session id is
+    ``thread.started``'s ``thread_id``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -51,6 +68,19 @@ def claude_env(home: Path, base_url: str) -> dict[str, str]:
     """The environment that points ``claude`` at a :class:`~fakes.fake_anthropic.FakeAnthropic` at ``base_url``."""
     return environment(home, ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY="sk-ant-fake",
                        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1")
+
+
+def codex_env(home: Path, base_url: str, mcp: dict[str, list[str]] | None = None) -> dict[str, str]:
+    """The environment (and ``home/.codex/config.toml``) that points ``codex`` at a
+    :class:`~fakes.fake_openai.FakeOpenAI` at ``base_url``; ``mcp`` maps server names to their command lines."""
+    lines = ['model = "fake-gpt"', 'model_provider = "fake"', "[model_providers.fake]", 'name = "fake"',
+             f"base_url = {json.dumps(base_url)}", 'wire_api = "responses"', 'env_key = "FAKE_OPENAI_KEY"']
+    for name, argv in (mcp or {}).items():
+        lines += [f"[mcp_servers.{name}]", f"command = {json.dumps(argv[0])}", f"args = {json.dumps(argv[1:])}",
+                  "required = true", 'default_tools_approval_mode = "approve"']
+    (home / ".codex").mkdir(parents=True, exist_ok=True)
+    (home / ".codex" / "config.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return environment(home, FAKE_OPENAI_KEY="sk-fake")
 
 
 def turns(*answers: list[Call]) -> Play:

@@ -1,6 +1,8 @@
-"""A fake OpenAI Chat Completions server: ``POST /v1/chat/completions`` (with ``tool_calls``) and
-``GET /v1/models``, answering from a script of replies, faults (429, 500) and delays, or from a fake model
-(:func:`responder`)."""
+"""A fake OpenAI server: Chat Completions (``POST /v1/chat/completions``, with ``tool_calls``), Responses
+(``POST /v1/responses``, with ``function_call`` items) and ``GET /v1/models``, answering from a script of replies,
+faults (429, 500) and delays, or from a fake model (:func:`responder`, for either API). A request with
+``"stream": true`` gets the reply as the API streams it (:func:`chunks`, :func:`response_events`), usage included.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from fastapi.responses import JSONResponse
 
 from fakes._script import Reply, Responder, Script
 from fakes._server import serve
-from fakes.policy import Conversation, Policy
+from fakes.policy import Call, Conversation, Play
 
 _ids = itertools.count(1)
 
@@ -41,31 +43,171 @@ def completion(*calls: tuple[str, dict[str, Any]], text: str | None = None, mode
     })
 
 
+def chunks(body: dict[str, Any]) -> Iterator[str]:
+    """A ``chat.completion`` as Chat Completions streams it: ``chat.completion.chunk`` lines with the role, the
+    text, each tool call (its id and name, then its arguments), the finish reason, then a chunk with no choices
+    and the ``usage`` (what ``stream_options.include_usage`` asks for; clients that did not ask ignore it), then
+    ``[DONE]``."""
+    def chunk(delta: dict[str, Any], finish: str | None = None, **more: Any) -> str:
+        choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}] if delta or finish else []
+        data = {"id": body["id"], "object": "chat.completion.chunk", "created": body["created"],
+                "model": body["model"], "choices": choices, **more}
+        return f"data: {json.dumps(data)}\n\n"
+
+    choice = body["choices"][0]
+    message = choice["message"]
+    yield chunk({"role": "assistant", "content": ""})
+    if message.get("content"):
+        yield chunk({"content": message["content"]})
+    for index, call in enumerate(message.get("tool_calls") or []):
+        yield chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                     "function": {"name": call["function"]["name"], "arguments": ""}}]})
+        yield chunk({"tool_calls": [{"index": index, "function": {"arguments": call["function"]["arguments"]}}]})
+    yield chunk({}, choice["finish_reason"])
+    yield chunk({}, usage=body["usage"])
+    yield "data: [DONE]\n\n"
+
+
+def response(*calls: Call, text: str | None = None, model: str = "fake-gpt", usage: tuple[int, int] = (100, 20),
+             namespaces: dict[str, str] | None = None) -> Reply:
+    """A 200 Responses ``response`` whose output has an assistant message (optional) and a ``function_call`` item
+    per call; a call named in ``namespaces`` (full name -> namespace, see :func:`_functions`) calls that namespace's
+    function, as codex offers MCP tools (namespace ``mcp__stepline``, function ``finish``)."""
+    output: list[dict[str, Any]] = []
+    if text:
+        output.append({"type": "message", "id": f"msg_{next(_ids)}", "status": "completed", "role": "assistant",
+                       "content": [{"type": "output_text", "text": text, "annotations": []}]})
+    for name, args in calls:
+        namespace = (namespaces or {}).get(name)
+        item = {"type": "function_call", "id": f"fc_{next(_ids)}", "call_id": f"call_{next(_ids)}", "name": name,
+                "arguments": json.dumps(args), "status": "completed"}
+        if namespace:
+            item |= {"name": name.removeprefix(f"{namespace}__"), "namespace": namespace}
+        output.append(item)
+    return Reply(200, {
+        "id": f"resp_{next(_ids)}", "object": "response", "created_at": 1_700_000_000, "status": "completed",
+        "model": model, "output": output,
+        "usage": {"input_tokens": usage[0], "input_tokens_details": {"cached_tokens": 0}, "output_tokens": usage[1],
+                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": sum(usage)},
+    })
+
+
+def response_events(body: dict[str, Any]) -> Iterator[str]:
+    """A ``response`` as the Responses API streams it: ``response.created``, per output item
+    ``response.output_item.added``, its text or arguments deltas and ``….done``, ``response.output_item.done``,
+    then ``response.completed`` with the whole response and its ``usage``."""
+    sequence = itertools.count()
+
+    def event(kind: str, **data: Any) -> str:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': next(sequence), **data})}\n\n"
+
+    yield event("response.created", response={**body, "status": "in_progress", "output": [], "usage": None})
+    for index, item in enumerate(body["output"]):
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            yield event("response.output_item.added", output_index=index, item={**item, "content": []})
+            part = {"type": "output_text", "text": "", "annotations": []}
+            yield event("response.content_part.added", item_id=item["id"], output_index=index, content_index=0,
+                        part=part)
+            yield event("response.output_text.delta", item_id=item["id"], output_index=index, content_index=0,
+                        delta=text)
+            yield event("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
+                        text=text)
+            yield event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
+                        part={**part, "text": text})
+        else:
+            yield event("response.output_item.added", output_index=index,
+                        item={**item, "arguments": "", "status": "in_progress"})
+            yield event("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
+                        delta=item["arguments"])
+            yield event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                        arguments=item["arguments"])
+        yield event("response.output_item.done", output_index=index, item=item)
+    yield event("response.completed", response=body)
+
+
 def fault(status: int, message: str = "injected fault", delay: float = 0.0) -> Reply:
     """An error answer (429 rate limit, 500, 400, …)."""
     kind = {429: "rate_limit_exceeded", 400: "invalid_request_error"}.get(status, "server_error")
     return Reply(status, error_body(message, kind), delay)
 
 
-def responder(policy: Policy, usage: tuple[int, int] = (100, 20)) -> Responder:
-    """Answer each Chat Completions request with the tool calls ``policy`` makes for it (and ``usage``)."""
+def responder(policy: Play, usage: tuple[int, int] = (100, 20)) -> Responder:
+    """Answer each request, Chat Completions or Responses, with the tool calls ``policy`` makes for it (and
+    ``usage``); no call ends the turn with a text."""
 
     def respond(body: dict[str, Any]) -> Reply:
-        messages = body["messages"]
-        trailing: list[str] = []
-        for message in reversed(messages):
-            if message["role"] != "tool":
-                if message["role"] == "user" and len(messages) > 2:  # a reminder: the last answer had no call
-                    trailing.append(f"error: {message['content']}")
-                break
-            trailing.insert(0, str(message["content"]))
-        conversation = Conversation(
-            system=messages[0]["content"], prompt=messages[1]["content"],
-            turns=sum(m["role"] == "assistant" for m in messages), results=trailing,
-            tools={t["function"]["name"]: t["function"]["parameters"] for t in body.get("tools") or []})
-        return completion(*policy(conversation), model=str(body.get("model") or "fake-gpt"), usage=usage)
+        model = str(body.get("model") or "fake-gpt")
+        if "input" in body:
+            conversation = _responses_conversation(body)
+            calls = policy(conversation)
+            return response(*calls, text=None if calls else "Done.", model=model, usage=usage,
+                            namespaces={name: space for name, (space, _) in _functions(body.get("tools") or []).items()
+                                        if space})
+        calls = policy(_chat_conversation(body))
+        return completion(*calls, text=None if calls else "Done.", model=model, usage=usage)
 
     return respond
+
+
+def _chat_conversation(body: dict[str, Any]) -> Conversation:
+    """A Chat Completions request as the fake model sees it."""
+    messages = body["messages"]
+    trailing: list[str] = []
+    for message in reversed(messages):
+        if message["role"] != "tool":
+            if message["role"] == "user" and len(messages) > 2:  # a reminder: the last answer had no call
+                trailing.append(f"error: {_text(message['content'])}")
+            break
+        trailing.insert(0, _text(message["content"]))
+    system = [_text(m["content"]) for m in messages if m["role"] == "system"]
+    users = [_text(m["content"]) for m in messages if m["role"] == "user"]
+    return Conversation(
+        system="\n".join(system), prompt=users[0] if users else "",
+        turns=sum(m["role"] == "assistant" for m in messages), results=trailing,
+        tools={t["function"]["name"]: t["function"].get("parameters", {}) for t in body.get("tools") or []})
+
+
+def _responses_conversation(body: dict[str, Any]) -> Conversation:
+    """A Responses request as the fake model sees it: its prompt the last user message before the model's first
+    turn, its turns the runs of model output in ``input`` (messages of the assistant, function calls, reasoning),
+    its results the function call outputs after the last one."""
+    items = [{"type": "message", "role": "user", "content": body["input"]}] if isinstance(body["input"], str) \
+        else body["input"]
+    model_items = {"function_call", "custom_tool_call", "reasoning"}
+    turns, results, in_turn, prompt = 0, [], False, ""
+    for item in items:
+        if item.get("role") == "user" and not turns:
+            prompt = _text(item["content"])
+        mine = item.get("type") in model_items or item.get("role") == "assistant"
+        turns += mine and not in_turn
+        in_turn = mine
+        if mine:
+            results = []
+        elif item.get("type") in ("function_call_output", "custom_tool_call_output"):
+            results.append(_text(item["output"]))
+    system = [_text(item["content"]) for item in items if item.get("role") in ("system", "developer")]
+    return Conversation(
+        system="\n".join([body.get("instructions") or "", *system]), prompt=prompt, turns=turns, results=results,
+        tools={name: schema for name, (_, schema) in _functions(body.get("tools") or []).items()})
+
+
+def _functions(offered: list[dict[str, Any]]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """The functions a Responses request offers: full name -> (namespace or "", parameters schema). Codex offers
+    an MCP server's tools as the namespace ``mcp__<server>``: ``finish`` of ``stepline`` is
+    ``mcp__stepline__finish``, the name claude gives it too."""
+    functions = {t["name"]: ("", t.get("parameters", {})) for t in offered if t.get("type") == "function"}
+    for space in (t for t in offered if t.get("type") == "namespace"):
+        functions |= {f"{space['name']}__{name}": (space["name"], schema)
+                      for name, (_, schema) in _functions(space.get("tools") or []).items()}
+    return functions
+
+
+def _text(content: Any) -> str:
+    """A content field as text: a string, or the text of its parts."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
 
 
 class FakeOpenAI(Script):
@@ -80,7 +222,14 @@ class FakeOpenAI(Script):
 
         @self.app.post("/v1/chat/completions")
         async def chat(request: Request) -> Any:
-            return await self.answer(await request.json(), dict(request.headers), error_body)
+            body = await request.json()
+            return await self.answer(body, dict(request.headers), error_body, chunks if body.get("stream") else None)
+
+        @self.app.post("/v1/responses")
+        async def responses(request: Request) -> Any:
+            body = await request.json()
+            return await self.answer(body, dict(request.headers), error_body,
+                                     response_events if body.get("stream") else None)
 
         @self.app.get("/v1/models")
         async def models(request: Request) -> Any:
