@@ -40,13 +40,14 @@ async def call(client: Client, name: str, args: dict[str, Any] | None = None) ->
 
 
 def default_choice(request: dict[str, Any]) -> str | None:
-    """The option a person pressing Enter takes: the menu's default, else C, else the first one."""
+    """The option a person pressing Enter takes: the menu's default, else C (Continue, in any case), else the
+    first one."""
     menu = request.get("menu") or []
     for option in menu:
         if option.get("default"):
             return str(option["key"])
     keys = [str(option["key"]) for option in menu] or list(request.get("choices") or [])
-    return ("C" if "C" in keys else keys[0]) if keys else None
+    return next((key for key in keys if key.lower() == "c"), keys[0]) if keys else None
 
 
 class DryAgent:

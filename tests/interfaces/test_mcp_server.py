@@ -161,7 +161,8 @@ def test_a_gated_step_blocks_until_the_gate_is_decided_over_mcp(project: Path) -
 
 
 def test_workflow_listing_finds_every_format_and_skips_run_storage(tmp_path: Path) -> None:
-    """Native files, BMAD workflow.yaml / workflow*.md and CCW sessions are listed; .stepline and data are not."""
+    """Native files, BMAD workflow.yaml / workflow*.md, Agent Skills and CCW sessions are listed; .stepline, data
+    and a workflow's templates are not."""
     (tmp_path / "native.yaml").write_text(GATED, encoding="utf-8")
     (tmp_path / "bmad" / "prd").mkdir(parents=True)
     (tmp_path / "bmad" / "prd" / "workflow.yaml").write_text("name: prd\ninstructions: i.md\n", encoding="utf-8")
@@ -174,9 +175,16 @@ def test_workflow_listing_finds_every_format_and_skips_run_storage(tmp_path: Pat
     (tmp_path / ".stepline" / "runs").mkdir(parents=True)
     (tmp_path / ".stepline" / "runs" / "copy.yaml").write_text(GATED, encoding="utf-8")
     (tmp_path / "package.json").write_text("{}", encoding="utf-8")
+    (tmp_path / "bmad" / "brief" / "templates").mkdir()  # a workflow's own resources are not workflows
+    (tmp_path / "bmad" / "brief" / "templates" / "workflow-template.md").write_text("---\nname: t\n---\n")
+    skill = tmp_path / "skills" / "bmad-build"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: bmad-build\ndescription: Build.\n---\nBuild it.\n")
+    (skill / "workflow.md").write_text("Follow step-01.\n", encoding="utf-8")
     assert sorted(find_workflows(tmp_path), key=lambda item: item["path"]) == [
         {"path": ".workflow/active/WFS-auth", "format": "ccw"},
         {"path": "bmad/brief/workflow-brief.md", "format": "bmad-microfile"},
         {"path": "bmad/prd/workflow.yaml", "format": "bmad-legacy"},
         {"path": "native.yaml", "format": "native"},
+        {"path": "skills/bmad-build", "format": "bmad-skill"},  # a skill is its folder, listed once
     ]

@@ -41,6 +41,8 @@ __all__ = ["RunHost", "build_server", "find_workflows", "serve_stdio"]
 
 _SKIP_DIRS = frozenset({".git", ".stepline", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache",
                         ".ruff_cache", ".pytest_cache", "archives"})
+#: The folders beside a workflow file that hold its resources (BMAD's data/ and templates/), not workflows.
+_RESOURCE_DIRS = frozenset({"data", "templates"})
 _STEP_ENDS = frozenset({"WorkflowStepCompleted", "WorkflowStepFailed", "StepBlocked", "StepSkipped"})
 _MENU_NOTE = ("the menu is the user's: show it to them once and pass their choice as finish(choice=KEY); without a "
               "choice it comes back from current_step as waiting_for_answer, for answer(run_id, KEY)")
@@ -48,17 +50,20 @@ _CHOICES_RE = re.compile(r"\s\[([^\[\]]+)\]$")  # a question gate's reason ends 
 
 
 def find_workflows(root: Path, *, limit: int = 500) -> list[dict[str, str]]:
-    """Every workflow under ``root`` that :func:`stepline.families.detect_format` recognises, by relative path."""
+    """Every workflow under ``root`` that :func:`stepline.families.detect_format` recognises, by relative path: a
+    CCW session or an Agent Skill is its folder."""
     from stepline.families import detect_format
 
     found: list[dict[str, str]] = []
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
+        if any(name.startswith("workflow") and name.endswith((".md", ".yaml")) for name in files):
+            dirs[:] = [d for d in dirs if d not in _RESOURCE_DIRS]  # a workflow's own data and templates
         candidates = [here / name for name in sorted(files)
                       if name.endswith((".yaml", ".yml", ".json")) or (name.startswith("workflow")
                                                                         and name.endswith(".md"))]
-        if here.name.startswith("WFS-") or (here / "workflow-session.json").is_file():
+        if here.name.startswith("WFS-") or "SKILL.md" in files or "workflow-session.json" in files:
             candidates = [here]
             dirs[:] = []
         for path in candidates:
