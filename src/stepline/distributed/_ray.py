@@ -30,7 +30,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import logging
 import os
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -93,6 +96,69 @@ def _join(address: str | None) -> bool:
                          hint="start it with `ray start --head`, or pass the address it printed to "
                               "--ray-address") from None
     return True
+
+
+#: Where Ray looks for its auth token (its C++ AuthenticationTokenLoader, in this order).
+_TOKEN_PLACES = "RAY_AUTH_TOKEN=<token>, RAY_AUTH_TOKEN_PATH=<file>, or the file ~/.ray/auth_token"
+
+
+def _token_auth(address: str) -> None:
+    """Join a cluster at ``address`` (``HOST:PORT``) with Ray's token auth when, and only when, it uses it.
+
+    ``ray.init(address=…)`` sends no token unless ``RAY_AUTH_MODE=token`` (a token-auth head then refuses it,
+    ``InvalidAuthToken``, 20 s of retries, and "cannot connect"), and one sent to a cluster without token auth
+    makes its workers fail to call back. So the cluster is asked once without a token; when it refuses, token
+    auth is turned on the way ``ray start --head`` turns it on (a token found in :data:`_TOKEN_PLACES`), and a
+    missing or refused token is one line saying what to set. ``RAY_AUTH_MODE`` set is obeyed as it is (without
+    an address, ``ray.init`` itself turns token auth on for a local cluster when a token is found).
+    """
+    if os.environ.get("RAY_AUTH_MODE") or _accepted(address):
+        return
+    setup = importlib.import_module("ray._private.authentication.authentication_token_setup")
+    banner = logging.getLogger(setup.__name__)  # its "token auth is enabled for this cluster" is a head's banner
+    level = banner.level
+    banner.setLevel(logging.ERROR)
+    try:
+        found = setup.maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+    finally:
+        banner.setLevel(level)
+    if not found:
+        raise UsageError(f"the Ray cluster at {address} uses token auth and this process has no token",
+                         hint=f"give it the head's token (`ray get-auth-token` on the head prints it): {_TOKEN_PLACES}")
+    if not _accepted(address):
+        raise UsageError(f"the Ray cluster at {address} refused this process's auth token",
+                         hint=f"it must be the head's (`ray get-auth-token` on the head prints it); Ray reads it "
+                              f"from {_TOKEN_PLACES}")
+
+
+def _accepted(address: str) -> bool:
+    """Whether the cluster's GCS at ``address`` lets this process in (one request; Ray's C++ client logs its
+    refusal on stderr, which is kept off the terminal: the refusal is reported in our words)."""
+    _ray()
+    raylet = importlib.import_module("ray._raylet")
+    refused = importlib.import_module("ray.exceptions").AuthenticationError
+    with _stderr_closed():
+        try:
+            raylet.GcsClient(address=address)
+        except refused:
+            return False
+        except Exception:  # not a refusal (not up yet, not Ray's GCS): ray.init says what it is
+            return True
+    return True
+
+
+@contextlib.contextmanager
+def _stderr_closed() -> Iterator[None]:
+    """Point file descriptor 2 at /dev/null for a moment (C++ code writes there, past ``sys.stderr``)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 class WorkerLost(ExecutorError):
@@ -254,8 +320,9 @@ def ray_executor(inner: Executor, *, recipe: tuple[str, dict[str, Any]] | None =
 
 
 def check_reachable(address: str | None, timeout: float = 5.0) -> None:
-    """Refuse, in one line, a cluster address (``HOST:PORT``, or ``RAY_ADDRESS``) that nothing answers on: Ray
-    itself would retry for minutes. ``ray://`` and ``auto`` addresses are left to Ray."""
+    """Refuse, in one line, a cluster address (``HOST:PORT``, or ``RAY_ADDRESS``) that nothing answers on (Ray
+    itself would retry for minutes), or whose token auth turns this process away; join it with token auth when
+    it uses that (:func:`_token_auth`). ``ray://`` and ``auto`` addresses are left to Ray."""
     import socket
 
     address = address or os.environ.get("RAY_ADDRESS")
@@ -271,6 +338,7 @@ def check_reachable(address: str | None, timeout: float = 5.0) -> None:
         raise UsageError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}",
                          hint="start it with `ray start --head`, or pass the address it printed to --ray-address"
                          ) from None
+    _token_auth(address)
 
 
 def _ray() -> Any:
