@@ -7,6 +7,7 @@ journal, artifacts and approvals are left behind as an audit trail.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import sys
 import tempfile
@@ -18,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def stepline(*args: str) -> int:
-    print(f"\n$ stepline {' '.join(args)}", flush=True)
+    print(f"\n$ {shlex.join(['stepline', *args])}", flush=True)  # quoted: each command can be pasted as printed
     return run_cli(list(args))
 
 

@@ -38,6 +38,12 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+#: What a bare ``stepline`` prints: the commands to start with, not the whole help.
+USAGE = """usage: stepline COMMAND [OPTIONS] [ARGS]...
+  stepline run PATH         run a workflow (native, BMAD, Agent Skill, CCW session)
+  stepline status [RUN]     a run's status; `stepline list` lists every run
+  stepline --help           every command; `stepline COMMAND --help` its options"""
+
 EXIT_FAILED = 8
 EXIT_BLOCKED = 9
 EXIT_INVALID = 10
@@ -93,6 +99,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def run_cli(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code instead of exiting (tests call this)."""
+    if not (sys.argv[1:] if argv is None else argv):
+        print(USAGE, file=sys.stderr)
+        return 2
     from stepline.interfaces.cli import _commands  # noqa: F401 - registers the commands
 
     try:
@@ -120,6 +129,9 @@ def _report(exc: Exception) -> int:
         if kind == "Abort":
             print("Aborted!", file=sys.stderr)
             return 130
+        if kind == "NoArgsIsHelpError":  # a bare command group (`stepline ccw`): its help, no "error: Usage:"
+            print(exc.format_message() if hasattr(exc, "format_message") else exc, file=sys.stderr)
+            return 2
         format_message = getattr(exc, "format_message", None)
         message = format_message() if callable(format_message) else str(exc)
         print(f"error: {message} (see `stepline --help`)", file=sys.stderr)

@@ -33,8 +33,7 @@ def open_run_dir(at: Where, config: Path | None, run_id: str | None) -> RunDir:
 
 def diagnose_run(at: Where, config: Path | None, run_dir: RunDir) -> Diagnosis:
     """The diagnosis of ``run_dir`` by the project's engine (its journal folded as a resume folds it)."""
-    from stepline import Engine
-    from stepline.engine import load_runtime_config
+    from stepline.engine import Engine, load_runtime_config
 
     return Engine(project_root=at.root, config=load_runtime_config(at.root, at.option(config))).diagnose(run_dir)
 
@@ -72,8 +71,7 @@ def doctor(
         else:
             print_diagnosis(found)
         raise typer.Exit(EXIT_DAMAGED if found.damaged else 0)
-    from stepline import Engine
-    from stepline.engine import load_runtime_config
+    from stepline.engine import Engine, load_runtime_config
 
     engine = Engine(project_root=at.root, config=load_runtime_config(at.root, at.option(config)))
     backup, found = engine.truncate_to_last_good(run_dir)

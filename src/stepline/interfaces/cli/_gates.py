@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from stepline.interfaces.cli._app import ConfigOption, Directory, JsonOutput, ProjectRoot, Where, app, where
-from stepline.interfaces.cli._render import console, print_json
+from stepline.interfaces.cli._render import print_json
 
 
 def decide_gate(project_root: Path, config: Path | None, run_id: str, gate_id: str | None, *, approved: bool,
                 by: str, notes: str | None, answer: str | None = None) -> str:
     """Decide a gate of a blocked run; return the gate id (``project_root`` and ``config`` as the engine takes
     them: a relative one is taken from the current folder)."""
-    from stepline import Engine
-    from stepline.engine import load_runtime_config
+    from stepline.engine import Engine, load_runtime_config
 
     root = project_root.resolve()
     engine = Engine(project_root=root, config=load_runtime_config(root, config))
@@ -40,10 +40,8 @@ def gates(
     as_json: JsonOutput = False,
 ) -> None:
     """List the gates waiting for a person (approvals, high-risk tools, questions)."""
-    from rich.table import Table
-
     from stepline.errors import JournalError
-    from stepline.interfaces.cli._render import err_console
+    from stepline.interfaces.cli._render import print_table
     from stepline.interfaces.cli._runs import open_store
 
     store = open_store(where(directory, project_root), config)
@@ -56,7 +54,7 @@ def gates(
         except JournalError as exc:
             if run_id:
                 raise
-            err_console.print(f"warning: {exc.format_message()}", markup=False, soft_wrap=True)
+            print(f"warning: {exc.format_message()}", file=sys.stderr)
             continue
         for gate in found if isinstance(found, list) else ():
             if isinstance(gate, dict) and gate.get("status") == "pending":
@@ -65,13 +63,12 @@ def gates(
         print_json(rows)
         return
     if not rows:
-        console.print("no pending gates")
+        print("no pending gates")
         return
-    table = Table("run", "gate", "kind", "step", "reason", box=None)
-    for row in rows:
-        table.add_row(row["run_id"], str(row.get("gate_id")), str(row.get("kind")), str(row.get("step_id") or ""),
-                      str(row.get("reason") or "")[:80])
-    console.print(table)
+    # Plain text, every id whole (a run id or gate id is what the user types next); the reason is cut to fit.
+    print_table(("run", "gate", "kind", "step", "reason"),
+                ([row["run_id"], str(row.get("gate_id")), str(row.get("kind")), str(row.get("step_id") or ""),
+                  str(row.get("reason") or "")] for row in rows), fit_last=True)
 
 
 By = Annotated[str, typer.Option("--by", help="Who decides (recorded in approvals.json).")]
@@ -86,7 +83,7 @@ def approve(run_id: Annotated[str, typer.Argument(help="The blocked run.")], gat
     """Approve a pending gate; then `stepline resume RUN` continues the run."""
     at = where(directory, project_root)
     gate_id = decide_gate(at.root, at.option(config), run_id, gate, approved=True, by=by, notes=notes)
-    console.print(f"approved {gate_id} by {by}; continue with: {_resume_command(at, config, run_id)}")
+    print(f"approved {gate_id} by {by}; continue with: {_resume_command(at, config, run_id)}")
 
 
 @app.command()
@@ -96,8 +93,7 @@ def reject(run_id: Annotated[str, typer.Argument(help="The blocked run.")], gate
     """Reject a pending gate: the gated step fails (resume to record it)."""
     at = where(directory, project_root)
     gate_id = decide_gate(at.root, at.option(config), run_id, gate, approved=False, by=by, notes=notes)
-    console.print(f"rejected {gate_id} by {by}; `{_resume_command(at, config, run_id)}` records the "
-                  "step as failed")
+    print(f"rejected {gate_id} by {by}; `{_resume_command(at, config, run_id)}` records the step as failed")
 
 
 @app.command()
@@ -111,4 +107,4 @@ def answer(run_id: Annotated[str, typer.Argument(help="The blocked run.")],
     at = where(directory, project_root)
     gate_id = decide_gate(at.root, at.option(config), run_id, gate, approved=True, by=by, notes=None,
                           answer=text)
-    console.print(f"answered {gate_id}; continue with: {_resume_command(at, config, run_id)}")
+    print(f"answered {gate_id}; continue with: {_resume_command(at, config, run_id)}")

@@ -65,6 +65,7 @@ def providers(
 ) -> None:
     """List the executors and their settings (secrets masked); --check tests each model API's connection."""
     from rich.table import Table
+    from rich.text import Text
 
     from stepline.engine import load_runtime_config
     from stepline.executors import available_executors
@@ -98,7 +99,7 @@ def providers(
         styles = {"ok": "green", "failed": "red", "skipped": "yellow"}
         for result in checks:
             style = styles[result["status"]]
-            console.print(f"{result['executor']}: [{style}]{result['status']}[/{style}] {result['detail']}",
-                          soft_wrap=True)
+            console.print(Text.assemble(f"{result['executor']}: ", (result["status"], style), f" {result['detail']}"),
+                          soft_wrap=True)  # Text: a detail's "[x]" (a server's answer) is not markup
     if any(result["status"] == "failed" for result in checks):
         raise typer.Exit(7)

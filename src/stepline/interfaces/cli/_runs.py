@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -514,9 +515,23 @@ def export(
     if output is None:
         print(text, end="")
     else:
-        output = at.path(output)
+        _write_export(at.path(output), text)
+
+
+def _write_export(output: Path, text: str) -> None:
+    """Write ``export -o FILE``; a path that is a folder, or in none, is one line naming it (no traceback)."""
+    from stepline.errors import NotFoundError, StorageError, UsageError
+
+    if output.is_dir():
+        raise UsageError(f"-o {output}: is a folder, not a file", hint=f"give a file name: -o {output / 'run.json'}")
+    if not output.parent.is_dir():
+        raise NotFoundError(f"-o {output}: no such folder {output.parent}",
+                            hint="create it first, or write to an existing folder")
+    try:
         output.write_text(text, encoding="utf-8")
-        err_console.print(f"wrote {output}")
+    except OSError as exc:
+        raise StorageError.from_os(exc, output) from exc
+    print(f"wrote {output}", file=sys.stderr)
 
 
 # -- stepline logs ---------------------------------------------------------------------------------------------

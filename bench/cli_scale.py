@@ -1,0 +1,157 @@
+"""What a user touches, at scale: `stepline run`'s cost per step and cold start, and `status`/`show`/`list` on big
+runs, each against a baseline measured in the same run (issue 30).
+
+* per step: ``t(run of N+1 steps) - t(run of 1 step)``, over N, of the whole ``stepline run`` process (stderr a
+  pipe, not a terminal), with and without ``-q``, against an fsync floor: N small JSON records appended to a file,
+  each followed by fsync (the least any durable engine must do per step);
+* cold start: ``stepline run`` of a 1-step native workflow against ``stepline --help`` (CPU of the process);
+* ``status``, ``show`` (a run of S steps) and ``list`` (R runs of S steps): CPU of the process, against the
+  old way's core, one full load of one such run (what each of them cost per run before the digest);
+  ``list`` is timed with every run's digest in place, and one digest rebuild (a stale one) apart.
+
+The R runs are one real run copied under new ids (every record rewritten to its id), each given the digest the
+first one's `status` saved, rewritten the same way and fingerprinted for its own files (what a writer saves).
+
+Usage: python bench/cli_scale.py [--steps 20000] [--runs 100] [--per-step 2000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+STEPLINE = [sys.executable, "-m", "stepline.interfaces.cli"]
+
+
+def timed(args: list[str], cwd: Path) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system) of one process; it must exit 0."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(args, cwd=cwd, capture_output=True, check=False)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(args)} exited {done.returncode}: {done.stderr.decode()[-500:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def median(args: list[str], cwd: Path, repeat: int) -> tuple[float, float]:
+    samples = [timed(args, cwd) for _ in range(repeat)]
+    return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
+
+
+def fsync_floor(n: int, folder: Path) -> float:
+    """Seconds for n appends of a small JSON record, each followed by fsync."""
+    fd = os.open(folder / "floor.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    start = time.perf_counter()
+    for i in range(n):
+        os.write(fd, json.dumps({"seq": i, "type": "WorkflowStepCompleted", "step_id": f"s{i}"}).encode() + b"\n")
+        os.fsync(fd)
+    elapsed = time.perf_counter() - start
+    os.close(fd)
+    return elapsed
+
+
+def flow(folder: Path, steps: int) -> Path:
+    path = folder / f"flow-{steps}.yaml"
+    path.write_text(yaml.safe_dump({"id": f"noop-{steps}", "steps": [{"id": f"s{i:05d}"} for i in range(steps)]}))
+    return path
+
+
+def per_step(folder: Path, n: int, repeat: int) -> None:
+    one, many = flow(folder, 1), flow(folder, n + 1)
+    floor = statistics.median(fsync_floor(n, folder) for _ in range(repeat)) / n
+    print(f"fsync floor: {floor * 1e6:.0f} µs per record ({n} records)")
+    for quiet in ([], ["-q"]):
+        base = [*STEPLINE, "run", "--executor", "dry-run", "--yolo", *quiet]
+        t1 = median([*base, str(one)], folder, repeat)
+        tn = median([*base, str(many)], folder, repeat)
+        wall, cpu = (tn[0] - t1[0]) / n, (tn[1] - t1[1]) / n
+        print(f"stepline run {' '.join(quiet) or '(progress on, stderr a pipe)'}: {wall * 1e6:.0f} µs wall, "
+              f"{cpu * 1e6:.0f} µs CPU per step = {wall / floor:.2f}x the fsync floor (bar: <= 1.5x)")
+
+
+def cold_start(folder: Path, repeat: int) -> None:
+    one = flow(folder, 1)
+    help_ = median([*STEPLINE, "--help"], folder, repeat)
+    run = median([*STEPLINE, "run", str(one), "-q"], folder, repeat)
+    print(f"cold start: `stepline --help` {help_[1]:.3f} s CPU ({help_[0]:.3f} s wall); `stepline run` (1 step) "
+          f"{run[1]:.3f} s CPU ({run[0]:.3f} s wall) = {run[1] / help_[1]:.2f}x (bar: <= 3x)")
+
+
+def copy_runs(source: Path, count: int) -> None:
+    """``count`` copies of the run at ``source``, each with its digest, as a writer would have saved it."""
+    from stepline.store import RunDir, fingerprint, save_summary
+
+    files = {p.name: p.read_bytes() for p in source.iterdir() if p.is_file() and p.name != "lock"}
+    saved = json.loads(files.pop("summary.json"))
+    old = source.name.encode()
+    for n in range(count):
+        run_id = f"run-2026{n // 2800 % 12 + 1:02d}{n // 100 % 28 + 1:02d}{n % 24:02d}0000-{secrets.token_hex(4)}"
+        target = source.parent / run_id
+        target.mkdir()
+        for name, data in files.items():
+            (target / name).write_bytes(data.replace(old, run_id.encode()))
+        run_dir = RunDir(target)
+        data = json.loads(json.dumps(saved["data"]).replace(source.name, run_id))
+        assert save_summary(run_dir, fingerprint(run_dir), saved["version"], data)
+
+
+def readers(folder: Path, steps: int, runs: int, repeat: int) -> None:
+    import asyncio
+
+    from stepline.engine import Engine
+    from stepline.families import load_workflow, register_drivers
+
+    register_drivers("native")
+    engine = Engine(project_root=folder, executor="dry-run", mode="yolo")
+    run = asyncio.run(engine.start(load_workflow(flow(folder, steps))))
+    run_dir = engine.store.open(run.run_id)
+    (run_dir.path / "summary.json").unlink(missing_ok=True)  # none yet: the first reader builds it
+    start = time.process_time()
+    Engine(project_root=folder).load(run_dir)
+    replay = time.process_time() - start
+    print(f"one full load of a {steps}-step run (in process, the old way's core): {replay:.2f} s CPU")
+    rebuild = timed([*STEPLINE, "status", run.run_id], folder)
+    print(f"status, digest missing (built and saved): {rebuild[1]:.2f} s CPU")
+    for command in ("status", "show"):
+        wall, cpu = median([*STEPLINE, command, run.run_id], folder, repeat)
+        print(f"{command} of a {steps}-step run: {cpu:.2f} s CPU ({wall:.2f} s wall) = {cpu / replay:.2f}x one load "
+              f"(bar: < 1 s CPU)")
+        wall, cpu = median([*STEPLINE, command, run.run_id, "--all"], folder, 1)
+        print(f"{command} --all: {cpu:.2f} s CPU ({wall:.2f} s wall)")
+    copy_runs(run_dir.path, runs - 1)
+    wall, cpu = median([*STEPLINE, "list"], folder, repeat)
+    print(f"list of {runs} runs of {steps} steps: {cpu:.2f} s CPU ({wall:.2f} s wall); the old way replayed each: "
+          f"~{replay * runs:.0f} s CPU (bar: < 1 s CPU)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--per-step", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=3)
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for name in ("per-step", "readers"):
+            (folder / name).mkdir()
+        per_step(folder / "per-step", options.per_step, options.repeat)
+        cold_start(folder, options.repeat)
+        readers(folder / "readers", options.steps, options.runs, options.repeat)
+
+
+if __name__ == "__main__":
+    main()
