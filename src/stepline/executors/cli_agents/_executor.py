@@ -54,7 +54,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from stepline.errors import AgentNeedsPermission, AgentStalled, BudgetExceeded, ExecutorError, UsageError
+from stepline.errors import AgentStalled, BudgetExceeded, ExecutorError, UsageError
 from stepline.executors._base import Executor
 from stepline.executors._budget import CallBudget, SharedMeter
 from stepline.executors._protocol import StepRequest, StepSession
@@ -271,11 +271,12 @@ class CliAgentExecutor(Executor):
         """Why the agent ended without finishing: a stall, a reason outside the work (its kind named), or the
         work's own failure (retryable, with what it said)."""
         last = "\n".join(line for line in ran.stdout.splitlines()[-5:] if line.strip())
-        said = "\n".join(part for part in (error, ran.stderr[-4000:], last) if part)
+        # The error it reported says why; without one, what it said last (a CLI's stderr logs warnings too).
+        said = "\n".join(part for part in ((error, last) if error else (ran.stderr[-4000:], last)) if part)
         detail = error or _tail(ran.stderr) or _tail(text) or f"exit status {ran.status}"
         where = f"step {request.step_id!r}"
         found = classify(self.cli, said)
-        if ran.stopped == "stall" and (found is None or found[0] is not AgentNeedsPermission):
+        if ran.stopped == "stall" and found is None:
             return AgentStalled(f"{self.cli.name} stalled in {where} [{AgentStalled.kind}]: no output and no file "
                                 f"change for {stall:g}s; it was stopped (last said: {_tail(said, 200) or 'nothing'})",
                                 hint="raise the executor's stall_seconds if it needs longer to think")
@@ -283,8 +284,10 @@ class CliAgentExecutor(Executor):
             return ExecutorError(f"{self.cli.name} exited without calling finish for {where}: {detail}",
                                  retryable=True)
         cls, fix = found
-        what = {"stall": "stalled", "permission": "stopped at a permission or login prompt",
-                "rate-limit": "hit a rate limit or quota", "connection": "could not reach its model"}[cls.kind]
+        what = {"permission": "stopped at a permission or login prompt", "rate-limit": "hit a rate limit or quota",
+                "connection": "could not reach its model"}[cls.kind]
+        if ran.stopped == "stall":
+            what += f" (it was stopped at its stall limit, {stall:g}s)"
         line = _tail(" ".join(said.split()), 300)
         return cls(f"{self.cli.name} {what} in {where} [{cls.kind}]: {line}",
                    hint=fix or (f"the {self.cli.name} CLI cannot go on unattended as it is set up"

@@ -175,7 +175,8 @@ async def run_process(argv: list[str], prompt: str, cwd: Path, env: dict[str, st
 
     def line(stream: str, text: str) -> None:
         nonlocal last_line
-        last_line = time.monotonic()
+        if stream == "out":  # its stream; a CLI's log on stderr (retrying a connection, say) is not progress
+            last_line = time.monotonic()
         on_line(stream, text)
 
     async def feed() -> None:

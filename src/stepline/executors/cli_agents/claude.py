@@ -24,7 +24,7 @@ from stepline.executors.cli_agents._spec import (
     tokens,
 )
 
-__all__ = ["CLAUDE"]
+__all__ = ["CLAUDE", "parse_stream", "streamed_usage"]
 
 
 def _config(inv: Invocation) -> Path:
@@ -55,7 +55,8 @@ def _tokens(raw: dict[str, Any]) -> dict[str, float]:
     return {**tokens(raw), "cached_input_tokens": float(raw.get("cache_read_input_tokens") or 0)}
 
 
-def _streamed(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
+def streamed_usage(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
+    """The usage of a claude-style stream line: an assistant message's, or the ``result``'s (the whole call's)."""
     # stream-json: each assistant message carries its usage (repeated per content block, under one message id)
     message = event.get("message")
     if event.get("type") == "assistant" and isinstance(message, dict) and isinstance(message.get("usage"), dict):
@@ -65,7 +66,9 @@ def _streamed(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
     return None
 
 
-def _parse(stdout: str) -> AgentReport:
+def parse_stream(stdout: str) -> AgentReport:
+    """A claude-style stream: ``system`` init, ``assistant``/``user`` messages, a ``result`` with usage (qwen's
+    too, whose ``result`` carries its error under ``error.message``)."""
     report = AgentReport()
     for event in json_lines(stdout):
         report.session_id = event.get("session_id") or report.session_id
@@ -73,12 +76,14 @@ def _parse(stdout: str) -> AgentReport:
             report.text = str(event.get("result") or "")
             report.usage = {**_tokens(event.get("usage") or {}), "cost_usd": float(event.get("total_cost_usd") or 0)}
             if event.get("is_error"):
-                report.error = report.text or str(event.get("subtype"))
+                error = event.get("error")
+                report.error = (report.text or (error.get("message") if isinstance(error, dict) else None)
+                                or str(event.get("subtype")))
     return report
 
 
 CLAUDE = AgentCli(
-    "claude", "npm install -g @anthropic-ai/claude-code", _command, _parse, _streamed,
+    "claude", "npm install -g @anthropic-ai/claude-code", _command, parse_stream, streamed_usage,
     tool_name=lambda tool: f"mcp__{SERVER}__{tool}",
     tool_note=("If these tools are not in your tool list, load them first with ToolSearch, query "
                f"\"select:{','.join(f'mcp__{SERVER}__{tool}' for tool in TOOLS)}\"."),

@@ -59,7 +59,7 @@ def _parse(stdout: str) -> AgentReport:
 
 CODEX = AgentCli(
     "codex", "npm install -g @openai/codex", _command, _parse, _streamed,
-    tool_name=lambda tool: f"mcp__{SERVER}__{tool}",
+    tool_note=f"They are in the `mcp__{SERVER}` tool namespace.",
     setup_problems=(("not logged in", "log in with `codex login`, or set the provider's env_key in "
                                       "~/.codex/config.toml"),),
 )

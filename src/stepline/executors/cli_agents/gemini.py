@@ -18,7 +18,7 @@ from typing import Any
 from stepline.errors import ExecutorError
 from stepline.executors.cli_agents._spec import SERVER, TOTAL, AgentCli, AgentReport, Invocation, json_lines, tokens
 
-__all__ = ["GEMINI", "parse_stream", "streamed_usage"]
+__all__ = ["GEMINI"]
 
 
 def _home(inv: Invocation) -> Path:
@@ -56,14 +56,14 @@ def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
     return argv + inv.extra_args, {"GEMINI_CLI_HOME": str(_home(inv))}
 
 
-def streamed_usage(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
+def _streamed(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
     """The usage of a gemini-style ``result`` line (the whole call's)."""
     if event.get("type") == "result" and isinstance(event.get("stats"), dict):
         return TOTAL, tokens(event["stats"])
     return None
 
 
-def parse_stream(stdout: str) -> AgentReport:
+def _parse(stdout: str) -> AgentReport:
     """A gemini-style stream: ``init``, ``message`` deltas, ``tool_use``/``tool_result``, ``result`` with stats."""
     report = AgentReport()
     parts: list[str] = []
@@ -84,7 +84,10 @@ def parse_stream(stdout: str) -> AgentReport:
 
 
 GEMINI = AgentCli(
-    "gemini", "npm install -g @google/gemini-cli", _command, parse_stream, streamed_usage,
-    setup_problems=(("please set an auth method", "set GEMINI_API_KEY (or security.auth.selectedType in "
-                                                  "~/.gemini/settings.json)"),),
+    "gemini", "npm install -g @google/gemini-cli", _command, _parse, _streamed,
+    tool_name=lambda tool: f"mcp_{SERVER}_{tool}",
+    setup_problems=tuple((fragment, "set security.auth.selectedType in ~/.gemini/settings.json (gemini-api-key, with "
+                                    "GEMINI_API_KEY set; also when GOOGLE_GEMINI_BASE_URL points elsewhere)")
+                         for fragment in ("invalid auth method", "please set an auth method",
+                                          "must specify the gemini_api_key")),
 )

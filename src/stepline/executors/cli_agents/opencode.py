@@ -18,7 +18,7 @@ __all__ = ["OPENCODE"]
 
 def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
     config = {"mcp": {SERVER: {"type": "remote", "url": inv.mcp_url, "enabled": True}}}
-    argv = ["run", "--format", "json", "--dir", str(inv.cwd)]
+    argv = ["run", "--format", "json", "--print-logs", "--log-level", "WARN", "--dir", str(inv.cwd)]
     argv += ["--agent", "build", "--auto"] if inv.mode == "write" else ["--agent", "plan"]
     if inv.model:
         argv += ["--model", inv.model]
