@@ -79,7 +79,7 @@ async def _work(agent: str, url: str) -> dict[str, Any]:
 
 
 def _print_result(agent: str, session: str, text: str) -> None:
-    if agent == "claude":
+    if agent in ("claude", "qwen"):  # qwen streams claude's stream-JSON
         events: list[dict[str, Any]] = [
             {"type": "system", "subtype": "init", "session_id": session, "tools": ["mcp__stepline__finish"]},
             {"type": "assistant", "message": {"content": [{"type": "text", "text": text}]}, "session_id": session},
@@ -90,7 +90,7 @@ def _print_result(agent: str, session: str, text: str) -> None:
                   {"type": "item.completed", "item": {"id": "item_0", "type": "agent_message", "text": text}},
                   {"type": "turn.completed", "usage": {"input_tokens": 100, "cached_input_tokens": 0,
                                                        "output_tokens": 20}}]
-    elif agent in ("gemini", "qwen"):
+    elif agent == "gemini":
         events = [{"type": "init", "session_id": session, "model": "fake"},
                   {"type": "message", "role": "assistant", "content": text, "delta": True},
                   {"type": "result", "status": "success", "stats": {"input_tokens": 90, "output_tokens": 10}}]
