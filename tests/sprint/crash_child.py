@@ -16,8 +16,8 @@ kind = os.environ.get("SPRINT_KILL")
 real_git_ok, real_set_status = _driver.git_ok, _driver.set_status
 
 
-async def git_ok(root: Any, *args: str) -> str:
-    out = await real_git_ok(root, *args)
+async def git_ok(root: Any, *args: str, **options: Any) -> str:
+    out = await real_git_ok(root, *args, **options)
     if kind == "commit" and args[0] == "commit":
         os.kill(os.getpid(), signal.SIGKILL)
     return out
@@ -29,6 +29,7 @@ def set_status(*args: Any, **kwargs: Any) -> bool:
     return real_set_status(*args, **kwargs)
 
 
+os.environ["FAKE_STEPLINE_PID"] = str(os.getpid())  # the process a fake agent's FAKE_KILL kills
 _driver.git_ok = git_ok  # type: ignore[assignment]
 _driver.set_status = set_status
 main(sys.argv[1:])

@@ -9,6 +9,8 @@ behaviour) says:
 ``liar``    the first time only marks the story ``review`` and claims success (no code); then honest;
 ``breaker`` the first time writes its module but breaks an earlier story's code; then honest (and repairs);
 ``stubborn`` always writes a module whose test fails.
+``appender`` writes the story's module, appends a line to NOTES.md (twice if built twice on top of itself) and,
+            killed mid-build (``FAKE_KILL``), goes on editing a second later as an orphaned agent would;
 ``runaway`` the first time never ends: it starts a child, writes both pids to ``FAKE_PIDS``, and streams claude's
             per-message usage (1,000 tokens every 50 ms, each running total and its time in ``FAKE_TIMES``);
             then honest. ``runaway-reviewer``: an honest build, a review that runs away so.
@@ -119,8 +121,13 @@ def _kill_point(prefix: str, stage: str, layer: str | None = None, run: str = ""
     while after and after not in journal.read_text(errors="replace") and time.monotonic() < deadline:
         time.sleep(0.05)
     Path(marker).write_text("killed")
-    os.kill(os.getppid(), signal.SIGKILL)
+    _kill_stepline()
     sys.exit(9)
+
+
+def _kill_stepline() -> None:
+    """SIGKILL the stepline process (crash_child.py names it: a supervisor may stand between it and the agent)."""
+    os.kill(int(os.environ.get("FAKE_STEPLINE_PID") or os.getppid()), signal.SIGKILL)
 
 
 def _run_away() -> None:
@@ -139,7 +146,35 @@ def _run_away() -> None:
             time.sleep(0.05)
 
 
+def _append_note(prefix: str) -> None:
+    """An edit that is not idempotent: a build run again on top of it would make it twice."""
+    with open("NOTES.md", "a", encoding="utf-8") as notes:
+        notes.write(f"- story {prefix}: a change made once\n")
+
+
+def _linger(prefix: str) -> None:
+    """Killed mid-build (``FAKE_KILL`` = ``<prefix>:build``): the agent kills the loop halfway through its work and
+    goes on as an agent whose driver died would — one more edit a second later — unless it dies with its driver."""
+    marker = os.environ.get("FAKE_KILL_MARKER", "")
+    if os.environ.get("FAKE_KILL") != f"{prefix}:build" or not marker or Path(marker).exists():
+        return
+    with open(os.environ["FAKE_PIDS"], "a", encoding="utf-8") as pids:
+        pids.write(f"{os.getpid()}\n")
+    Path(marker).write_text("killed")
+    _kill_stepline()
+    time.sleep(1.5)
+    with open("NOTES.md", "a", encoding="utf-8") as notes:
+        notes.write(f"- story {prefix}: an edit after its driver died\n")
+    sys.exit(0)
+
+
 def build(prefix: str, behaviour: str, retry: bool) -> str:
+    if behaviour == "appender":  # each build appends to NOTES.md; killed once mid-build when FAKE_KILL says
+        _write_module(prefix, correct=True)
+        _append_note(prefix)
+        _linger(prefix)
+        _mark_review(prefix)
+        return f"Implemented story {prefix} with its note."
     if behaviour == "runaway" and not retry:
         _run_away()
     if behaviour == "liar" and not retry:

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -193,3 +194,38 @@ def test_a_worktree_run_leaves_the_main_checkout_clean_until_the_merge(
     board = _board(root)
     assert (board["1-1-add"], board["1-2-sub"], board["1-3-mul"]) == ("done", "done", "ready-for-dev")
     assert git(root, "status", "--porcelain", "--", ".", f":(exclude){ARTIFACTS}") == ""
+
+
+@pytest.mark.parametrize("isolation", ["none", "worktree"])
+def test_sigkill_mid_build_resume_puts_the_workspace_back_and_commits_each_change_once(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, isolation: str) -> None:
+    """The agent has half done its work (a line appended to NOTES.md) when the loop is SIGKILLed; it would go on
+    editing a second later. The resume puts the workspace back to where the build started (the interrupted attempt
+    kept on a preserve ref) and builds again: the story's commit has the line once, and no agent is left."""
+    from fakes.processes import alive
+
+    root = make_project(tmp_path / "calc", layers=1, isolation=isolation)
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-1": "appender"}))
+    monkeypatch.setenv("FAKE_PIDS", str(pids))
+    killed = subprocess.run([sys.executable, str(HERE / "crash_child.py"), "sprint", "run", "--story", "1-1", "-C",
+                             str(root), "-q"], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "FAKE_KILL": "1-1:build", "FAKE_KILL_MARKER": str(tmp_path / "k1")})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    resumed = _child(root, "resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    time.sleep(2)  # past the moment the killed attempt's agent would have made its late edit
+
+    assert _story_commits(root) == Counter({"1-1-add": 1})
+    notes = git(root, "show", "HEAD:NOTES.md")
+    assert notes == "- story 1-1: a change made once\n"
+    assert "calc_add.py" in git(root, "show", "--format=", "--name-only", "HEAD").split()
+    assert git(root, "status", "--porcelain", "--", ".", f":(exclude){ARTIFACTS}") == ""
+    # The interrupted attempt is kept: its files on a preserve ref, the note in it once.
+    kept = git(root, "for-each-ref", "--format=%(refname)", "refs/stepline/preserve/").split()
+    assert kept == ["refs/stepline/preserve/1-1-add/build/1"]
+    assert git(root, "show", f"{kept[0]}:NOTES.md").count("a change made once") == 1
+    # No agent is left running, and the late edit never happened anywhere.
+    assert [pid for pid in map(int, pids.read_text().split()) if alive(pid)] == []
+    assert "after its driver died" not in (root / "NOTES.md").read_text()
+    assert [c["step"] for c in _calls(agent_env)] == ["build", "build", "review"]  # the killed build, once more

@@ -53,6 +53,8 @@ class RetriesSection(_Section):
 
     build: int = Field(default=3, ge=1, description="builds per story (the first and the fixes)")
     review: int = Field(default=2, ge=1, description="review rounds per story")
+    agent: int = Field(default=2, ge=0, description="tries again of a build whose agent failed for a reason "
+                       "outside the work (stall, rate limit, unreachable endpoint), before a person is asked")
 
 
 class BudgetLimit(_Section):
@@ -94,6 +96,11 @@ class SprintConfig(_Section):
     isolation: Literal["none", "worktree"] = "none"
     executor: str | None = None
     agent_timeout_seconds: float = Field(default=3600.0, gt=0)
+    #: A CLI agent that prints no line and changes no file this long is stopped as stalled (the cli-agent
+    #: executor's ``stall_seconds``; unset: the executor's own).
+    stall_seconds: float | None = Field(default=None, gt=0)
+    #: The wait before the first try again after such a failure (the n-th waits n times as long).
+    agent_retry_wait_seconds: float = Field(default=30.0, ge=0)
 
 
 def load_sprint_config(root: Path, path: Path | None = None) -> SprintConfig:

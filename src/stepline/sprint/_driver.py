@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from stepline import time
 from stepline.engine._runner import register_driver
-from stepline.errors import BudgetExceeded, ExecutorError, StepFailed
+from stepline.errors import AgentEnvironmentError, BudgetExceeded, ExecutorError, StepFailed
 from stepline.executors._budget import BUDGET_HINT, CallBudget, Prices
 from stepline.model import EventType, Run, WorkflowSpec
 from stepline.sprint._board import read_board, set_status, status_rank
@@ -251,13 +251,98 @@ async def _budget_spent(ctx: StepContext, why: str) -> bool:
     if (_config(ctx).get("budgets") or {}).get("on_exceeded") == "escalate":
         question = (f"Story {key} went past its budget ({why}). Answer defer (set the story aside) or continue "
                     "(let it go on; its budgets then only warn).")
-        answer = await ctx.engine.human.ask(ctx, question, ["defer", "continue"], _gate_key(ctx, ctx.spec.id.split("@", 1)[0] + "-budget"))
+        answer = await ctx.engine.human.ask(ctx, question, ["defer", "continue"],
+                                            _gate_key(ctx, ctx.spec.id.split("@", 1)[0] + "-budget"))
         if answer.strip().lower().startswith("continue"):
             _set(ctx, "sprint_budget_waived", True)
             return False
     ctx.step.choice, ctx.step.summary = "over-budget", why
     _set(ctx, "sprint_reason", why)
     return True
+
+
+# -- a stage's starting point, and putting the workspace back to it ----------------------------------------------
+async def _snapshot(ctx: StepContext, workspace: Path, message: str) -> str:
+    """A commit of the workspace as it is now (tracked and untracked files, the loop's ledgers left out), its HEAD
+    the parent, made through a scratch index: HEAD, the index and the files are not touched."""
+    index = ctx.project_root / ".stepline" / "sprint" / "scratch" / f"{ctx.run.run_id}.index"
+    index.parent.mkdir(parents=True, exist_ok=True)
+    index.unlink(missing_ok=True)
+    env = {"GIT_INDEX_FILE": str(index)}
+    try:
+        await git_ok(workspace, "read-tree", "HEAD", env=env)
+        await git_ok(workspace, "add", "-A", "--", ".", env=env)
+        await git(workspace, "reset", "-q", "HEAD", "--", *_own_paths(ctx), env=env)  # as the story's commit does
+        tree = await git_ok(workspace, "write-tree", env=env)
+    finally:
+        index.unlink(missing_ok=True)
+    return await git_ok(workspace, "-c", "user.name=stepline", "-c", "user.email=stepline@localhost",
+                        "commit-tree", tree, "-p", "HEAD", "-m", message)
+
+
+async def _put_back(ctx: StepContext, workspace: Path, head: str, files: str, saved: Path) -> None:
+    """The workspace back to the files of commit ``files`` with HEAD at ``head`` (later commits, the agent's, leave
+    the branch) — the loop's ledgers as they are now: a board status never goes back. Done again from the start
+    after a crash halfway (``saved`` keeps the ledgers across it)."""
+    from stepline.store import atomic_write_bytes, atomic_write_json, read_json
+
+    ledgers: dict[str, str] | None = read_json(saved, None)
+    if ledgers is None:
+        found = [workspace / rel for rel in _own_paths(ctx)]
+        ledgers = {str(path): path.read_text(encoding="utf-8") for path in found if path.is_file()}
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(saved, ledgers)
+    await git_ok(workspace, "reset", "-q", "--hard", files)
+    await git(workspace, "clean", "-q", "-fd", "--", ".", *_excluded(ctx))
+    if files != head:  # HEAD back to ``head``, the files kept, the index as HEAD (new files untracked again)
+        await git_ok(workspace, "reset", "-q", head)
+    for name, text in ledgers.items():
+        atomic_write_bytes(Path(name), text.encode("utf-8"))
+    saved.unlink()
+
+
+async def _stage_start(ctx: StepContext) -> dict[str, Any]:
+    """How this stage found the workspace (journaled once per stage): its HEAD, and a snapshot commit of its files
+    kept under ``refs/stepline/baseline/<story>/<stage>`` (git's gc keeps it) — what an interrupted attempt is
+    put back to before the stage's agent works again."""
+    key, workspace = str(_vars(ctx)["sprint_story"]), _workspace(ctx)
+
+    async def record(redo: bool) -> dict[str, Any]:
+        head = await git_ok(workspace, "rev-parse", "HEAD")
+        files = await _snapshot(ctx, workspace, f"stepline: story {key} before {ctx.spec.id}")
+        await git_ok(workspace, "update-ref", f"refs/stepline/baseline/{key}/{ctx.spec.id}", files)
+        return {"head": head, "files": files}
+
+    return await _effect(ctx, "stage-start", {}, record)
+
+
+async def _back_to_stage_start(ctx: StepContext, start: dict[str, Any]) -> None:
+    """Before the stage's agent works again (the run was killed while it worked, or it failed for a reason that
+    was not the work's): what the workspace holds now is kept on ``refs/stepline/preserve/<story>/<stage>/<n>``,
+    and the workspace is put back to how the stage found it — the story's commit then holds each change once."""
+    key, workspace = str(_vars(ctx)["sprint_story"]), _workspace(ctx)
+    prefix = f"{ctx.spec.id}/sprint/put-back/"
+    number = 1 + sum(1 for k in ctx.engine.calls.recorded if k.startswith(prefix))
+    ref = f"refs/stepline/preserve/{key}/{ctx.spec.id}/{number}"
+
+    async def put_back(redo: bool) -> dict[str, Any]:
+        code, kept = await git(workspace, "rev-parse", "--verify", "-q", ref)
+        if not redo or code != 0:  # a redo after a crash halfway keeps what it preserved the first time
+            kept = await _snapshot(ctx, workspace, f"stepline: story {key} {ctx.spec.id}, interrupted attempt")
+            head = await git_ok(workspace, "rev-parse", "HEAD")
+            if head == start["head"] and await _same_files(workspace, kept, start["files"]):
+                return {"preserved": None}
+            await git_ok(workspace, "update-ref", ref, kept)
+        await _put_back(ctx, workspace, start["head"], start["files"],
+                        ctx.project_root / ".stepline" / "sprint" / "scratch" / f"{ctx.run.run_id}.ledgers.json")
+        return {"preserved": ref}
+
+    await _effect(ctx, f"put-back/{number}", {"head": start["head"], "files": start["files"]}, put_back)
+
+
+async def _same_files(workspace: Path, one: str, other: str) -> bool:
+    return await git_ok(workspace, "rev-parse", f"{one}^{{tree}}") == await git_ok(
+        workspace, "rev-parse", f"{other}^{{tree}}")
 
 
 # -- stages ---------------------------------------------------------------------------------------------------------
@@ -343,31 +428,71 @@ def _build_prompt(ctx: StepContext) -> str:
 async def _build(ctx: StepContext) -> None:
     if (problem := _over_budget(ctx)) and await _budget_spent(ctx, f"not built: {problem}"):
         return
+    resumed = f"{ctx.spec.id}/sprint/stage-start" in ctx.engine.calls.recorded
+    start = await _stage_start(ctx)
     timeout = float(_config(ctx).get("agent_timeout_seconds") or 3600)
-    hints: dict[str, Any] = {"cli_mode": "write", "stage": "build", "story": _vars(ctx)["sprint_story"]}
-    if budget := _call_budget(ctx):
-        hints[BUDGET_HINT] = budget
-    try:
-        outcome = await asyncio.wait_for(
-            ctx.invoke("work", title=f"build story {_vars(ctx)['sprint_story']}", content=_build_prompt(ctx),
-                       context={"project_root": str(_workspace(ctx))}, hints=hints),
-            timeout=timeout)
-    except BudgetExceeded as exc:  # the agent was stopped mid-call: journaled as stopped, with what it used
-        _note_usage(ctx)
-        _record_evidence(ctx, f"{ctx.spec.id}: {exc.message}", "L1")
-        if not await _budget_spent(ctx, f"the agent was stopped mid-build: {exc.message}"):
-            # A person let the story go on: what the agent did before it was stopped is verified as any build's.
-            ctx.step.choice, ctx.step.summary = "failed", f"{exc.message}; a person let the story go on"
-        return
-    except (ExecutorError, TimeoutError) as exc:  # the agent's failure is the story's, not the loop's
-        message = str(exc) or f"the agent ran past {timeout:.0f}s"
-        ctx.step.choice, ctx.step.summary = "failed", f"the agent failed: {message}"
-        _set(ctx, "sprint_feedback", ctx.step.summary)
-        _note_usage(ctx)
-        return
+    while True:
+        if resumed and not ctx.next_invoke_replays():  # an earlier attempt's agent worked here: start clean
+            await _back_to_stage_start(ctx, start)
+        resumed = True
+        hints: dict[str, Any] = {"cli_mode": "write", "stage": "build", "story": _vars(ctx)["sprint_story"]}
+        if budget := _call_budget(ctx):
+            hints[BUDGET_HINT] = budget
+        try:
+            outcome = await asyncio.wait_for(
+                ctx.invoke("work", title=f"build story {_vars(ctx)['sprint_story']}", content=_build_prompt(ctx),
+                           context={"project_root": str(_workspace(ctx))}, hints=hints),
+                timeout=timeout)
+        except BudgetExceeded as exc:  # the agent was stopped mid-call: journaled as stopped, with what it used
+            _note_usage(ctx)
+            _record_evidence(ctx, f"{ctx.spec.id}: {exc.message}", "L1")
+            if not await _budget_spent(ctx, f"the agent was stopped mid-build: {exc.message}"):
+                # A person let the story go on: what the agent did before it was stopped is verified as any build's.
+                ctx.step.choice, ctx.step.summary = "failed", f"{exc.message}; a person let the story go on"
+            return
+        except AgentEnvironmentError as exc:  # not the work's failure: no build attempt is spent on it
+            _note_usage(ctx)
+            if await _agent_environment(ctx, exc):
+                continue
+            return
+        except (ExecutorError, TimeoutError) as exc:  # the agent's failure is the story's, not the loop's
+            message = str(exc) or f"the agent ran past {timeout:.0f}s"
+            ctx.step.choice, ctx.step.summary = "failed", f"the agent failed: {message}"
+            _set(ctx, "sprint_feedback", ctx.step.summary)
+            _note_usage(ctx)
+            return
+        break
     _note_usage(ctx)
     ctx.step.choice = "built"
     ctx.step.summary = outcome.summary or "built"
+
+
+async def _agent_environment(ctx: StepContext, exc: AgentEnvironmentError) -> bool:
+    """The build's agent failed for a reason outside the work (a stall, a permission or login prompt, a rate limit
+    or quota, an unreachable endpoint): journaled with its kind, then the stage's agent is tried again — after a
+    wait, ``retries.agent`` times — or, past that or at a prompt only a person can pass, a person answers
+    ``retry`` or ``defer`` (``ask:build-agent:<story>:<visit>:<n>``). True: try again; False: the story is deferred."""
+    key = str(_vars(ctx)["sprint_story"])
+    prefix = f"{ctx.spec.id}/sprint/agent-failure/"
+    number = 1 + sum(1 for k in ctx.engine.calls.recorded if k.startswith(prefix))
+    failure = {"kind": exc.kind, "error": exc.message}
+    ctx.emit(EventType.CALL_RECORDED, {"key": f"{prefix}{number}", "op": f"sprint:agent-failure/{number}",
+                                       "result": failure})
+    _record_evidence(ctx, f"{ctx.spec.id}: the agent failed [{exc.kind}]: {exc.message}", "L1")
+    retries = (_config(ctx).get("retries") or {}).get("agent", 2)
+    if exc.retryable and number <= retries:
+        await asyncio.sleep(float(_config(ctx).get("agent_retry_wait_seconds") or 0) * number)
+        return True
+    question = (f"Story {key}: the agent failed in {ctx.spec.id}, not for the work's sake [{exc.kind}]: {exc.message}"
+                + (f" ({exc.hint})" if exc.hint else "") + ". Fix the cause (log the agent in, wait for the quota, "
+                "check the endpoint), then answer retry; or answer defer (set the story aside).")
+    answer = await ctx.engine.human.ask(ctx, question, ["retry", "defer"],
+                                        f"{_gate_key(ctx, 'build-agent')}:{number}")
+    if answer.strip().lower().startswith("retry"):
+        return True
+    ctx.step.choice, ctx.step.summary = "defer", f"the agent failed [{exc.kind}] and a person deferred it"
+    _set(ctx, "sprint_reason", f"the agent failed [{exc.kind}]: {exc.message}; a person deferred it")
+    return False
 
 
 async def _changed_files(ctx: StepContext, base: str) -> list[str]:
@@ -711,27 +836,15 @@ async def _defer(ctx: StepContext) -> None:
         patch = ctx.project_root / ".stepline" / "sprint" / "deferred" / f"{key}-{ctx.run.run_id}.patch"
 
         async def put_back(redo: bool) -> dict[str, Any]:
-            from stepline.store import atomic_write_bytes, atomic_write_json, read_json
+            from stepline.store import atomic_write_bytes
 
-            board = Path(str(_vars(ctx)["sprint_board"]))
-            # The loop's own files survive the reset, whatever git tracks: saved (durably, so a crash between
-            # the reset and their restore loses nothing) before it, written back after it.
-            saved = patch.with_suffix(".ledgers.json")
-            ledgers: dict[str, str] | None = read_json(saved, None)
-            if ledgers is None:
-                ledgers = {str(path): path.read_text(encoding="utf-8") for path in
-                           (board, board.parent / "deferred-work.md") if path.is_file()}
-                saved.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write_json(saved, ledgers)
             if not patch.is_file():
+                patch.parent.mkdir(parents=True, exist_ok=True)
                 await git(workspace, "add", "-A", "-N", "--", ".")
                 await git(workspace, "reset", "-q", "--", *_own_paths(ctx))
                 _, text = await git(workspace, "diff", base, "--", ".", *_excluded(ctx))
                 atomic_write_bytes(patch, (text + "\n").encode("utf-8"))
-            await git_ok(workspace, "reset", "-q", "--hard", base)
-            await git(workspace, "clean", "-q", "-fd", "--", ".", *_excluded(ctx))
-            for path, text in ledgers.items():  # the board never goes back: what the agent moved stays
-                atomic_write_bytes(Path(path), text.encode("utf-8"))
+            await _put_back(ctx, workspace, base, base, patch.with_suffix(".ledgers.json"))
             return {"patch": str(patch)}
 
         await _effect(ctx, "put-back", {"baseline": base, "patch": str(patch)}, put_back)

@@ -61,7 +61,7 @@ def next_stage(run: Run, budget: Budget) -> str | None:
         elif base == "checkpoint-commit":
             sid = ("merge" if budget.merge else "advance") if choice == "approved" else "defer"
         elif base == "build":
-            sid = "defer" if choice == "over-budget" else visit("verify", builds)
+            sid = "defer" if choice in ("over-budget", "defer") else visit("verify", builds)
         elif base in ("verify", "verify-final"):
             if choice == "pass":
                 sid = "commit" if base == "verify-final" else visit("review", reviews)

@@ -117,7 +117,8 @@ def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, opti
     if executor is None:  # the dry-run executor would "build" nothing and every story would be deferred
         raise UsageError("the sprint loop needs an executor that builds", hint="pass --executor NAME (cli-agent, "
                          "openai, anthropic, scripted, …) or set executor: in config/sprint.yaml")
-    engine = build_engine(at, config_path, executor, None, "non-interactive", True)
+    stall = {"stall_seconds": config.stall_seconds} if config.stall_seconds and executor == "cli-agent" else None
+    engine = build_engine(at, config_path, executor, None, "non-interactive", True, stall)
     engine.listeners.append(_progress(quiet or as_json))
     use_backend(engine, *backend, quiet=quiet or as_json)  # build and review calls on Ray; the loop stays here
     save_loop(at.root, options)
