@@ -59,7 +59,7 @@ from stepline.formats._diagnostics import Diagnostic, Severity
 from stepline.formats._files import decode_text, read_text
 from stepline.formats._frontmatter import Frontmatter, read_frontmatter_file
 from stepline.model import SourceRef, StepSpec, WorkflowSpec
-from stepline.stepchain._read import halts_in, parse_menu, prose_lines
+from stepline.stepchain._read import folder_mode, halts_in, parse_menu, prose_lines
 
 __all__ = [
     "Progress",
@@ -81,7 +81,6 @@ _HEADING_RE = re.compile(r"^(#{1,6})\s+(.*)$")
 _CONFIG_REF_RE = re.compile(r"[^\s`'\"()]*config\.yaml")
 _NEXT_KEYS = ("nextStepFile", "nextStep")
 _NOT_BRANCH_KEYS = frozenset({"thisStepFile", "workflowFile", "altStepFile", *_NEXT_KEYS})
-_FOLDER_MODES = {"c": "create", "e": "edit", "v": "validate", "b": "brief"}
 
 
 # ------------------------------------------------------------------------------------------------- variables
@@ -208,16 +207,6 @@ def _step_folders(folder: Path) -> list[Path]:
         if p.is_dir() and (p.name == "steps" or p.name.startswith("steps-") or p.name.endswith("-steps"))
     ]
     return folders
-
-
-def _folder_mode(folder: Path) -> str:
-    name = folder.name
-    if name.startswith("steps-"):
-        suffix = name[len("steps-") :]
-        return _FOLDER_MODES.get(suffix, suffix)
-    if name.endswith("-steps"):
-        return name[: -len("-steps")]
-    return name
 
 
 def _in_folders(path: Path, folders: Iterable[Path]) -> bool:
@@ -443,7 +432,7 @@ def _router_options(wf_fm: Frontmatter, env: Mapping[str, Any], wf: _Workflow) -
     options: list[dict[str, Any]] = []
     for ref, mode in entries:
         assert ref.path is not None
-        name = mode or _folder_mode(ref.path.parent)
+        name = mode or folder_mode(ref.path.parent.name)
         existing = next((o for o in options if o["mode"] == name), None)
         if existing is not None:
             existing["alternates"].append(str(ref.path))
@@ -638,7 +627,7 @@ def _analyse(
             )
             wf.options = [
                 {
-                    "mode": _folder_mode(candidates[0].parent),
+                    "mode": folder_mode(candidates[0].parent.name),
                     "key": None,
                     "label": "",
                     "entry": str(candidates[0]),

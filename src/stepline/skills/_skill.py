@@ -24,6 +24,7 @@ from stepline.formats._diagnostics import Diagnostic
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
 from stepline.skills._render import SNAPSHOT_TOKEN
+from stepline.stepchain._read import folder_mode
 
 __all__ = [
     "Checkpoint",
@@ -145,6 +146,9 @@ class SkillFiles:
     modes: list[Mode] = field(default_factory=list)
     forward_to: str | None = None
     forward_intent: str | None = None
+    #: a mode router's entry steps (its entry document names a first step in each ``steps-c/``, ``steps-v/`` …
+    #: folder): mode -> step file, in the order it names them; empty for one chain
+    mode_entries: dict[str, str] = field(default_factory=dict)
 
 
 def is_skill(path: Path) -> bool:
@@ -387,7 +391,14 @@ def read_skill_files(path: Path) -> SkillFiles:
     if first is not None:
         files.kind = "step-files"
         files.first_step = first.target
-        _walk_steps(files, first.target)
+        for link in entry.links:
+            folder = Path(link.target).parent.name
+            if _is_step_name(link.target) and folder.startswith("steps-"):
+                files.mode_entries.setdefault(folder_mode(folder), link.target)
+        if len(files.mode_entries) < 2:
+            files.mode_entries = {}
+        for target in [first.target, *files.mode_entries.values()]:
+            _walk_steps(files, target)
     files.sections = _sections(entry)
     activation = next((s for s in files.sections if "activation" in s.title.lower()), None)
     files.activation = activation.text if activation else ""

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Halt", "halt_menu", "halts_in", "parse_menu", "prose_lines"]
+__all__ = ["Halt", "folder_mode", "halt_menu", "halts_in", "parse_menu", "prose_lines"]
 
 _FENCE_RE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _HEADING_RE = re.compile(r"^(#{1,6})\s+(.*)$")
@@ -39,6 +39,7 @@ _HALT_RE = re.compile(r"\bhalt\b(?!\s+with\b)[*.:—–\s-]{0,6}(?:[^.\n]{0,40}?
 _CONDITION_RE = re.compile(r"\b(?:if|when|unless|otherwise|once)\b", re.IGNORECASE)
 _LIST_MARK = re.compile(r"^(?:[-*+]|\d+\.)\s+")
 _NEAR_LINES = 4
+_FOLDER_MODES = {"c": "create", "e": "edit", "v": "validate", "b": "brief"}
 
 
 def prose_lines(body: str, first_line: int, *, include_fenced: bool = False) -> list[tuple[int, str]]:
@@ -59,6 +60,17 @@ def prose_lines(body: str, first_line: int, *, include_fenced: bool = False) -> 
         elif not fence or include_fenced:
             prose.append((first_line + offset, line))
     return prose
+
+
+def folder_mode(name: str) -> str:
+    """The mode a step folder serves: ``steps-c`` create, ``steps-v`` validate, ``steps-e`` edit, ``steps-b``
+    brief, ``steps-<x>`` or ``<x>-steps`` x; ``steps`` itself is the folder's name."""
+    if name.startswith("steps-"):
+        suffix = name[len("steps-"):]
+        return _FOLDER_MODES.get(suffix, suffix)
+    if name.endswith("-steps"):
+        return name[: -len("-steps")]
+    return name
 
 
 def _menu_kind(key: str, label: str, handler: str) -> str:
