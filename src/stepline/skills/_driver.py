@@ -71,6 +71,7 @@ from stepline.skills._resume import InProgress, output_mentions, steps_in_progre
 from stepline.skills._skill import Checkpoint, SkillDoc, checkpoints_in, read_doc, read_skill_files, scripts_in
 from stepline.stepchain._chain import (
     check_visits,
+    choose,
     hand_over,
     record,
     recorded,
@@ -79,7 +80,7 @@ from stepline.stepchain._chain import (
     skip_pending,
     visit_id,
 )
-from stepline.stepchain._menus import Option, build_menu, menu_text
+from stepline.stepchain._menus import Option, Route, build_menu, menu_text
 
 __all__ = ["SkillFlow", "run_skill_step"]
 
@@ -833,6 +834,28 @@ async def _step_file(ctx: StepContext) -> None:
     _move(ctx, target, reason=reason, by=by)
 
 
+async def _router(ctx: StepContext) -> None:
+    """A mode router (``steps-c/``, ``steps-v/``, ``steps-e/``): the mode given (``--mode``), else the person's
+    choice among the entry document's modes (in #yolo the executor's, as the user); the run goes on at the mode's
+    first step file, the other modes' steps are skipped."""
+    modes: list[dict[str, Any]] = ctx.spec.meta["modes"]
+    given = str(ctx.variables.get("intent") or "").strip().lower()
+    chosen = next((m for m in modes if m["mode"] == given), None)
+    if chosen is not None:
+        reason, by = f"mode {given!r} given (--mode)", "runtime"
+    else:
+        options = [Option(m["key"], m["label"], Route("goto", m["entry"]), default=i == 0)
+                   for i, m in enumerate(modes)]
+        picked = await choose(ctx, options, hints=_standing(ctx), name="mode")
+        chosen = modes[options.index(picked)]
+        reason, by = f"[{picked.key}] {picked.label} chosen", "executor" if ctx.run.mode == "yolo" else "person"
+    _set_var(ctx, "intent", chosen["mode"])
+    record(ctx, "mode", "mode", {"modes": [m["mode"] for m in modes]},
+           {"mode": chosen["mode"], "reason": reason, "by": by})
+    ctx.step.summary, ctx.step.choice = f"mode {chosen['mode']} ({reason})", chosen["key"]
+    _move(ctx, chosen["entry"], reason=reason, by=by)
+
+
 # --------------------------------------------------------------------------------------------------- sections
 
 
@@ -1035,7 +1058,7 @@ async def _section(ctx: StepContext) -> None:
 # ------------------------------------------------------------------------------------------------------ entry
 
 _ROLES = {"activate": _activate, "on-activation": _on_activation, "instruction": _instruction, "shim": _shim,
-          "step-file": _step_file, "intent": _intent, "section": _section, "body": _section}
+          "step-file": _step_file, "mode": _router, "intent": _intent, "section": _section, "body": _section}
 
 
 async def run_skill_step(ctx: StepContext) -> None:

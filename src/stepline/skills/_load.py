@@ -133,6 +133,8 @@ def _skill_steps(files: SkillFiles, custom: Customization) -> list[StepSpec]:
         steps.append(StepSpec(id=f"append-{number}", name=f"activation step (append) {number}", body=text,
                               meta={"role": "instruction", "skill": skill, "text": text}))
     if files.kind == "step-files":
+        if files.mode_entries:
+            steps.append(_router_spec(files))
         steps.extend(_step_file_specs(files))
     elif files.kind == "sections":
         steps.extend(_section_specs(files))
@@ -157,6 +159,26 @@ def _step_file_specs(files: SkillFiles) -> list[StepSpec]:
                   "routes": routes, "status_routes": status, "frontmatter": doc.frontmatter,
                   "menu": parse_menu(prose), "halts": [h.as_meta() for h in halts_in(prose)]}))
     return specs
+
+
+def _router_spec(files: SkillFiles) -> StepSpec:
+    """The step that chooses the mode of a router (``steps-c/``, ``steps-v/``, ``steps-e/``): each mode with the
+    key and label its entry document's menu gives it (``[V] Validate``), else its initial and name."""
+    doc = files.entry
+    menu = parse_menu(prose_lines("\n".join(doc.text.splitlines()[doc.body_line - 1:]), doc.body_line))
+    modes = []
+    for mode, target in files.mode_entries.items():
+        item = next((o for o in menu if o["label"].lower().startswith(mode) or o["key"].lower() == mode[0]), None)
+        modes.append({"mode": mode, "key": item["key"] if item else mode[0].upper(),
+                      "label": item["label"] if item else mode.title(), "entry": step_id_of(target)})
+    return StepSpec(id="mode", name="choose the mode", source=SourceRef(path=str(doc.path), line=1),
+                    description="the entry document routes by mode: " + ", ".join(files.mode_entries),
+                    meta={"role": "mode", "skill": files.name, "modes": modes})
+
+
+def _mode_names(files: SkillFiles) -> list[str]:
+    """The modes ``--mode`` may name: a sections skill's intent modes, or a router's (``create``, ``validate``)."""
+    return [m.name for m in files.modes] or list(files.mode_entries)
 
 
 def _order(name: str) -> tuple[int, str]:
@@ -232,7 +254,7 @@ def _refuse_other_project(files: SkillFiles, root: Path) -> None:
 
 def _check_mode(files: SkillFiles, mode: str, given_as: str) -> None:
     """``--mode`` (or ``--var intent=``) names one of the skill's intent modes (checked before a run is created)."""
-    names = [m.name for m in files.modes]
+    names = _mode_names(files)
     if not names:
         raise UsageError(f"{given_as}: skill {files.name!r} has no intent modes to choose from",
                          hint="run it without --mode")
@@ -285,7 +307,7 @@ def load_skill(path: Path | str, *, project_root: Path | str, variables: dict[st
         raise UsageError(f"--mode {mode} and --var intent={given} disagree", hint="give one of them")
     if mode:
         _check_mode(runs, mode, f"--mode {mode}")
-    elif given and runs.modes:  # a skill without intent modes may use an `intent` variable of its own
+    elif given and _mode_names(runs):  # a skill without modes may use an `intent` variable of its own
         _check_mode(runs, given, f"--var intent={given}")
     names = _flat_config(central, module, root)
     variables = {**names, "project-root": str(root), "skill-root": str(files.root), "skill-name": files.name,
