@@ -196,3 +196,29 @@ def test_progress_lines_on_a_pipe_are_plain(project: Path, write_workflow: Calla
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines() == ["✓ a:smile: dry-run: a:smile:", "✓ b dry-run: b"]
+
+
+def test_progress_on_a_terminal_is_a_live_line(project: Path, write_workflow: Callable[..., Path]) -> None:
+    """With stderr a terminal: a live line counting the steps done above the ended steps' lines, and the
+    terminal's cursor shown again when the run ends."""
+    import pty
+
+    write_workflow([{"id": f"s{n}"} for n in range(30)])
+    leader, follower = pty.openpty()
+    done = subprocess.run([sys.executable, "-m", "stepline.interfaces.cli", "run", "flow.yaml"], cwd=project,
+                          stdout=subprocess.PIPE, stderr=follower, check=False, env={**os.environ, "COLUMNS": "80"})
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal's other end is closed: all was read
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(leader)
+    text = shown.decode()
+    assert done.returncode == 0, text
+    assert "step(s) done" in text and "s29" in text and "dry-run: s29" in text
+    assert text.rfind("\x1b[?25h") > text.rfind("step(s) done")  # the live line stopped, the cursor back

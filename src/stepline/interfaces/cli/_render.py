@@ -40,12 +40,16 @@ class _LazyConsole:
         self._options = options
         self._console: Console | None = None
 
-    def __getattr__(self, name: str) -> Any:
+    def get(self) -> Console:
+        """The console itself (what rich's Live must be given)."""
         if self._console is None:
             from rich.console import Console
 
             self._console = Console(**self._options)
-        return getattr(self._console, name)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.get(), name)
 
 
 # No emoji codes: a gate id such as `tool:shell:IMPL-1` must print as written, not as `tool🐚IMPL-1`. Markup
@@ -110,7 +114,7 @@ class _Progress:
 
             from rich.live import Live
 
-            self.live = Live(self, console=err_console, transient=True, refresh_per_second=4)
+            self.live = Live(self, console=err_console.get(), transient=True, refresh_per_second=4)
             self.live.start()
             atexit.register(self.live.stop)  # an interrupted run must not leave the terminal's cursor hidden
         elif kind in ("WorkflowCompleted", "WorkflowFailed", "WorkflowBlocked") and self.live is not None:
