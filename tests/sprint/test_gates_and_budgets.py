@@ -127,11 +127,14 @@ def test_a_dirty_shared_checkout_fails_the_story_before_any_agent_runs(
         tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = make_project(tmp_path / "calc", layers=1)
     (root / "notes.txt").write_text("mine, not committed\n")
+    gitignore = (root / ".gitignore").read_text()
+    (root / ".gitignore").write_text(gitignore + "*.tmp\n")
     assert run_cli(["sprint", "run", "--max-stories", "1", "-C", str(root), "--json", "-q"]) == 8
     [result] = json.loads(capsys.readouterr().out)
     assert result["outcome"] == "failed"
-    assert "the working tree has uncommitted changes (notes.txt); commit or stash them" in result["summary"]
+    assert "the working tree has uncommitted changes (.gitignore, notes.txt); commit or stash" in result["summary"]
     assert agent_env.read_text() == "" and (root / "notes.txt").is_file()  # nothing ran, nothing was touched
+    (root / ".gitignore").write_text(gitignore)
     (root / "notes.txt").unlink()  # the user cleans up; the failed story's run is resumed and checks again
     assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q", "--sprint-config",
                     str(root / "config" / "sprint.yaml")]) == 0

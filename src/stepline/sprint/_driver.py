@@ -355,7 +355,8 @@ async def _baseline(ctx: StepContext) -> None:
             code, out = await git(root, "status", "--porcelain", "--untracked-files=all", "--", ".", *_excluded(ctx))
             if code != 0:
                 return {"error": out.splitlines()[0] if out else f"git exited {code}"}
-            return {"dirty": [line[3:] for line in out.splitlines() if line.strip()]}
+            # "XY path" lines; the first came stripped (" M a" as "M a"): the path is what follows the status
+            return {"dirty": [line[2:].strip() for line in out.splitlines() if line.strip()]}
 
         found = await _once(ctx, "clean", status)
         if found.get("error"):

@@ -292,12 +292,12 @@ async def run_loop(engine: Engine, project: SprintProject, config: SprintConfig,
             results = await _stories(engine, project, config, options, keys, to_resume, log, current, report)
         finally:
             engine.listeners.remove(announce)
+        log.write("loop-ended", outcome=loop_outcome(results))  # before the lock goes: a watcher sees one or the other
     except BaseException as exc:
         log.write("loop-ended", outcome="error", error=str(exc) or type(exc).__name__)
         raise
     finally:
         lock.release()
-    log.write("loop-ended", outcome=loop_outcome(results))
     return results
 
 

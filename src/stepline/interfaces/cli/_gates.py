@@ -24,11 +24,9 @@ def decide_gate(project_root: Path, config: Path | None, run_id: str, gate_id: s
 
 
 def _resume_command(at: Where, config: Path | None, run_id: str) -> str:
-    """How the run goes on: a sprint story's run is resumed with its loop (the stories after it too)."""
-    from stepline.interfaces.cli._runs import open_store
+    from stepline.interfaces.cli._runs import open_store, resume_command
 
-    format_ = open_store(at, config).open(run_id).manifest().workflow.format
-    return "stepline sprint resume" if format_ == "sprint" else f"stepline resume {run_id}"
+    return resume_command(open_store(at, config).open(run_id))
 
 
 @app.command()

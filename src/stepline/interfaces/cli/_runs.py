@@ -534,6 +534,12 @@ def _write_export(output: Path, text: str) -> None:
     print(f"wrote {output}", file=sys.stderr)
 
 
+def resume_command(run_dir: RunDir) -> str:
+    """The command that goes on with a run: a sprint story's run goes on with its loop (the stories after it too)."""
+    return "stepline sprint resume" if run_dir.manifest().workflow.format == "sprint" else \
+        f"stepline resume {run_dir.run_id}"
+
+
 # -- stepline logs ---------------------------------------------------------------------------------------------
 def _log_line(event: Any) -> str | None:
     """One line of ``stepline logs`` for a journal record (None: nothing to say)."""
@@ -630,5 +636,5 @@ def logs(
         undriven = 0 if ended or driven else undriven + 1
         if undriven == 2:  # twice, 0.3 s apart: not a resume between releasing the lock and taking it
             raise RunStateError(f"run {run_dir.run_id} is not running: it did not finish and no process drives it "
-                                "(killed?)", hint=f"`stepline resume {run_dir.run_id}` goes on where it stopped")
+                                "(killed?)", hint=f"`{resume_command(run_dir)}` goes on where it stopped")
         clock.sleep(0.3)

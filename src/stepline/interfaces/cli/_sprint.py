@@ -22,6 +22,7 @@ from stepline.interfaces.cli._render import console, err_console, print_json
 from stepline.interfaces.cli._runs import BackendOption, ConcurrencyOption, RayAddressOption
 
 if TYPE_CHECKING:
+    from stepline.executors._budget import Usage
     from stepline.sprint._config import SprintConfig
     from stepline.sprint._loop import LoopOptions, StoryResult
     from stepline.sprint._project import SprintProject
@@ -233,3 +234,97 @@ def status(
                       str(row["attempts"] or ""), str(row["tokens"] or ""),
                       f"{row['cost_usd']:.4f}" if row["cost_usd"] else "", row["last_event"] or "")
     console.print(table)
+
+
+def _money(usage: Usage) -> str:
+    return f"{usage.tokens:.0f} tokens, ${usage.cost_usd:.4f}"
+
+
+def _loop_line(record: dict[str, Any]) -> str | None:
+    """One line of `sprint watch` for a record of the loop's log (None: nothing to say)."""
+    from stepline.executors._budget import Usage
+
+    when, event, key = str(record.get("time", ""))[11:19], record.get("event"), record.get("key")
+    if event == "loop-started":
+        return (f"{when} loop {record.get('sprint_id')} {'resumed' if record.get('resumed') else 'started'} "
+                f"(process {record.get('pid')}): {', '.join(record.get('stories') or []) or 'no story to take'}")
+    if event == "story-started":
+        return f"{when} ── story {key}" + (f" (resuming run {record['run_id']})" if record.get("run_id") else "")
+    if event == "story-run":
+        return f"{when} ── story {key}: run {record.get('run_id')}"
+    if event == "story-ended":
+        said = f"{when} ── story {key} {record.get('outcome')}: {record.get('summary')}"
+        if record.get("usage") is None:
+            return said
+        left = [f"{v:.0f} tokens left" if k == "tokens" else f"${v:.4f} left"
+                for k, v in (record.get("loop_left") or {}).items() if v is not None]
+        return (said + f"  [story: {_money(Usage.from_dict(record['usage']))}; loop: "
+                f"{_money(Usage.from_dict(record.get('loop_spent') or {}))}" + "".join(f"; {x}" for x in left) + "]")
+    if event == "loop-ended":
+        return f"{when} loop ended: {record.get('outcome')}" + (f": {record['error']}" if record.get("error") else "")
+    return None
+
+
+@sprint_app.command("watch")
+def watch(
+    raw: Annotated[bool, typer.Option("--raw", help="An agent's lines as it printed them (its stream-JSON "
+                                      "events unabridged), not said short.")] = False,
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
+    config: ConfigOption = None,
+) -> None:
+    """Follow the sprint loop live, across its stories: each story's stages, checks with their output, the agent's
+    output as it prints it, tokens and cost, the loop's budget left. Ends when the loop ends, with its exit code
+    (0 all done, 11 a story deferred, 9 waiting for a person, 8 failed); a loop that ended is shown whole."""
+    import json
+    import time as clock
+
+    from stepline.errors import NotFoundError, RunStateError
+    from stepline.interfaces.cli._runs import _AgentLogs, _log_line, open_store
+    from stepline.sprint._loop import loop_driver, loop_log_path
+    from stepline.store import read_journal
+
+    at = where(directory, project_root)
+    store = open_store(at, config)
+    path = loop_log_path(at.root)
+    if not path.is_file():
+        raise NotFoundError(f"{path}: no sprint loop was started here", hint="start one with `stepline sprint run`")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    last = max((n for n, line in enumerate(lines) if '"event": "loop-started"' in line), default=0)
+    offset = sum(len(line.encode("utf-8")) + 1 for line in lines[:last])  # from the last loop's start
+    runs: dict[str, tuple[str, Any, _AgentLogs]] = {}  # run id -> story, run dir, its agents' logs
+    seen: dict[str, int] = {}
+    ended: str | None = None
+    undriven = 0
+    while True:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+        complete = data[: data.rfind(b"\n") + 1]
+        offset += len(complete)
+        records = [json.loads(line) for line in complete.decode("utf-8").splitlines() if line.strip()]
+        shown = [(str(r.get("time")), said) for r in records if (said := _loop_line(r)) is not None]
+        for record in records:
+            if record.get("run_id") and record["run_id"] not in runs:
+                run_dir = store.open(record["run_id"])
+                runs[record["run_id"]] = (str(record.get("key")), run_dir, _AgentLogs(run_dir.path / "logs", raw=raw))
+            if record.get("event") == "loop-started":
+                ended = None
+            if record.get("event") == "loop-ended":
+                ended = str(record.get("outcome"))
+        for run_id, (key, run_dir, agents) in runs.items():
+            events = read_journal(run_dir.journal_path, run_id)
+            said = [(str(e.time), line) for e in events[seen.get(run_id, 0):] if (line := _log_line(e)) is not None]
+            for when, line in said + agents.new_lines():  # "<time> <rest>": the story's key after the time
+                clock_time, _, rest = line.partition(" ")
+                shown.append((when, f"{clock_time} {key:<10} {rest}"))
+            seen[run_id] = len(events)
+        for _, said in sorted(shown, key=lambda item: item[0]):
+            print(said, flush=True)
+        if ended is not None:
+            raise typer.Exit(_EXIT.get(ended, 1))
+        undriven = 0 if loop_driver(at.root) is not None else undriven + 1
+        if undriven == 2:  # twice, 0.3 s apart: not a resume between one loop's end and the next one's start
+            raise RunStateError("the sprint loop is not running: it did not end and no process drives it (killed?)",
+                                hint="`stepline sprint resume` goes on where it stopped")
+        clock.sleep(0.3)

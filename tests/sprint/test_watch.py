@@ -1,0 +1,76 @@
+"""`stepline sprint watch`: the whole loop live, across stories, ending with the loop and its exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sprint_kit import BMAD, git, make_project
+
+pytestmark = [pytest.mark.corpus, pytest.mark.skipif(not BMAD.is_dir(), reason=f"no BMAD release at {BMAD}")]
+
+HERE = Path(__file__).resolve().parent
+
+
+def _stepline(root: Path, *args: str, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(HERE / "crash_child.py"), "sprint", *args, "-C", str(root)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+
+
+def test_watch_follows_every_story_of_the_loop_live_and_ends_with_the_loop_s_exit_code(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = make_project(tmp_path / "calc", layers=1, builds=1)
+    config = root / "config" / "sprint.yaml"
+    config.write_text(config.read_text() + "budgets: {run: {cost_usd: 5}}\n")
+    git(root, "commit", "-q", "-am", "a loop budget")
+    monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-2": "stubborn"}))
+    loop = _stepline(root, "run", "--max-stories", "2", "-q")
+    deadline = time.monotonic() + 30
+    while not (root / ".stepline" / "sprint" / "loop.jsonl").is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    watcher = _stepline(root, "watch")
+    out, err = watcher.communicate(timeout=120)
+    loop.communicate(timeout=120)
+    assert loop.returncode == 11  # a story deferred
+    assert watcher.returncode == 11, err  # the loop's code: a cron job can tell
+    assert loop.returncode is not None and "loop ended: deferred" in out
+    lines = out.splitlines()
+    assert re.match(r"\d\d:\d\d:\d\d loop sprint-\S+ started \(process \d+\): 1-1-add, 1-2-sub$", lines[0]), lines[0]
+    text = "\n".join(lines)
+    for key in ("1-1-add", "1-2-sub"):
+        assert f"── story {key}: run run-" in text
+        assert re.search(rf"^\d\d:\d\d:\d\d {key}\s+build\s+WorkflowStepCompleted", text, re.M), key
+        assert re.search(rf"^\d\d:\d\d:\d\d {key}\s+build\s+claude#0 out\| ", text, re.M), key  # the agent's output
+    assert re.search(r"1-1-add\s+verify\s+check command-1: ok", text)
+    assert re.search(r"1-2-sub\s+verify\s+check command-1: FAILED", text)
+    ended = [line for line in lines if "── story 1-1-add committed" in line]
+    assert ended and "[story: 3400 tokens" in ended[0] and "; loop: 3400 tokens" in ended[0] and " left]" in ended[0]
+    assert "── story 1-2-sub deferred" in text
+    assert lines[-1].endswith("loop ended: deferred")
+    # Watching a loop that has ended shows it whole, with the same code.
+    again = subprocess.run([sys.executable, str(HERE / "crash_child.py"), "sprint", "watch", "-C", str(root)],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 11 and again.stdout == out
+
+
+def test_watch_of_a_killed_loop_says_it_is_not_running_and_how_to_resume(
+        tmp_path: Path, agent_env: Path) -> None:
+    root = make_project(tmp_path / "calc", layers=1)
+    loop = _stepline(root, "run", "--story", "1-1", "-q", FAKE_KILL="1-1:build",
+                     FAKE_KILL_MARKER=str(tmp_path / "k1"))
+    loop.communicate(timeout=120)
+    assert loop.returncode == -signal.SIGKILL
+    watcher = subprocess.run([sys.executable, str(HERE / "crash_child.py"), "sprint", "watch", "-C", str(root)],
+                             capture_output=True, text=True, timeout=60)
+    assert watcher.returncode == 5
+    assert watcher.stderr.strip().splitlines() == [
+        "error: the sprint loop is not running: it did not end and no process drives it (killed?) "
+        "(`stepline sprint resume` goes on where it stopped)"]
+    assert "── story 1-1-add: run run-" in watcher.stdout and "loop ended" not in watcher.stdout
