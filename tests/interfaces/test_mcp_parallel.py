@@ -107,3 +107,25 @@ def test_parallel_steps_wait_together_and_calls_must_name_their_request(project:
     assert "2 requests are waiting" in unnamed and all(i in unnamed for i in ids) and "request_id" in unnamed
     assert final["status"] == "completed"
     assert [s["status"] for s in final["steps"]] == ["completed"] * 4
+
+
+def test_while_no_request_waits_current_step_says_what_the_runtime_is_doing(project: Path) -> None:
+    """A step whose tool runs for a while: current_step answers 'running', naming the step and the tool and for
+    how long, then hands out the step's request once the tool is done."""
+    (project / "slow.py").write_text("import time\ntime.sleep(4)\n", encoding="utf-8")
+    (project / "slow.yaml").write_text("id: slow\nsteps:\n  - id: build\n    body: Report the build.\n"
+                                       "    tools:\n      - name: runScript\n        args: {script: slow.py}\n",
+                                       encoding="utf-8")
+
+    async def main() -> tuple[Any, Any]:
+        async with asyncio.timeout(60), Client(stdio_server(project)) as client:
+            await call(client, "start_run", {"path": "slow.yaml"})
+            busy = await call(client, "current_step", {"wait_seconds": 1.5})
+            after = await call(client, "current_step", {"wait_seconds": 30})
+            await call(client, "finish", {"request_id": after["requests"][0]["request_id"]})
+            return busy, after
+
+    busy, after = asyncio.run(main())
+    assert busy["status"] == "running" and busy["requests"] == []
+    assert "no request waits for you" in busy["note"] and "step 'build' is running the tool 'runScript'" in busy["note"]
+    assert after["status"] == "waiting_for_work" and after["requests"][0]["step_id"] == "build"
