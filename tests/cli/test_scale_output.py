@@ -222,3 +222,22 @@ def test_progress_on_a_terminal_is_a_live_line(project: Path, write_workflow: Ca
     assert done.returncode == 0, text
     assert "step(s) done" in text and "s29" in text and "dry-run: s29" in text
     assert text.rfind("\x1b[?25h") > text.rfind("step(s) done")  # the live line stopped, the cursor back
+
+
+def test_a_long_blocked_run_shows_the_gate_and_the_steps_around_it(project: Path, write_workflow: Callable[..., Path],
+                                                                   cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 300-step run blocked at its gate in step 150: status shows the blocked step with the 20 steps before and
+    after it, not the early ones; show keeps the run's start and the gate's event among the last events; both
+    say how many rows they left out."""
+    monkeypatch.setenv("COLUMNS", "120")
+    write_workflow([{"id": f"s{n:03d}", **({"human_gate": "required"} if n == 150 else {})} for n in range(300)])
+    assert cli("run", "flow.yaml", "--executor", "dry-run", "--non-interactive", "-q")[0] == 9
+    run_id = next((project / ".stepline" / "runs").iterdir()).name
+    code, out, _ = cli("status", run_id)
+    assert code == 0 and _rows(out) == [f"s{n:03d}" for n in range(131, 171)]
+    assert [line.split()[:3] for line in out.splitlines() if line.startswith("s150")] == [["s150", "blocked", "1"]]
+    assert f"(260 of 300 steps (150 completed, 1 blocked, 149 pending) not shown" in out
+    code, out, _ = cli("show", run_id)
+    kinds = [next(word for word in line.split()[2:] if word[0].isupper()) for line in out.splitlines()[2:]
+             if line[:1].isdigit()]
+    assert code == 0 and kinds[0] == "WorkflowStarted" and "HumanGateRequired" in kinds and kinds[-1] == "WorkflowBlocked"

@@ -62,25 +62,23 @@ def event_detail(data: dict[str, Any]) -> str:
                or data.get("summary") or "")
 
 
-def _pick(total: int, notable: list[int], keep: int | None) -> list[int]:
+def _pick(total: int, notable: list[int], keep: int | None, around: int | None = None) -> list[int]:
     """The indexes to show of ``total`` rows: all of them when ``keep`` is None or they are few, else the last
-    ``keep`` notable ones and the last :data:`LAST`, in order."""
+    ``keep`` notable ones and the :data:`LAST` rows before ``around`` (default: the end) and as many from it."""
     if keep is None or total <= keep + LAST:
         return list(range(total))
-    return sorted({*notable[-keep:], *range(max(0, total - LAST), total)})
+    around = total if around is None else around
+    return sorted({*notable[-keep:], *range(max(0, around - LAST), min(total, around + LAST))})
 
 
-def make_digest(run_dir: RunDir, run: Run, events: list[Event], *, keep: int | None = KEEP) -> Digest:
-    """The digest of a whole run (loaded, ``events`` its journal): with ``keep=None`` every step and event."""
+def make_digest(run: Run, events: list[Event], *, keep: int | None = KEEP) -> Digest:
+    """The digest of a whole run (loaded, ``events`` its journal): with ``keep=None`` every step and event. A
+    long run's steps: the failed, blocked, running and retried ones, the last that started and the next ones."""
     steps = list(run.steps.values())
     notable_steps = [n for n, s in enumerate(steps) if s.status.value in ("failed", "blocked", "running")
                      or s.attempts > 1]
-    started = [n for n, s in enumerate(steps) if s.status.value != "pending"]
-    last_started = started[-1] if started else -1
-    shown_steps = _pick(last_started + 1, notable_steps, keep)
-    if keep is not None and last_started + 1 < len(steps):
-        shown_steps += range(last_started + 1, min(len(steps), last_started + 1 + (LAST if shown_steps else 0) + 1))
-    shown_steps = sorted(set(shown_steps)) if keep is not None else list(range(len(steps)))
+    next_up = next((n for n in range(len(steps) - 1, -1, -1) if steps[n].status.value != "pending"), -1) + 1
+    shown_steps = _pick(len(steps), notable_steps, keep, next_up)
     public = [event for event in events if event.type not in _HIDDEN]
     notable_events = [n for n, e in enumerate(public) if e.type in _NOTABLE or "guardrail" in e.data]
     usage = _usage(events)
@@ -143,7 +141,7 @@ def record_digest(run_dir: RunDir, run: Run, events: list[Event]) -> None:
     ``list`` then read it instead of the journal."""
     from stepline.store import fingerprint, save_summary
 
-    save_summary(run_dir, fingerprint(run_dir), VERSION, make_digest(run_dir, run, events))
+    save_summary(run_dir, fingerprint(run_dir), VERSION, make_digest(run, events))
 
 
 def digest_of(engine: Engine, run_dir: RunDir) -> Digest:
@@ -169,9 +167,8 @@ def _rebuilt(engine: Engine, run_dir: RunDir) -> Digest:
             run = engine.load(run_dir)
         except (JournalError, RunStateError) as exc:  # changed since the diagnosis, or not started
             return {"row": None, "damage": exc.format_message()}
-        return make_digest(run_dir, run, run_dir.events())
-    where = f"{first.path.name}:{first.line}" if first.line else first.path.name
-    return {"row": None, "damage": f"{where}: {first.problem}"}
+        return make_digest(run, run_dir.events())
+    return {"row": None, "damage": first.short()}
 
 
 def summary_row(store: RunStore, engine: Engine, run_id: str) -> RunSummary:
@@ -194,8 +191,7 @@ def summary_row(store: RunStore, engine: Engine, run_id: str) -> RunSummary:
             first = engine.diagnose(run_dir).first()
             if first is None:
                 return row
-            where = f"{first.path.name}:{first.line}" if first.line else first.path.name
-            return replace(row, status="damaged", damage=f"{where}: {first.problem}")
+            return replace(row, status="damaged", damage=first.short())
         digest = _rebuilt(engine, run_dir)
         save_summary(run_dir, key, VERSION, digest)
     if digest.get("row") is None:
