@@ -306,6 +306,8 @@ def status(
     at = where(directory, project_root)
     if not (as_json or verbose):
         shown_id, view = _view(at, config, run_id, whole=show_all)
+        if view["status"] == "running" and reader_engine(at, config).store.summary(shown_id).live_pid is None:
+            view = {**view, "status": "interrupted (resume it)"}  # as `list` says: no process drives it
         _print_status(shown_id, view)
         return
     try:
