@@ -1,8 +1,9 @@
-"""Issue 14 at a real terminal: `stepline run … --executor human` asks each micro-file menu once.
+"""Issues 14 and 25 at a real terminal: `stepline run … --executor human` asks each menu once, as its options.
 
-The person types each step's output, picks [C] from the step's menu and gives a summary; the runtime must not
-then ask the same menu again ("Select an option: … [A/P/R/X/C]"). Driven in a private tmux server (its own
-``-L`` socket, killed afterwards) and read back with ``capture-pane``.
+The person types each step's output, picks [C] from the step's menu (offered as keys and labels) and gives a
+summary; the runtime must not then ask the same menu again ("Select an option: …"). A skill's step shows the step,
+not the runtime's notes to a model, and Ctrl-C at a prompt stops the run at once, resumable. Driven in a private
+tmux server (its own ``-L`` socket, killed afterwards) and read back with ``capture-pane``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import pytest
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "microfile_run" / "project"
 WORKFLOW = "_bmad/demo/workflows/menus"
-MENU_KEYS = "A/P/R/X/C"  # in both menu prompts: the executor's "Choose [A/P/R/X/C, …]" and the runtime's "[A/P/R/X/C]"
+MENU = "Choose: [A] "  # the executor's prompt offering the step's menu ("Choose: [A] Advanced Elicitation  [P] …")
+ASKED_AGAIN = "Select an option"  # the runtime's own prompt for a menu: never, once the executor asked it
 OUTPUT_PROMPT = "Type the step's output"
 SUMMARY_PROMPT = "Summary (optional)"
 
@@ -64,7 +66,7 @@ class Terminal:
             shown = self.screen()
             if shown.count(text) >= count:
                 return shown
-            if shown.count(MENU_KEYS) > 1:
+            if shown.count(MENU) > 1 or ASKED_AGAIN in shown:
                 pytest.fail(f"the menu was asked again:\n{shown}")
             if time.monotonic() > deadline:
                 pytest.fail(f"{text!r} (x{count}) did not appear within {timeout:g}s:\n{shown}")
@@ -99,7 +101,7 @@ def test_a_person_at_the_terminal_is_asked_each_menu_once(tmp_path: Path, termin
 
     terminal.wait_for(OUTPUT_PROMPT, 2)  # step-02-draft: output, then its menu, then the summary
     terminal.type("- one line per item", ".")
-    terminal.wait_for("Choose [" + MENU_KEYS, 1)
+    terminal.wait_for(MENU, 1)
     terminal.type("C")
     terminal.wait_for(SUMMARY_PROMPT, 2)
     terminal.type("drafted")
@@ -111,7 +113,52 @@ def test_a_person_at_the_terminal_is_asked_each_menu_once(tmp_path: Path, termin
 
     shown = terminal.wait_for("STEPLINE-EXIT=", 1)
     assert "STEPLINE-EXIT=0" in shown, shown
-    assert shown.count(MENU_KEYS) == 1, shown  # step 2's menu was asked exactly once
-    assert "Select an option" not in shown
+    assert shown.count(MENU) == 1, shown  # step 2's menu was asked exactly once
+    assert ASKED_AGAIN not in shown
     document = (project / "out" / "notes-demo.md").read_text(encoding="utf-8")
     assert "- one line per item" in document and "stepsCompleted: [1, 2, 3]" in document
+
+
+CORPUS_V611 = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus" / "bmad" / "v6.11.0"
+EPICS = "_bmad/bmm/plan/bmad-create-epics-and-stories"
+
+
+@pytest.mark.skipif(not CORPUS_V611.is_dir(), reason="shared/corpus/bmad/v6.11.0 is not available")
+def test_a_skills_menus_are_offered_as_options_and_ctrl_c_stops_at_once(tmp_path: Path, terminal: Terminal) -> None:
+    """bmad-create-epics-and-stories with the human executor: the activation's greeting (for a model) asks nothing,
+    step-01 shows the step and its menu (not the runtime's notes to a model), [C] moves on to step-02's
+    [A]/[P]/[C] menu, asked once; Ctrl-C there stops the run at once, saying how to resume, and `list` and
+    `status` show it interrupted."""
+    from stepline.bmad import install_bmad
+
+    project = tmp_path / "project"
+    install_bmad(CORPUS_V611, project, {"user_name": "Ada"})
+    stepline = Path(sys.executable).parent / "stepline"
+    command = (f"{shlex.quote(str(stepline))} run {EPICS} --executor human -C {shlex.quote(str(project))}; "
+               "echo STEPLINE-EXIT=$?; sleep 600")
+    terminal.cmd("new-session", "-d", "-s", "t", "-x", "200", "-y", "50", "-c", str(project),
+                 f"env -u VISUAL -u EDITOR {command}")
+
+    first = terminal.wait_for("Choose: [C] continue (Enter: C) > ", 1)
+    assert "Greet" not in first and "The runtime presents" not in first and "set `choice`" not in first, first
+    assert "Validate Prerequisites" in first  # the step's own text
+    terminal.type("")  # Enter: [C]
+    terminal.wait_for(SUMMARY_PROMPT, 1)
+    terminal.type("requirements confirmed")
+    second = terminal.wait_for("Choose: [A] Advanced Elicitation  [P] Party Mode  [C] Continue (Enter: C) > ", 1)
+    assert ASKED_AGAIN not in second
+    started = time.monotonic()
+    terminal.cmd("send-keys", "-t", "t", "C-c")
+    shown = terminal.wait_for("STEPLINE-EXIT=", 1, timeout=15)
+    assert time.monotonic() - started < 10 and "STEPLINE-EXIT=130" in shown, shown
+    (run_dir,) = (project / ".stepline" / "runs").iterdir()
+    said = " ".join(shown.split())  # the CLI's console wraps long lines
+    assert f"interrupted at step-02-design-epics: the run stays resumable; `stepline resume {run_dir.name}`" in said
+
+    def cli(*args: str) -> str:
+        done = subprocess.run([str(stepline), *args, "-C", str(project)], capture_output=True, text=True,
+                              timeout=60, check=False)
+        return done.stdout + done.stderr
+
+    assert "interrupted" in cli("list")
+    assert "interrupted" in cli("status", run_dir.name).splitlines()[0]

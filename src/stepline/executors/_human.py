@@ -1,11 +1,17 @@
 """The ``human`` executor: a person does the step in the terminal.
 
-The step is shown with rich (title, content, question or condition, menu). The person types the output on
+The step is shown with rich (title, content, question or condition, menu): the content a person reads, which a
+driver gives in the request's ``PERSON_HINT`` when its ``content`` also carries text written for a model (how to
+say where the step leaves, which checkpoints stop); an empty one is a request with nothing for a person to do (a
+greeting the activation asks of a model), finished without a question. The person types the output on
 stdin (ending with a line holding only ``.``) or writes it in ``$EDITOR`` (``:e``), answers questions,
 decides conditions and picks the menu option; an answer that is not an option is asked again. Everything the
 person gave is journaled as one memo before it is applied, so a step resumed after a crash does not ask again.
 The menu choice made here is the person's own (``speaks_for_user``): the runtime takes it as the answer to
-the step's menu and does not ask the menu a second time.
+the step's menu and does not ask the menu a second time. The menu is offered as its options, keys and labels.
+
+Ctrl-C at a prompt stops the run at once (the prompt waits in a daemon thread, which the process does not wait
+for) and says how to resume it; the step stays unfinished, so ``resume`` asks it again.
 
 Options:
     prompt: ``prompt(text) -> str`` reading one answer (default: :func:`input`); tests pass their own.
@@ -17,9 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import shlex
 import subprocess
+import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -32,7 +41,10 @@ from stepline.executors._protocol import StepRequest, StepSession
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["HumanExecutor"]
+__all__ = ["PERSON_HINT", "HumanExecutor"]
+
+#: A request's hint: the text a person reads in place of its ``content`` ("" when there is nothing for a person).
+PERSON_HINT = "person"
 
 _END = "."
 _EDIT = ":e"
@@ -49,14 +61,19 @@ class HumanExecutor(Executor):
         from rich.console import Console
 
         options = options or {}
-        self.prompt: Callable[[str], str] = options.get("prompt") or input
+        self.prompt: Callable[[str], str] = options.get("prompt") or self._terminal_input
+        self._stop = threading.Event()
         self.console: Console = options.get("console") or Console(highlight=False)
         self.editor = str(options.get("editor") or os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi")
 
     async def perform(self, request: StepRequest, session: StepSession) -> None:
         """Ask the person (or replay what they said) and make the calls their answers mean."""
+        if request.kind == "work" and request.hints.get(PERSON_HINT) == "" and not request.menu:
+            self.console.print(f"[dim]{request.step_id}: {request.title} — nothing for you to do here[/dim]")
+            await session.finish(None, "nothing for a person to do")
+            return
         given = await session.memo("human", {"kind": request.kind, "step_id": request.step_id},
-                                   lambda: asyncio.to_thread(self._interact, request))
+                                   lambda: self._in_thread(request))
         if request.kind == "decide":
             await session.decide(bool(given["decision"]), str(given.get("reason") or "decided by a person"))
             return
@@ -68,7 +85,38 @@ class HumanExecutor(Executor):
                 await session.write_output(output)
         await session.finish(given.get("choice"), given.get("summary") or None)
 
-    # -- the conversation (runs in a worker thread: input() blocks) ---------------------------------------------
+    async def _in_thread(self, request: StepRequest) -> dict[str, Any]:
+        """:meth:`_interact` in a daemon thread (input() blocks; a pool thread would keep a Ctrl-C'd process
+        waiting for Enter); cancelled (Ctrl-C), it says how to resume and leaves the thread to die with the process."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[dict[str, Any]] = loop.create_future()
+
+        def settle(result: dict[str, Any] | None, error: BaseException | None) -> None:
+            if done.done():
+                return
+            if error is not None:
+                done.set_exception(error)
+            else:
+                done.set_result(result or {})
+
+        def work() -> None:
+            try:
+                result = self._interact(request)
+            except BaseException as exc:  # handed to the awaiting task, which raises it
+                loop.call_soon_threadsafe(settle, None, exc)
+            else:
+                loop.call_soon_threadsafe(settle, result, None)
+
+        threading.Thread(target=work, name=f"human-{request.step_id}", daemon=True).start()
+        try:
+            return await done
+        except asyncio.CancelledError:
+            self._stop.set()  # the prompt's thread gives up its wait (see _terminal_input)
+            print(f"\ninterrupted at {request.step_id}: the run stays resumable; `stepline resume {request.run_id}`"
+                  " asks this step again", file=sys.stderr, flush=True)
+            raise
+
+    # -- the conversation (runs in a daemon thread: input() blocks) ---------------------------------------------
     def _interact(self, request: StepRequest) -> dict[str, Any]:
         self._show(request)
         if request.kind == "decide":
@@ -85,7 +133,8 @@ class HumanExecutor(Executor):
             given["output"] = self._compose("the step's output (" + ", ".join(request.hints.get("outputs") or [])
                                             + ")")
         if request.menu:
-            given["choice"] = self._pick("Choose", [o.key for o in request.menu], default=default_choice(request))
+            given["choice"] = self._pick("Choose", [o.key for o in request.menu], default=default_choice(request),
+                                         labels={o.key: o.label for o in request.menu})
         if request.kind != "choose":
             given["summary"] = self._ask("Summary (optional): ")
         return given
@@ -96,8 +145,9 @@ class HumanExecutor(Executor):
         from rich.panel import Panel
 
         body: list[Any] = []
-        if request.content.strip():
-            body.append(Markdown(request.content))
+        content = str(request.hints.get(PERSON_HINT, request.content))
+        if content.strip():
+            body.append(Markdown(content))
         if request.condition:
             body.append(f"[bold]Condition:[/bold] {request.condition}")
         if request.question:
@@ -108,6 +158,21 @@ class HumanExecutor(Executor):
         self.console.print(Panel(Group(*body), title=f"[bold]{request.step_id}[/bold] · {request.title}",
                                  subtitle=f"{request.kind} · run {request.run_id}"))
 
+    def _terminal_input(self, text: str) -> str:
+        """:func:`input` that gives up when the run is interrupted: it waits for a line in ``select``, not
+        inside a read that holds stdin's lock (a daemon thread holding it aborts the interpreter's shutdown)."""
+        if os.name != "posix" or not sys.stdin.isatty():
+            return input(text)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        while not self._stop.is_set():
+            if select.select([sys.stdin], [], [], 0.2)[0]:
+                line = sys.stdin.readline()
+                if not line:
+                    raise EOFError
+                return line.rstrip("\n")
+        raise ExecutorError("interrupted at the prompt")
+
     def _ask(self, text: str) -> str:
         try:
             return self.prompt(text).strip()
@@ -115,14 +180,17 @@ class HumanExecutor(Executor):
             raise ExecutorError("the terminal input ended before the step was done",
                                 hint="run it again in a terminal, or use --non-interactive") from None
 
-    def _pick(self, text: str, options: list[str], *, default: str | None) -> str:
-        shown = "/".join(options) + (f", Enter for {default}" if default else "")
+    def _pick(self, text: str, options: list[str], *, default: str | None, labels: dict[str, str] | None = None) -> str:
+        """One of ``options`` (keys); with ``labels``, each is offered as ``[K] Label`` and its label answers too."""
+        named = labels or {}
+        shown = ("  ".join(f"[{o}] {named[o]}" if o in named else o for o in options) if named else "/".join(options))
+        shown += f" (Enter: {default})" if named and default else f", Enter for {default}" if default else ""
         while True:
-            answer = self._ask(f"{text} [{shown}]: ")
+            answer = self._ask(f"{text}: {shown} > " if named else f"{text} [{shown}]: ")
             if not answer and default:
                 return default
             for option in options:
-                if answer.lower() == option.lower():
+                if answer.strip("[]").lower() in (option.lower(), named.get(option, option).lower()):
                     return option
             self.console.print(f"[red]{answer!r} is not an option;[/red] choose one of {', '.join(options)}")
 

@@ -60,6 +60,7 @@ from stepline.engine._flow import CursorFlow
 from stepline.engine._runner import register_driver
 from stepline.errors import ReaderError, StepFailed
 from stepline.executors import STANDING_HINT, MenuOption, standing_text
+from stepline.executors._human import PERSON_HINT
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
 from stepline.formats._prose import lean_step_text
@@ -319,7 +320,9 @@ async def _on_activation(ctx: StepContext) -> None:
             "left of the activation below; do not start the main workflow.")
     content = f"{done}\n\n{_render(ctx, left)}"
     hand_over(ctx, "activation", files.entry.path, raw, content, left_out={"runtime": runtime})
-    outcome = await ctx.invoke("work", content=content, context=_base_context(ctx), hints=_standing(ctx))
+    # the activation's judgement (a persona, a greeting) is a model's: nothing for a person at the terminal
+    outcome = await ctx.invoke("work", content=content, context=_base_context(ctx),
+                               hints=_standing(ctx, **{PERSON_HINT: ""}))
     ctx.step.summary = outcome.summary
     _move(ctx, ctx.spec.meta.get("next"))
 
@@ -756,7 +759,7 @@ async def _step_file(ctx: StepContext) -> None:
         raw = raw.replace(token, f"(The runtime runs these {len(active)} layers as parallel subagents once you "
                                  f"finish this request: {names}.{ask} Do everything before them now.)")
     checkpoints = checkpoints_in(doc.text)
-    content = _render(ctx, raw)
+    content = person = _render(ctx, raw)  # the step as a person reads it; the runtime's notes to a model follow
     options = _step_menu(ctx, checkpoints)
     if options:  # the runtime presents it: the executor must not present it too
         content = (f"The runtime presents this step's menu to the person after this request ({menu_text(options)})"
@@ -791,8 +794,8 @@ async def _step_file(ctx: StepContext) -> None:
     if stops:
         text += _stops_text(ctx, stops, " or ".join(f"`{c}`" for c in plain))
         menu = []  # the unconditional checkpoint's options are among the choices (#yolo) or the person's alone
-    outcome = await ctx.invoke("work", content=text, context=context, menu=menu, hints=_standing(ctx),
-                               choices=work_choices)
+    outcome = await ctx.invoke("work", content=text, context=context, menu=menu,
+                               hints=_standing(ctx, **{PERSON_HINT: person}), choices=work_choices)
     ctx.step.summary = outcome.summary
     proposal = outcome.choice
     said = _said_stops(outcome.choice, stops)
