@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from fakes.fake_anthropic import FakeAnthropic
+from fakes.fake_gemini import FakeGemini
 from fakes.fake_openai import FakeOpenAI
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,4 +62,11 @@ def fake_anthropic() -> Iterator[FakeAnthropic]:
 def fake_openai() -> Iterator[FakeOpenAI]:
     """A fake OpenAI server (Chat Completions and Responses) on 127.0.0.1 for the test; set its ``responder``."""
     with FakeOpenAI().running() as server:
+        yield server
+
+
+@pytest.fixture
+def fake_gemini() -> Iterator[FakeGemini]:
+    """A fake Gemini API server on 127.0.0.1 for the test; set its ``responder``."""
+    with FakeGemini().running() as server:
         yield server

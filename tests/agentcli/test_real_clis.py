@@ -14,6 +14,8 @@ from typing import Any
 from fakes import agents
 from fakes.fake_anthropic import FakeAnthropic
 from fakes.fake_anthropic import responder as fake_anthropic_responder
+from fakes.fake_gemini import FakeGemini
+from fakes.fake_gemini import responder as fake_gemini_responder
 from fakes.fake_openai import FakeOpenAI
 from fakes.fake_openai import responder as fake_openai_responder
 
@@ -85,3 +87,60 @@ def test_codex_runs_a_command_and_calls_an_mcp_tool(tmp_path: Path, project: Pat
     usage = next(line["usage"] for line in lines if line["type"] == "turn.completed")
     assert (usage["input_tokens"], usage["output_tokens"]) == (USAGE[0] * 3, USAGE[1] * 3)
     assert lines[0]["type"] == "thread.started" and lines[0]["thread_id"]
+
+
+def test_gemini_writes_a_file_and_calls_an_mcp_tool(tmp_path: Path, project: Path, fake_gemini: FakeGemini) -> None:
+    gemini = agents.binary("gemini")
+    server = [sys.executable, str(HERE / "finish_server.py"), str(project / "done.txt")]
+    env = agents.gemini_env(tmp_path / "home", fake_gemini.base_url, mcp={"stepline": server})
+    fake_gemini.responder = fake_gemini_responder(agents.turns(
+        [("write_file", {"file_path": str(project / "hello.txt"), "content": "hello from gemini\n"})],
+        [("mcp__stepline__finish", {"summary": "wrote hello.txt"})]), usage=USAGE)
+    lines = _run([gemini, "-p", "Write hello.txt, then finish.", "--output-format", "stream-json", "--approval-mode",
+                  "yolo", "--skip-trust", "-m", "fake-gemini", "--allowed-mcp-server-names", "stepline"], project, env)
+    assert (project / "hello.txt").read_text() == "hello from gemini\n"
+    assert (project / "done.txt").read_text() == "wrote hello.txt"
+    assert [r["model"] for r in fake_gemini.requests] == ["fake-gemini"] * 3
+    used = [line["tool_name"] for line in lines if line["type"] == "tool_use"]
+    assert used == ["write_file", "mcp_stepline_finish"]
+    stats = lines[-1]["stats"]
+    assert lines[-1]["status"] == "success" and lines[0]["session_id"]
+    assert (stats["input_tokens"], stats["output_tokens"]) == (USAGE[0] * 3, USAGE[1] * 3)
+
+
+def test_qwen_writes_a_file_and_calls_an_mcp_tool(tmp_path: Path, project: Path, fake_openai: FakeOpenAI) -> None:
+    qwen = agents.binary("qwen")
+    config = project / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"stepline": {
+        "command": sys.executable, "args": [str(HERE / "finish_server.py"), str(project / "done.txt")]}}}))
+    fake_openai.responder = fake_openai_responder(agents.turns(
+        [("write_file", {"file_path": str(project / "hello.txt"), "content": "hello from qwen\n"})],
+        [("mcp__stepline__finish", {"summary": "wrote hello.txt"})]), usage=USAGE)
+    lines = _run([qwen, "--auth-type", "openai", "--output-format", "stream-json", "--approval-mode", "yolo",
+                  "--mcp-config", config, "Write hello.txt, then finish."], project,
+                 agents.qwen_env(tmp_path / "home", fake_openai.base_url))
+    assert (project / "hello.txt").read_text() == "hello from qwen\n"
+    assert (project / "done.txt").read_text() == "wrote hello.txt"
+    assert all(r["stream"] and r["stream_options"] == {"include_usage": True} for r in fake_openai.requests)
+    result = lines[-1]
+    assert result["type"] == "result" and result["subtype"] == "success" and result["session_id"]
+    requests = len(fake_openai.requests)
+    assert requests == 3
+    assert (result["usage"]["input_tokens"], result["usage"]["output_tokens"]) == (USAGE[0] * 3, USAGE[1] * 3)
+
+
+def test_opencode_writes_a_file_and_calls_an_mcp_tool(tmp_path: Path, project: Path, fake_openai: FakeOpenAI) -> None:
+    opencode = agents.binary("opencode")
+    server = [sys.executable, str(HERE / "finish_server.py"), str(project / "done.txt")]
+    env = agents.opencode_env(tmp_path / "home", fake_openai.base_url, mcp={"stepline": server})
+    fake_openai.responder = fake_openai_responder(agents.turns(
+        [("write", {"filePath": str(project / "hello.txt"), "content": "hello from opencode\n"})],
+        [("mcp__stepline__finish", {"summary": "wrote hello.txt"})]), usage=USAGE)
+    lines = _run([opencode, "run", "--format", "json", "Write hello.txt, then finish."], project, env)
+    assert (project / "hello.txt").read_text() == "hello from opencode\n"
+    assert (project / "done.txt").read_text() == "wrote hello.txt"
+    tools = [(line["part"]["tool"], line["part"]["state"]["status"]) for line in lines if line["type"] == "tool_use"]
+    assert tools == [("write", "completed"), ("stepline_finish", "completed")]
+    steps = [line["part"]["tokens"] for line in lines if line["type"] == "step_finish"]
+    assert [(t["input"], t["output"]) for t in steps] == [USAGE] * 3  # the title request is not a step
+    assert len({line["sessionID"] for line in lines}) == 1

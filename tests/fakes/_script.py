@@ -4,9 +4,10 @@ responder that builds the next answer from the request once the queue is empty."
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,19 @@ class Reply:
 
 #: Builds the reply to one request body (a deterministic fake model); see :mod:`fakes.policy`.
 Responder = Callable[[dict[str, Any]], Reply]
+
+def offered_name(name: str, offered: Collection[str]) -> str:
+    """The name under which a CLI offers the tool a script calls ``name``: the name itself when offered, else the
+    offered name of the same MCP tool in another CLI's spelling (``mcp__stepline__finish`` is ``mcp_stepline_finish``
+    for gemini, ``stepline_finish`` for opencode), else ``name`` unchanged (a tool the CLI defers)."""
+    if name in offered:
+        return name
+
+    def plain(tool: str) -> str:
+        return re.sub(r"_+", "_", re.sub(r"^mcp_+", "", tool))
+
+    return next((tool for tool in offered if plain(tool) == plain(name)), name)
+
 
 #: Renders a 200 reply's body as the server-sent events of the provider's streaming API.
 Streamer = Callable[[dict[str, Any]], Iterator[str]]

@@ -30,6 +30,43 @@ codex (@openai/codex 0.169) — OpenAI Responses, streamed (:mod:`fakes.fake_ope
     ("Model metadata for ... not found") to the stream and nothing else. Usage: ``turn.completed`` carries the
     turn's summed ``usage`` (``input_tokens``, ``cached_input_tokens``, ``output_tokens``); the session id is
     ``thread.started``'s ``thread_id``.
+
+gemini (@google/gemini-cli 0.61) — Gemini ``streamGenerateContent?alt=sse`` (:mod:`fakes.fake_gemini`)
+    env ``GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:PORT`` (http is accepted for 127.0.0.1/localhost only) and
+    ``GEMINI_API_KEY=<anything>``, plus ``security.auth.selectedType = "gemini-api-key"`` in a settings file
+    (:func:`gemini_env` writes ``~/.gemini/settings.json``): with the base URL set and no selected type the CLI
+    picks "gateway" auth and stops with "Invalid auth method selected.". ``gemini -p PROMPT --output-format
+    stream-json --approval-mode yolo --skip-trust -m MODEL``: ``--skip-trust`` (or env
+    ``GEMINI_CLI_TRUST_WORKSPACE=true``) trusts the folder for this run, else yolo is overridden to "default" in
+    an untrusted folder; ``-m`` skips the model router's classifier request (with ``auto`` it asks
+    ``gemini-…-flash-lite`` for a JSON verdict first). MCP: ``mcpServers`` in a settings file the CLI trusts — the
+    user settings (``$GEMINI_CLI_HOME/.gemini/settings.json``, GEMINI_CLI_HOME defaulting to HOME) or the
+    trusted project's ``.gemini/settings.json``; a system settings file in a world-writable folder such as /tmp
+    is skipped ("Parent directory '/tmp' is insecure") — and ``--allowed-mcp-server-names NAME``; tools are named
+    ``mcp_NAME_tool``. Usage: the last line (``"type": "result"``) has ``stats`` with ``input_tokens``,
+    ``output_tokens``, ``cached`` and per model; the session id is on ``init``.
+
+qwen (@qwen-code/qwen-code 0.24) — OpenAI Chat Completions, streamed with ``stream_options.include_usage``
+    env ``OPENAI_BASE_URL=http://127.0.0.1:PORT/v1``, ``OPENAI_API_KEY=<anything>``, ``OPENAI_MODEL=MODEL``
+    (:func:`qwen_env`); ``qwen --auth-type openai --output-format stream-json --approval-mode yolo PROMPT``
+    (without ``--auth-type`` it stops: "set an auth type"; ``auto-edit`` approves edits only, ``plan`` is
+    read-only). MCP: ``--mcp-config FILE`` (``{"mcpServers": {...}}``, as claude's); its tools are deferred behind
+    ``tool_search`` and not offered, but a call by the full name ``mcp__NAME__tool`` works at once. The stream is
+    claude's format: ``assistant`` lines with ``usage``, a last ``result`` line with the total ``usage`` and
+    ``session_id``.
+
+opencode (opencode-ai 1.18) — OpenAI Chat Completions through its bundled ``@ai-sdk/openai-compatible``
+    env ``OPENCODE_CONFIG_CONTENT`` holding the whole config (:func:`opencode_env`): ``provider.X`` with ``npm:
+    "@ai-sdk/openai-compatible"``, ``options.baseURL = "http://127.0.0.1:PORT/v1"`` and ``apiKey``, ``models``,
+    ``"model": "X/MODEL"``, ``permission`` (``edit``/``bash``: ``allow``, else it asks and a run stops), ``mcp.NAME
+    = {"type": "local", "command": [...]}``; ``OPENCODE_DISABLE_AUTOUPDATE=1``, ``OPENCODE_DISABLE_MODELS_FETCH=1``
+    (no models.dev download). ``opencode run --format json PROMPT`` (``--agent plan`` for analysis). It first asks
+    for a title in a side request without tools (the fake answers it with a text). MCP tools are named
+    ``NAME_tool``. Usage: every ``step_finish`` line has ``part.tokens`` (``input``, ``output``, ``cache.read``)
+    and ``part.cost``; ``sessionID`` on every line.
+
+A script names an MCP tool as claude does (``mcp__stepline__finish``); the fakes send the call under the name the
+CLI at hand offers (:func:`fakes._script.offered_name`).
 """
 
 from __future__ import annotations
@@ -57,7 +94,9 @@ def binary(name: str) -> Path:
 
 def environment(home: Path, **extra: str) -> dict[str, str]:
     """A clean environment for a real CLI: ``home`` as HOME and every XDG folder inside it, PATH with the CLIs
-    first, the locale, and ``extra``; nothing else of the caller's (no API keys, no config locations)."""
+    first, the locale, and ``extra``; nothing else of the caller's (no API keys, no config locations). Creates
+    ``home``."""
+    home.mkdir(parents=True, exist_ok=True)
     env = {"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}", "HOME": str(home),
            "LANG": "C.UTF-8", "TERM": "dumb", "NO_COLOR": "1",
            **{f"XDG_{kind}_HOME": str(home / f".xdg-{kind.lower()}") for kind in ("CONFIG", "DATA", "CACHE", "STATE")}}
@@ -81,6 +120,39 @@ def codex_env(home: Path, base_url: str, mcp: dict[str, list[str]] | None = None
     (home / ".codex").mkdir(parents=True, exist_ok=True)
     (home / ".codex" / "config.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return environment(home, FAKE_OPENAI_KEY="sk-fake")
+
+
+def gemini_env(home: Path, base_url: str, mcp: dict[str, list[str]] | None = None) -> dict[str, str]:
+    """The environment (and ``home/.gemini/settings.json``) that points ``gemini`` at a
+    :class:`~fakes.fake_gemini.FakeGemini` at ``base_url``; ``mcp`` maps server names to their command lines."""
+    settings: dict[str, object] = {"security": {"auth": {"selectedType": "gemini-api-key"}}}
+    if mcp:
+        settings["mcpServers"] = {name: {"command": argv[0], "args": argv[1:]} for name, argv in mcp.items()}
+    (home / ".gemini").mkdir(parents=True, exist_ok=True)
+    (home / ".gemini" / "settings.json").write_text(json.dumps(settings), encoding="utf-8")
+    return environment(home, GEMINI_API_KEY="fake-key", GOOGLE_GEMINI_BASE_URL=base_url)
+
+
+def qwen_env(home: Path, base_url: str) -> dict[str, str]:
+    """The environment that points ``qwen --auth-type openai`` at a :class:`~fakes.fake_openai.FakeOpenAI` at
+    ``base_url`` (MCP servers come with ``--mcp-config``)."""
+    return environment(home, OPENAI_API_KEY="sk-fake", OPENAI_BASE_URL=base_url, OPENAI_MODEL="fake-gpt",
+                       QWEN_CODE_SUPPRESS_YOLO_WARNING="1")
+
+
+def opencode_env(home: Path, base_url: str, mcp: dict[str, list[str]] | None = None) -> dict[str, str]:
+    """The environment that points ``opencode`` at a :class:`~fakes.fake_openai.FakeOpenAI` at ``base_url``, its
+    whole configuration in ``OPENCODE_CONFIG_CONTENT``; ``mcp`` maps server names to their command lines."""
+    config = {
+        "provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "name": "Fake",
+                              "options": {"baseURL": base_url, "apiKey": "sk-fake"},
+                              "models": {"fake-gpt": {"name": "Fake GPT"}}}},
+        "model": "fake/fake-gpt",
+        "permission": {"edit": "allow", "bash": "allow"},
+        "mcp": {name: {"type": "local", "command": argv, "enabled": True} for name, argv in (mcp or {}).items()},
+    }
+    return environment(home, OPENCODE_CONFIG_CONTENT=json.dumps(config), OPENCODE_DISABLE_AUTOUPDATE="1",
+                       OPENCODE_DISABLE_MODELS_FETCH="1")
 
 
 def turns(*answers: list[Call]) -> Play:

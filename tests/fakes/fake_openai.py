@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from fakes._script import Reply, Responder, Script
+from fakes._script import Reply, Responder, Script, offered_name
 from fakes._server import serve
 from fakes.policy import Call, Conversation, Play
 
@@ -134,7 +134,8 @@ def fault(status: int, message: str = "injected fault", delay: float = 0.0) -> R
 
 def responder(policy: Play, usage: tuple[int, int] = (100, 20)) -> Responder:
     """Answer each request, Chat Completions or Responses, with the tool calls ``policy`` makes for it (and
-    ``usage``); no call ends the turn with a text."""
+    ``usage``; a call by another CLI's name for an MCP tool goes to the name this one offers, see
+    :func:`~fakes._script.offered_name`); no call ends the turn with a text."""
 
     def respond(body: dict[str, Any]) -> Reply:
         model = str(body.get("model") or "fake-gpt")
@@ -144,14 +145,16 @@ def responder(policy: Play, usage: tuple[int, int] = (100, 20)) -> Responder:
             return response(*calls, text=None if calls else "Done.", model=model, usage=usage,
                             namespaces={name: space for name, (space, _) in _functions(body.get("tools") or []).items()
                                         if space})
-        calls = policy(_chat_conversation(body))
+        conversation = _chat_conversation(body)
+        calls = [(offered_name(name, conversation.tools), args) for name, args in policy(conversation)]
         return completion(*calls, text=None if calls else "Done.", model=model, usage=usage)
 
     return respond
 
 
 def _chat_conversation(body: dict[str, Any]) -> Conversation:
-    """A Chat Completions request as the fake model sees it."""
+    """A Chat Completions request as the fake model sees it: its prompt the user messages before the first answer
+    (a CLI sends reminders of its own before the user's prompt)."""
     messages = body["messages"]
     trailing: list[str] = []
     for message in reversed(messages):
@@ -161,24 +164,27 @@ def _chat_conversation(body: dict[str, Any]) -> Conversation:
             break
         trailing.insert(0, _text(message["content"]))
     system = [_text(m["content"]) for m in messages if m["role"] == "system"]
-    users = [_text(m["content"]) for m in messages if m["role"] == "user"]
+    opening = next((n for n, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    prompt = "\n".join(_text(m["content"]) for m in messages[:opening] if m["role"] == "user")
     return Conversation(
-        system="\n".join(system), prompt=users[0] if users else "",
+        system="\n".join(system), prompt=prompt,
         turns=sum(m["role"] == "assistant" for m in messages), results=trailing,
         tools={t["function"]["name"]: t["function"].get("parameters", {}) for t in body.get("tools") or []})
 
 
 def _responses_conversation(body: dict[str, Any]) -> Conversation:
-    """A Responses request as the fake model sees it: its prompt the last user message before the model's first
-    turn, its turns the runs of model output in ``input`` (messages of the assistant, function calls, reasoning),
-    its results the function call outputs after the last one."""
+    """A Responses request as the fake model sees it: its prompt the user messages before the model's first turn,
+    its turns the runs of model output in ``input`` (messages of the assistant, function calls, reasoning), its
+    results the function call outputs after the last one."""
     items = [{"type": "message", "role": "user", "content": body["input"]}] if isinstance(body["input"], str) \
         else body["input"]
     model_items = {"function_call", "custom_tool_call", "reasoning"}
-    turns, results, in_turn, prompt = 0, [], False, ""
+    turns, in_turn = 0, False
+    results: list[str] = []
+    prompt: list[str] = []
     for item in items:
         if item.get("role") == "user" and not turns:
-            prompt = _text(item["content"])
+            prompt.append(_text(item["content"]))
         mine = item.get("type") in model_items or item.get("role") == "assistant"
         turns += mine and not in_turn
         in_turn = mine
@@ -188,8 +194,8 @@ def _responses_conversation(body: dict[str, Any]) -> Conversation:
             results.append(_text(item["output"]))
     system = [_text(item["content"]) for item in items if item.get("role") in ("system", "developer")]
     return Conversation(
-        system="\n".join([body.get("instructions") or "", *system]), prompt=prompt, turns=turns, results=results,
-        tools={name: schema for name, (_, schema) in _functions(body.get("tools") or []).items()})
+        system="\n".join([body.get("instructions") or "", *system]), prompt="\n".join(prompt), turns=turns,
+        results=results, tools={name: schema for name, (_, schema) in _functions(body.get("tools") or []).items()})
 
 
 def _functions(offered: list[dict[str, Any]]) -> dict[str, tuple[str, dict[str, Any]]]:
