@@ -95,3 +95,36 @@ def test_a_side_trip_runs_the_elicitation_skill_and_presents_the_menu_again(v611
     asked = [e.data for e in engine.store.open(run.run_id).events() if e.type == "AnswerGiven"]
     assert [a["gate_id"].split("/", 2)[-1] for a in asked if "step-02" in a["gate_id"]] == ["menu/0", "menu/1"]
     assert all(a["by"] == "terminal" for a in asked)
+
+
+def test_over_mcp_a_skill_menu_comes_back_from_current_step_as_a_question(v611: Path) -> None:
+    """Through the MCP server (stdio, the mcp SDK client): an agent that finishes step-01's work without the menu's
+    choice gets the menu back from current_step as waiting_for_answer with its options; one that passes the
+    person's choice with finish (step-02) is not asked again."""
+    from mcp import Client
+
+    from interfaces.mcp_agent import call, stdio_server
+
+    async def main() -> list[dict[str, Any]]:
+        asked: list[dict[str, Any]] = []
+        async with asyncio.timeout(90), Client(stdio_server(v611)) as client:
+            run_id = (await call(client, "start_run", {"path": EPICS, "mode": "normal"}))["run_id"]
+            while True:
+                current = await call(client, "current_step", {"wait_seconds": 30})
+                if current["status"] not in ("waiting_for_work", "waiting_for_answer", "running"):
+                    raise AssertionError(current)
+                for request in current.get("requests") or []:
+                    rid = request["request_id"]
+                    if request["waiting_for"] == "answer":
+                        asked.append({**request, "status": current["status"]})
+                        await call(client, "answer", {"run_id": run_id, "request_id": rid, "answer": "C"})
+                    elif request["step_id"] == "step-03-create-stories":
+                        return asked
+                    else:  # step-01: finished without the choice; step-02: with the person's [C]
+                        choice = "C" if request["step_id"] == "step-02-design-epics" else None
+                        await call(client, "finish", {"request_id": rid, "choice": choice, "summary": "done"})
+
+    asked = asyncio.run(main())
+    assert [(q["status"], q["step_id"], q["kind"], q["choices"]) for q in asked] == [
+        ("waiting_for_answer", "step-01-validate-prerequisites", "menu", ["C"])]
+    assert [(o["key"], o["label"]) for o in asked[0]["menu"]] == [("C", "continue")]
