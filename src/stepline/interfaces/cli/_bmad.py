@@ -112,15 +112,15 @@ def install(
                     "central_config": [str(p) for p in report.central_config]})
         return
     for module in report.modules:
-        console.print(f"installed {module.name:<6} {module.files:4} files -> {module.target}")
+        console.print(f"installed {module.name:<6} {module.files:4} files -> {module.target}", markup=False)
     if report.scripts is not None:
-        console.print(f"installed shared scripts -> {report.scripts}")
+        console.print(f"installed shared scripts -> {report.scripts}", markup=False)
     for written in report.central_config:
-        console.print(f"wrote {written}")
+        console.print(f"wrote {written}", markup=False)
     if copied:
-        console.print(f"installed extra tasks: {', '.join(copied)}")
+        console.print(f"installed extra tasks: {', '.join(copied)}", markup=False)
     for key in report.unused_settings:
-        err_console.print(f"warning: no module declares the setting {key!r}")
+        err_console.print(f"warning: no module declares the setting {key!r}", markup=False)
     for module_folder, files in stale.items():
         if files:
             err_console.print(f"warning: {module_folder} keeps {len(files)} file(s) of an earlier install that this "

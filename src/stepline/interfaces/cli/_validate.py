@@ -39,6 +39,6 @@ def validate(
         warnings = len(diagnostics) - errors
         kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(checked.items()))
         console.print(f"checked {sum(checked.values())} workflow(s){': ' + kinds if kinds else ''}; "
-                      f"{errors} error(s), {warnings} warning(s)", soft_wrap=True)
+                      f"{errors} error(s), {warnings} warning(s)", soft_wrap=True, markup=False)
     if errors:
         raise typer.Exit(EXIT_INVALID)
