@@ -7,6 +7,9 @@ Every reader decodes through :func:`decode_text` (or :func:`read_text`): bytes t
 A CCW run reads each task file when the session is indexed, again when the task starts, and rewrites it when
 the task completes; reading through system calls alone halves the cost of a small file, and knowing the
 version read lets a later step reuse what was parsed instead of reading the file again.
+
+Both refuse a file over the size limit (:mod:`stepline._limits`, ``STEPLINE_MAX_FILE_BYTES``) before reading
+it: a workflow's files are small, and a hostile one must not take the reader's time and memory.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from stepline._limits import read_limits
 from stepline.errors import ReaderError
 
-__all__ = ["FileVersion", "decode_text", "file_version", "read_file", "read_text"]
+__all__ = ["FileVersion", "check_size", "decode_text", "file_version", "read_file", "read_text"]
 
 _BOM = "\ufeff"
 
@@ -30,12 +34,21 @@ def file_version(info: os.stat_result) -> FileVersion:
     return info.st_ino, info.st_size, info.st_mtime_ns
 
 
+def check_size(size: int, path: Path | str) -> None:
+    """Refuse a file of ``size`` bytes over the size limit, naming the file and the limit."""
+    limit = read_limits().max_file_bytes
+    if size > limit:
+        raise ReaderError(f"the file is {size} bytes, over the reader's limit of {limit} bytes", path=str(path),
+                          hint="STEPLINE_MAX_FILE_BYTES sets the limit")
+
+
 def read_file(path: Path | str) -> tuple[bytes, FileVersion]:
     """The file's bytes and their version, by system calls alone (io's file objects double the cost of reading
-    a small file)."""
+    a small file); a file over the size limit is a :class:`ReaderError`."""
     fd = os.open(path, os.O_RDONLY)
     try:
         info = os.fstat(fd)
+        check_size(info.st_size, path)
         chunks = []
         size = info.st_size + 1  # the whole file and its end in one read, in a buffer of its size
         while chunk := os.read(fd, size):
@@ -73,9 +86,10 @@ def read_text(path: Path | str, *, strip_bom: bool = False) -> str:
 
     Raises:
         OSError: as :func:`open` raises it (``FileNotFoundError``, ``IsADirectoryError``…).
-        ReaderError: the file is not UTF-8.
+        ReaderError: the file is not UTF-8, or over the size limit.
     """
     with open(path, "rb") as file:
+        check_size(os.fstat(file.fileno()).st_size, path)
         data = file.read()
     text = decode_text(data, path, strip_bom=strip_bom)
     if "\r" in text:  # universal newlines, as a file opened in text mode reads them

@@ -5,6 +5,8 @@ BMAD micro-file workflows keep their variables in the frontmatter of step files 
 Real files contain YAML that does not parse (``'don\\'t'``, unquoted ``{x}`` values, a missing comma in a
 flow list), so the reader never raises on bad YAML: it parses the block key by key, keeps the value of a
 broken key as its raw text and reports a :class:`~stepline.formats._diagnostics.Diagnostic` with file:line.
+YAML past the reader's limits (an alias bomb, a value without end: :mod:`stepline._limits`) is hostile, not
+broken, and is a :class:`~stepline.errors.ReaderError` naming file:line and the limit.
 
 The writer (:func:`update_frontmatter`, :func:`mark_step_completed`) replaces the value lines of the keys it
 updates and leaves every other byte of the file as it was, odd YAML included.
@@ -20,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from stepline._yaml import YamlLoader, describe_yaml_error, yaml_errors
+from stepline._yaml import YamlLimitError, YamlLoader, describe_yaml_error, yaml_errors
 from stepline.errors import NotFoundError, ReaderError
 from stepline.formats._diagnostics import Diagnostic
 from stepline.formats._files import read_text
@@ -172,6 +174,10 @@ def read_frontmatter(text: str, *, path: str = "<string>") -> Frontmatter:
     yaml_text = "".join(lines[opening + 1 : closing])
     try:
         loaded = yaml.load(yaml_text, Loader=YamlLoader)  # a safe loader (C when libyaml is there)
+    except YamlLimitError as exc:  # hostile, not merely broken: refused whole (key by key would hide it)
+        problem, line = describe_yaml_error(exc, yaml_text)
+        raise ReaderError(f"frontmatter: {problem}", path=path,
+                          line=opening + 1 + line if line is not None else opening + 1) from None
     except yaml_errors:
         result.data = _parse_by_key(lines, chunks, result)
     else:

@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
-from stepline._yaml import YamlLoader, compose_yaml_text, find_yaml_line, yaml_errors
+from stepline._limits import read_limits
+from stepline._yaml import find_yaml_line, load_yaml_lines
 from stepline.errors import ReaderError
 from stepline.formats._diagnostics import Diagnostic
 from stepline.formats._files import read_text
@@ -30,14 +30,15 @@ def is_native_workflow(path: Path) -> bool:
     if path.suffix.lower() not in (".yaml", ".yml", ".json"):
         return False
     try:
-        data = path.read_bytes()
+        with path.open("rb") as file:  # no further than the size limit: load_native refuses a bigger file
+            data = file.read(read_limits().max_file_bytes + 1)
     except OSError:
         return False
     return bool(_TOP_LEVEL_STEPS.search(data))
 
 
-def _parse(path: Path) -> tuple[Any, str, yaml.Node | None]:
-    """The file's values, its text and (for YAML) the node tree the values were built from, parsed once."""
+def _parse(path: Path) -> tuple[Any, str, dict[tuple[Any, ...], int] | None]:
+    """The file's values, its text and (for YAML) the lines of its values near the top, parsed once."""
     try:
         text = read_text(path)
     except FileNotFoundError:
@@ -51,32 +52,26 @@ def _parse(path: Path) -> tuple[Any, str, yaml.Node | None]:
             raise ReaderError(f"JSON error: {exc.msg}", path=str(path), line=exc.lineno) from None
         except RecursionError:
             raise ReaderError("JSON error: nested too deeply", path=str(path)) from None
-    data, node = compose_yaml_text(text, path=str(path))
-    return data, text, node
+    data, lines = load_yaml_lines(text, path=str(path))
+    return data, text, lines
 
 
-def _step_lines(root: yaml.Node | None, text: str) -> dict[int, int]:
+def _step_lines(lines: dict[tuple[Any, ...], int] | None, text: str) -> dict[int, int]:
     """Line of each ``steps`` item, for diagnostics and sources that point at a step.
 
-    ``root`` is the YAML file's node tree; a JSON file (None) is composed now, as YAML (its lines are the same).
+    ``lines`` are the YAML file's value lines; a JSON file's (None) are read now, as YAML (its lines are the same).
     """
-    node: Any = root
-    if node is None:
+    if lines is None:
         try:
-            node = yaml.compose(text, Loader=YamlLoader)
-        except yaml_errors:
+            lines = load_yaml_lines(text, path="")[1]
+        except ReaderError:
             return {}
-    if not isinstance(node, yaml.MappingNode):
-        return {}
-    for key, value in node.value:
-        if key.value == "steps" and isinstance(value, yaml.SequenceNode):
-            return {i: item.start_mark.line + 1 for i, item in enumerate(value.value)}
-    return {}
+    return {key[1]: line for key, line in lines.items() if len(key) == 2 and key[0] == "steps"}
 
 
 def load_native(path: Path) -> WorkflowSpec:
     """Read a native workflow file; schema problems are :class:`ReaderError` naming file:line and the field."""
-    data, text, root = _parse(path)
+    data, text, lines = _parse(path)
     if not isinstance(data, dict):
         raise ReaderError("a workflow file is a mapping with id and steps", path=str(path), line=1)
     try:
@@ -84,27 +79,26 @@ def load_native(path: Path) -> WorkflowSpec:
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = first["loc"]
-        source = root if root is not None else text  # a JSON file is composed only now, for the line
-        line = find_yaml_line(source, tuple(loc))
+        line = find_yaml_line(text, tuple(loc))  # composed only now, for the line
         if line is None and len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
-            line = _step_lines(root, text).get(loc[1])
+            line = _step_lines(lines, text).get(loc[1])
         where = ".".join(str(p) for p in loc)
         raise ReaderError(f"{where}: {first['msg']}", path=str(path), line=line,
                           hint="see the schema in stepline/model/workflow.schema.json") from None
-    lines = _step_lines(root, text)
+    step_lines = _step_lines(lines, text)
     seen: set[str] = set()
     for i, step in enumerate(native.steps):
         if step.id in seen:
-            raise ReaderError(f"duplicate step id {step.id!r}", path=str(path), line=lines.get(i))
+            raise ReaderError(f"duplicate step id {step.id!r}", path=str(path), line=step_lines.get(i))
         seen.add(step.id)
-        step.source = SourceRef(path=str(path), line=lines.get(i))
+        step.source = SourceRef(path=str(path), line=step_lines.get(i))
     known = seen
     for i, step in enumerate(native.steps):
         for dep in step.depends_on:
             if dep not in known:
                 raise ReaderError(f"step {step.id!r} depends on unknown step {dep!r}", path=str(path),
-                                  line=lines.get(i))
-    _check_cycles(native, path, lines)
+                                  line=step_lines.get(i))
+    _check_cycles(native, path, step_lines)
     return WorkflowSpec(id=native.id, name=native.name or native.id, description=native.description,
                         format="native", source=SourceRef(path=str(path), line=1), root=str(path.parent),
                         variables=native.variables, steps=native.steps,
@@ -112,23 +106,29 @@ def load_native(path: Path) -> WorkflowSpec:
 
 
 def _check_cycles(native: NativeWorkflowFile, path: Path, lines: dict[int, int]) -> None:
+    """Refuse a dependency cycle, naming it; depth first without recursion (a chain of 20,000 steps is fine)."""
     deps = {s.id: s.depends_on for s in native.steps}
+    index = {s.id: i for i, s in enumerate(native.steps)}
     state: dict[str, int] = {}
-
-    def visit(sid: str, trail: list[str]) -> None:
-        state[sid] = 1
-        for dep in deps[sid]:
-            if state.get(dep) == 1:
-                cycle = [*trail[trail.index(dep):], dep] if dep in trail else [sid, dep]
-                index = next(i for i, s in enumerate(native.steps) if s.id == sid)
-                raise ReaderError("dependency cycle: " + " -> ".join(cycle), path=str(path), line=lines.get(index))
-            if state.get(dep) is None:
-                visit(dep, [*trail, dep])
-        state[sid] = 2
-
-    for sid in deps:
-        if sid not in state:
-            visit(sid, [sid])
+    for start in deps:
+        if start in state:
+            continue
+        state[start] = 1
+        trail = [start]
+        pending = [iter(deps[start])]
+        while pending:
+            dep = next(pending[-1], None)
+            if dep is None:
+                state[trail.pop()] = 2
+                pending.pop()
+            elif state.get(dep) == 1:
+                cycle = [*trail[trail.index(dep):], dep]
+                raise ReaderError("dependency cycle: " + " -> ".join(cycle), path=str(path),
+                                  line=lines.get(index[trail[-1]]))
+            elif state.get(dep) is None:
+                state[dep] = 1
+                trail.append(dep)
+                pending.append(iter(deps[dep]))
 
 
 def lint_native(path: Path) -> list[Diagnostic]:
