@@ -84,3 +84,11 @@ def test_same_text_as_bmads_render_skill(v611: Path) -> None:
             rel = source.relative_to(skill)
             ours = render_skill_text(source.read_text(encoding="utf-8"), env, "bmm", plain=False)
             assert ours == (published / rel).read_text(encoding="utf-8"), rel
+
+
+def test_a_double_braced_name_renders_its_value_not_the_value_in_braces(tmp_path: Path) -> None:
+    """Issue 25: ``{{user_name}}`` (a step file's runtime variable) is ``Ada``, not ``{Ada}``; an unknown one
+    (``{{fr_list}}``, a template placeholder the model fills) stays as written."""
+    env = RenderEnv(project_root=tmp_path, skill_root=tmp_path, names={"user_name": "Ada", "date": "2026-11-27"})
+    text = "Hello {{user_name}} ({user_name}), {{ date }}: fill {{fr_list}} and {unknown}."
+    assert render_skill_text(text, env) == "Hello Ada (Ada), 2026-11-27: fill {{fr_list}} and {unknown}."

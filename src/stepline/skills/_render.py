@@ -9,7 +9,8 @@ of an earlier kind):
   strings as a Markdown list (``_None._`` when empty), a list of tables (review layers) as one section each.
 * ``[[bmad-snapshot:file.md]]`` — the absolute path of that file of the skill.
 * ``{project-root}``, ``{skill-root}``, ``{skill-name}`` and the config values by their plain name
-  (``{user_name}``), which the older prose of SKILL.md uses.
+  (``{user_name}``), which the older prose of SKILL.md uses; ``{{user_name}}``, ``{{date}}`` the same way (a
+  step file's runtime variables), as the value itself: the outer braces are the token's.
 
 A token that names nothing known is left as written and reported by :func:`unknown_tokens`, so the linter
 and the runtime tell the same story.
@@ -39,7 +40,9 @@ SHORT_CONFIG_TOKEN = re.compile(r"\{\{\.([A-Za-z0-9_]+)\}\}")
 CONFIG_TOKEN = re.compile(r"\{\{config\.([A-Za-z0-9_.-]+)\}\}")
 CUSTOM_TOKEN = re.compile(r"\{(workflow|agent)\.([A-Za-z0-9_.-]+)\}")
 SNAPSHOT_TOKEN = re.compile(r"\[\[bmad-snapshot:([A-Za-z0-9_./-]+\.md)\]\]")
-_PLAIN_TOKEN = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]*)\}")
+_PLAIN_TOKEN = re.compile(r"(?<!\{)\{([A-Za-z_][A-Za-z0-9_-]*)\}(?!\})")
+#: ``{{name}}``: a run variable (``{{date}}``) or config value by its plain name, in the micro-file way of writing
+_DOUBLE_TOKEN = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}")
 
 
 @dataclass(slots=True)
@@ -158,7 +161,7 @@ def render_skill_text(text: str, env: RenderEnv, module: str | None = None, *, p
     text = CONFIG_TOKEN.sub(dotted, text)
     text = CUSTOM_TOKEN.sub(custom, text)
     text = SNAPSHOT_TOKEN.sub(snapshot, text)
-    return _PLAIN_TOKEN.sub(plain_name, text) if plain else text
+    return _PLAIN_TOKEN.sub(plain_name, _DOUBLE_TOKEN.sub(plain_name, text)) if plain else text
 
 
 def unknown_tokens(text: str, env: RenderEnv, module: str | None = None) -> list[tuple[int, str, str]]:
