@@ -7,13 +7,13 @@ import json
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fakes.processes import alive
+from fakes.sessions import RecordingSession
 from stepline import Engine
 from stepline.engine import HumanChannel
 from stepline.errors import ExecutorError
@@ -61,46 +61,6 @@ def _run_workflow(project: Path, agent: str) -> Any:
                     human=HumanChannel(interactive=False))
     workflow = load_workflow(project / "flow.yaml", project_root=project)
     return asyncio.run(asyncio.wait_for(engine.start(workflow), timeout=120))
-
-
-class RecordingSession(StepSession):
-    """An in-memory session: records every call; ``memos`` plays the journal of memoised results."""
-
-    def __init__(self, memos: dict[str, dict[str, Any]] | None = None) -> None:
-        self.calls: list[tuple[Any, ...]] = []
-        self.memos = {} if memos is None else memos
-
-    async def read(self, path: str) -> str:
-        self.calls.append(("read", path))
-        return ""
-
-    async def ask(self, question: str, choices: list[str] | None = None) -> str:
-        self.calls.append(("ask", question))
-        return "yes"
-
-    async def write_output(self, content: str, *, path: str | None = None, section: str | None = None,
-                           mode: Any = "append") -> str:
-        self.calls.append(("write_output", content))
-        return path or "out.md"
-
-    async def set_var(self, name: str, value: Any) -> None:
-        self.calls.append(("set_var", name, value))
-
-    async def call_tool(self, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-        self.calls.append(("call_tool", name))
-        return {}
-
-    async def decide(self, value: bool, reason: str) -> None:
-        self.calls.append(("decide", value, reason))
-
-    async def finish(self, choice: str | None = None, summary: str | None = None) -> None:
-        self.calls.append(("finish", choice, summary))
-
-    async def memo(self, label: str, payload: dict[str, Any],
-                   compute: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
-        if label not in self.memos:
-            self.memos[label] = await compute()
-        return self.memos[label]
 
 
 def _request(kind: Any = "work", **fields: Any) -> StepRequest:

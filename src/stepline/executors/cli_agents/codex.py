@@ -23,7 +23,10 @@ def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
         argv += ["--add-dir", folder]
     if inv.model:
         argv += ["-m", inv.model]
-    argv += ["-c", f"mcp_servers.{SERVER}.url={json.dumps(inv.mcp_url)}", *inv.extra_args]
+    # required: the first turn waits for the server (else its tools may never be offered); approve: with the
+    # approval policy "never", a tool call that needs approval fails instead
+    argv += ["-c", f"mcp_servers.{SERVER}.url={json.dumps(inv.mcp_url)}", "-c", f"mcp_servers.{SERVER}.required=true",
+             "-c", f'mcp_servers.{SERVER}.default_tools_approval_mode="approve"', *inv.extra_args]
     if inv.resume:
         argv += ["fork" if inv.fork else "resume", inv.resume]
     return [*argv, "-"], {}
