@@ -198,15 +198,14 @@ def test_progress_lines_on_a_pipe_are_plain(project: Path, write_workflow: Calla
     assert done.stderr.splitlines() == ["✓ a:smile: dry-run: a:smile:", "✓ b dry-run: b"]
 
 
-def test_progress_on_a_terminal_is_a_live_line(project: Path, write_workflow: Callable[..., Path]) -> None:
-    """With stderr a terminal: a live line counting the steps done above the ended steps' lines, and the
-    terminal's cursor shown again when the run ends."""
+def _on_a_terminal(project: Path, *args: str) -> str:
+    """What `stepline run flow.yaml ARGS` shows on a pseudo-terminal (its stdin and stderr); it must exit 0."""
     import pty
 
-    write_workflow([{"id": f"s{n}"} for n in range(30)])
     leader, follower = pty.openpty()
-    done = subprocess.run([sys.executable, "-m", "stepline.interfaces.cli", "run", "flow.yaml"], cwd=project,
-                          stdout=subprocess.PIPE, stderr=follower, check=False, env={**os.environ, "COLUMNS": "80"})
+    done = subprocess.run([sys.executable, "-m", "stepline.interfaces.cli", "run", "flow.yaml", *args], cwd=project,
+                          stdin=follower, stdout=subprocess.PIPE, stderr=follower, check=False,
+                          env={**os.environ, "COLUMNS": "80"})
     os.close(follower)
     shown = b""
     while True:
@@ -218,10 +217,20 @@ def test_progress_on_a_terminal_is_a_live_line(project: Path, write_workflow: Ca
             break
         shown += chunk
     os.close(leader)
-    text = shown.decode()
-    assert done.returncode == 0, text
-    assert "step(s) done" in text and "s29" in text and "dry-run: s29" in text
+    assert done.returncode == 0, shown
+    return shown.decode()
+
+
+def test_progress_on_a_terminal_is_a_live_line(project: Path, write_workflow: Callable[..., Path]) -> None:
+    """With stderr a terminal: a live line counting the steps done below the ended steps' lines, and the
+    terminal's cursor shown again when the run ends; none in a run that may ask a person on that terminal (its
+    redrawing would garble what they type), which still prints a line per step."""
+    write_workflow([{"id": f"s{n}"} for n in range(30)])
+    text = _on_a_terminal(project, "--yolo")
+    assert "step(s) done" in text and "dry-run: s29" in text
     assert text.rfind("\x1b[?25h") > text.rfind("step(s) done")  # the live line stopped, the cursor back
+    text = _on_a_terminal(project)
+    assert "step(s) done" not in text and "dry-run: s29" in text
 
 
 def test_a_long_blocked_run_shows_the_gate_and_the_steps_around_it(project: Path, write_workflow: Callable[..., Path],

@@ -70,13 +70,15 @@ _MARKS = {
 
 
 class _Progress:
-    """The progress of a run on stderr, priced by who looks: when stderr is a terminal, a live line (steps done,
-    the step under way) with a line above it for each step that ends; otherwise one plain line per step that
-    ends, written as is (no rich: a 20,000-step run piped to a file pays a write a step, nothing more)."""
+    """The progress of a run on stderr, priced by who looks: when stderr is a terminal, a line for each step that
+    ends and, below them, a live line (steps done, the step under way) unless a person may be asked something on
+    this terminal (its redrawing would garble what they type); otherwise one plain line per step that ends,
+    written as is (no rich: a 20,000-step run piped to a file pays a write a step, nothing more)."""
 
-    def __init__(self, quiet: bool) -> None:
+    def __init__(self, quiet: bool, live: bool) -> None:
         self.quiet = quiet
         self.tty = sys.stderr.isatty()
+        self.live_allowed = live
         self.done = 0
         self.current = ""
         self.live: Any = None
@@ -85,7 +87,7 @@ class _Progress:
         if self.quiet:
             return
         kind = event.type
-        if self.tty:
+        if self.tty and self.live_allowed:
             self._live(event)
         if kind not in _MARKS or kind == "WorkflowStepStarted":
             return
@@ -114,7 +116,9 @@ class _Progress:
 
             from rich.live import Live
 
-            self.live = Live(self, console=err_console.get(), transient=True, refresh_per_second=4)
+            # stdout is not redirected: it may be a file (`> out.json`) while stderr is the terminal.
+            self.live = Live(self, console=err_console.get(), transient=True, refresh_per_second=4,
+                             redirect_stdout=False)
             self.live.start()
             atexit.register(self.live.stop)  # an interrupted run must not leave the terminal's cursor hidden
         elif kind in ("WorkflowCompleted", "WorkflowFailed", "WorkflowBlocked") and self.live is not None:
@@ -127,9 +131,10 @@ class _Progress:
         return Text.assemble(("… ", "cyan"), f"{self.done} step(s) done", (f"  {self.current}", "dim"))
 
 
-def progress_listener(quiet: bool) -> Any:
-    """A listener that shows a run's progress on stderr (so ``--json`` stdout stays clean); see :class:`_Progress`."""
-    return _Progress(quiet)
+def progress_listener(quiet: bool, *, live: bool = True) -> Any:
+    """A listener that shows a run's progress on stderr (so ``--json`` stdout stays clean); see :class:`_Progress`.
+    ``live=False``: no live line (a person may be asked on the terminal)."""
+    return _Progress(quiet, live)
 
 
 def table_width() -> int | None:

@@ -135,7 +135,13 @@ def build_engine(at: Where, config: Path | None, executor: str | None, script: P
     if drivers:
         register_drivers()
     return Engine(project_root=root, config=runtime, executor=executor, executor_options=options, mode=mode,
-                  listeners=[progress_listener(quiet)])
+                  listeners=[progress_listener(quiet, live=nobody_asked(mode, executor))])
+
+
+def nobody_asked(mode: RunMode, executor: str | None) -> bool:
+    """Whether no person is asked anything on this terminal during the run: its input is no terminal, or the run
+    never asks (yolo, non-interactive) and its executor is not a person at the keyboard."""
+    return not sys.stdin.isatty() or (mode != "normal" and executor != "human")
 
 
 def _finish(engine: Engine, run: Run, as_json: bool) -> None:
