@@ -10,11 +10,28 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from conftest import CORPUS
+from stepline.interfaces.cli._app import run_cli
+
 #: A run's end states, as current_step reports them once nothing waits.
 ENDED = ("completed", "failed", "blocked", "cancelled")
+#: The two BMAD corpus trees.
+TREES = {"v6.0.0-alpha.23": CORPUS / "bmad" / "v6.0.0-alpha.23", "v6.11.0": CORPUS / "bmad" / "v6.11.0"}
+
+
+def install(tree: str, project: Path) -> Path:
+    """The corpus tree ``tree`` installed into ``project`` as `stepline bmad install` does (alpha.23 with the
+    extras its workflows name); skips the test when the corpus is not there."""
+    if not TREES[tree].is_dir():
+        pytest.skip(f"shared/corpus/bmad/{tree} is not available")
+    extras = ["--extras", str(CORPUS / "bmad" / "extras")] if tree.startswith("v6.0") else []
+    assert run_cli(["bmad", "install", str(TREES[tree]), "--project", str(project), *extras,
+                    "--set", "user_name=Ada"]) == 0
+    return project.resolve()
 
 
 def stdio_server(project: Path) -> StdioServerParameters:

@@ -14,25 +14,13 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from conftest import CORPUS
-from interfaces.mcp_agent import DryAgent, call, stdio_server
+from interfaces.mcp_agent import TREES, DryAgent, call, install, stdio_server
 from stepline import Engine
 from stepline.errors import SteplineError
 from stepline.families import load_workflow
-from stepline.interfaces.cli._app import run_cli
-
-TREES = {"v6.0.0-alpha.23": CORPUS / "bmad" / "v6.0.0-alpha.23", "v6.11.0": CORPUS / "bmad" / "v6.11.0"}
 
 pytestmark = [pytest.mark.corpus,
               pytest.mark.skipif(not all(p.is_dir() for p in TREES.values()), reason="shared/corpus is not available")]
-
-
-def _install(tree: str, project: Path) -> Path:
-    """The tree installed as `stepline bmad install` does (alpha.23 with the extras its workflows name)."""
-    extras = ["--extras", str(CORPUS / "bmad" / "extras")] if tree.startswith("v6.0") else []
-    assert run_cli(["bmad", "install", str(TREES[tree]), "--project", str(project), *extras,
-                    "--set", "user_name=Ada"]) == 0
-    return project.resolve()
 
 
 def _dry_run_completes(project: Path, path: str) -> bool:
@@ -67,7 +55,7 @@ def _sweep(project: Path, mode: str) -> dict[str, tuple[str, int, float]]:
 @pytest.mark.parametrize("mode", ["yolo", "normal"])
 @pytest.mark.parametrize("tree", list(TREES))
 def test_every_corpus_workflow_completes_over_mcp(tmp_path: Path, tree: str, mode: str) -> None:
-    project = _install(tree, tmp_path / "project")
+    project = install(tree, tmp_path / "project")
     ends = _sweep(project, mode)
     done = sorted(path for path, (status, _, _) in ends.items() if status == "completed")
     calls = sum(n for _, n, _ in ends.values())

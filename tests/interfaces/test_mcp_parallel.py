@@ -16,10 +16,8 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from conftest import CORPUS
-from interfaces.mcp_agent import DryAgent, call, stdio_server
+from interfaces.mcp_agent import DryAgent, call, install, stdio_server
 
-V611 = CORPUS / "bmad" / "v6.11.0"
 BUILD = "_bmad/bmm/ship/bmad-build"
 
 PARALLEL = """\
@@ -41,13 +39,7 @@ steps:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not V611.is_dir():
-        pytest.skip("shared/corpus/bmad/v6.11.0 is not available")
-    from stepline.bmad import install_bmad
-
-    project = tmp_path_factory.mktemp("v611") / "project"
-    install_bmad(V611, project, {})
-    return project.resolve()
+    return install("v6.11.0", tmp_path_factory.mktemp("v611") / "project")
 
 
 def _drive(project: Path, path: str, *, mode: str = "normal", parallel: bool = False) -> tuple[DryAgent, Any]:
