@@ -35,6 +35,7 @@ def _run(argv: list[str | Path], cwd: Path, env: dict[str, str]) -> list[dict[st
 def test_claude_writes_a_file_with_its_own_tool(tmp_path: Path, project: Path, fake_anthropic: FakeAnthropic) -> None:
     claude = agents.binary("claude")
     env = agents.claude_env(tmp_path / "home", fake_anthropic.base_url)
+    fake_anthropic.caching = True
     fake_anthropic.responder = fake_anthropic_responder(agents.turns(
         [("Write", {"file_path": str(project / "hello.txt"), "content": "hello from claude\n"})]), usage=USAGE)
     lines = _run([claude, "-p", "Write hello.txt.", "--output-format", "stream-json", "--verbose",
@@ -43,7 +44,12 @@ def test_claude_writes_a_file_with_its_own_tool(tmp_path: Path, project: Path, f
     assert len(fake_anthropic.requests) == 2 and all(r["stream"] for r in fake_anthropic.requests)
     result = lines[-1]
     assert result["type"] == "result" and result["subtype"] == "success", result
-    assert (result["usage"]["input_tokens"], result["usage"]["output_tokens"]) == (USAGE[0] * 2, USAGE[1] * 2)
+    usage = result["usage"]
+    # the fake caches claude's marked prefix: the first request writes it, the second reads it
+    assert usage["cache_creation_input_tokens"] == usage["cache_read_input_tokens"] > 0
+    assert usage["input_tokens"] + usage["cache_creation_input_tokens"] + usage["cache_read_input_tokens"] \
+        == USAGE[0] * 2
+    assert usage["output_tokens"] == USAGE[1] * 2
     assert result["session_id"] and result["total_cost_usd"] > 0
 
 
@@ -73,6 +79,7 @@ def test_codex_runs_a_command_and_calls_an_mcp_tool(tmp_path: Path, project: Pat
     codex = agents.binary("codex")
     server = [sys.executable, str(HERE / "finish_server.py"), str(project / "done.txt")]
     env = agents.codex_env(tmp_path / "home", fake_openai.base_url, mcp={"stepline": server})
+    fake_openai.caching = True
     fake_openai.responder = fake_openai_responder(agents.turns(
         [("exec_command", {"cmd": "printf 'hello from codex\\n' > hello.txt"})],
         [("mcp__stepline__finish", {"summary": "wrote hello.txt"})]), usage=USAGE)
@@ -86,6 +93,7 @@ def test_codex_runs_a_command_and_calls_an_mcp_tool(tmp_path: Path, project: Pat
     assert [(c["server"], c["tool"], c["status"]) for c in calls] == [("stepline", "finish", "completed")]
     usage = next(line["usage"] for line in lines if line["type"] == "turn.completed")
     assert (usage["input_tokens"], usage["output_tokens"]) == (USAGE[0] * 3, USAGE[1] * 3)
+    assert 0 < usage["cached_input_tokens"] < usage["input_tokens"]  # the later requests repeat the first's prefix
     assert lines[0]["type"] == "thread.started" and lines[0]["thread_id"]
 
 
@@ -144,3 +152,21 @@ def test_opencode_writes_a_file_and_calls_an_mcp_tool(tmp_path: Path, project: P
     steps = [line["part"]["tokens"] for line in lines if line["type"] == "step_finish"]
     assert [(t["input"], t["output"]) for t in steps] == [USAGE] * 3  # the title request is not a step
     assert len({line["sessionID"] for line in lines}) == 1
+
+
+def test_mcp_inspector_lists_and_calls_an_mcp_servers_tools(project: Path) -> None:
+    inspector = agents.binary("mcp-inspector-cli")
+    server = [sys.executable, str(HERE / "finish_server.py"), str(project / "done.txt")]
+
+    def inspect(*method: str) -> dict[str, Any]:
+        done = subprocess.run([str(inspector), "--cli", *server, "--method", *method], cwd=agents.INSPECTOR_CWD,
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr[-2000:]
+        answer: dict[str, Any] = json.loads(done.stdout)
+        return answer
+
+    tools = inspect("tools/list")["tools"]
+    assert [(t["name"], t["inputSchema"]["required"]) for t in tools] == [("finish", ["summary"])]
+    assert inspect("tools/call", "--tool-name", "finish", "--tool-arg", "summary=checked")["content"] == [
+        {"type": "text", "text": "finished"}]
+    assert (project / "done.txt").read_text() == "checked"

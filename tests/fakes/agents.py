@@ -65,6 +65,13 @@ opencode (opencode-ai 1.18) — OpenAI Chat Completions through its bundled ``@a
     ``NAME_tool``. Usage: every ``step_finish`` line has ``part.tokens`` (``input``, ``output``, ``cache.read``)
     and ``part.cost``; ``sessionID`` on every line.
 
+mcp-inspector-cli (@modelcontextprotocol/inspector-cli 1.0.x) — a standard MCP client, no model
+    ``mcp-inspector-cli --cli COMMAND ARGS... --method tools/list`` (or ``--method tools/call --tool-name NAME
+    --tool-arg key=value``) prints the JSON answer. Run it with the working directory in
+    tests/agents/node_modules (:data:`INSPECTOR_CWD`): 1.0.3 looks for its own package.json relative to the working
+    directory and fails ("Cannot find module '…/@modelcontextprotocol/package.json'") anywhere else. It warns on
+    stderr that inspector v1 is deprecated (v2 is ``@modelcontextprotocol/inspector``).
+
 A script names an MCP tool as claude does (``mcp__stepline__finish``); the fakes send the call under the name the
 CLI at hand offers (:func:`fakes._script.offered_name`).
 """
@@ -81,6 +88,8 @@ from fakes.policy import Call, Conversation, Play
 
 #: Where scripts/agents.sh installs the pinned CLIs.
 BIN = Path(__file__).resolve().parents[1] / "agents" / "node_modules" / ".bin"
+#: The working directory mcp-inspector-cli must run in (it finds its package.json from there).
+INSPECTOR_CWD = BIN.parent
 
 
 def binary(name: str) -> Path:

@@ -247,15 +247,19 @@ class FakeOpenAI(Script):
 
     def add_cache_usage(self, body: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
         """OpenAI's automatic prefix caching: the prompt's prefix shared with an earlier request (tools, then
-        messages, as serialised; a token taken as 4 characters) is reported as ``cached_tokens``."""
+        messages or input items, as serialised; a token taken as 4 characters) is reported as ``cached_tokens``,
+        in Chat Completions' ``prompt_tokens_details`` or in Responses' ``input_tokens_details``."""
         def text(request: dict[str, Any]) -> str:
+            items = request["messages"] if "messages" in request else request["input"]
             return json.dumps(request.get("tools") or [], sort_keys=True) + "".join(
-                json.dumps(m, sort_keys=True) for m in request["messages"])
+                json.dumps(m, sort_keys=True) for m in ([items] if isinstance(items, str) else items))
 
         mine = text(body)
         shared = self.shared_prefix(mine, [text(r) for r in self.requests[:-1]])
-        cached = min(usage["prompt_tokens"], usage["prompt_tokens"] * shared // max(1, len(mine)))
-        return {**usage, "prompt_tokens_details": {"cached_tokens": cached}}
+        prompt, details = ("prompt_tokens", "prompt_tokens_details") if "prompt_tokens" in usage \
+            else ("input_tokens", "input_tokens_details")
+        cached = min(usage[prompt], usage[prompt] * shared // max(1, len(mine)))
+        return {**usage, details: {"cached_tokens": cached}}
 
     @contextmanager
     def running(self) -> Iterator[FakeOpenAI]:
