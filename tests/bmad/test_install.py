@@ -125,3 +125,49 @@ def test_installs_the_corpus(tmp_path: Path) -> None:
     assert bmm["user_name"] == "Ada"
     assert config(project, "bmb")["bmb_creations_output_folder"] == "{project-root}/_bmad-output/bmb-creations"
     assert config(project, "cis")["output_folder"] == "{project-root}/_bmad-output"
+
+
+V611 = CORPUS / "bmad" / "v6.11.0"
+#: A module in the way BMAD's TEA module writes its config: a default naming a core variable, a result naming
+#: another result of the module.
+ADDON = """\
+code: qa
+name: "QA add-on"
+test_artifacts:
+  prompt: "Where do test artifacts go?"
+  default: "{output_folder}/test-artifacts"
+  result: "{project-root}/{value}"
+test_design_output:
+  prompt: "Where do test designs go?"
+  default: "test-design"
+  result: "{test_artifacts}/{value}"
+"""
+
+
+def _addon(tmp_path: Path) -> Path:
+    folder = tmp_path / "addon" / "src"
+    folder.mkdir(parents=True)
+    (folder / "module.yaml").write_text(ADDON, encoding="utf-8")
+    (folder / "README.md").write_text("QA add-on\n", encoding="utf-8")
+    return folder
+
+
+@pytest.mark.skipif(not V611.is_dir(), reason="shared/corpus/bmad/v6.11.0 is not available")
+def test_a_default_naming_another_variable_is_filled_once(tmp_path: Path) -> None:
+    """Issue 25: the add-on installed after core: ``{output_folder}/test-artifacts`` is filled with the answer,
+    never ``{project-root}/{project-root}/…``; a result naming another result gets that result."""
+    project = tmp_path / "project"
+    install_bmad(V611, project, {})
+    report = install_bmad(_addon(tmp_path), project, {})
+    config = report.config["qa"]
+    assert config["test_artifacts"] == "{project-root}/_bmad-output/test-artifacts"
+    assert config["test_design_output"] == "{project-root}/_bmad-output/test-artifacts/test-design"
+    assert report.warnings == ()
+
+
+def test_a_variable_no_installed_module_defines_is_warned_about(tmp_path: Path) -> None:
+    """Issue 25: the add-on installed without core: its config names ``{output_folder}``, which nothing defines."""
+    report = install_bmad(_addon(tmp_path), tmp_path / "project", {})
+    assert report.warnings == tuple(
+        f"qa: {key} needs {{output_folder}}, which no installed module defines (install core with it, or give "
+        "--set output_folder=…)" for key in ("test_artifacts", "test_design_output"))

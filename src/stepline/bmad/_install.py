@@ -17,6 +17,7 @@ person's overrides (``*.user.toml`` git-ignored); existing files there are never
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,12 +56,15 @@ class InstallReport:
         modules: the installed modules, core first.
         config: each module's config as written to its ``config.yaml``.
         unused_settings: settings no module declares (a typo, most likely).
+        warnings: config values that still name a variable no installed module defines (one line each).
     """
 
     project: Path
     modules: tuple[InstalledModule, ...]
     config: dict[str, dict[str, Any]] = field(default_factory=dict)
     unused_settings: tuple[str, ...] = ()
+    #: config values left naming a variable no installed module defines (``qa: test_artifacts needs {output_folder}``)
+    warnings: tuple[str, ...] = ()
     #: Skill-era trees only: the shared scripts folder and the central config files written.
     scripts: Path | None = None
     central_config: tuple[Path, ...] = ()
@@ -116,7 +120,8 @@ def install_bmad(src: Path, project: Path, settings: Mapping[str, str] | None = 
             core_config[key] = settings[key]
             used.add(key)
     collected["core"] = core_config
-    answers.update({k: v for k, v in core_config.items() if k not in answers})
+    # answers are what the person answered (a default names them): an earlier install's config holds results
+    answers.update({k: _answer(v) for k, v in core_config.items() if k not in answers})
 
     installed: list[InstalledModule] = []
     written: dict[str, dict[str, Any]] = {}
@@ -138,13 +143,16 @@ def install_bmad(src: Path, project: Path, settings: Mapping[str, str] | None = 
         written[source.name] = config
         installed.append(InstalledModule(source.name, source.folder, target, config_path, files))
     unused = tuple(sorted(key for key in settings if key not in used))
+    warnings = tuple(f"{name}: {key} needs {{{missing}}}, which no installed module defines (install core with it, "
+                     f"or give --set {missing}=…)" for name, config in written.items()
+                     for key, value in config.items() for missing in _unfilled(value))
     scripts: Path | None = None
     central: tuple[Path, ...] = ()
     if any(next(s.folder.rglob("SKILL.md"), None) is not None for s in ordered):
         scripts = _install_scripts(src, ordered, bmad)
         central = _write_central_config(bmad, ordered, collected)
     return InstallReport(project=project, modules=tuple(installed), config=written, unused_settings=unused,
-                         scripts=scripts, central_config=central)
+                         warnings=warnings, scripts=scripts, central_config=central)
 
 
 def _find_modules(src: Path) -> list[_Source]:
@@ -316,8 +324,21 @@ def _module_config(
                 value = _fill(value.replace("{directory_name}", project.name), answers, collected)
         answers[key] = value
         result = item.get("result")
-        config[key] = _result(result, value, answers, collected) if result is not None else value
+        # a result names other results (``{test_artifacts}/{value}``): this module's so far, then the others'
+        results = {**answers, **{k: v for c in collected.values() for k, v in c.items()}, **config}
+        config[key] = _result(result, value, results, {}) if result is not None else value
     return config
+
+
+def _answer(value: Any) -> Any:
+    """The answer behind a config result: ``{project-root}/_bmad-output`` was answered ``_bmad-output``."""
+    return value.removeprefix(_PROJECT_ROOT + "/") if isinstance(value, str) else value
+
+
+def _unfilled(value: Any) -> list[str]:
+    """The ``{name}`` variables a config value still names (``{project-root}`` is the runtime's)."""
+    names = re.findall(r"\{([A-Za-z_][\w-]*)\}", value) if isinstance(value, str) else []
+    return [n for n in dict.fromkeys(names) if n != "project-root"]
 
 
 def _coerce(raw: str, default: Any, key: str) -> Any:

@@ -121,6 +121,8 @@ def install(
         console.print(f"installed extra tasks: {', '.join(copied)}", markup=False)
     for key in report.unused_settings:
         err_console.print(f"warning: no module declares the setting {key!r}", markup=False)
+    for warning in report.warnings:
+        err_console.print(f"warning: {warning}", markup=False, soft_wrap=True)
     for module_folder, files in stale.items():
         if files:
             err_console.print(f"warning: {module_folder} keeps {len(files)} file(s) of an earlier install that this "
