@@ -48,6 +48,9 @@ BUDGET = Budget(builds=3, reviews=2, merge=False)
     ((("baseline", "recorded"), ("build", "built"), ("verify", "pass"), ("review", "clean"),
       ("verify-final", "pass"), ("commit", "committed"), ("advance", "done")), None),
     ((("baseline", "recorded"), ("defer", "deferred")), "build"),  # only the walk's stages count
+    ((("baseline", "committed-before"),), "advance"),  # a person said the story's commit found is it
+    ((("baseline", "recorded"), ("build", "defer")), "defer"),  # a person deferred it (its agent could not work)
+    ((("baseline", "recorded"), ("build", "built"), ("verify", "defer")), "defer"),  # deferred at a resume
 ])
 def test_the_next_stage_follows_the_finished_stages_choices(done: tuple[tuple[str, str], ...],
                                                              expected: str | None) -> None:

@@ -46,7 +46,7 @@ from stepline.tools._git import find_commit, git, git_ok, is_ancestor, with_trai
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
 
-__all__ = ["FORMAT", "parse_findings", "run_sprint_stage", "story_workflow"]
+__all__ = ["FORMAT", "parse_findings", "reconcile_first", "run_sprint_stage", "story_workflow"]
 
 FORMAT: Literal["sprint"] = "sprint"
 _DONE_STATES = ("review", "in-review", "done", "ready for review")
@@ -365,6 +365,9 @@ async def _baseline(ctx: StepContext) -> None:
             raise StepFailed(f"the working tree has uncommitted changes ({', '.join(found['dirty'][:5])}); commit or "
                              "stash them, or run with isolation: worktree", retryable=False)
 
+    if await _committed_before(ctx):
+        return
+
     async def record() -> dict[str, Any]:
         return {"head": await git_ok(root, "rev-parse", "HEAD")}
 
@@ -394,6 +397,96 @@ async def _baseline(ctx: StepContext) -> None:
     _set(ctx, "sprint_workspace", str(workspace))
     ctx.step.choice = "recorded"
     ctx.step.summary = f"baseline {base['head'][:12]} in {workspace}"
+
+
+async def _committed_before(ctx: StepContext) -> bool:
+    """A story this loop has no run of, whose commit (its ``Stepline-Story`` trailer) is in the history already:
+    committed work is never redone without a person saying so (``ask:reconcile:<story>:1``: ``done`` moves the
+    board to done and builds nothing; ``redo`` builds it again). True when the story is done."""
+    key = str(_vars(ctx)["sprint_story"])
+
+    async def look() -> dict[str, Any]:
+        sha = await find_commit(ctx.project_root, {"Stepline-Story": key})
+        return {"sha": sha, "subject": await git_ok(ctx.project_root, "log", "-1", "--format=%s", sha) if sha else ""}
+
+    found = await _once(ctx, "committed-before", look)
+    if not found["sha"]:
+        return False
+    status = read_board(Path(str(_vars(ctx)["sprint_board"]))).statuses().get(key)
+    question = (f"Story {key} is already committed ({found['sha'][:12]} {found['subject']}), but the board says "
+                f"{status} and the loop has no run of it. Answer done (the board moves to done; nothing is built) or "
+                "redo (build it again on top).")
+    answer = await ctx.engine.human.ask(ctx, question, ["done", "redo"], _gate_key(ctx, "reconcile"))
+    if not answer.strip().lower().startswith("done"):
+        return False
+    ctx.step.choice, ctx.step.summary = "committed-before", f"already committed as {found['sha'][:12]}"
+    _set(ctx, "sprint_commit", found["sha"])
+    return True
+
+
+#: The story runs the loop is resuming now: the first stage each runs reconciles first (see :func:`_reconcile`).
+_RESUMING: set[str] = set()
+
+
+def reconcile_first(run_id: str) -> None:
+    """Have the next stage of ``run_id`` compare git, the board and the journal before it does anything (the loop
+    calls it right before it resumes the story's run)."""
+    _RESUMING.add(run_id)
+
+
+async def _reconcile(ctx: StepContext) -> bool:
+    """Before a resumed story goes on (the first stage the loop's resume runs): git (the branch, the worktree, the
+    story's commit found by its trailers), the board and the journal compared. What can be settled is (a worktree
+    gone while its branch is kept is made again); a disagreement that cannot is a question
+    (``ask:reconcile:<story>:<visit>``): ``continue`` (a person put it right, or the loop takes it as it is) or
+    ``defer`` (nothing committed is reset). Journaled as ``reconcile``. False when the story is to be deferred."""
+    if ctx.run.run_id not in _RESUMING:
+        return True
+    _RESUMING.discard(ctx.run.run_id)
+    if "sprint_baseline" not in _vars(ctx):
+        return True
+    key, base = str(_vars(ctx)["sprint_story"]), str(_vars(ctx)["sprint_baseline"])
+    root, workspace = ctx.project_root, _workspace(ctx)
+    done = {sid for sid, step in ctx.run.steps.items() if step.status.value == "completed"}
+    settled: list[str] = []
+    problems: list[str] = []
+    if _vars(ctx).get("sprint_isolation") == "worktree" and "merge" not in done and not (workspace / ".git").exists():
+        branch = str(_vars(ctx).get("sprint_branch"))
+        code, _ = await git(root, "rev-parse", "--verify", "-q", f"refs/heads/{branch}")
+        if code == 0:
+            await git(root, "worktree", "prune")
+            made, out = await git(root, "worktree", "add", str(workspace), branch)
+            (settled if made == 0 else problems).append(
+                f"its worktree {workspace} was gone: made again from branch {branch}" if made == 0 else
+                f"its worktree {workspace} is gone and cannot be made again from {branch}: {out.splitlines()[:1]}")
+        else:
+            problems.append(f"its worktree {workspace} and its branch {branch} are gone")
+    where = workspace if (workspace / ".git").exists() else root
+    head = await git_ok(where, "rev-parse", "HEAD")
+    if not await is_ancestor(where, base, head):
+        problems.append(f"HEAD {head[:12]} does not descend from the story's baseline {base[:12]} (the history was "
+                        "rewritten while the loop was stopped)")
+    found = await find_commit(where, {"Stepline-Story": key})
+    if "commit" in done and found is None and "merge" not in done:
+        problems.append(f"its commit {str(_vars(ctx).get('sprint_commit'))[:12]} is no longer in the history")
+    if "commit" not in done and found is not None and "commit/sprint/commit" not in ctx.engine.calls.started:
+        problems.append(f"the history holds a commit of it ({found[:12]}) the loop's journal does not know")
+    status = read_board(Path(str(_vars(ctx)["sprint_board"]))).statuses().get(key)
+    if status == "done" and "commit" not in done and found is None:
+        problems.append("the board says done, but the loop has no commit of it")
+    ctx.emit(EventType.CALL_RECORDED, {"key": f"{ctx.spec.id}/sprint/reconcile", "op": "sprint:reconcile",
+                                       "result": {"settled": settled, "disagreements": problems}})
+    if not problems:
+        return True
+    question = (f"Story {key}, resumed: git and the board disagree with the loop's journal: {'; '.join(problems)}. "
+                "Answer continue (you put it right, or the loop takes it as it is) or defer (set the story aside; "
+                "nothing committed is reset).")
+    answer = await ctx.engine.human.ask(ctx, question, ["continue", "defer"], _gate_key(ctx, "reconcile"))
+    if answer.strip().lower().startswith("defer"):
+        ctx.step.choice, ctx.step.summary = "defer", "a person deferred it at the resume: " + "; ".join(problems)
+        _set(ctx, "sprint_reason", ctx.step.summary)
+        return False
+    return True
 
 
 def _feedback(ctx: StepContext) -> str:
@@ -845,6 +938,8 @@ async def _defer(ctx: StepContext) -> None:
                 await git(workspace, "reset", "-q", "--", *_own_paths(ctx))
                 _, text = await git(workspace, "diff", base, "--", ".", *_excluded(ctx))
                 atomic_write_bytes(patch, (text + "\n").encode("utf-8"))
+            if not await is_ancestor(workspace, base, "HEAD"):  # the history was rewritten: nothing of it is reset
+                return {"patch": str(patch), "kept": "the checkout as it is (it no longer holds the baseline)"}
             await _put_back(ctx, workspace, base, base, patch.with_suffix(".ledgers.json"))
             return {"patch": str(patch)}
 
@@ -870,8 +965,10 @@ _STAGE_DRIVERS: dict[str, Callable[[StepContext], Awaitable[None]]] = {
 
 
 async def run_sprint_stage(ctx: StepContext) -> None:
-    """Run one stage of a story (the step's id names it: ``build@2`` is the second build)."""
-    await _STAGE_DRIVERS[ctx.spec.id.split("@", 1)[0]](ctx)
+    """Run one stage of a story (the step's id names it: ``build@2`` is the second build); the first stage of a story
+    the loop resumes is reconciled first."""
+    if ctx.spec.id == "defer" or await _reconcile(ctx):
+        await _STAGE_DRIVERS[ctx.spec.id.split("@", 1)[0]](ctx)
     _set(ctx, "sprint_stage", ctx.spec.id)
 
 

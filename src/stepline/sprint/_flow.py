@@ -25,7 +25,8 @@ CHECKPOINTS = ("checkpoint-plan", "checkpoint-commit")
 
 #: The choices of a stage that did what it is for (a build that built, a verify that passed …); any other choice
 #: (``fail``, ``failed``, ``over-budget``, ``patch``, ``defer``, ``deferred``) completes the stage without success.
-SUCCEEDED = frozenset({"recorded", "approved", "built", "pass", "clean", "skipped", "committed", "merged", "done"})
+SUCCEEDED = frozenset({"recorded", "committed-before", "approved", "built", "pass", "clean", "skipped", "committed",
+                       "merged", "done"})
 
 
 def visit(base: str, number: int) -> str:
@@ -54,14 +55,17 @@ def next_stage(run: Run, budget: Budget) -> str | None:
             return sid
         choice = step.choice or ""
         base = sid.split("@", 1)[0]
-        if base == "baseline":
-            sid = "checkpoint-plan" if budget.plan_gate else visit("build", builds)
+        if choice == "defer" and base not in ("advance", "defer"):  # a person set the story aside (or its agent)
+            sid = "defer"
+        elif base == "baseline":
+            sid = ("advance" if choice == "committed-before" else
+                   "checkpoint-plan" if budget.plan_gate else visit("build", builds))
         elif base == "checkpoint-plan":  # a rejected checkpoint completes without its driver: no choice
             sid = visit("build", builds) if choice == "approved" else "defer"
         elif base == "checkpoint-commit":
             sid = ("merge" if budget.merge else "advance") if choice == "approved" else "defer"
         elif base == "build":
-            sid = "defer" if choice in ("over-budget", "defer") else visit("verify", builds)
+            sid = "defer" if choice == "over-budget" else visit("verify", builds)
         elif base in ("verify", "verify-final"):
             if choice == "pass":
                 sid = "commit" if base == "verify-final" else visit("review", reviews)

@@ -19,7 +19,7 @@ from stepline.errors import NotFoundError, RunStateError
 from stepline.model import Run, RunStatus
 from stepline.sprint._board import Board, read_board
 from stepline.sprint._config import SprintConfig
-from stepline.sprint._driver import story_workflow
+from stepline.sprint._driver import reconcile_first, story_workflow
 from stepline.sprint._plan import plan_stories
 from stepline.sprint._project import SprintProject
 from stepline.sprint._usage import Usage, over_limit
@@ -316,6 +316,7 @@ async def _stories(engine: Engine, project: SprintProject, config: SprintConfig,
         current["key"] = key
         log.write("story-started", key=key, run_id=to_resume.get(key))
         if key in to_resume:
+            reconcile_first(to_resume[key])
             run = await engine.resume(to_resume[key])
         else:
             options.taken.append(key)
