@@ -71,7 +71,7 @@ def _pick(total: int, notable: list[int], keep: int | None, around: int | None =
     return sorted({*notable[-keep:], *range(max(0, around - LAST), min(total, around + LAST))})
 
 
-def make_digest(run: Run, events: list[Event], *, keep: int | None = KEEP) -> Digest:
+def make_digest(run_dir: RunDir, run: Run, events: list[Event], *, keep: int | None = KEEP) -> Digest:
     """The digest of a whole run (loaded, ``events`` its journal): with ``keep=None`` every step and event. A
     long run's steps: the failed, blocked, running and retried ones, the last that started and the next ones."""
     steps = list(run.steps.values())
@@ -81,7 +81,9 @@ def make_digest(run: Run, events: list[Event], *, keep: int | None = KEEP) -> Di
     shown_steps = _pick(len(steps), notable_steps, keep, next_up)
     public = [event for event in events if event.type not in _HIDDEN]
     notable_events = [n for n, e in enumerate(public) if e.type in _NOTABLE or "guardrail" in e.data]
-    usage = _usage(events)
+    from stepline.engine import build_timeline
+
+    usage: dict[str, dict[str, float]] = build_timeline(run_dir, events, whole=False)["usage"]
     usage_rows = list(usage.items())
     if keep is not None and len(usage_rows) > keep:  # the costliest steps, in the run's order
         costly = set(heapq.nlargest(keep, usage, key=lambda sid: (usage[sid]["cost_usd"], usage[sid]["calls"])))
@@ -101,9 +103,9 @@ def make_digest(run: Run, events: list[Event], *, keep: int | None = KEEP) -> Di
             "events_total": len(public),
             "events": [[e.seq, e.time, e.step_id or "", e.type, one_line(event_detail(e.data))]
                        for n in _pick(len(public), notable_events, keep) for e in (public[n],)],
-            "usage_total": [sum(bucket[name] for bucket in usage.values()) for name in _USAGE],
+            "usage_total": [sum(bucket.get(name, 0) for bucket in usage.values()) for name in _USAGE],
             "usage_steps": len(usage),
-            "usage": [[sid, *(bucket[name] for name in _USAGE)] for sid, bucket in usage_rows],
+            "usage": [[sid, *(bucket.get(name, 0) for name in _USAGE)] for sid, bucket in usage_rows],
             "errors_total": len(errors),
             "errors": [list(error) for error in (errors if keep is None else errors[-keep:])],
             "contexts_total": len(contexts),
@@ -111,22 +113,6 @@ def make_digest(run: Run, events: list[Event], *, keep: int | None = KEEP) -> Di
             "secrets": secrets_in_artifacts(run),
         },
     }
-
-
-def _usage(events: list[Event]) -> dict[str, dict[str, float]]:
-    """Model usage by step, from the journaled model calls (as ``build_timeline`` counts it)."""
-    usage: dict[str, dict[str, float]] = {}
-    for event in events:
-        if event.type != "CallRecorded":
-            continue
-        result = event.data.get("result")
-        if str(event.data.get("op", "")).startswith("memo:") and isinstance(result, dict):
-            tokens = result.get("usage") or {}
-            bucket = usage.setdefault(event.step_id or "-", dict.fromkeys(_USAGE, 0.0))
-            bucket["calls"] += 1
-            for name in _USAGE[1:]:
-                bucket[name] += float(tokens.get(name) or 0)
-    return usage
 
 
 def row_of(run: Run, *, damage: str | None) -> dict[str, Any]:
@@ -141,7 +127,7 @@ def record_digest(run_dir: RunDir, run: Run, events: list[Event]) -> None:
     ``list`` then read it instead of the journal."""
     from stepline.store import fingerprint, save_summary
 
-    save_summary(run_dir, fingerprint(run_dir), VERSION, make_digest(run, events))
+    save_summary(run_dir, fingerprint(run_dir), VERSION, make_digest(run_dir, run, events))
 
 
 def digest_of(engine: Engine, run_dir: RunDir) -> Digest:
@@ -167,7 +153,7 @@ def _rebuilt(engine: Engine, run_dir: RunDir) -> Digest:
             run = engine.load(run_dir)
         except (JournalError, RunStateError) as exc:  # changed since the diagnosis, or not started
             return {"row": None, "damage": exc.format_message()}
-        return make_digest(run, run_dir.events())
+        return make_digest(run_dir, run, run_dir.events())
     return {"row": None, "damage": first.short()}
 
 

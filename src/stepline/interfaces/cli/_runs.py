@@ -285,7 +285,7 @@ def _view(at: Where, config: Path | None, run_id: str | None, *, whole: bool) ->
         if shown is not None:
             return run_dir.run_id, shown
     run = engine.load(run_dir)
-    return run_dir.run_id, make_digest(run, run_dir.events(), keep=None if whole else KEEP)["run"]
+    return run_dir.run_id, make_digest(run_dir, run, run_dir.events(), keep=None if whole else KEEP)["run"]
 
 
 def _omitted(shown: int, total: int, what: str, command: str) -> None:
@@ -340,7 +340,7 @@ def status(
             summary["run_directory"] = diagnosis.to_dict()
         print_json(summary)
         return
-    _print_status(found.run_id, make_digest(found, run_dir.events(), keep=None if show_all else KEEP)["run"])
+    _print_status(found.run_id, make_digest(run_dir, found, run_dir.events(), keep=None if show_all else KEEP)["run"])
     if diagnosis is not None:
         print_diagnosis(diagnosis)
 
