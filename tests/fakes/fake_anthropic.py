@@ -1,7 +1,7 @@
 """A fake Anthropic Messages server: ``POST /v1/messages`` (with ``tool_use`` content blocks and ``usage``; streamed
-as the API streams it when the request asks, see :func:`events`), ``POST /v1/messages/count_tokens`` and
-``GET /v1/models``, answering from a script of replies, faults (429, 500, 529) and delays, or from a fake model
-(:func:`responder`).
+as the API streams it when the request asks, see :func:`events`), ``POST /v1/messages/count_tokens``,
+``GET /v1/models`` and ``HEAD /api/hello``, answering from a script of replies, faults (429, 500, 529) and
+delays, or from a fake model (:func:`responder`).
 
 Claude Code (2.1.x) defers MCP tools (and some of its own) behind ``ToolSearch``: the first request lists their
 names in a message and offers a ``DeferredToolPlaceholder`` instead; the model calls ``ToolSearch`` with
@@ -144,6 +144,10 @@ class FakeAnthropic(Script):
         async def messages(request: Request) -> Any:
             body = await request.json()
             return await self.answer(body, dict(request.headers), error_body, events if body.get("stream") else None)
+
+        @self.app.api_route("/api/hello", methods=["GET", "HEAD"])
+        async def hello() -> Any:  # Claude Code's connectivity check (left out with its non-essential traffic)
+            return {}
 
         @self.app.post("/v1/messages/count_tokens")
         async def count_tokens(request: Request) -> Any:
