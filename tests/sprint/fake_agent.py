@@ -11,6 +11,7 @@ behaviour) says:
 ``stubborn`` always writes a module whose test fails.
 ``appender`` writes the story's module, appends a line to NOTES.md (twice if built twice on top of itself) and,
             killed mid-build (``FAKE_KILL``), goes on editing a second later as an orphaned agent would;
+``staller`` / ``quota`` / ``login`` the first time hangs silently / prints a 429 / a login prompt; then honest;
 ``runaway`` the first time never ends: it starts a child, writes both pids to ``FAKE_PIDS``, and streams claude's
             per-message usage (1,000 tokens every 50 ms, each running total and its time in ``FAKE_TIMES``);
             then honest. ``runaway-reviewer``: an honest build, a review that runs away so.
@@ -168,7 +169,25 @@ def _linger(prefix: str) -> None:
     sys.exit(0)
 
 
+def _fail_once(prefix: str, behaviour: str) -> None:
+    """``staller``, ``quota``, ``login``: the first build of the story (a marker in ``FAKE_ONCE_DIR``) fails for a
+    reason outside the work — silent and idle until stopped; a 429; a login prompt — then builds honestly."""
+    marker = Path(os.environ["FAKE_ONCE_DIR"]) / f"{prefix}-{behaviour}"
+    if marker.exists():
+        return
+    marker.write_text("failed once")
+    with open(os.environ["FAKE_PIDS"], "a", encoding="utf-8") as pids:
+        pids.write(f"{os.getpid()}\n")
+    if behaviour == "staller":
+        time.sleep(120)
+    print({"quota": "API Error: 429 Too Many Requests: rate limit exceeded, retry later",
+           "login": "Invalid API key · Please run /login"}[behaviour], file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
 def build(prefix: str, behaviour: str, retry: bool) -> str:
+    if behaviour in ("staller", "quota", "login"):
+        _fail_once(prefix, behaviour)
     if behaviour == "appender":  # each build appends to NOTES.md; killed once mid-build when FAKE_KILL says
         _write_module(prefix, correct=True)
         _append_note(prefix)
