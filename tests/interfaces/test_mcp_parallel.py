@@ -121,3 +121,19 @@ def test_while_no_request_waits_current_step_says_what_the_runtime_is_doing(proj
     assert busy["status"] == "running" and busy["requests"] == []
     assert "no request waits for you" in busy["note"] and "step 'build' is running the tool 'runScript'" in busy["note"]
     assert after["status"] == "waiting_for_work" and after["requests"][0]["step_id"] == "build"
+
+
+def test_a_ccw_sessions_parallel_tasks_are_done_by_parallel_subagents(project: Path) -> None:
+    """A CCW session whose independent tasks run as one wave: they wait together and, done all at once by
+    several callers, complete the session."""
+    session = project / ".workflow" / "active" / "WFS-wide"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "ccw_run" / "WFS-wide", session)
+
+    async def main() -> tuple[DryAgent, Any]:
+        async with asyncio.timeout(90), Client(stdio_server(project)) as client:
+            agent = DryAgent(client, parallel=True)
+            return agent, await agent.drive(".workflow/active/WFS-wide")
+
+    agent, final = asyncio.run(main())
+    assert final["status"] == "completed", final
+    assert agent.widest > 1 and len({r["step_id"] for r in agent.requests}) == 9

@@ -150,8 +150,10 @@ class RunHost:
 
     async def start(self, path: str, variables: dict[str, Any] | None = None,
                     mode: RunMode = "normal") -> dict[str, Any]:
-        """Start a run of the workflow at ``path`` (relative to the project root)."""
-        from stepline.families import load_workflow
+        """Start a run of the workflow at ``path`` (relative to the project root); a CCW session is executed as
+        ``stepline ccw execute`` does (its tasks as a DAG, concurrently; its files kept; an unfinished run of it
+        resumed)."""
+        from stepline.families import detect_format, load_workflow
 
         self._check_idle()
         if mode not in get_args(RunMode):
@@ -159,8 +161,12 @@ class RunHost:
         target = (self.project_root / path).resolve()
         if not target.is_relative_to(self.project_root):
             raise UsageError(f"{path!r} is outside the project root", hint="list_workflows shows what can run")
-        workflow = load_workflow(target, project_root=self.project_root, variables=variables or {})
         engine = self._engine(mode)
+        if target.is_dir() and detect_format(target) == "ccw":
+            from stepline.ccw._driver import execute_session
+
+            return await self._launch(execute_session(engine, target))
+        workflow = load_workflow(target, project_root=self.project_root, variables=variables or {})
         return await self._launch(engine.start(workflow, variables or {}))
 
     async def resume(self, run_id: str) -> dict[str, Any]:
