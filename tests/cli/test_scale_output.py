@@ -251,3 +251,17 @@ def test_a_long_blocked_run_shows_the_gate_and_the_steps_around_it(project: Path
              if line[:1].isdigit()]
     assert code == 0 and kinds[0] == "WorkflowStarted" and kinds[-1] == "WorkflowBlocked"
     assert "HumanGateRequired" in kinds
+
+
+def test_all_goes_through_the_pager_on_a_terminal(project: Path, long_run: str) -> None:
+    """`status --all` with stdout a terminal: every row, through $PAGER."""
+    import pty
+
+    leader, follower = pty.openpty()
+    done = subprocess.run([sys.executable, "-m", "stepline.interfaces.cli", "status", long_run, "--all"],
+                          cwd=project, stdin=follower, stdout=follower, stderr=subprocess.PIPE, check=False,
+                          env={**os.environ, "PAGER": "cat > paged.txt"})
+    os.close(follower)
+    os.close(leader)
+    assert done.returncode == 0, done.stderr
+    assert _rows((project / "paged.txt").read_text()) == [f"s{n:03d}" for n in range(300)]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ __all__ = [
     "context_lines",
     "err_console",
     "one_line",
+    "paged",
     "print_contexts",
     "print_errors",
     "print_json",
@@ -135,6 +137,22 @@ def progress_listener(quiet: bool, *, live: bool = True) -> Any:
     """A listener that shows a run's progress on stderr (so ``--json`` stdout stays clean); see :class:`_Progress`.
     ``live=False``: no live line (a person may be asked on the terminal)."""
     return _Progress(quiet, live)
+
+
+@contextlib.contextmanager
+def paged(on: bool) -> Iterator[None]:
+    """Send what is printed inside through the pager (``$PAGER``, else less) when ``on`` and stdout is a
+    terminal: a table of 20,000 rows is read page by page, not scrolled past."""
+    if not (on and sys.stdout.isatty()):
+        yield
+        return
+    import io
+    import pydoc
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        yield
+    pydoc.pager(buffer.getvalue())
 
 
 def table_width() -> int | None:

@@ -11,6 +11,7 @@ import typer
 from stepline.interfaces.cli._app import ConfigOption, Directory, JsonOutput, ProjectRoot, Where, app, where
 from stepline.interfaces.cli._render import (
     err_console,
+    paged,
     print_contexts,
     print_errors,
     print_json,
@@ -34,7 +35,7 @@ ScriptOption = Annotated[Path | None, typer.Option("--script", help="Script of p
                                                    "scripted executor (implies --executor scripted).")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")]
 ShowAll = Annotated[bool, typer.Option("--all", help="Every row, read from the journal (a long run shows its "
-                                       "failures, gates and last rows).")]
+                                       "failures, gates and last rows), through the pager on a terminal.")]
 BackendOption = Annotated[str | None, typer.Option("--backend", help="Where executor work runs: local (this "
                                                    "process) or ray (a Ray cluster). Default: runtime.backend.")]
 RayAddressOption = Annotated[str | None, typer.Option("--ray-address", help="The Ray cluster to join (what `ray "
@@ -314,7 +315,8 @@ def status(
         shown_id, view = _view(at, config, run_id, whole=show_all)
         if view["status"] == "running" and reader_engine(at, config).store.summary(shown_id).live_pid is None:
             view = {**view, "status": "interrupted (resume it)"}  # as `list` says: no process drives it
-        _print_status(shown_id, view)
+        with paged(show_all):
+            _print_status(shown_id, view)
         return
     try:
         found = load_run(at, config, run_id)
@@ -436,6 +438,11 @@ def show(
             print_json(build_timeline(_run_dir(at, config, found.run_id)))
         return
     shown_id, view = _view(at, config, run_id, whole=show_all)
+    with paged(show_all):
+        _print_show(shown_id, view)
+
+
+def _print_show(shown_id: str, view: dict[str, Any]) -> None:
     print(f"{shown_id}  {view['workflow']}  status: {view['status']}")
     # One line per event; the detail takes what the other columns leave of the terminal's width (COLUMNS, or
     # the terminal's). The whole of a failed step's error is printed below the table, never cut.
