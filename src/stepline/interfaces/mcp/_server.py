@@ -1,17 +1,19 @@
-"""The ``stepline mcp`` server: an IDE or CLI agent drives runs through the step protocol, one step at a time.
+"""The ``stepline mcp`` server: an IDE or CLI agent drives runs through the step protocol.
 
 The server owns an :class:`~stepline.engine.Engine` that runs in its own asyncio task with the
-:class:`~stepline.executors._mcp_bridge.McpBridgeExecutor`. When the engine needs judgement it publishes the
-request; the agent sees it with ``current_step`` (that step only — never a later one), does the work with the
-protocol tools (``read``, ``ask``, ``write_output``, ``set_var``, ``call_tool``) and ends it with ``finish``
-or ``decide``. Every call goes through the run's journaled session, so order, state and validation stay
-with stepline. Nobody is prompted on a terminal here (stdio is the transport): the agent is the person's
-voice. A step's menu is answered by the choice the agent passes with ``finish``; a question for the person
-(a menu left unanswered, a router's question, an ``ask``) comes back from ``current_step`` as the thing to do
-(``waiting_for_answer``: its kind, question and choices) and ``answer`` gives the person's answer, journaled as
-a terminal answer is. Approvals stay gates: a gated step blocks the run, ``list_gates``/``decide_gate`` settle
-it and ``resume_run`` continues; a run blocked on a question (non-interactive mode, or stopped while one was
-waiting) shows it from ``current_step`` too, and ``answer`` records it and resumes the run.
+:class:`~stepline.executors._mcp_bridge.McpBridgeExecutor`. When the engine needs judgement it publishes a
+request under an id of its own; ``current_step`` lists every request waiting now (several at once when steps or a
+skill's subagent layers run in parallel; never a later step's text), the agent does each one's work with the
+protocol tools (``read``, ``ask``, ``write_output``, ``set_var``, ``call_tool``), naming its ``request_id``, and
+ends it with ``finish`` or ``decide``. Every call goes through the request's journaled session, so order, state
+and validation stay with stepline. While no request waits, ``current_step`` says what the runtime is doing.
+Nobody is prompted on a terminal here (stdio is the transport): the agent is the person's voice. A step's menu
+is answered by the choice the agent passes with ``finish``; a question for the person (a menu left unanswered, a
+router's question, an ``ask``) is listed as a request ``waiting_for: "answer"`` (its kind, question and choices)
+and ``answer`` gives the person's answer, journaled as a terminal answer is. Approvals stay gates: a gated step
+blocks the run, ``list_gates``/``decide_gate`` settle it and ``resume_run`` continues; a run blocked on a
+question (non-interactive mode, or stopped while one was waiting) shows it from ``current_step`` too, and
+``answer`` records it and resumes the run.
 """
 
 from __future__ import annotations
