@@ -69,7 +69,8 @@ def test_a_damaged_or_foreign_record_stops_the_tail(tmp_path: Path) -> None:
 
 def test_serve_streams_a_run_another_process_drives(tmp_path: Path) -> None:
     """`stepline serve` (random token, printed once, 0600 file) streams each new record of a run while the run's
-    own process writes it, in order, without holding the run's lock; the stream then shows it blocked."""
+    own process writes it, in order, without holding the run's lock; the stream then shows it blocked, and says
+    which process drives the run (its pid) until that process lets go of it (none)."""
     root = tmp_path / "project"
     root.mkdir()
     write_slow_workflow(root, steps=3, pause=0.4)
@@ -94,6 +95,7 @@ def test_serve_streams_a_run_another_process_drives(tmp_path: Path) -> None:
             time.sleep(0.05)
         assert run_id is not None
         seen: list[dict[str, object]] = []
+        drivers: list[object] = []
         with httpx.stream("GET", f"{server.url}/api/runs/{run_id}/stream", headers=headers, timeout=30) as stream:
             assert stream.headers["content-type"].startswith("text/event-stream")
             kind = None
@@ -102,9 +104,12 @@ def test_serve_streams_a_run_another_process_drives(tmp_path: Path) -> None:
                     kind = line[7:]
                 elif line.startswith("data: ") and kind == "journal":
                     seen.append(json.loads(line[6:]))
-                    if seen[-1]["type"] == "WorkflowBlocked":
-                        break
+                elif line.startswith("data: ") and kind == "driver":
+                    drivers.append(json.loads(line[6:])["pid"])
+                if seen and seen[-1]["type"] == "WorkflowBlocked" and drivers[-1] is None:
+                    break  # blocked, and its process let go of the run: nothing drives it now
         assert run.wait(timeout=30) == 9
+        assert drivers[0] == run.pid and drivers[-1] is None  # "live" while its process holds the run, then not
         types = [e["type"] for e in seen]
         assert [e["seq"] for e in seen] == sorted(e["seq"] for e in seen)
         assert types[0] == "WorkflowStarted" and types.count("WorkflowStepCompleted") == 3

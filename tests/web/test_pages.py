@@ -101,6 +101,11 @@ def test_the_gate_form_decides_with_the_csrf_value_only(fresh: Project) -> None:
         _login(client)
         refused = client.post(url, data={"decision": "approve", "by": "mallory"}, headers=ORIGIN)
         assert refused.status_code == 403 and read_json(gates)[0]["status"] == "pending"
+        # Said as a page, in words: nothing changed, why, and what to do (not "send a Bearer header").
+        assert refused.headers["content-type"].startswith("text/html")
+        assert "Refused: nothing was changed" in refused.text and "Bearer" not in refused.text
+        assert "security value of the dashboard&#39;s own page" in refused.text
+        assert "Reload the run page and decide again" in refused.text
         csrf = client.app.state.web.auth.csrf_value  # type: ignore[attr-defined]
         form = {"decision": "approve", "by": "ada", "notes": "ok", "csrf_token": csrf}
         decided = client.post(url, data=form, headers=ORIGIN, follow_redirects=False)
@@ -140,3 +145,82 @@ def test_a_long_timeline_lists_the_newest_events_and_points_to_the_api(browser: 
     timeline = page[page.index('id="timeline"'):]
     assert timeline.count("<tr><td>") == 3 and "WorkflowBlocked" in timeline and "WorkflowStarted" not in timeline
     assert "earlier events are not listed here" in page and f"/api/runs/{shared.blocked}/events" in page
+
+
+def test_live_only_while_a_process_drives_the_run(browser: TestClient, shared: Project) -> None:
+    """"● live" is shown only while a process holds the run's lock (its driver), never for a blocked or completed
+    run nothing drives, however the page listens."""
+    import os
+    import re
+
+    from stepline.store import RunLock
+
+    def live(run_id: str) -> re.Match[str] | None:
+        page = browser.get(f"/runs/{run_id}")
+        assert page.status_code == 200
+        return re.search(r'<span id="live" class="live"\s*(hidden)?', page.text)
+
+    for run_id in (shared.blocked, shared.completed):
+        shown = live(run_id)
+        assert shown is not None and shown.group(1) == "hidden", run_id
+    lock = RunLock(shared.runs / shared.blocked / "lock", shared.blocked)
+    lock.acquire()  # this process drives it now, as a `stepline resume` would
+    try:
+        shown = live(shared.blocked)
+        assert shown is not None and shown.group(1) is None
+        assert browser.get(f"/api/runs/{shared.blocked}", headers={"Authorization": f"Bearer {TOKEN}"}
+                           ).json()["driver_pid"] == os.getpid()
+    finally:
+        lock.release()
+    shown = live(shared.blocked)
+    assert shown is not None and shown.group(1) == "hidden"
+
+
+def test_the_gate_card_shows_what_is_approved_and_what_approving_does(fresh: Project) -> None:
+    """Not only "the step's human_gate is required": the gated step's name, text and declared outputs, what the
+    run wrote so far (linked), the project's uncommitted diff (a git project), and what Approve and Reject do."""
+    import subprocess
+
+    root = fresh.root
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "base"]):
+        subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
+    notes = root / "docs" / "notes.md"
+    notes.write_text(notes.read_text() + "- **Smaller** journals\n", encoding="utf-8")
+    (root / "docs" / "new.md").write_text("new\n", encoding="utf-8")
+    with client_for(fresh) as client:
+        _login(client)
+        page = client.get(f"/runs/{fresh.blocked}")
+        card = page.text[page.text.index('<section class="gate"'):page.text.index("</section>")]
+        assert "the step&#39;s human_gate is required" in card  # the reason, and now what it is about:
+        assert "The step that waits: Announce" in card and "<p>Announce.</p>" in card
+        assert "It writes: <code>docs/announce.txt</code>" in card
+        assert f'href="/runs/{fresh.blocked}/artifact?path=docs%2Fnotes.md">docs/notes.md</a>' in card
+        assert '<span class="add">+- **Smaller** journals</span>' in card and "<code>docs/new.md</code>" in card
+        assert "<strong>Approve:</strong> Step announce (Announce) does its work when the run continues." in card
+        assert "<strong>Reject:</strong> Step announce (Announce) fails, and the run with it." in card
+        assert f"continues with <code>stepline resume {fresh.blocked}</code>" in card
+        api = client.get(f"/api/runs/{fresh.blocked}", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+        [gate] = api["pending_gates"]
+        assert gate["step_text"] == "Announce." and gate["declared_outputs"] == ["docs/announce.txt"]
+
+
+def test_a_decision_without_a_login_says_it_was_not_recorded(fresh: Project) -> None:
+    """A decision sent by a browser that is not logged in (a restarted server with another token) is the login
+    form saying the decision was not recorded and to log in and decide again; a script refused for its cookie
+    without the CSRF value is told to send the bearer token."""
+    url = f"/runs/{fresh.blocked}/gates/step:announce"
+    gates = fresh.runs / fresh.blocked / "gates.json"
+    with client_for(fresh) as client:
+        page = client.post(url, data={"decision": "approve", "by": "ada"},
+                           headers={**ORIGIN, "Referer": f"http://127.0.0.1:8765/runs/{fresh.blocked}"})
+        assert page.status_code == 401 and 'name="token"' in page.text
+        assert "Your decision was not recorded" in page.text and "Log in, then decide again" in page.text
+        assert f'name="next" value="/runs/{fresh.blocked}"' in page.text  # back to the run after the login
+        assert "This page needs the dashboard&#39;s token." in client.get("/").text
+        _login(client)
+        api = client.post(f"/api/runs/{fresh.blocked}/gates/step:announce/approve", json={"by": "ada"},
+                          headers=ORIGIN)
+        assert api.status_code == 403
+        assert api.json()["error"].startswith("refused, nothing changed: it did not carry the security value")
+        assert "Authorization: Bearer <the token `stepline serve` printed>" in api.json()["hint"]
+    assert read_json(gates)[0]["status"] == "pending"

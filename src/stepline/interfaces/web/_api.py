@@ -31,6 +31,7 @@ from stepline.interfaces.web._views import (
     run_view,
     summary_view,
 )
+from stepline.store import RunDir
 
 __all__ = ["POLL_SECONDS", "api", "run_detail", "runs_page"]
 
@@ -92,8 +93,8 @@ def run_detail(state: WebState, run_id: str) -> dict[str, Any]:
                 "parent_run_id": state.index.parent_of(run_dir.run_id),
                 "children": [{"run_id": c.run_id, "workflow": c.workflow, "status": c.status}
                              for c in state.index.children_of(run_dir.run_id)]}
-    return run_view(run, timeline, parent=state.index.parent_of(run.run_id),
-                    children=state.index.children_of(run.run_id))
+    return {**run_view(run, timeline, parent=state.index.parent_of(run.run_id),
+                       children=state.index.children_of(run.run_id)), "driver_pid": run_dir.holder()}
 
 
 @api.get("/runs", summary="List runs (newest first, paged)")
@@ -129,13 +130,14 @@ async def stream_events(state: State, request: Request, run_id: str,
                         after: Annotated[int, Query(ge=0, description="Send events with a greater seq")] = 0,
                         ) -> StreamingResponse:
     """``text/event-stream``: one ``journal`` event per new record (``id`` is its seq), ``reset`` when the
-    journal was cut back (reload), ``damaged`` when a new record is damaged. Reads only the bytes appended
-    since the last look; never takes the run's lock."""
+    journal was cut back (reload), ``damaged`` when a new record is damaged, and ``driver`` (``{"pid": …}``, null
+    when none) first and whenever the process driving the run (the holder of its lock) comes or goes. Reads only
+    the bytes appended since the last look; never takes the run's lock."""
     run_dir = state.run_dir(run_id)
     resume_from = request.headers.get("last-event-id", "")
     if resume_from.isdigit():
         after = max(after, int(resume_from))
-    return StreamingResponse(_follow(request, state, JournalTail(run_dir.journal_path, run_dir.run_id), after),
+    return StreamingResponse(_follow(request, state, run_dir, after),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
@@ -145,11 +147,18 @@ def _sse(event: str, data: Any, event_id: int | None = None) -> bytes:
     return f"{head}event: {event}\ndata: ".encode() + orjson.dumps(data) + b"\n\n"
 
 
-async def _follow(request: Request, state: WebState, tail: JournalTail, after: int) -> AsyncIterator[bytes]:
+async def _follow(request: Request, state: WebState, run_dir: RunDir, after: int) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     quiet_since = loop.time()
+    tail = JournalTail(run_dir.journal_path, run_dir.run_id)
+    driver: int | None = None
+    told = False
     yield b"retry: 2000\n\n"
     while not state.stopping() and not await request.is_disconnected():
+        holder = run_dir.holder()  # one flock probe: "live" means a process drives the run, not that we stream
+        if not told or holder != driver:
+            driver, told = holder, True
+            yield _sse("driver", {"pid": holder})
         try:
             events = tail.read_new()
         except TailReset as exc:

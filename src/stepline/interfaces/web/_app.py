@@ -59,7 +59,7 @@ def create_app(project_root: Path, config: RuntimeConfig, token: str, *,
     (live streams then end, so that it does not wait for them).
     """
     from stepline.interfaces.web._api import api
-    from stepline.interfaces.web._pages import error_page, login_page, pages
+    from stepline.interfaces.web._pages import error_page, login_page, pages, refused_page
 
     app = FastAPI(title="stepline", version=_version(), openapi_url=None, docs_url=None,
                   redoc_url=None, description="Runs, events, artifacts, evidence and gates of one stepline "
@@ -78,7 +78,11 @@ def create_app(project_root: Path, config: RuntimeConfig, token: str, *,
 
     @app.exception_handler(CrossSiteRefused)
     async def cross_site(request: Request, exc: CrossSiteRefused) -> Response:
-        return JSONResponse({"error": f"refused: {exc}", "hint": "send the token as a Bearer header"},
+        if _wants_html(request):
+            return refused_page(request, exc)
+        return JSONResponse({"error": f"refused, nothing changed: {exc.why}",
+                             "hint": "a script sends Authorization: Bearer <the token `stepline serve` printed> "
+                                     f"(then no CSRF value is needed); in a browser: {exc.advice}"},
                             status_code=403)
 
     @app.exception_handler(SteplineError)

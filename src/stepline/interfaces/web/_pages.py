@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -26,9 +26,16 @@ from stepline.interfaces.web._state import (
     check_cross_site,
     state_of,
 )
-from stepline.interfaces.web._views import artifact_content, artifacts_view, drr_view, evidence_view, gates_view
+from stepline.interfaces.web._views import (
+    artifact_content,
+    artifacts_view,
+    drr_view,
+    evidence_view,
+    gates_view,
+    project_diff,
+)
 
-__all__ = ["login_page", "pages", "templates"]
+__all__ = ["error_page", "login_page", "pages", "refused_page", "templates"]
 
 templates = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
 templates.env.filters["markdown"] = render_markdown
@@ -51,10 +58,17 @@ def _render(request: Request, name: str, status_code: int = 200, **context: Any)
 
 
 def login_page(request: Request, *, error: str | None = None, status_code: int = 401) -> HTMLResponse:
-    """The login form (401 when it stands for a page that needs the token)."""
+    """The login form (401 when it stands for a page that needs the token, saying so)."""
     target = request.url.path if request.url.path != "/login" else "/"
     if request.url.query and request.url.path != "/login":
         target += "?" + request.url.query
+    if error is None and request.url.path != "/login":
+        error = ("Your decision was not recorded: this browser is not logged in (or `stepline serve` was restarted "
+                 "with another token). Log in, then decide again." if request.method == "POST" else
+                 "This page needs the dashboard's token.")
+        if request.method == "POST":
+            target = request.headers.get("referer") or "/"
+            target = urlsplit(target).path or "/"
     return templates.TemplateResponse(request, "login.html", {"next": request.query_params.get("next", target),
                                                               "error": error}, status_code=status_code)
 
@@ -136,10 +150,11 @@ def run_page(request: Request, state: State, _: Authenticated, run_id: str) -> H
 
     shown = [e for e in events if e.type not in HIDDEN_EVENTS]
     timeline = [event_view(e) for e in shown[-TIMELINE_ROWS:]]
+    diff = project_diff(state.project_root) if run["pending_gates"] else None
     return _render(request, "run.html", run=run, damaged=False, timeline=timeline,
                    earlier=max(0, len(shown) - TIMELINE_ROWS),
                    last_seq=events[-1].seq if events else 0, artifacts=artifacts, evidence=evidence, gates=gates,
-                   drr=drr, decided_by=request.cookies.get("stepline_by", ""),
+                   drr=drr, diff=diff, decided_by=request.cookies.get("stepline_by", ""),
                    notice=request.query_params.get("decided"))
 
 
@@ -161,7 +176,8 @@ async def decide(request: Request, state: State, how: Authenticated, run_id: str
     by = str(form.get("by") or "").strip()
     notes = str(form.get("notes") or "").strip() or None
     if decision not in ("approve", "reject", "answer"):
-        raise CrossSiteRefused(f"unknown decision {decision!r}")
+        raise CrossSiteRefused(f"it asked for {decision!r}, which is no decision (approve, reject or answer)",
+                               "Use the Approve, Reject or Answer button of the run's page.")
     if not by:
         return _render(request, "error.html", status_code=400, title="A name is needed",
                        message="Say who decides (it is recorded in approvals.json).", back=f"/runs/{run_id}")
@@ -201,6 +217,13 @@ def ccw_board_page(request: Request, state: State, _: Authenticated, session_id:
     runs = [r for r in runs if r["workflow"] == board["session_id"]]
     return _render(request, "ccw_board.html", board=board, waves=[(w, waves[w]) for w in order],
                    columns=columns, runs=runs)
+
+
+def refused_page(request: Request, exc: CrossSiteRefused) -> HTMLResponse:
+    """A refused decision as a page: that nothing changed, why, and what to do."""
+    return _render(request, "error.html", status_code=403, title="Refused: nothing was changed",
+                   message=f"This decision was refused because {exc.why}.", advice=exc.advice,
+                   back=request.headers.get("referer") or "/")
 
 
 def error_page(request: Request, exc: SteplineError, status_code: int) -> HTMLResponse:

@@ -27,7 +27,13 @@ class NotAuthenticated(Exception):
 
 
 class CrossSiteRefused(Exception):
-    """A cookie-authenticated request that changes something without this server's CSRF value or origin."""
+    """A cookie-authenticated request that changes something without this server's CSRF value or origin:
+    ``why`` it was refused and ``advice``, what the person does now, both in a person's words."""
+
+    def __init__(self, why: str, advice: str) -> None:
+        super().__init__(why)
+        self.why = why
+        self.advice = advice
 
 
 @dataclass
@@ -102,7 +108,10 @@ def check_cross_site(request: Request, how: str, form: Any = None) -> None:
         value = form.get(CSRF_FIELD)
         given = value if isinstance(value, str) else None
     if not auth.csrf_ok(given):
-        raise CrossSiteRefused("the request carries no valid CSRF token: use the dashboard's own form")
+        raise CrossSiteRefused("it did not carry the security value of the dashboard's own page",
+                               "Reload the run page and decide again (a page opened before `stepline serve` was "
+                               "restarted with another token holds an old value).")
     if not same_origin(request.headers.get("origin"), request.headers.get("referer"),
                        request.headers.get("sec-fetch-site"), request.headers.get("host"), request.url.scheme):
-        raise CrossSiteRefused("the request comes from another site")
+        raise CrossSiteRefused("it came from a page of another site",
+                               "Decide on the run's page of this dashboard.")

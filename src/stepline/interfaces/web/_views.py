@@ -26,7 +26,9 @@ __all__ = [
     "event_view",
     "events_page",
     "evidence_view",
+    "gate_card",
     "gates_view",
+    "project_diff",
     "run_view",
     "summary_view",
 ]
@@ -103,10 +105,59 @@ def run_view(run: Run, timeline: dict[str, Any], *, parent: str | None,
                    "ended_at": s.ended_at or spans.get(s.step_id, {}).get("ended_at"),
                    "error": s.error, "blocked_reason": s.blocked_reason, "summary": s.summary,
                    "outputs": list(s.outputs)} for s in run.steps.values()],
-        "pending_gates": [g for g in timeline.get("gates") or [] if g.get("status") == "pending"],
+        "pending_gates": [gate_card(run, g) for g in timeline.get("gates") or [] if g.get("status") == "pending"],
         "usage": {"steps": usage, "total": totals},
         "secrets_in_artifacts": secrets_in_artifacts(run),
     }
+
+
+#: How much of a gated step's text and of the project's diff a gate card shows.
+MAX_GATE_TEXT = 4000
+MAX_DIFF_CHARS = 30_000
+
+
+def gate_card(run: Run, gate: dict[str, Any]) -> dict[str, Any]:
+    """A pending gate with what a person decides on: the gated step (its name, text and the outputs it
+    declares) and what approving and rejecting do. (The page adds what the run wrote and the project's diff.)"""
+    step = next((s for s in run.workflow.steps if s.id == gate.get("step_id")), None)
+    name = f"Step {step.id} ({step.name})" if step is not None and step.name else f"Step {gate.get('step_id')}"
+    kind = gate.get("kind")
+    if kind == "question":
+        approve, reject = f"{name} gets your answer when the run continues.", None
+    elif kind == "tool":
+        approve = "The tool call runs when the run continues."
+        reject = f"The tool call is refused; {name[0].lower()}{name[1:]} fails if it needs it."
+    else:
+        approve = f"{name} does its work when the run continues."
+        reject = (f"{name} is not done, and the run goes on without it." if step is not None
+                  and step.on_reject == "skip" else f"{name} fails, and the run with it.")
+    body = step.body.strip() if step is not None else ""
+    return {**gate, "step_name": step.name if step is not None else None,
+            "step_text": body[:MAX_GATE_TEXT], "step_text_cut": len(body) > MAX_GATE_TEXT,
+            "declared_outputs": list(step.outputs) if step is not None else [],
+            "approve": approve, "reject": reject}
+
+
+def project_diff(project_root: Path) -> dict[str, Any] | None:
+    """The project's changes not yet committed (``git diff HEAD``, new files by name), cut at
+    :data:`MAX_DIFF_CHARS`; None when the project is not a git work tree or has no change."""
+    import subprocess
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(project_root), *args], capture_output=True, text=True,
+                                  timeout=10, errors="replace")
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    if not (project_root / ".git").exists():
+        return None
+    text = git("diff", "HEAD", "--no-color", "--no-ext-diff", "--", ".", ":(exclude).stepline")
+    new = git("ls-files", "--others", "--exclude-standard", "--", ".", ":(exclude).stepline")
+    if text is None or new is None or not (text or new.strip()):
+        return None
+    return {"text": text[:MAX_DIFF_CHARS], "cut": len(text) > MAX_DIFF_CHARS, "new_files": new.split()}
 
 
 def gates_view(run_dir: RunDir) -> dict[str, Any]:

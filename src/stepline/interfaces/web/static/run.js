@@ -88,8 +88,15 @@
   }
 
   var source = new EventSource("/api/runs/" + encodeURIComponent(runId) + "/stream?after=" + lastSeq);
-  source.addEventListener("open", function () { if (live) { live.hidden = false; } });
-  source.addEventListener("error", function () { if (live) { live.hidden = true; } });
+  // "live" says a process drives the run now (it holds the run's lock), not merely that this page listens.
+  source.addEventListener("driver", function (message) {
+    var pid = JSON.parse(message.data).pid;
+    if (live) {
+      live.hidden = pid === null;
+      live.title = pid === null ? "" : "a process (pid " + pid + ") drives this run now";
+    }
+  });
+  source.addEventListener("error", function () { if (live) { live.hidden = true; } });  // we cannot tell now
   source.addEventListener("journal", function (message) { onEvent(JSON.parse(message.data)); });
   source.addEventListener("reset", function () { source.close(); reloadSoon(); });
   source.addEventListener("damaged", function () { source.close(); reloadSoon(); });
