@@ -140,3 +140,21 @@ def test_a_link_relative_to_the_skill_root_from_a_step_folder_is_followed(tmp_pa
     second = files.steps["steps/step-02-b.md"]  # frontmatter links, the micro-file way
     assert second.next == "steps/step-03-c.md" and [r.target for r in second.routes] == ["steps/step-04-d.md"]
     assert lint_skill(skill, tmp_path) == []
+
+
+def test_a_path_in_a_reference_documents_prose_is_not_a_missing_file(tmp_path: Path) -> None:
+    """Issue 25 (BMAD's TEA module): a knowledge document that mentions another workflow's step file
+    (`step-05-gate-decision.md`, `src/workflows/x/steps-c/step-05.md`) is prose, not a file of the skill; a
+    document the skill runs that names a missing file, or a reference that links `./` to one, still is."""
+    skill = tmp_path / "tiny-ref"
+    (skill / "resources" / "knowledge").mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: tiny-ref\ndescription: A skill with knowledge.\n---\n\n"
+                                    "## Work\n\nLoad `resources/knowledge/gates.md` and `resources/checklist.md`.\n",
+                                    encoding="utf-8")
+    (skill / "resources" / "knowledge" / "gates.md").write_text(
+        "# Gates\n\nThe executed gate is `src/workflows/trace/steps-c/step-05-gate-decision.md`; see also\n"
+        "`step-05-gate-decision.md` and a convention key in `step-02-discover-tests.md`.\n"
+        "Then go on with `./step-09-next.md`.\n", encoding="utf-8")
+    found = [(Path(d.path).name, d.line, d.message) for d in lint_skill(skill, tmp_path) if d.code == "missing-file"]
+    assert found == [("SKILL.md", 8, "resources/checklist.md does not exist in the skill"),
+                     ("gates.md", 5, "resources/knowledge/step-09-next.md does not exist in the skill")]

@@ -38,7 +38,7 @@ def test_normal_mode_asks_the_person_which_mode(tmp_path: Path) -> None:
     engine, run = _run(tmp_path)
     assert run.status.value == "blocked" and run.steps["mode"].status.value == "blocked"
     (gate,) = engine.gates.pending()
-    assert gate.reason.startswith("Select an option: [C] Create  [V] Validate  [E] Edit")
+    assert gate.reason.startswith("Select an option: [C] Create  [R] Resume  [V] Validate  [E] Edit")
     engine.decide_gate(run.run_id, gate.gate_id, approved=True, by="test", answer="V")
     resumed = asyncio.run(Engine(project_root=tmp_path, executor="dry-run").resume(run.run_id))
     assert resumed.status.value == "completed"
@@ -46,9 +46,11 @@ def test_normal_mode_asks_the_person_which_mode(tmp_path: Path) -> None:
     assert resumed.variables["intent"] == "validate"
 
 
-@pytest.mark.parametrize(("mode", "steps"), [("create", ["step-01-start"]), ("validate", ["step-v-01-check"])])
+@pytest.mark.parametrize(("mode", "steps"), [("create", ["step-01-start"]), ("validate", ["step-v-01-check"]),
+                                             ("resume", ["step-01b-resume", "step-02-finish"])])
 def test_mode_selects_the_modes_chain(tmp_path: Path, mode: str, steps: list[str]) -> None:
-    """--mode create stops at step-01's menu (normal mode); --mode validate runs steps-v/ alone."""
+    """--mode create stops at step-01's menu (normal mode); --mode validate runs steps-v/ alone; --mode resume
+    (the entry document's [R] Resume, a step-01b-resume file) runs it and what follows it."""
     _, run = _run(tmp_path, mode)
     ran = [sid for sid, step in run.steps.items() if step.status.value in ("completed", "blocked")]
     assert ran == ["activate", "on-activation", "mode", *steps]
@@ -58,7 +60,7 @@ def test_mode_selects_the_modes_chain(tmp_path: Path, mode: str, steps: list[str
 def test_an_unknown_mode_is_refused_naming_the_modes(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as caught:
         load_workflow(TRI, project_root=tmp_path, mode="review")
-    assert "--mode create or --mode validate or --mode edit" in str(caught.value.hint)
+    assert "--mode create or --mode validate or --mode edit or --mode resume" in str(caught.value.hint)
 
 
 def test_yolo_chooses_as_the_user_and_journals_who(tmp_path: Path) -> None:

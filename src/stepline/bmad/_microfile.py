@@ -59,7 +59,7 @@ from stepline.formats._diagnostics import Diagnostic, Severity
 from stepline.formats._files import decode_text, read_text
 from stepline.formats._frontmatter import Frontmatter, read_frontmatter_file
 from stepline.model import SourceRef, StepSpec, WorkflowSpec
-from stepline.stepchain._read import folder_mode, halts_in, parse_menu, prose_lines
+from stepline.stepchain._read import folder_mode, halts_in, is_continuation, parse_menu, prose_lines
 
 __all__ = [
     "Progress",
@@ -215,10 +215,6 @@ def _in_folders(path: Path, folders: Iterable[Path]) -> bool:
 
 def _is_step_file(path: Path) -> bool:
     return path.suffix == ".md" and bool(_STEP_NUMBER_RE.search(path.stem))
-
-
-def _is_continuation(path: Path) -> bool:
-    return "continu" in path.stem
 
 
 def _read(path: Path, wf: _Workflow) -> Frontmatter:
@@ -539,11 +535,12 @@ def _read_step(path: Path, base: Mapping[str, Any], wf: _Workflow) -> _Step:
         if ref.path not in prose_targets:
             prose_targets.append(ref.path)
     # A link back to an earlier file of the same folder is a "go back" branch, not the way forward.
-    forward = [p for p in prose_targets if not _is_continuation(p) and (p.parent != path.parent or p.name > path.name)]
-    if not has_next_key and not _is_continuation(path) and len(forward) == 1:
+    forward = [p for p in prose_targets
+               if not is_continuation(p.stem) and (p.parent != path.parent or p.name > path.name)]
+    if not has_next_key and not is_continuation(path.stem) and len(forward) == 1:
         step.next = forward[0]
         prose_targets.remove(forward[0])
-    elif not has_next_key and not _is_continuation(path) and not forward:
+    elif not has_next_key and not is_continuation(path.stem) and not forward:
         step.next = _next_inside_fences(fm, path, env, wf)
     for target in prose_targets:
         step.branches.setdefault(target.stem, target)
@@ -556,7 +553,7 @@ def _next_inside_fences(fm: Frontmatter, path: Path, env: Mapping[str, Any], wf:
     """A step whose only "load the next step" line sits in a code block (an unbalanced fence upstream)."""
     refs = [r for r in _prose_refs(_prose_lines(fm, include_fenced=True), path, env, path.parent, wf)
             if r.path is not None and r.path.suffix == ".md" and r.path.is_file() and r.path != path
-            and _in_folders(r.path, wf.step_folders) and not _is_continuation(r.path)
+            and _in_folders(r.path, wf.step_folders) and not is_continuation(r.path.stem)
             and (r.path.parent != path.parent or r.path.name > path.name)]
     targets = list(dict.fromkeys(r.path for r in refs if r.path is not None))
     if len(targets) != 1:
@@ -715,7 +712,7 @@ def load_bmad_microfile(
                     "branches": {k: str(v) for k, v in step.branches.items()},
                     "menu": step.menu,
                     "halts": step.halts,
-                    "is_continuation": _is_continuation(p),
+                    "is_continuation": is_continuation(p.stem),
                     "mode": step_mode,
                 },
             )

@@ -53,7 +53,10 @@ def _script_exists(raw: str, skill_root: Path, project_root: Path) -> bool:
 
 
 def _lint_doc(doc: SkillDoc, root: Path, project_root: Path, env: RenderEnv, module: str | None,
-              check_config: bool) -> list[Diagnostic]:
+              check_config: bool, runs: bool) -> list[Diagnostic]:
+    """``runs``: the skill runs the document (SKILL.md, its workflow.md, a step file); in any other (a reference,
+    a knowledge document) a step file named in prose (``step-05-gate-decision.md``, another workflow's
+    ``src/…/steps-c/step-05.md``) is a mention, not a file of the skill, unless written as a link (``./step-…``)."""
     out: list[Diagnostic] = []
     path = str(doc.path)
     sources = {p.relative_to(root).as_posix() for p in root.rglob("*.md")}
@@ -64,7 +67,10 @@ def _lint_doc(doc: SkillDoc, root: Path, project_root: Path, env: RenderEnv, mod
                                       "Markdown file of the skill", path, number))
     shape = doc.path.relative_to(root).parts[0] in ("templates", "assets") if doc.path != root else False
     for link in doc.links:  # a template's or asset's links are its output's (./architecture.md), not the skill's
-        if not link.snapshot and not shape and _checked_path(root, link.target) and not (root / link.target).exists():
+        mention = not runs and Path(link.target).name.startswith("step-") and f"./{Path(link.target).name}" \
+            not in link.text
+        if not link.snapshot and not shape and not mention and _checked_path(root, link.target) and \
+                not (root / link.target).exists():
             out.append(Diagnostic("error", "missing-file", f"{link.target} does not exist in the skill", path,
                                   link.line))
     for number, token, why in unknown_tokens(doc.text, env, module):
@@ -123,8 +129,9 @@ def lint_skill(path: Path, project_root: Path) -> list[Diagnostic]:
         except ReaderError as exc:
             out.append(Diagnostic("error", "unreadable", exc.detail, exc.path or str(doc_path), exc.line))
             continue
-        out.extend(_lint_doc(doc, root, project_root, env, module, check_config))
-        if doc.path == root / "SKILL.md" or doc.path.relative_to(root).as_posix() in files.docs:
+        runs = doc.path == root / "SKILL.md" or doc.path.relative_to(root).as_posix() in files.docs
+        out.extend(_lint_doc(doc, root, project_root, env, module, check_config, runs))
+        if runs:
             out.extend(doc.problems)  # an asset's frontmatter is its output's example, not the skill's to read
     out.extend(_lint_customization(root, custom.values))
     render_entry = missing_render_entry(files)

@@ -163,14 +163,17 @@ def _step_file_specs(files: SkillFiles) -> list[StepSpec]:
 
 def _router_spec(files: SkillFiles) -> StepSpec:
     """The step that chooses the mode of a router (``steps-c/``, ``steps-v/``, ``steps-e/``): each mode with the
-    key and label its entry document's menu gives it (``[V] Validate``), else its initial and name."""
+    key and label its entry document's menu gives it (``[V] Validate``), else its initial and name, in the
+    menu's order."""
     doc = files.entry
     menu = parse_menu(prose_lines("\n".join(doc.text.splitlines()[doc.body_line - 1:]), doc.body_line))
-    modes = []
+    ranked = []
     for mode, target in files.mode_entries.items():
         item = next((o for o in menu if o["label"].lower().startswith(mode) or o["key"].lower() == mode[0]), None)
-        modes.append({"mode": mode, "key": item["key"] if item else mode[0].upper(),
-                      "label": item["label"] if item else mode.title(), "entry": step_id_of(target)})
+        ranked.append((menu.index(item) if item else len(menu),
+                       {"mode": mode, "key": item["key"] if item else mode[0].upper(),
+                        "label": item["label"] if item else mode.title(), "entry": step_id_of(target)}))
+    modes = [m for _, m in sorted(ranked, key=lambda pair: pair[0])]
     return StepSpec(id="mode", name="choose the mode", source=SourceRef(path=str(doc.path), line=1),
                     description="the entry document routes by mode: " + ", ".join(files.mode_entries),
                     meta={"role": "mode", "skill": files.name, "modes": modes})

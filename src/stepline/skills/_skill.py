@@ -24,7 +24,7 @@ from stepline.formats._diagnostics import Diagnostic
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
 from stepline.skills._render import SNAPSHOT_TOKEN
-from stepline.stepchain._read import folder_mode
+from stepline.stepchain._read import folder_mode, is_continuation
 
 __all__ = [
     "Checkpoint",
@@ -147,7 +147,8 @@ class SkillFiles:
     forward_to: str | None = None
     forward_intent: str | None = None
     #: a mode router's entry steps (its entry document names a first step in each ``steps-c/``, ``steps-v/`` …
-    #: folder): mode -> step file, in the order it names them; empty for one chain
+    #: folder; a ``step-01b-resume`` it names is the mode ``resume``): mode -> step file, in the order it names
+    #: them; empty for one chain
     mode_entries: dict[str, str] = field(default_factory=dict)
 
 
@@ -394,7 +395,8 @@ def read_skill_files(path: Path) -> SkillFiles:
         for link in entry.links:
             folder = Path(link.target).parent.name
             if _is_step_name(link.target) and folder.startswith("steps-"):
-                files.mode_entries.setdefault(folder_mode(folder), link.target)
+                resumes = is_continuation(Path(link.target).stem)  # [R] Resume: a mode of its own
+                files.mode_entries.setdefault("resume" if resumes else folder_mode(folder), link.target)
         if len(files.mode_entries) < 2:
             files.mode_entries = {}
         for target in [first.target, *files.mode_entries.values()]:

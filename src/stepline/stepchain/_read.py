@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Halt", "folder_mode", "halt_menu", "halts_in", "parse_menu", "prose_lines"]
+__all__ = ["Halt", "folder_mode", "halt_menu", "halts_in", "is_continuation", "parse_menu", "prose_lines"]
 
 _FENCE_RE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _HEADING_RE = re.compile(r"^(#{1,6})\s+(.*)$")
@@ -71,6 +71,12 @@ def folder_mode(name: str) -> str:
     if name.endswith("-steps"):
         return name[: -len("-steps")]
     return name
+
+
+def is_continuation(stem: str) -> bool:
+    """Whether a step file (by its stem) continues a document already started: ``step-01b-continue``,
+    ``step-01b-continuation``, ``step-01b-resume``."""
+    return "continu" in stem or "resum" in stem
 
 
 def _menu_kind(key: str, label: str, handler: str) -> str:
