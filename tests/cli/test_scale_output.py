@@ -139,9 +139,11 @@ def test_a_bare_stepline_prints_short_usage(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_gate_ids_print_as_written(project: Path, write_workflow: Callable[..., Path],
-                                   write_script: Callable[..., Path], cli: Run) -> None:
-    """`tool:shell:IMPL-1` holds an emoji code (`:shell:`): gates and approve print it as written, so the id a
-    user copies is the one approve takes (issue 28 item 8)."""
+                                   write_script: Callable[..., Path], cli: Run,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tool:shell:IMPL-1` holds an emoji code (`:shell:`): gates (at 80 columns) and approve print it as written,
+    with the whole run id, so the ids a user copies are those approve takes (issue 28 item 8)."""
+    monkeypatch.setenv("COLUMNS", "80")
     write_workflow([{"id": "IMPL-1", "body": "[bold]x[/bold]"}])
     write_script({"IMPL-1": [{"call_tool": {"name": "shell", "args": {"command": "echo hi"}}},
                              {"finish": {"summary": "done"}}]})
@@ -151,6 +153,7 @@ def test_gate_ids_print_as_written(project: Path, write_workflow: Callable[..., 
     assert code == 0 and "tool:shell:IMPL-1" in out and "🐚" not in out
     run_id = _rows(out)[0]
     gate = out.splitlines()[1].split()[1]
+    assert run_id == next((project / ".stepline" / "runs").iterdir()).name and len(out.splitlines()[1]) <= 80
     code, out, _ = cli("approve", run_id, gate, "--by", "[red]ada[/red]")
     assert code == 0 and out.startswith("approved tool:shell:IMPL-1 by [red]ada[/red];"), out
 
