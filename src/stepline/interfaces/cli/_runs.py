@@ -613,13 +613,16 @@ class _AgentLogs:
         return found
 
 
+RawOption = Annotated[bool, typer.Option("--raw", help="An agent's lines as it printed them (its stream-JSON "
+                                        "events unabridged), not said short.")]
+
+
 @app.command("logs")
 def logs(
     run_id: Annotated[str, typer.Argument(help="The run (a sprint story's run id, as `sprint status` shows).")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing as the run goes on, until it "
                                          "ends (Ctrl-C to stop watching; the run goes on).")] = False,
-    raw: Annotated[bool, typer.Option("--raw", help="An agent's lines as it printed them (its stream-JSON "
-                                      "events unabridged), not said short.")] = False,
+    raw: RawOption = False,
     directory: Directory = None,
     project_root: ProjectRoot = None,
     config: ConfigOption = None,
