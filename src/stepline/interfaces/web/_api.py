@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
@@ -15,7 +15,7 @@ from fastapi.security import HTTPBearer
 from pydantic import BaseModel, Field
 
 from stepline.errors import JournalError, NotFoundError, RunStateError
-from stepline.interfaces.web._index import shown_status
+from stepline.interfaces.web._index import file_stat, shown_status
 from stepline.interfaces.web._state import WebState, authenticate, check_cross_site, state_of
 from stepline.interfaces.web._tail import JournalTail, TailReset
 from stepline.interfaces.web._views import (
@@ -33,7 +33,13 @@ from stepline.interfaces.web._views import (
 )
 from stepline.store import RunDir
 
-__all__ = ["POLL_SECONDS", "api", "run_detail", "runs_page"]
+if TYPE_CHECKING:
+    from stepline.sprint._project import SprintProject
+
+__all__ = ["POLL_SECONDS", "SPRINT_STORY", "api", "run_detail", "runs_page", "sprint_project"]
+
+#: The workflow id of a sprint story's run starts with this (the sprint loop names them so).
+SPRINT_STORY = "sprint-story:"
 
 #: How often a live stream looks at the journal's size and modification time.
 POLL_SECONDS = 0.25
@@ -255,18 +261,63 @@ def answer(state: State, request: Request, how: Auth, run_id: str, gate_id: str,
     return _decide(state, request, how, run_id, gate_id, approved=True, by=body.by, notes=None, answer=body.answer)
 
 
-@api.get("/sprint", summary="The sprint board (sprint-status.yaml and each story's loop run)")
-def sprint_board(state: State) -> dict[str, Any]:
-    """What `stepline sprint status --json` gives: each story's status, the loop's state and stage, builds,
-    tokens and cost, last event (read-only). 404 when the project has no sprint-status.yaml."""
-    from stepline.sprint._loop import board_rows
+def sprint_project(state: WebState) -> SprintProject:
+    """The project's sprint loop view, or NotFoundError when it has no sprint-status.yaml."""
     from stepline.sprint._project import find_project
 
     project = find_project(state.project_root)
     if not project.board_path.is_file():
         raise NotFoundError(f"no sprint board: {project.board_path} does not exist",
-                            hint="BMAD's sprint-planning writes sprint-status.yaml")
+                            hint="BMAD's sprint-planning writes sprint-status.yaml; `stepline sprint run` then "
+                                 "works through it")
+    return project
+
+
+@api.get("/sprint", summary="The sprint board (sprint-status.yaml and each story's loop run)")
+def sprint_board(state: State) -> dict[str, Any]:
+    """What `stepline sprint status --json` gives: each story's status, the loop's state and stage, builds,
+    tokens and cost, last event (read-only). 404 when the project has no sprint-status.yaml."""
+    from stepline.sprint._loop import board_rows
+
+    project = sprint_project(state)
     return {"board": str(project.board_path), "entries": board_rows(project, state.engine().store)}
+
+
+@api.get("/sprint/stream", summary="The sprint board's changes, live (server-sent events)",
+         response_class=StreamingResponse)
+async def sprint_stream(state: State, request: Request) -> StreamingResponse:
+    """``text/event-stream``: a ``changed`` event whenever the board, deferred-work.md, or a story's run (its
+    journal or who drives it) changes; the page then fetches the board again. Only file sizes and times are
+    looked at between two changes."""
+    project = sprint_project(state)
+    return StreamingResponse(_watch_sprint(request, state, project), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+def _sprint_fingerprint(state: WebState, project: SprintProject) -> tuple[Any, ...]:
+    board = project.board_path
+    runs = state.index.store.root
+    stories = sorted(row.run_id for row in state.index.rows() if row.workflow.startswith(SPRINT_STORY))
+    return (file_stat(board), file_stat(board.with_name("deferred-work.md")),
+            *((file_stat(runs / run_id / "journal.jsonl"), file_stat(runs / run_id / "lock")) for run_id in stories))
+
+
+async def _watch_sprint(request: Request, state: WebState, project: SprintProject) -> AsyncIterator[bytes]:
+    loop = asyncio.get_running_loop()
+    seen = await asyncio.to_thread(_sprint_fingerprint, state, project)
+    quiet_since = loop.time()
+    changes = 0
+    yield b"retry: 2000\n\n"
+    while not state.stopping() and not await request.is_disconnected():
+        await asyncio.sleep(POLL_SECONDS * 2)
+        now = await asyncio.to_thread(_sprint_fingerprint, state, project)
+        if now != seen:
+            seen, changes = now, changes + 1
+            yield _sse("changed", {"changes": changes}, changes)
+            quiet_since = loop.time()
+        elif loop.time() - quiet_since > KEEPALIVE_SECONDS:
+            yield b": keepalive\n\n"
+            quiet_since = loop.time()
 
 
 @api.get("/ccw/sessions", summary="CCW sessions of the project")

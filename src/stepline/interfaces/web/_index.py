@@ -26,12 +26,13 @@ import orjson
 
 from stepline.store import RUN_FILES, RunDir, RunStore, RunSummary
 
-__all__ = ["RunIndex", "RunPage", "shown_status"]
+__all__ = ["RunIndex", "RunPage", "file_stat", "shown_status"]
 
 _Stat = tuple[int, int] | None
 
 
-def _stat(path: str | Path) -> _Stat:
+def file_stat(path: str | Path) -> _Stat:
+    """A file's (modification time, size), or None when it is not there: what says it changed, in one stat."""
     try:
         found = os.stat(path)
     except OSError:
@@ -90,10 +91,10 @@ class RunIndex:
         found: dict[str, tuple[_Stat, _Stat, _Stat]] = {}
         for name in names:  # plain strings: a Path per file costs more than the stat itself
             folder = f"{root}/{name}/"
-            manifest = _stat(folder + "manifest.json")
+            manifest = file_stat(folder + "manifest.json")
             # Without a manifest the journal says whether the run is damaged or never started.
-            journal = _stat(folder + "journal.jsonl") if manifest is None else None
-            found[name] = (manifest, _stat(folder + "lock"), journal)
+            journal = file_stat(folder + "journal.jsonl") if manifest is None else None
+            found[name] = (manifest, file_stat(folder + "lock"), journal)
         return found
 
     def rows(self) -> list[RunSummary]:
@@ -154,7 +155,7 @@ class RunIndex:
         if self.check is None or row.damage is not None or row.status in ("starting", "not started"):
             return row
         folder = self.store.root / row.run_id
-        stats = tuple(_stat(folder / name) for name in ("journal.jsonl", *RUN_FILES) if name != "timeline.json")
+        stats = tuple(file_stat(folder / name) for name in ("journal.jsonl", *RUN_FILES) if name != "timeline.json")
         kept = self._checked.get(row.run_id)
         if kept is None or kept[0] != stats:
             kept = (stats, self.check(RunDir(folder)))

@@ -193,6 +193,16 @@ async def decide(request: Request, state: State, how: Authenticated, run_id: str
     return response
 
 
+@pages.get("/sprint", response_class=HTMLResponse)
+def sprint_page(request: Request, state: State, _: Authenticated) -> HTMLResponse:
+    """The sprint board: stories in sprint order with their loop's stages and budget, deferred work; it follows
+    the loop live (``/api/sprint/stream``)."""
+    from stepline.interfaces.web._api import sprint_project
+    from stepline.interfaces.web._views import sprint_view
+
+    return _render(request, "sprint.html", sprint=sprint_view(sprint_project(state), state.engine()))
+
+
 @pages.get("/ccw", response_class=HTMLResponse)
 def ccw_sessions_page(request: Request, state: State, _: Authenticated) -> HTMLResponse:
     """The project's CCW sessions."""

@@ -6,14 +6,19 @@ read as they are, CCW sessions through :mod:`stepline.ccw`'s readers. Nothing he
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stepline.errors import NotFoundError, UsageError
 from stepline.model import Event, Run
 from stepline.store import RunDir, RunSummary
+
+if TYPE_CHECKING:
+    from stepline import Engine
+    from stepline.sprint._project import SprintProject
 
 __all__ = [
     "HIDDEN_EVENTS",
@@ -30,6 +35,7 @@ __all__ = [
     "gates_view",
     "project_diff",
     "run_view",
+    "sprint_view",
     "summary_view",
 ]
 
@@ -85,6 +91,7 @@ def run_view(run: Run, timeline: dict[str, Any], *, parent: str | None,
     totals = {name: sum(float(bucket.get(name) or 0) for bucket in usage.values())
               for name in ("calls", "input_tokens", "output_tokens", "cost_usd")}
     spans = {span["step_id"]: span for span in timeline.get("steps") or []}
+    finished = run.status.value == "completed"
     return {
         "run_id": run.run_id,
         "workflow": run.workflow.id,
@@ -104,7 +111,9 @@ def run_view(run: Run, timeline: dict[str, Any], *, parent: str | None,
                    "started_at": s.started_at or spans.get(s.step_id, {}).get("started_at"),
                    "ended_at": s.ended_at or spans.get(s.step_id, {}).get("ended_at"),
                    "error": s.error, "blocked_reason": s.blocked_reason, "summary": s.summary,
-                   "outputs": list(s.outputs)} for s in run.steps.values()],
+                   "outputs": list(s.outputs),
+                   # A completed run's flow did not need this step (a sprint story's `defer`, a branch not taken).
+                   "not_needed": finished and s.status.value == "pending"} for s in run.steps.values()],
         "pending_gates": [gate_card(run, g) for g in timeline.get("gates") or [] if g.get("status") == "pending"],
         "usage": {"steps": usage, "total": totals},
         "secrets_in_artifacts": secrets_in_artifacts(run),
@@ -265,6 +274,52 @@ def evidence_view(run_dir: RunDir) -> dict[str, Any]:
 def drr_view(run_dir: RunDir) -> list[dict[str, Any]]:
     """The design rationale records of the run's decisions."""
     return _records(run_dir, "drr.json")
+
+
+# --- the sprint loop -----------------------------------------------------------------------------------------
+
+
+def sprint_view(project: SprintProject, engine: Engine) -> dict[str, Any]:
+    """The sprint board as its page shows it: each entry of sprint-status.yaml with its story's run (the loop's
+    state, the stages it went through in order, the one it is at, tokens and cost against the story's budget),
+    the budgets of config/sprint.yaml, and deferred-work.md. Stages the flow never started are not shown: a
+    committed story's unused ``defer`` is no step left to do."""
+    from stepline.sprint._config import load_sprint_config
+    from stepline.sprint._loop import board_rows
+
+    budgets = load_sprint_config(project.root).budgets
+    limit = budgets.story
+    rows = board_rows(project, engine.store)
+    for row in rows:
+        row["stages"] = []
+        if row["run"] is not None:
+            run_dir = engine.store.open(row["run"])
+            run = engine.load(run_dir)
+            row["stages"] = [{"id": sid, "status": step.status.value, "choice": step.choice}
+                             for sid, step in sorted(run.steps.items(), key=lambda item: item[1].started_at or "")
+                             if step.status.value != "pending"]
+            row["driven"] = run_dir.holder() is not None
+        row["budget_used"] = max((row["tokens"] / limit.tokens) if limit.tokens else 0.0,
+                                 (row["cost_usd"] / limit.cost_usd) if limit.cost_usd else 0.0)
+    deferred = project.board_path.with_name("deferred-work.md")
+    try:
+        deferred_text = deferred.read_text(encoding="utf-8", errors="replace") if deferred.is_file() else None
+    except OSError:
+        deferred_text = None
+    if deferred_text is not None:  # the loop's own markers (HTML comments) would show as text
+        deferred_text = re.sub(r"^<!-- stepline .*?-->\n?", "", deferred_text, flags=re.MULTILINE)
+    stories = [r for r in rows if r["kind"] == "story"]
+    return {"board": _shown_path(project.board_path, project.root), "entries": rows,
+            "budgets": {"mode": budgets.mode, "on_exceeded": budgets.on_exceeded,
+                        "story": limit.model_dump(), "loop": budgets.run.model_dump()},
+            "totals": {"tokens": sum(r["tokens"] for r in stories),
+                       "cost_usd": round(sum(r["cost_usd"] for r in stories), 4),
+                       "done": sum(1 for r in stories if r["status"] == "done"), "stories": len(stories)},
+            "deferred": deferred_text, "deferred_path": _shown_path(deferred, project.root)}
+
+
+def _shown_path(path: Path, root: Path) -> str:
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 # --- CCW sessions --------------------------------------------------------------------------------------------
