@@ -18,10 +18,29 @@ from fakes.fake_gemini import FakeGemini
 from fakes.fake_gemini import responder as fake_gemini_responder
 from fakes.fake_openai import FakeOpenAI
 from fakes.fake_openai import responder as fake_openai_responder
+from fakes.policy import Call, Play
 
 HERE = Path(__file__).resolve().parent
 #: What one fake model answer costs; each test checks the CLI's totals are made of it.
 USAGE = (1234, 56)
+
+
+def _finish_server(project: Path) -> list[str]:
+    """The command line of an MCP server whose ``finish`` writes its summary to ``project/done.txt``."""
+    return [sys.executable, str(HERE / "finish_server.py"), str(project / "done.txt")]
+
+
+def _mcp_json(project: Path) -> Path:
+    """``project/mcp.json`` naming the finish server ``stepline`` (claude's and qwen's ``--mcp-config``)."""
+    command, *args = _finish_server(project)
+    path = project / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"stepline": {"command": command, "args": args}}}))
+    return path
+
+
+def _write_then_finish(write: Call) -> Play:
+    """The script of the MCP tests: the CLI's own tool writes a file, then stepline's ``finish`` is called."""
+    return agents.turns([write], [("mcp__stepline__finish", {"summary": "wrote hello.txt"})])
 
 
 def _run(argv: list[str | Path], cwd: Path, env: dict[str, str]) -> list[dict[str, Any]]:
@@ -57,17 +76,13 @@ def test_claude_calls_a_deferred_mcp_tool_through_toolsearch(tmp_path: Path, pro
                                                             fake_anthropic: FakeAnthropic) -> None:
     claude = agents.binary("claude")
     env = agents.claude_env(tmp_path / "home", fake_anthropic.base_url)
-    config = project / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {"stepline": {
-        "command": sys.executable, "args": [str(HERE / "finish_server.py"), str(project / "finished.txt")]}}}))
-    fake_anthropic.responder = fake_anthropic_responder(agents.turns(
-        [("Write", {"file_path": str(project / "a.txt"), "content": "a\n"})],
-        [("mcp__stepline__finish", {"summary": "wrote a.txt"})]), usage=USAGE)
-    lines = _run([claude, "-p", "Write a.txt, then finish.", "--output-format", "stream-json", "--verbose",
-                  "--permission-mode", "acceptEdits", "--mcp-config", config, "--strict-mcp-config",
+    fake_anthropic.responder = fake_anthropic_responder(_write_then_finish(
+        ("Write", {"file_path": str(project / "hello.txt"), "content": "hello from claude\n"})), usage=USAGE)
+    lines = _run([claude, "-p", "Write hello.txt, then finish.", "--output-format", "stream-json", "--verbose",
+                  "--permission-mode", "acceptEdits", "--mcp-config", _mcp_json(project), "--strict-mcp-config",
                   "--allowedTools", "mcp__stepline"], project, env)
-    assert (project / "a.txt").read_text() == "a\n"
-    assert (project / "finished.txt").read_text() == "wrote a.txt"
+    assert (project / "hello.txt").read_text() == "hello from claude\n"
+    assert (project / "done.txt").read_text() == "wrote hello.txt"
     offered = [[t["name"] for t in r["tools"]] for r in fake_anthropic.requests]
     # the MCP tool is not offered until ToolSearch loaded it: Write, ToolSearch, finish, the end
     assert "mcp__stepline__finish" not in offered[1] and "mcp__stepline__finish" in offered[2]
@@ -77,12 +92,10 @@ def test_claude_calls_a_deferred_mcp_tool_through_toolsearch(tmp_path: Path, pro
 
 def test_codex_runs_a_command_and_calls_an_mcp_tool(tmp_path: Path, project: Path, fake_openai: FakeOpenAI) -> None:
     codex = agents.binary("codex")
-    server = [sys.executable, str(HERE / "finish_server.py"), str(project / "done.txt")]
-    env = agents.codex_env(tmp_path / "home", fake_openai.base_url, mcp={"stepline": server})
+    env = agents.codex_env(tmp_path / "home", fake_openai.base_url, mcp={"stepline": _finish_server(project)})
     fake_openai.caching = True
-    fake_openai.responder = fake_openai_responder(agents.turns(
-        [("exec_command", {"cmd": "printf 'hello from codex\\n' > hello.txt"})],
-        [("mcp__stepline__finish", {"summary": "wrote hello.txt"})]), usage=USAGE)
+    fake_openai.responder = fake_openai_responder(_write_then_finish(
+        ("exec_command", {"cmd": "printf 'hello from codex\\n' > hello.txt"})), usage=USAGE)
     lines = _run([codex, "exec", "--json", "--skip-git-repo-check", "-C", project, "-s", "workspace-write",
                   "Write hello.txt, then finish."], project, env)
     assert (project / "hello.txt").read_text() == "hello from codex\n"
@@ -99,11 +112,9 @@ def test_codex_runs_a_command_and_calls_an_mcp_tool(tmp_path: Path, project: Pat
 
 def test_gemini_writes_a_file_and_calls_an_mcp_tool(tmp_path: Path, project: Path, fake_gemini: FakeGemini) -> None:
     gemini = agents.binary("gemini")
-    server = [sys.executable, str(HERE / "finish_server.py"), str(project / "done.txt")]
-    env = agents.gemini_env(tmp_path / "home", fake_gemini.base_url, mcp={"stepline": server})
-    fake_gemini.responder = fake_gemini_responder(agents.turns(
-        [("write_file", {"file_path": str(project / "hello.txt"), "content": "hello from gemini\n"})],
-        [("mcp__stepline__finish", {"summary": "wrote hello.txt"})]), usage=USAGE)
+    env = agents.gemini_env(tmp_path / "home", fake_gemini.base_url, mcp={"stepline": _finish_server(project)})
+    fake_gemini.responder = fake_gemini_responder(_write_then_finish(
+        ("write_file", {"file_path": str(project / "hello.txt"), "content": "hello from gemini\n"})), usage=USAGE)
     lines = _run([gemini, "-p", "Write hello.txt, then finish.", "--output-format", "stream-json", "--approval-mode",
                   "yolo", "--skip-trust", "-m", "fake-gemini", "--allowed-mcp-server-names", "stepline"], project, env)
     assert (project / "hello.txt").read_text() == "hello from gemini\n"
@@ -118,32 +129,25 @@ def test_gemini_writes_a_file_and_calls_an_mcp_tool(tmp_path: Path, project: Pat
 
 def test_qwen_writes_a_file_and_calls_an_mcp_tool(tmp_path: Path, project: Path, fake_openai: FakeOpenAI) -> None:
     qwen = agents.binary("qwen")
-    config = project / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {"stepline": {
-        "command": sys.executable, "args": [str(HERE / "finish_server.py"), str(project / "done.txt")]}}}))
-    fake_openai.responder = fake_openai_responder(agents.turns(
-        [("write_file", {"file_path": str(project / "hello.txt"), "content": "hello from qwen\n"})],
-        [("mcp__stepline__finish", {"summary": "wrote hello.txt"})]), usage=USAGE)
+    fake_openai.responder = fake_openai_responder(_write_then_finish(
+        ("write_file", {"file_path": str(project / "hello.txt"), "content": "hello from qwen\n"})), usage=USAGE)
     lines = _run([qwen, "--auth-type", "openai", "--output-format", "stream-json", "--approval-mode", "yolo",
-                  "--mcp-config", config, "Write hello.txt, then finish."], project,
+                  "--mcp-config", _mcp_json(project), "Write hello.txt, then finish."], project,
                  agents.qwen_env(tmp_path / "home", fake_openai.base_url))
     assert (project / "hello.txt").read_text() == "hello from qwen\n"
     assert (project / "done.txt").read_text() == "wrote hello.txt"
     assert all(r["stream"] and r["stream_options"] == {"include_usage": True} for r in fake_openai.requests)
     result = lines[-1]
     assert result["type"] == "result" and result["subtype"] == "success" and result["session_id"]
-    requests = len(fake_openai.requests)
-    assert requests == 3
+    assert len(fake_openai.requests) == 3
     assert (result["usage"]["input_tokens"], result["usage"]["output_tokens"]) == (USAGE[0] * 3, USAGE[1] * 3)
 
 
 def test_opencode_writes_a_file_and_calls_an_mcp_tool(tmp_path: Path, project: Path, fake_openai: FakeOpenAI) -> None:
     opencode = agents.binary("opencode")
-    server = [sys.executable, str(HERE / "finish_server.py"), str(project / "done.txt")]
-    env = agents.opencode_env(tmp_path / "home", fake_openai.base_url, mcp={"stepline": server})
-    fake_openai.responder = fake_openai_responder(agents.turns(
-        [("write", {"filePath": str(project / "hello.txt"), "content": "hello from opencode\n"})],
-        [("mcp__stepline__finish", {"summary": "wrote hello.txt"})]), usage=USAGE)
+    env = agents.opencode_env(tmp_path / "home", fake_openai.base_url, mcp={"stepline": _finish_server(project)})
+    fake_openai.responder = fake_openai_responder(_write_then_finish(
+        ("write", {"filePath": str(project / "hello.txt"), "content": "hello from opencode\n"})), usage=USAGE)
     lines = _run([opencode, "run", "--format", "json", "Write hello.txt, then finish."], project, env)
     assert (project / "hello.txt").read_text() == "hello from opencode\n"
     assert (project / "done.txt").read_text() == "wrote hello.txt"
@@ -156,7 +160,7 @@ def test_opencode_writes_a_file_and_calls_an_mcp_tool(tmp_path: Path, project: P
 
 def test_mcp_inspector_lists_and_calls_an_mcp_servers_tools(project: Path) -> None:
     inspector = agents.binary("mcp-inspector-cli")
-    server = [sys.executable, str(HERE / "finish_server.py"), str(project / "done.txt")]
+    server = _finish_server(project)
 
     def inspect(*method: str) -> dict[str, Any]:
         done = subprocess.run([str(inspector), "--cli", *server, "--method", *method], cwd=agents.INSPECTOR_CWD,
