@@ -9,16 +9,16 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fakes import agents
-from fakes.fake_anthropic import FakeAnthropic
 from fakes.fake_anthropic import responder as anthropic_responder
-from fakes.fake_openai import FakeOpenAI
+from fakes.fake_gemini import responder as gemini_responder
 from fakes.fake_openai import responder as openai_responder
 from fakes.policy import Call
 from fakes.processes import alive
@@ -30,31 +30,58 @@ from stepline.executors import StepRequest, create_executor
 USAGE = (1234, 56)
 
 
-@pytest.fixture
-def claude(tmp_path: Path, fake_anthropic: FakeAnthropic, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[
-        ..., None]]:
-    """Point the real claude at the fake Anthropic server; yields a function that scripts the model's turns."""
-    binary = agents.binary("claude")
-    _use_env(monkeypatch, agents.claude_env(tmp_path / "home", fake_anthropic.base_url))
+@dataclass
+class Cli:
+    """One real agent CLI pointed at its fake model server: how a script names its tools, and what the executor
+    needs on top of the user's setup (``options``)."""
 
-    def script(*turns: list[Call]) -> None:
-        fake_anthropic.responder = anthropic_responder(agents.turns(*turns), usage=USAGE)
+    name: str
+    binary: Path
+    serve: Any  # the fake server's responder is set by :meth:`script`
+    responder: Callable[..., Any]
+    options: dict[str, Any] = field(default_factory=dict)
 
-    script.binary = binary  # type: ignore[attr-defined]
-    yield script
+    def script(self, *turns: list[Call]) -> None:
+        """The fake model's answers, one list of tool calls per turn."""
+        self.serve.responder = self.responder(agents.turns(*turns), usage=USAGE)
+
+    def shell(self, command: str) -> Call:
+        """A call of the CLI's own shell tool."""
+        name = {"claude": "Bash", "codex": "exec_command", "opencode": "bash"}.get(self.name, "run_shell_command")
+        args = {"cmd": command} if self.name == "codex" else {"command": command}
+        return name, args | ({"description": "run it"} if self.name == "opencode" else {})
+
+    def write(self, path: Path, text: str) -> Call:
+        """A call of the CLI's own file-writing tool (codex writes with its shell)."""
+        if self.name == "codex":
+            return self.shell(f"printf '{text}' > {path.name}")
+        if self.name == "opencode":
+            return "write", {"filePath": str(path), "content": text}
+        return ("Write" if self.name == "claude" else "write_file"), {"file_path": str(path), "content": text}
 
 
-@pytest.fixture
-def codex(tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
-    """Point the real codex at the fake OpenAI server (Responses); yields a function that scripts the model."""
-    binary = agents.binary("codex")
-    _use_env(monkeypatch, agents.codex_env(tmp_path / "home", fake_openai.base_url))
-
-    def script(*turns: list[Call]) -> None:
-        fake_openai.responder = openai_responder(agents.turns(*turns), usage=USAGE)
-
-    script.binary = binary  # type: ignore[attr-defined]
-    yield script
+@pytest.fixture(params=["claude", "codex", "gemini", "qwen", "opencode"])
+def cli(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """Each real CLI in turn, its environment pointing it at a fake model server as a user's setup would."""
+    name = str(request.param)
+    binary = agents.binary(name)
+    home = tmp_path / "home"
+    if name == "claude":
+        server: Any = request.getfixturevalue("fake_anthropic")
+        made = Cli(name, binary, server, anthropic_responder)
+        env = agents.claude_env(home, server.base_url)
+    elif name == "gemini":
+        server = request.getfixturevalue("fake_gemini")
+        made = Cli(name, binary, server, gemini_responder, {"model": "fake-gemini"})
+        env = agents.gemini_env(home, server.base_url)
+    else:
+        server = request.getfixturevalue("fake_openai")
+        made = Cli(name, binary, server, openai_responder,
+                   {"extra_args": ["--auth-type", "openai"]} if name == "qwen" else {})
+        env = {"codex": agents.codex_env, "qwen": agents.qwen_env, "opencode": agents.opencode_env}[name](
+            home, server.base_url)
+    _use_env(monkeypatch, env)
+    return made
 
 
 def _use_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
@@ -98,11 +125,10 @@ def _pgid(pid: int) -> int | None:
 FINISH = "mcp__stepline__finish"
 
 
-def _hang(agent: str, project: Path) -> Call:
+def _hang(cli: Cli, project: Path) -> Call:
     """A command that runs a minute (claude refuses a plain ``sleep``), named by the project's path in its
-    arguments (codex runs commands in a pid namespace of their own), as the agent's shell tool is called."""
-    command = f"python3 -c 'import time; time.sleep(60)' {project}"
-    return ("Bash", {"command": command}) if agent == "claude" else ("exec_command", {"cmd": command})
+    arguments (codex runs commands in a pid namespace of their own)."""
+    return cli.shell(f"python3 -c 'import time; time.sleep(60)' {project}")
 
 
 def _hung(project: Path) -> bool:
@@ -117,66 +143,57 @@ def _hung(project: Path) -> bool:
     return False
 
 
-def test_claude_does_a_step_with_its_own_tool_and_finishes_over_mcp(project: Path, claude: Any) -> None:
-    """The real claude writes the file with its Write tool, loads stepline's deferred MCP tools with ToolSearch and
-    finishes; stepline reads its session id and its usage from the real stream."""
-    claude([("Write", {"file_path": str(project / "hello.txt"), "content": "hello from claude\n"})],
-           [(FINISH, {"summary": "wrote hello.txt"})])
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def test_the_real_cli_does_a_step_with_its_own_tool_and_finishes_over_mcp(project: Path, cli: Cli) -> None:
+    """The real CLI writes the file with its own tool and calls stepline's finish (claude loads the deferred tool
+    with ToolSearch first); stepline reads its session id and its usage from the real stream."""
+    cli.script([cli.write(project / "hello.txt", f"hello from {cli.name}\n")], [(FINISH, {"summary": "wrote it"})])
     session = RecordingSession()
-    _perform("claude", claude.binary, _request(project, cli_execution={"id": "E1"}), session)
-    assert (project / "hello.txt").read_text() == "hello from claude\n"
-    assert session.calls[-1] == ("finish", None, "wrote hello.txt")
-    record = session.memos["cli-agent:claude"]
-    # Write, ToolSearch, finish, the end: four model answers, each of USAGE
-    assert (record["usage"]["input_tokens"], record["usage"]["output_tokens"]) == (USAGE[0] * 4, USAGE[1] * 4)
-    assert record["usage"]["cost_usd"] > 0 and record["exit_status"] == 0
-    assert ("set_var", "cli_session:E1", {"agent": "claude", "session_id": record["session_id"]}) in session.calls
-    assert len(record["session_id"]) == 36
-    assert [p["agent"] for p in session.processes] == ["claude"] and _gone(session.processes[0]["pgid"])
+    _perform(cli.name, cli.binary, _request(project, cli_execution={"id": "E1"}), session, **cli.options)
+    assert (project / "hello.txt").read_text() == f"hello from {cli.name}\n"
+    assert session.calls[-1] == ("finish", None, "wrote it")
+    record = session.memos[f"cli-agent:{cli.name}"]
+    answers = record["usage"]["input_tokens"] / USAGE[0]  # each fake answer reports USAGE
+    assert answers >= 2 and answers == int(answers), record["usage"]
+    assert record["usage"]["output_tokens"] == USAGE[1] * answers
+    assert ("set_var", "cli_session:E1", {"agent": cli.name, "session_id": record["session_id"]}) in session.calls
+    assert record["session_id"] and record["exit_status"] == 0
+    assert [p["agent"] for p in session.processes] == [cli.name] and _gone(session.processes[0]["pgid"])
 
 
-def test_codex_does_a_step_with_its_own_tool_and_finishes_over_mcp(project: Path, codex: Any) -> None:
-    """The real codex (no --full-auto since 0.1xx: the workspace-write sandbox, approval never) runs a command that
-    writes the file and calls stepline's finish through its MCP namespace; usage and thread id are read."""
-    codex([("exec_command", {"cmd": "printf 'hello from codex\\n' > hello.txt"})],
-          [(FINISH, {"summary": "wrote hello.txt"})])
-    session = RecordingSession()
-    _perform("codex", codex.binary, _request(project, cli_execution={"id": "E1"}), session)
-    assert (project / "hello.txt").read_text() == "hello from codex\n"
-    assert session.calls[-1] == ("finish", None, "wrote hello.txt")
-    record = session.memos["cli-agent:codex"]
-    assert (record["usage"]["input_tokens"], record["usage"]["output_tokens"]) == (USAGE[0] * 3, USAGE[1] * 3)
-    assert ("set_var", "cli_session:E1", {"agent": "codex", "session_id": record["session_id"]}) in session.calls
-    assert len(record["session_id"]) == 36 and _gone(session.processes[0]["pgid"])
-
-
-@pytest.mark.parametrize("agent", ["claude", "codex"])
-def test_a_budget_stop_kills_the_real_agents_process_group(agent: str, project: Path, request: Any) -> None:
-    """The model keeps running commands; the first answer's usage crosses the call's budget: the agent is stopped,
-    the call journaled as stopped with its usage, its process group (the agent and its command) gone."""
-    script = request.getfixturevalue(agent)
-    script(*[[_hang(agent, project)]] * 5)
+def test_a_budget_stop_kills_the_real_agents_process_group(project: Path, cli: Cli) -> None:
+    """The model keeps running commands and never finishes; the first answer's usage crosses the call's budget: the
+    call raises BudgetExceeded, journaled as stopped with its usage, and nothing of the agent is left. A CLI that
+    streams usage per answer (claude, qwen, opencode) is stopped there; codex and gemini report usage only when
+    their turn ends, so the budget is seen then."""
+    cli.script(*[[cli.shell(f"echo step {n}")] for n in range(6)])
     session = RecordingSession()
     with pytest.raises(BudgetExceeded, match="tokens"):
-        _perform(agent, script.binary, _request(project), session, max_call_tokens=500)
-    record = session.memos[f"cli-agent:{agent}"]
+        _perform(cli.name, cli.binary, _request(project), session, max_call_tokens=500, **cli.options)
+    record = session.memos[f"cli-agent:{cli.name}"]
     assert record["stopped"] and record["usage"]["input_tokens"] >= USAGE[0]
-    assert _gone(session.processes[0]["pgid"]) and not _hung(project)
+    if cli.name in ("claude", "qwen", "opencode"):
+        assert len([r for r in cli.serve.requests if r.get("tools")]) < 6
+    assert _gone(session.processes[0]["pgid"])
 
 
-@pytest.mark.parametrize("agent", ["claude", "codex"])
-def test_a_timeout_and_a_stall_stop_the_real_agents_process_group(agent: str, project: Path, request: Any) -> None:
+def test_a_timeout_and_a_stall_stop_the_real_agents_process_group(project: Path, cli: Cli) -> None:
     """An agent whose command hangs is stopped at its timeout, and (printing nothing, changing no file) at its stall
-    limit, which is told apart as a stall; either way nothing of its process group is left."""
-    script = request.getfixturevalue(agent)
-    shell = _hang(agent, project)
-    script([shell])
+    limit, which is told apart as a stall; either way nothing of it is left."""
+    cli.script([_hang(cli, project)])
     timed_out = RecordingSession()
     with pytest.raises(ExecutorError, match="within 8s") as caught:
-        _perform(agent, script.binary, _request(project), timed_out, timeout_seconds=8)
+        _perform(cli.name, cli.binary, _request(project), timed_out, timeout_seconds=8, **cli.options)
     assert caught.value.retryable and _gone(timed_out.processes[0]["pgid"]) and not _hung(project)
-    script([shell])
+    cli.script([_hang(cli, project)])
     stalled = RecordingSession()
     with pytest.raises(AgentStalled, match=r"\[stall\]: no output and no file change for 4s") as stall:
-        _perform(agent, script.binary, _request(project), stalled, stall_seconds=4, timeout_seconds=60)
+        _perform(cli.name, cli.binary, _request(project), stalled, stall_seconds=4, timeout_seconds=60,
+                 **cli.options)
     assert stall.value.kind == "stall" and _gone(stalled.processes[0]["pgid"]) and not _hung(project)

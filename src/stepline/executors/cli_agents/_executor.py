@@ -250,8 +250,8 @@ class CliAgentExecutor(Executor):
                         task.cancel()
                     await asyncio.gather(serving, running, return_exceptions=True)
                 ran = Ran(-1, "", "", None) if running.cancelled() else running.result()
-                stopped = meter.reason if meter is not None and ran.stopped == "budget" and bridge.final is None \
-                    else None
+                # Past its budget without finishing: stopped for it (a CLI that reports usage only as it ends, too).
+                stopped = meter.reason if meter is not None and bridge.final is None else None
                 log.line("---", f"stopped for its budget: {stopped}" if stopped
                          else f"stopped: no output and no file change for {stall:g}s" if ran.stopped == "stall"
                          else f"exited {ran.status}")

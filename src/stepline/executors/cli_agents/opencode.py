@@ -1,6 +1,7 @@
 """opencode (``opencode-ai``, tested with 1.18.x): ``opencode run --format json``, the prompt on stdin.
 
-stepline's MCP server comes in ``OPENCODE_CONFIG_CONTENT`` (inline configuration, merged over the user's). Write mode
+stepline's MCP server comes in ``OPENCODE_CONFIG_CONTENT`` (inline configuration, merged over the user's; one the
+user gives in that variable is kept, the server added to it). Write mode
 is the ``build`` agent with ``--auto`` (its permission asks are approved: nobody is there to answer them), analysis
 mode the read-only ``plan`` agent. The provider and model are the user's opencode configuration (``--model
 provider/model`` through the executor's ``model`` option).
@@ -9,15 +10,26 @@ provider/model`` through the executor's ``model`` option).
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
+from stepline.errors import ExecutorError
 from stepline.executors.cli_agents._spec import SERVER, AgentCli, AgentReport, Invocation, json_lines, tokens
 
 __all__ = ["OPENCODE"]
 
 
 def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
-    config = {"mcp": {SERVER: {"type": "remote", "url": inv.mcp_url, "enabled": True}}}
+    try:  # a configuration the user gives the same way is kept
+        config = json.loads(os.environ.get("OPENCODE_CONFIG_CONTENT") or "{}")
+    except ValueError as exc:
+        raise ExecutorError(f"OPENCODE_CONFIG_CONTENT is not JSON ({exc})",
+                            hint="fix the variable (stepline adds its MCP server to it)") from None
+    servers = config.get("mcp") if isinstance(config, dict) else None
+    if not isinstance(config, dict) or not isinstance(servers, dict | None):
+        raise ExecutorError("OPENCODE_CONFIG_CONTENT is not a JSON object with an `mcp` object",
+                            hint="fix the variable (stepline adds its MCP server to it)")
+    config["mcp"] = {**(servers or {}), SERVER: {"type": "remote", "url": inv.mcp_url, "enabled": True}}
     argv = ["run", "--format", "json", "--print-logs", "--log-level", "WARN", "--dir", str(inv.cwd)]
     argv += ["--agent", "build", "--auto"] if inv.mode == "write" else ["--agent", "plan"]
     if inv.model:
