@@ -59,7 +59,15 @@ from stepline.formats._diagnostics import Diagnostic, Severity
 from stepline.formats._files import decode_text, read_text
 from stepline.formats._frontmatter import Frontmatter, read_frontmatter_file
 from stepline.model import SourceRef, StepSpec, WorkflowSpec
-from stepline.stepchain._read import folder_mode, halts_in, is_continuation, parse_menu, prose_lines
+from stepline.stepchain._read import (
+    folder_mode,
+    halts_in,
+    is_continuation,
+    marks,
+    parse_menu,
+    prose_lines,
+    step_number,
+)
 
 __all__ = [
     "Progress",
@@ -75,7 +83,6 @@ _VAR_RE = re.compile(r"(?<!\{)\{([A-Za-z_*][\w\-*]*)\}(?!\})")
 _TOKEN_RE = re.compile(r"[^\s`'\"()<>,|]+")
 _REF_LINE_RE = re.compile(r"\{|\.(?:md|csv|ya?ml|xml|json)\b")
 _PATHISH_RE = re.compile(r"\.(?:md|csv|yaml|yml|xml|json)$")
-_STEP_NUMBER_RE = re.compile(r"(?:^|-)(\d+)([a-z]?)(?=-|$)")
 _MODE_EQ_RE = re.compile(r"mode\s*==\s*\**\s*([A-Za-z][\w\-]*)", re.IGNORECASE)
 _HEADING_RE = re.compile(r"^(#{1,6})\s+(.*)$")
 _CONFIG_REF_RE = re.compile(r"[^\s`'\"()]*config\.yaml")
@@ -214,7 +221,7 @@ def _in_folders(path: Path, folders: Iterable[Path]) -> bool:
 
 
 def _is_step_file(path: Path) -> bool:
-    return path.suffix == ".md" and bool(_STEP_NUMBER_RE.search(path.stem))
+    return path.suffix == ".md" and step_number(path.stem) is not None
 
 
 def _read(path: Path, wf: _Workflow) -> Frontmatter:
@@ -866,16 +873,8 @@ def read_progress(output_doc: Path) -> Progress:
     return Progress(tuple(completed), last, tuple(str(d) for d in documents), str(output_doc))
 
 
-def _step_number(step_id: str) -> tuple[int, str] | None:
-    match = _STEP_NUMBER_RE.search(step_id.rsplit(".", 1)[-1])
-    return (int(match[1]), match[2]) if match else None
-
-
 def _matches(marker: int | str, step: StepSpec) -> bool:
-    if isinstance(marker, int) or (isinstance(marker, str) and marker.isdigit()):
-        return _step_number(step.id) == (int(marker), "")
-    name = Path(marker).stem
-    return name in (step.id, step.id.rsplit(".", 1)[-1], step.name)
+    return marks(marker, step.id.rsplit(".", 1)[-1]) or (isinstance(marker, str) and Path(marker).stem == step.name)
 
 
 def completed_step_index(progress: Progress, steps: list[StepSpec]) -> int:

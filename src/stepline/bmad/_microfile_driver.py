@@ -49,6 +49,7 @@ from stepline.stepchain._chain import (
     visit_id,
 )
 from stepline.stepchain._menus import Option, Route, build_menu
+from stepline.stepchain._read import step_number
 from stepline.store import atomic_write_bytes
 
 __all__ = ["INIT_STEP", "MicrofileFlow", "run_microfile_step"]
@@ -59,7 +60,6 @@ _ELICITATION = "{project-root}/_bmad/core/workflows/advanced-elicitation/workflo
 _PARTY_MODE = "{project-root}/_bmad/core/workflows/party-mode/workflow.md"
 _PLACEHOLDER_RE = re.compile(r"\{\{?\s*[A-Za-z_][\w\-]*\s*\}?\}")
 _RUNTIME_VAR_RE = re.compile(r"\{\{\s*([A-Za-z_][\w.-]*)\s*\}\}")
-_STEP_NUMBER_RE = re.compile(r"(?:^|-)(\d+)([a-z]?)(?=-|$)")
 _STYLE_RE = re.compile(r"stepsCompleted:?\**\s*\[\s*(['\"]?)(\d?)")
 
 
@@ -304,10 +304,10 @@ def _marker(ctx: StepContext, document_text: str, step_text: str) -> int | str:
     else:
         style = _STYLE_RE.search(step_text)
         names = bool(style and style[1] and not style[2])
-    number = _STEP_NUMBER_RE.search(stem)
-    if names or number is None or number[2]:
+    number = step_number(stem)
+    if names or number is None or number[1]:
         return stem
-    return int(number[1])
+    return number[0]
 
 
 def _save_state(ctx: StepContext, document: Path, step_text: str) -> None:

@@ -13,17 +13,16 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from stepline.errors import ReaderError
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
+from stepline.stepchain._read import marks
 
 __all__ = ["InProgress", "output_mentions", "steps_in_progress"]
 
 #: ``{planning_artifacts}/epics.md``, ``{{.work_folder}}/log.md``: an output path as step files name them.
 _OUTPUT = re.compile(r"(\{\{?\.?[\w.-]+\}?\}(?:/[\w.{}-]+)*/[\w.-]+\.md)")
-_NUMBER = re.compile(r"step-0*(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,19 +39,6 @@ def output_mentions(texts: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(m[1] for text in texts for m in _OUTPUT.finditer(text)))
 
 
-def _matches(entry: Any, step: str) -> bool:
-    """Whether a ``stepsCompleted`` entry (``2``, ``"step-02"``, ``"step-02-plan"``) names ``step``."""
-    number = _NUMBER.match(Path(step).name)
-    if isinstance(entry, int) and not isinstance(entry, bool):
-        return number is not None and int(number[1]) == entry
-    text = str(entry).strip().removesuffix(".md")
-    if text.isdigit():
-        return number is not None and int(number[1]) == int(text)
-    given = _NUMBER.match(Path(text).name)
-    return Path(text).name == Path(step).name or (given is not None and number is not None and
-                                                  int(given[1]) == int(number[1]) and "-" not in text[len(given[0]):])
-
-
 def steps_in_progress(paths: Iterable[Path], steps: list[str], skill_root: Path,
                       exists: Callable[[Path], bool] = Path.is_file) -> list[InProgress]:
     """Documents (outside the skill) whose frontmatter ``stepsCompleted`` names some of ``steps`` (step ids, in
@@ -67,7 +53,7 @@ def steps_in_progress(paths: Iterable[Path], steps: list[str], skill_root: Path,
             continue
         if not isinstance(done, list) or not done:
             continue
-        remaining = [step for step in steps if not any(_matches(entry, step) for entry in done)]
+        remaining = [step for step in steps if not any(marks(entry, Path(step).name) for entry in done)]
         if remaining and len(remaining) < len(steps):
             found.append(InProgress(path, f"stepsCompleted: {done}", remaining[0]))
     return found

@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Halt", "folder_mode", "halt_menu", "halts_in", "is_continuation", "parse_menu", "prose_lines"]
+__all__ = ["Halt", "folder_mode", "halt_menu", "halts_in", "is_continuation", "marks", "parse_menu", "prose_lines",
+           "step_number"]
 
 _FENCE_RE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _HEADING_RE = re.compile(r"^(#{1,6})\s+(.*)$")
@@ -40,6 +41,8 @@ _CONDITION_RE = re.compile(r"\b(?:if|when|unless|otherwise|once)\b", re.IGNORECA
 _LIST_MARK = re.compile(r"^(?:[-*+]|\d+\.)\s+")
 _NEAR_LINES = 4
 _FOLDER_MODES = {"c": "create", "e": "edit", "v": "validate", "b": "brief"}
+_STEP_NUMBER_RE = re.compile(r"(?:^|-)(\d+)([a-z]?)(?=-|$)")
+_STEP_ONLY_RE = re.compile(r"step-0*(\d+)([a-z]?)")
 
 
 def prose_lines(body: str, first_line: int, *, include_fenced: bool = False) -> list[tuple[int, str]]:
@@ -71,6 +74,24 @@ def folder_mode(name: str) -> str:
     if name.endswith("-steps"):
         return name[: -len("-steps")]
     return name
+
+
+def step_number(stem: str) -> tuple[int, str] | None:
+    """A step file's number and letter by its stem: ``step-02-plan`` (2, ""), ``step-02b-x`` (2, "b")."""
+    match = _STEP_NUMBER_RE.search(stem)
+    return (int(match[1]), match[2]) if match else None
+
+
+def marks(entry: Any, stem: str) -> bool:
+    """Whether a ``stepsCompleted`` (or ``lastStep``) entry names the step file ``stem``: by number (``2``, ``"2"``:
+    ``step-02-plan``, not ``step-02b-x``) or by name (``step-02-plan``, with or without ``.md``; ``step-02``)."""
+    if isinstance(entry, bool) or entry is None:
+        return False
+    if isinstance(entry, int) or str(entry).strip().isdigit():
+        return step_number(stem) == (int(entry), "")
+    text = str(entry).strip().removesuffix(".md").rsplit("/", 1)[-1]
+    given = _STEP_ONLY_RE.fullmatch(text)
+    return text == stem or (given is not None and step_number(stem) == (int(given[1]), given[2]))
 
 
 def is_continuation(stem: str) -> bool:
