@@ -1,8 +1,8 @@
-"""The sprint loop with a real agent CLI: claude (pinned in tests/agents/, installed by scripts/agents.sh) driven by
-the scripted fake Anthropic server. The model's script edits the files with claude's own tools (Write, Bash) and
-reports through stepline's MCP tools (finish, loaded with ToolSearch as claude 2.1 defers them); stepline verifies,
-reviews and commits. A SIGKILL of the loop mid-build leaves no claude behind, and the resumed build starts from the
-stage's start: each change is committed once."""
+"""The sprint loop with the real agent CLIs (pinned in tests/agents/, installed by scripts/agents.sh): claude driven
+by the scripted fake Anthropic server, codex by the fake OpenAI Responses server. The model's script edits the
+files with the CLI's own tools (claude: Write and Bash; codex: its shell) and reports through stepline's MCP tools
+(claude loads the deferred finish with ToolSearch); stepline verifies, reviews and commits. A SIGKILL of the loop
+mid-build leaves no agent behind, and the resumed build starts from the stage's start: each change committed once."""
 
 from __future__ import annotations
 
@@ -14,13 +14,16 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sprint_kit import ARTIFACTS, BMAD, HERE, git, make_project
 
 from fakes import agents
-from fakes.fake_anthropic import FakeAnthropic, responder
+from fakes.fake_anthropic import responder as anthropic_responder
+from fakes.fake_openai import responder as openai_responder
 from fakes.policy import Call, Conversation
 from fakes.processes import alive
 
@@ -32,18 +35,24 @@ _STEP = re.compile(r"^# Step (?P<step>\S+): (?:build story (?P<built>\S+)|review
 
 
 class Model:
-    """The scripted model: per request, what claude is to do with its own tools and stepline's; ``kill`` SIGKILLs
-    the loop (``loop_pid``) at a build's second turn, once its first turn's edits are made."""
+    """The scripted model: per request, what the agent is to do with its own tools and stepline's; ``kill``
+    SIGKILLs the loop (``loop_pid``) at a build's second turn, once its first turn's edits are made."""
 
-    def __init__(self) -> None:
+    def __init__(self, cli: str) -> None:
+        self.cli = cli
         self.kill: str | None = None
         self.loop_pid = 0
         self.requests: list[str] = []
 
+    def shell(self, command: str) -> Call:
+        if self.cli == "codex":
+            return "exec_command", {"cmd": command}
+        return "Bash", {"command": command, "description": "run it"}
+
     def play(self, conversation: Conversation) -> list[Call]:
         found = _STEP.search(conversation.prompt)
         if not conversation.tools or found is None:
-            return []  # a side request of claude's (a title, a summary)
+            return []  # a side request of the CLI's (a title, a summary)
         self.requests.append(f"{found['step']}:{conversation.turns}")
         if found["reviewed"]:
             return [(FINISH, {"summary": "none"})] if conversation.turns == 0 else []
@@ -52,40 +61,68 @@ class Model:
         story = re.search(r"^## The story \((.+)\)$", conversation.prompt, re.M)[1]
         name = key.split("-")[2]
         if conversation.turns == 0:
-            return [("Write", {"file_path": f"{workspace}/calc_{name}.py",
-                               "content": f"def {name}(a, b):\n    return a {OPERATORS[name]} b\n"}),
-                    ("Write", {"file_path": f"{workspace}/tests/test_{name}.py",
-                               "content": f"import unittest\n\nfrom calc_{name} import {name}\n\n\n"
-                                          f"class Test(unittest.TestCase):\n    def test_{name}(self):\n"
-                                          f"        self.assertEqual({name}(6, 3), 6 {OPERATORS[name]} 3)\n"}),
-                    ("Bash", {"command": f"echo '- story {key}: a change made once' >> {workspace}/NOTES.md && "
-                                         f"sed -i 's/^status: .*/status: review/' {story}",
-                              "description": "note the change and mark the story for review"})]
+            module = [f"def {name}(a, b):", f"    return a {OPERATORS[name]} b"]
+            test = ["import unittest", "", f"from calc_{name} import {name}", "", "",
+                    "class Test(unittest.TestCase):", f"    def test_{name}(self):",
+                    f"        self.assertEqual({name}(6, 3), 6 {OPERATORS[name]} 3)"]
+            note = (f"echo '- story {key}: a change made once' >> {workspace}/NOTES.md && "
+                    f"sed -i 's/^status: .*/status: review/' {story}")
+            if self.cli == "codex":  # its files written with its shell
+                lines = " ".join(f"'{line}'" for line in module)
+                tests = " ".join(f"'{line}'" for line in test)
+                return [self.shell(f"cd {workspace} && printf '%s\\n' {lines} > calc_{name}.py && mkdir -p tests && "
+                                   f"printf '%s\\n' {tests} > tests/test_{name}.py && {note}")]
+            return [("Write", {"file_path": f"{workspace}/calc_{name}.py", "content": "\n".join(module) + "\n"}),
+                    ("Write", {"file_path": f"{workspace}/tests/test_{name}.py", "content": "\n".join(test) + "\n"}),
+                    self.shell(note)]
         if conversation.turns == 1 and self.kill == key:
             self.kill = None
             os.kill(self.loop_pid, signal.SIGKILL)  # the loop dies while its agent is mid-build
-            return [("Bash", {"command": f"python3 -c 'import time; time.sleep(60)' {workspace}",
-                              "description": "think"})]
+            return [self.shell(f"python3 -c 'import time; time.sleep(60)' {workspace}")]
         return [(FINISH, {"summary": f"{name}() with its test"})] if conversation.turns == 1 else []
 
 
-@pytest.fixture
-def claude(tmp_path: Path) -> Path:
-    return agents.binary("claude")
+@dataclass
+class Agent:
+    name: str
+    binary: Path
+    server: Any
+    env: dict[str, str]
 
 
-def _project(tmp_path: Path, claude: Path) -> Path:
+@pytest.fixture(params=["claude", "codex"])
+def agent(request: pytest.FixtureRequest, tmp_path: Path) -> Agent:
+    """A real CLI pointed at its fake model server, as a user's setup would (a HOME of its own)."""
+    name = str(request.param)
+    binary = agents.binary(name)
+    home = tmp_path / "home"
+    if name == "claude":
+        server = request.getfixturevalue("fake_anthropic")
+        return Agent(name, binary, server, agents.claude_env(home, server.base_url))
+    server = request.getfixturevalue("fake_openai")
+    return Agent(name, binary, server, agents.codex_env(home, server.base_url))
+
+
+def _script(agent: Agent) -> Model:
+    model = Model(agent.name)
+    respond = anthropic_responder if agent.name == "claude" else openai_responder
+    agent.server.responder = respond(model.play, usage=(1500, 80))
+    return model
+
+
+def _project(tmp_path: Path, agent: Agent) -> Path:
     root = make_project(tmp_path / "calc", layers=1)
     (root / "config" / "runtime.yaml").write_text(
-        f"executors:\n  cli-agent: {{agent: claude, command: {claude}, exit_grace_seconds: 10, stall_seconds: 60}}\n")
-    git(root, "commit", "-q", "-am", "the real claude")
+        f"executors:\n  cli-agent: {{agent: {agent.name}, command: {agent.binary}, exit_grace_seconds: 10, "
+        "stall_seconds: 60}\n")
+    git(root, "commit", "-q", "-am", f"the real {agent.name}")
     return root
 
 
-def _loop(root: Path, server: FakeAnthropic, home: Path, *args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, **agents.claude_env(home, server.base_url)}
+def _loop(root: Path, agent: Agent, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, **agent.env}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
-    env.update(CHECKS_LOG=str(home.parent / "checks.log"), GIT_AUTHOR_NAME="Agent", GIT_AUTHOR_EMAIL="a@example.com",
+    env.update(CHECKS_LOG=str(root.parent / "checks.log"), GIT_AUTHOR_NAME="Agent", GIT_AUTHOR_EMAIL="a@example.com",
                GIT_COMMITTER_NAME="Agent", GIT_COMMITTER_EMAIL="a@example.com")
     return subprocess.Popen([sys.executable, str(HERE / "crash_child.py"), "sprint", *args, "-C", str(root)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -107,12 +144,11 @@ def _story_commits(root: Path) -> Counter[str]:
     return Counter(git(root, "log", "--format=%(trailers:key=Stepline-Story,valueonly)").split())
 
 
-def test_the_real_claude_builds_three_stories_stepline_reviews_and_commits_each_once(
-        tmp_path: Path, claude: Path, fake_anthropic: FakeAnthropic) -> None:
-    model = Model()
-    fake_anthropic.responder = responder(model.play, usage=(1500, 80))
-    root = _project(tmp_path, claude)
-    loop = _loop(root, fake_anthropic, tmp_path / "home", "run", "--max-stories", "3", "--json")
+def test_the_real_agent_builds_three_stories_stepline_reviews_and_commits_each_once(
+        tmp_path: Path, agent: Agent) -> None:
+    model = _script(agent)
+    root = _project(tmp_path, agent)
+    loop = _loop(root, agent, "run", "--max-stories", "3", "--json")
     out, err = loop.communicate(timeout=600)
     assert loop.returncode == 0, err[-3000:]
     results = json.loads(out)
@@ -122,29 +158,28 @@ def test_the_real_claude_builds_three_stories_stepline_reviews_and_commits_each_
     assert git(root, "show", "--format=", "--name-only", "HEAD").split() == [
         "NOTES.md", f"{ARTIFACTS}/1-3-mul.md", "calc_mul.py", "tests/test_mul.py"]
     assert (root / "NOTES.md").read_text().count("a change made once") == 3
-    # Each build: claude's edits, stepline's finish, its closing text; each review: the finish and the closing text.
+    # Each build: the agent's edits, stepline's finish, its closing text; each review: the finish, the closing text.
     assert Counter(model.requests) == Counter({"build:0": 3, "build:1": 3, "build:2": 3, "review:0": 3,
                                                "review:1": 3})
-    assert all(r["usage"]["input_tokens"] >= 3 * 1500 for r in results)
+    assert all(r["usage"]["input_tokens"] + r["usage"]["cache_read_tokens"] >= 3 * 1500 for r in results)
     assert _left_in(root) == []
 
 
-def test_a_sigkill_of_the_loop_mid_build_leaves_no_claude_and_the_resume_commits_each_change_once(
-        tmp_path: Path, claude: Path, fake_anthropic: FakeAnthropic) -> None:
-    model = Model()
-    fake_anthropic.responder = responder(model.play, usage=(1500, 80))
-    root = _project(tmp_path, claude)
+def test_a_sigkill_of_the_loop_mid_build_leaves_no_agent_and_the_resume_commits_each_change_once(
+        tmp_path: Path, agent: Agent) -> None:
+    model = _script(agent)
+    root = _project(tmp_path, agent)
     model.kill = "1-1-add"
-    loop = _loop(root, fake_anthropic, tmp_path / "home", "run", "--story", "1-1")
+    loop = _loop(root, agent, "run", "--story", "1-1")
     model.loop_pid = loop.pid
     loop.communicate(timeout=300)
     assert loop.returncode == -signal.SIGKILL
     deadline = time.monotonic() + 5  # the supervisor sees its driver gone within a tick
     while _left_in(root) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _left_in(root) == []  # claude and the command it ran died with the loop
+    assert _left_in(root) == []  # the agent and the command it ran died with the loop
     assert (root / "NOTES.md").read_text() == "- story 1-1-add: a change made once\n"  # its first turn was made
-    resumed = _loop(root, fake_anthropic, tmp_path / "home", "resume")
+    resumed = _loop(root, agent, "resume")
     _, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err[-3000:]
     assert _story_commits(root) == Counter({"1-1-add": 1})
