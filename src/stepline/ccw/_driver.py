@@ -18,8 +18,9 @@
   is high risk: in a normal run its task waits at the gate ``tool:shell:<task>`` for a person (one approval
   covers the task's commands); in an unattended run (``-y``) it runs and the allowance is journaled. Their
   output passes the secret guardrail (reported, redacted) before it reaches the agent's prompt. Results are
-  journaled; a resumed task replays them. A command interrupted by a crash is run again: they gather
-  context, they do not change the project.
+  journaled; a resumed task replays them. A ``bash`` command's intent is journaled before it starts, and one a
+  crash interrupted is never run again silently: as the step protocol's ``call_tool``, its effect is read back
+  where the tool can tell, else the task waits at the gate ``rerun:shell:<call>`` for a person.
 * :func:`execute_session` checks a session, resumes its interrupted or blocked run (the journal replays
   every call), or marks the session started and starts a new run; :func:`complete_session` archives it.
 """
@@ -55,6 +56,7 @@ from stepline.ccw._state import (
 from stepline.ccw._task import TaskView, read_task_file
 from stepline.ccw._waves import plan_workflow_waves
 from stepline.engine._runner import register_driver
+from stepline.engine._session import interrupted_tool, tool_intent, withdraw_intent
 from stepline.engine._signals import StepBlocked
 from stepline.errors import JournalError, ReaderError, RunLockedError, RunStateError, StepFailed, StorageError
 from stepline.model import EventType, Run, RunStatus, StepStatus, WorkflowSpec
@@ -468,27 +470,42 @@ async def _tool(ctx: StepContext, name: str, args: dict[str, Any]) -> dict[str, 
                                      allowed_by=_UNATTENDED if ctx.run.mode == "yolo" else None)
 
 
-async def _run_command(ctx: StepContext, command: str) -> _Result:
-    """Run one pre_analysis command through the tool pipeline and return its text output."""
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """A pre_analysis command as the tool call that runs it: ``kind`` is bash, Read, Glob or Grep."""
+
+    kind: str
+    arg: str
+    tool: str
+    args: dict[str, Any]
+
+
+def _tool_call(command: str) -> _Call:
     match = _CALL.match(command)
-    name, arg = (match["name"], match["arg"].strip()) if match else ("bash", command.strip())
-    if name in ("bash", "Bash"):
-        record = await _tool(ctx, "shell", {"command": arg})
-        output = str(record.get("stdout") or "")
-    elif name == "Read":
-        record = await _tool(ctx, "readFile", {"path": _unquote(arg), "max_bytes": 200_000})
+    kind, arg = (match["name"], match["arg"].strip()) if match else ("bash", command.strip())
+    if kind in ("bash", "Bash"):
+        return _Call("bash", arg, "shell", {"command": arg})
+    if kind == "Read":
+        return _Call(kind, arg, "readFile", {"path": _unquote(arg), "max_bytes": 200_000})
+    if kind == "Glob":
+        base = _glob_base(_unquote(arg))
+        return _Call(kind, arg, "listFiles", {"path": base, "recursive": True, "max_entries": 100_000})
+    pattern, path = _search_args(arg)
+    return _Call("Grep", arg, "shell",
+                 {"command": f"grep -rnE -e {shlex.quote(pattern)} -- {shlex.quote(path)}; test $? -le 1"})
+
+
+async def _run_command(ctx: StepContext, call: _Call) -> _Result:
+    """Run one pre_analysis command's tool call through the tool pipeline and return its text output."""
+    record = await _tool(ctx, call.tool, call.args)
+    if call.kind == "Read":
         output = str((record.get("result") or {}).get("content", ""))
-    elif name == "Glob":
-        pattern = _unquote(arg)
-        record = await _tool(ctx, "listFiles", {"path": _glob_base(pattern), "recursive": True,
-                                                "max_entries": 100_000})
+    elif call.kind == "Glob":
+        pattern = _unquote(call.arg)
         entries = (record.get("result") or {}).get("entries") or []
         output = "\n".join(e for e in entries if fnmatch.fnmatch(e, pattern)
                            or fnmatch.fnmatch(e, pattern.replace("**/", "")))
     else:
-        pattern, path = _search_args(arg)
-        record = await _tool(ctx, "shell", {"command": f"grep -rnE -e {shlex.quote(pattern)} -- "
-                                                       f"{shlex.quote(path)}; test $? -le 1"})
         output = str(record.get("stdout") or "")
     output = str(ctx.guard("pre_analysis", output))  # secrets found are reported, and never reach the prompt
     if record.get("status") != "ok":
@@ -497,11 +514,35 @@ async def _run_command(ctx: StepContext, command: str) -> _Result:
 
 
 async def _command(ctx: StepContext, key: str, command: str) -> _Result:
-    """Run a command once per attempt: a result already journaled is replayed, not run again."""
-    recorded = ctx.engine.calls.recorded.get(key)
+    """Run a command once: a result already journaled is replayed, not run again.
+
+    A ``bash`` command's intent is journaled (synced) before it starts; one found without its result was
+    interrupted by a crash and is handled as the step protocol's ``call_tool`` handles it
+    (:func:`~stepline.engine._session.interrupted_tool`): its effect read back where the tool can tell, else the
+    task blocks at ``rerun:shell:<key>`` for a person. Read, Glob and the Grep built here only read: run again.
+    """
+    engine = ctx.engine
+    recorded = engine.calls.recorded.get(key)
     if recorded is not None:
         return _Result(**recorded["result"])
-    result = await _run_command(ctx, command)
+    call = _tool_call(command)
+    started = engine.calls.started.get(key)
+    result: _Result | None = None
+    if call.kind == "bash" and (started is None or started["args"].get("withdrawn")):
+        ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "pre_analysis",
+                                          "args": {"command": command, **tool_intent(ctx, call.tool, call.args)}},
+                 sync=True)
+    elif call.kind == "bash" and started is not None:
+        done, _ = await interrupted_tool(ctx, key, call.tool, call.args, started["args"].get("effect_before"))
+        if done is not None:  # it had finished (its tool result says why): its output is lost, the task goes on
+            result = _Result(True, "")
+    if result is None:
+        try:
+            result = await _run_command(ctx, call)
+        except StepBlocked:  # at the command's approval gate: it did not start
+            if call.kind == "bash":
+                withdraw_intent(ctx, key, "pre_analysis")
+            raise
     ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": "pre_analysis", "args": {"command": command},
                                        "result": {"ok": result.ok, "output": result.output, "error": result.error}})
     return result

@@ -28,7 +28,8 @@ from stepline.time import isoformat, now
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
 
-__all__ = ["JournaledSession", "Outcome", "confine", "repair_torn_appends"]
+__all__ = ["JournaledSession", "Outcome", "confine", "interrupted_tool", "repair_torn_appends", "tool_intent",
+           "withdraw_intent"]
 
 
 @dataclass(slots=True)
@@ -199,62 +200,23 @@ class JournaledSession(StepSession):
             return result
         args = dict(args or {})
         rerun: str | None = None
-        if started is None:
-            intent: dict[str, Any] = {"name": name, "args": args}
-            spec = tool_spec(name)
-            check = spec.effect if spec is not None else None
-            before = check.before(args, str(self.ctx.project_root)) if check is not None else None
-            if before is not None:  # the state the call changes, to read its effect back after a crash
-                intent["effect_before"] = before
-            self.ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "call_tool", "args": intent}, sync=True)
+        if started is None or started["args"].get("withdrawn"):
+            self.ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "call_tool",
+                                                   "args": tool_intent(self.ctx, name, args)}, sync=True)
         elif not self.ctx.engine.tool_is_idempotent(name):
-            done, rerun = await self._interrupted_tool(key, name, args, started["args"].get("effect_before"))
+            done, rerun = await interrupted_tool(self.ctx, key, name, args, started["args"].get("effect_before"))
             if done is not None:
                 self._record(key, "call_tool", {"name": name, "args": args}, done)
                 return done
-        result = await self.ctx.run_tool(name, args, gate_suffix=str(self.index))
+        try:
+            result = await self.ctx.run_tool(name, args, gate_suffix=str(self.index))
+        except StepBlocked:
+            withdraw_intent(self.ctx, key, "call_tool")
+            raise
         if rerun is not None:
             result["after_crash"] = rerun
         self._record(key, "call_tool", {"name": name, "args": args}, result)
         return result
-
-    async def _interrupted_tool(self, key: str, name: str, args: dict[str, Any], before: Any
-                                ) -> tuple[dict[str, Any] | None, str]:
-        """A non-idempotent call whose intent is journaled but not its result: ``(its result, why)`` when it
-        is not to run again, ``(None, why)`` when it runs again.
-
-        The disk answers where the tool can read its effect back (:class:`~stepline.tools.EffectCheck`);
-        otherwise a person does, at the gate ``rerun:<tool>:<call key>``: approved, the call runs again;
-        rejected, it is recorded as finished without running. Until then the step blocks (in every mode:
-        nobody else can know what happened).
-        """
-        what = f"{name} {args['script']}" if isinstance(args.get("script"), str) else name
-        spec = tool_spec(name)
-        check = spec.effect if spec is not None else None
-        found = None
-        if check is not None and isinstance(before, dict):
-            found = await asyncio.to_thread(check.happened, args, str(self.ctx.project_root), before)
-        if found is False:
-            return None, "the process stopped while it ran and its effect is not on disk: run again"
-        why = "the process stopped while it ran; its effect is on disk: recorded done, not rerun"
-        if found is None:
-            gate_id = f"rerun:{name}:{key}"
-            decision = self.ctx.engine.calls.decisions.get(gate_id)
-            if decision is None:
-                reason = (f"tool {what!r} was running when the process stopped and its effect cannot be checked; "
-                          "approve to run it again, reject if it had finished")
-                self.ctx.engine.gates.open(gate_id, kind="tool", step_id=self.ctx.spec.id, reason=reason,
-                                           phase=self.ctx.spec.phase)
-                raise StepBlocked(f"{reason} (gate {gate_id})", gate_id)
-            if decision["decision"] == "approved":
-                return None, f"the process stopped while it ran; approved at gate {gate_id}: run again"
-            why = f"the process stopped while it ran; rejected at gate {gate_id} (it had finished): not rerun"
-        stamp = isoformat(now())
-        record = ToolResult(name=name, status="ok", risk=spec.risk if spec is not None else "low", started_at=stamp,
-                            ended_at=stamp, step_id=self.ctx.spec.id, args=args).model_dump(mode="json")
-        record["after_crash"] = why
-        self.ctx.engine.record_tool_result(record)
-        return record, why
 
     async def decide(self, value: bool, reason: str) -> None:
         """Answer a decide request."""
@@ -358,3 +320,61 @@ def _write_replace(target: Path, content: str) -> None:
     from stepline.store import atomic_write_bytes
 
     atomic_write_bytes(target, content.encode("utf-8"))
+
+
+def tool_intent(ctx: StepContext, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The intent journaled (synced) before tool ``name`` runs: its call, and the state it changes where the
+    tool can read its effect back after a crash (``effect_before``, for :func:`interrupted_tool`)."""
+    intent: dict[str, Any] = {"name": name, "args": args}
+    spec = tool_spec(name)
+    check = spec.effect if spec is not None else None
+    before = check.before(args, str(ctx.project_root)) if check is not None else None
+    if before is not None:
+        intent["effect_before"] = before
+    return intent
+
+
+def withdraw_intent(ctx: StepContext, key: str, op: str) -> None:
+    """Journal that the call whose intent is journaled under ``key`` did not start: it waits at its approval
+    gate. A resume then runs it once approved (a fresh intent first), instead of asking whether to rerun it."""
+    ctx.emit(EventType.CALL_STARTED, {"key": key, "op": op, "args": {"withdrawn": True}}, sync=False)
+
+
+async def interrupted_tool(ctx: StepContext, key: str, name: str, args: dict[str, Any], before: Any
+                           ) -> tuple[dict[str, Any] | None, str]:
+    """A non-idempotent call whose intent (:func:`tool_intent`) is journaled but not its result: ``(its
+    result, why)`` when it is not to run again, ``(None, why)`` when it runs again. Every family's effects use
+    it (the step protocol's ``call_tool``, a CCW task's ``pre_analysis`` command).
+
+    The disk answers where the tool can read its effect back (:class:`~stepline.tools.EffectCheck`);
+    otherwise a person does, at the gate ``rerun:<tool>:<call key>``: approved, the call runs again;
+    rejected, it is recorded as finished without running. Until then the step blocks (in every mode:
+    nobody else can know what happened).
+    """
+    shown = args.get("script", args.get("command"))
+    what = f"{name} {shown}" if isinstance(shown, str) else name
+    spec = tool_spec(name)
+    check = spec.effect if spec is not None else None
+    found = None
+    if check is not None and isinstance(before, dict):
+        found = await asyncio.to_thread(check.happened, args, str(ctx.project_root), before)
+    if found is False:
+        return None, "the process stopped while it ran and its effect is not on disk: run again"
+    why = "the process stopped while it ran; its effect is on disk: recorded done, not rerun"
+    if found is None:
+        gate_id = f"rerun:{name}:{key}"
+        decision = ctx.engine.calls.decisions.get(gate_id)
+        if decision is None:
+            reason = (f"tool {what!r} was running when the process stopped and its effect cannot be checked; "
+                      "approve to run it again, reject if it had finished")
+            ctx.engine.gates.open(gate_id, kind="tool", step_id=ctx.spec.id, reason=reason, phase=ctx.spec.phase)
+            raise StepBlocked(f"{reason} (gate {gate_id})", gate_id)
+        if decision["decision"] == "approved":
+            return None, f"the process stopped while it ran; approved at gate {gate_id}: run again"
+        why = f"the process stopped while it ran; rejected at gate {gate_id} (it had finished): not rerun"
+    stamp = isoformat(now())
+    record = ToolResult(name=name, status="ok", risk=spec.risk if spec is not None else "low", started_at=stamp,
+                        ended_at=stamp, step_id=ctx.spec.id, args=args).model_dump(mode="json")
+    record["after_crash"] = why
+    ctx.engine.record_tool_result(record)
+    return record, why

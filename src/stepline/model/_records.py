@@ -52,6 +52,9 @@ class ToolResult(_Record):
     artifacts: list[str] = Field(default_factory=list)
     step_id: str | None = None
     args: dict[str, Any] = Field(default_factory=dict)
+    #: Set on a call a crash interrupted: why it was (not) run again (read back from the disk, or a person's
+    #: decision at its ``rerun:`` gate).
+    after_crash: str | None = None
 
 
 class Gate(_Record):
