@@ -58,12 +58,14 @@ qwen (@qwen-code/qwen-code 0.24) — OpenAI Chat Completions, streamed with ``st
 opencode (opencode-ai 1.18) — OpenAI Chat Completions through its bundled ``@ai-sdk/openai-compatible``
     env ``OPENCODE_CONFIG_CONTENT`` holding the whole config (:func:`opencode_env`): ``provider.X`` with ``npm:
     "@ai-sdk/openai-compatible"``, ``options.baseURL = "http://127.0.0.1:PORT/v1"`` and ``apiKey``, ``models``,
-    ``"model": "X/MODEL"``, ``permission`` (``edit``/``bash``: ``allow``, else it asks and a run stops), ``mcp.NAME
-    = {"type": "local", "command": [...]}``; ``OPENCODE_DISABLE_AUTOUPDATE=1``, ``OPENCODE_DISABLE_MODELS_FETCH=1``
-    (no models.dev download). ``opencode run --format json PROMPT`` (``--agent plan`` for analysis). It first asks
-    for a title in a side request without tools (the fake answers it with a text). MCP tools are named
-    ``NAME_tool``. Usage: every ``step_finish`` line has ``part.tokens`` (``input``, ``output``, ``cache.read``)
-    and ``part.cost``; ``sessionID`` on every line.
+    ``"model": "X/MODEL"``, ``mcp.NAME = {"type": "local", "command": [...]}``; ``OPENCODE_DISABLE_AUTOUPDATE=1``,
+    ``OPENCODE_DISABLE_MODELS_FETCH=1`` (no models.dev download). ``opencode run --format json PROMPT``: ``run``
+    allows edits, bash and MCP tools without asking. ``--agent plan`` denies edits but still runs bash (a command
+    can write): for analysis give ``"permission": {"edit": "deny", "bash": "deny"}``, which takes both tools away
+    (MCP tools stay). It first asks for a title in a side request without tools (the fake answers it with a
+    text). MCP tools are named ``NAME_tool``. It costs about 8 s of CPU per run (a Bun binary). Usage: every
+    ``step_finish`` line has ``part.tokens`` (``input``, ``output``, ``cache.read``) and ``part.cost``;
+    ``sessionID`` on every line.
 
 mcp-inspector-cli (@modelcontextprotocol/inspector-cli 1.0.x) — a standard MCP client, no model
     ``mcp-inspector-cli --cli COMMAND ARGS... --method tools/list`` (or ``--method tools/call --tool-name NAME
@@ -157,7 +159,6 @@ def opencode_env(home: Path, base_url: str, mcp: dict[str, list[str]] | None = N
                               "options": {"baseURL": base_url, "apiKey": "sk-fake"},
                               "models": {"fake-gpt": {"name": "Fake GPT"}}}},
         "model": "fake/fake-gpt",
-        "permission": {"edit": "allow", "bash": "allow"},
         "mcp": {name: {"type": "local", "command": argv, "enabled": True} for name, argv in (mcp or {}).items()},
     }
     return environment(home, OPENCODE_CONFIG_CONTENT=json.dumps(config), OPENCODE_DISABLE_AUTOUPDATE="1",
