@@ -2,8 +2,10 @@
 
 Behaviour is picked by ``FAKE_AGENT_BEHAVIOR``: ``work`` (default) reads the step with ``get_step``, writes
 its output and finishes; ``no-finish`` exits without finishing; ``hang`` starts a child process, records both
-pids in ``FAKE_AGENT_PIDS`` and sleeps. Every invocation is appended to ``FAKE_AGENT_LOG`` (JSON lines: the
-agent, argv, cwd, prompt and MCP url), so tests can check the command shape and the prompt.
+pids in ``FAKE_AGENT_PIDS`` and sleeps; ``slow-edit`` appends its pid to ``FAKE_AGENT_PIDS``, sleeps
+``FAKE_AGENT_SLEEP`` seconds, appends a line to ``edits.txt`` in its folder, then works. Every invocation is
+appended to ``FAKE_AGENT_LOG`` (JSON lines: the agent, argv, cwd, prompt and MCP url), so tests can check the
+command shape and the prompt.
 """
 
 from __future__ import annotations
@@ -118,6 +120,12 @@ def main(agent: str) -> int:
         Path(os.environ["FAKE_AGENT_PIDS"]).write_text(f"{os.getpid()} {child.pid}", encoding="utf-8")
         time.sleep(120)
         return 1
+    if behavior == "slow-edit":  # a build that takes a while: its edit lands late, once per run that lives
+        with open(os.environ["FAKE_AGENT_PIDS"], "a", encoding="utf-8") as pids:
+            pids.write(f"{os.getpid()}\n")
+        time.sleep(float(os.environ.get("FAKE_AGENT_SLEEP", "3")))
+        with open("edits.txt", "a", encoding="utf-8") as edits:
+            edits.write(f"edit by {os.getpid()}\n")
     if behavior == "no-finish":
         print("I could not do it", file=sys.stderr)
         return 3

@@ -1,0 +1,113 @@
+"""An agent never outlives the step that owns it: a driver killed with SIGKILL while its agent works takes the agent
+with it (the agent's supervisor sees its parent go), and when the supervisor is killed too, the resumed run finds
+the agent by the process the journal recorded before it started, stops it, and only then runs the step again. The
+fake agent makes one edit late in its run: a change made twice, or an agent still running, fails the test."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fakes.processes import alive
+
+FAKES = Path(__file__).resolve().parents[1] / "fakes" / "bin"
+
+WORKFLOW = """\
+id: build
+steps:
+  - id: build
+    name: Build
+    body: "Build it."
+    outputs: [out/build.md]
+"""
+
+DRIVER = """\
+import sys
+from stepline import resume_run, run_workflow
+
+options = {"agent": "codex", "cd": sys.argv[2]}
+if sys.argv[1] == "start":
+    run = run_workflow(sys.argv[2] + "/flow.yaml", project_root=sys.argv[2], executor="cli-agent",
+                       executor_options=options)
+else:
+    run = resume_run(sys.argv[3], project_root=sys.argv[2])
+print(run.run_id, run.status.value)
+"""
+
+
+@pytest.fixture
+def driver_env(tmp_path: Path) -> dict[str, str]:
+    """The fake agents first on PATH, the slow edit they make, where they leave their pids."""
+    return {**os.environ, "PATH": os.pathsep.join([str(FAKES), str(Path(sys.executable).parent),
+                                                   os.environ.get("PATH", "")]),
+            "FAKE_AGENT_BEHAVIOR": "slow-edit", "FAKE_AGENT_SLEEP": "4", "FAKE_AGENT_PIDS": str(tmp_path / "pids")}
+
+
+def _start(project: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    (project / "flow.yaml").write_text(WORKFLOW, encoding="utf-8")
+    return subprocess.Popen([sys.executable, "-c", DRIVER, "start", str(project)], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _wait_for(predicate: object, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _pids(tmp_path: Path) -> list[int]:
+    path = tmp_path / "pids"
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+def _agent_process(project: Path) -> dict[str, object]:
+    """The agent process the run's journal recorded (its intent), the last one."""
+    journal = next((project / ".stepline" / "runs").glob("*/journal.jsonl"))
+    records = [json.loads(line) for line in journal.read_text().splitlines() if line.strip().startswith("{")]
+    found = [r["data"]["args"] for r in records if r.get("type") == "CallStarted"
+             and r["data"].get("op") == "agent_process"]
+    assert found, "no agent process was journaled"
+    return found[-1]
+
+
+def _resume(project: Path, env: dict[str, str]) -> str:
+    run_id = next((project / ".stepline" / "runs").glob("*/journal.jsonl")).parent.name
+    done = subprocess.run([sys.executable, "-c", DRIVER, "resume", str(project), run_id], env=env, text=True,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.parametrize("kill_supervisor", [False, True], ids=["driver", "driver-and-supervisor"])
+def test_a_killed_driver_leaves_no_agent_and_the_resume_makes_the_change_once(
+        kill_supervisor: bool, project: Path, tmp_path: Path, driver_env: dict[str, str]) -> None:
+    """SIGKILL the driver mid-build (and, the second time, the agent's supervisor with it): no agent is left to
+    finish its edit behind the resumed run's back; the resume runs the agent once more; the edit is there once."""
+    driver = _start(project, driver_env)
+    _wait_for(lambda: _pids(tmp_path), "the agent to start")
+    first = _pids(tmp_path)[0]
+    process = _agent_process(project)  # journaled before the agent started
+    assert process["agent"] == "codex" and process["start_ticks"] and os.getpgid(first) == process["pgid"]
+    if kill_supervisor:  # both die at once: only the journal knows the agent now
+        os.kill(int(process["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+    driver.kill()
+    driver.wait(10)
+    if not kill_supervisor:  # its supervisor stops it within a moment, before any resume
+        _wait_for(lambda: not alive(first), "the agent to die with its driver", timeout=10)
+    out = _resume(project, driver_env)
+    assert out.split()[1] == "completed", out
+    assert not alive(first)
+    pids = _pids(tmp_path)
+    assert len(pids) == 2 and not any(alive(pid) for pid in pids)  # killed once, run once on resume
+    time.sleep(4.5)  # past the killed agent's edit, had it lived
+    assert (project / "edits.txt").read_text().splitlines() == [f"edit by {pids[1]}"]
+    assert (project / "out" / "build.md").read_text().startswith("codex did build")
