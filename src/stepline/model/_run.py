@@ -107,6 +107,8 @@ class Run(BaseModel):
     created_at: str
     updated_at: str
     parent_run_id: str | None = None
+    #: Set on a fork (``stepline fork``): the step of the parent run (``parent_run_id``) it continues from.
+    forked_at: str | None = None
     variables: dict[str, Any] = Field(default_factory=dict)
     steps: dict[str, RunStep] = Field(default_factory=dict)
     blocked_reason: str | None = None
