@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-from sprint_kit import BMAD, git, make_project
+from sprint_kit import ARTIFACTS, BMAD, git, make_project
 
+from stepline.executors import Executor, StepRequest, StepSession
 from stepline.interfaces.cli._app import run_cli
 
 pytestmark = [pytest.mark.corpus, pytest.mark.skipif(not BMAD.is_dir(), reason=f"no BMAD release at {BMAD}")]
@@ -63,3 +64,48 @@ def test_a_stall_a_rate_limit_and_a_login_prompt_are_told_apart_and_spend_no_bui
     # What the run says: each failure with its kind, in the timeline.
     assert run_cli(["logs", runs["1-1-add"], "-C", str(root)]) == 0
     assert "agent-failure/1: kind=stall, error=claude stalled in step 'build' [stall]" in capsys.readouterr().out
+
+
+class LostOnce(Executor):
+    """An agent whose first build is lost with its Ray worker halfway (a line appended to NOTES.md): what
+    :class:`~stepline.distributed.WorkerLost` says, without Ray."""
+
+    name = "lost-once"
+
+    def __init__(self) -> None:
+        self.builds = 0
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        from stepline.distributed import WorkerLost
+
+        cwd = Path(request.context["project_root"])
+        if request.hints.get("stage") == "build":
+            self.builds += 1
+            with (cwd / "NOTES.md").open("a", encoding="utf-8") as notes:
+                notes.write("- story 1-1: a change made once\n")
+            if self.builds == 1:
+                raise WorkerLost("the Ray worker running the step died (ActorDiedError)")
+            (cwd / "calc_add.py").write_text("def add(a, b):\n    return a + b\n")
+            story = cwd / ARTIFACTS / "1-1-add.md"
+            story.write_text(story.read_text().replace("status: ready-for-dev", "status: review"))
+        await session.finish(summary="done" if request.hints.get("stage") == "build" else "none")
+
+
+def test_a_build_whose_ray_worker_is_lost_is_built_again_from_the_stage_start_spending_no_attempt(
+        tmp_path: Path, agent_env: Path) -> None:
+    import asyncio
+
+    from stepline import Engine
+    from stepline.sprint import find_project, load_sprint_config
+    from stepline.sprint._loop import LoopOptions, run_loop
+
+    root = make_project(tmp_path / "calc", layers=1, builds=1)
+    agent = LostOnce()
+    engine = Engine(project_root=root, executor=agent, mode="non-interactive")
+    config = load_sprint_config(root).model_copy(update={"agent_retry_wait_seconds": 0.0})
+    [result] = asyncio.run(run_loop(engine, find_project(root), config, LoopOptions(story="1-1")))
+    assert (result.key, result.outcome) == ("1-1-add", "committed")
+    assert git(root, "show", "HEAD:NOTES.md") == "- story 1-1: a change made once\n"
+    [lost] = _failures(root, result.run_id)
+    assert lost["kind"] == "worker-lost" and "ActorDiedError" in lost["error"]
+    assert agent.builds == 2  # built again within the one build stage

@@ -544,16 +544,18 @@ async def _build(ctx: StepContext) -> None:
                 # A person let the story go on: what the agent did before it was stopped is verified as any build's.
                 ctx.step.choice, ctx.step.summary = "failed", f"{exc.message}; a person let the story go on"
             return
-        except AgentEnvironmentError as exc:  # not the work's failure: no build attempt is spent on it
+        except (ExecutorError, TimeoutError) as exc:
             _note_usage(ctx)
-            if await _agent_environment(ctx, exc):
-                continue
-            return
-        except (ExecutorError, TimeoutError) as exc:  # the agent's failure is the story's, not the loop's
-            message = str(exc) or f"the agent ran past {timeout:.0f}s"
+            if isinstance(exc, ExecutorError) and (isinstance(exc, AgentEnvironmentError)
+                                                   or getattr(exc, "replays_calls", False)):
+                # Not the work's failure (its agent stalled or was refused, or the Ray worker running it was lost):
+                # no build attempt is spent on it.
+                if await _agent_environment(ctx, exc):
+                    continue
+                return
+            message = str(exc) or f"the agent ran past {timeout:.0f}s"  # the agent's failure is the story's
             ctx.step.choice, ctx.step.summary = "failed", f"the agent failed: {message}"
             _set(ctx, "sprint_feedback", ctx.step.summary)
-            _note_usage(ctx)
             return
         break
     _note_usage(ctx)
@@ -561,31 +563,33 @@ async def _build(ctx: StepContext) -> None:
     ctx.step.summary = outcome.summary or "built"
 
 
-async def _agent_environment(ctx: StepContext, exc: AgentEnvironmentError) -> bool:
+async def _agent_environment(ctx: StepContext, exc: ExecutorError) -> bool:
     """The build's agent failed for a reason outside the work (a stall, a permission or login prompt, a rate limit
-    or quota, an unreachable endpoint): journaled with its kind, then the stage's agent is tried again — after a
-    wait, ``retries.agent`` times — or, past that or at a prompt only a person can pass, a person answers
-    ``retry`` or ``defer`` (``ask:build-agent:<story>:<visit>:<n>``). True: try again; False: the story is deferred."""
+    or quota, an unreachable endpoint; ``worker-lost``: the Ray worker running it died): journaled with its kind,
+    then the stage's agent is tried again — after a wait, ``retries.agent`` times — or, past that or at a prompt
+    only a person can pass, a person answers ``retry`` or ``defer`` (``ask:build-agent:<story>:<visit>:<n>``).
+    True: try again; False: the story is deferred."""
     key = str(_vars(ctx)["sprint_story"])
     prefix = f"{ctx.spec.id}/sprint/agent-failure/"
     number = 1 + sum(1 for k in ctx.engine.calls.recorded if k.startswith(prefix))
-    failure = {"kind": exc.kind, "error": exc.message}
+    kind = exc.kind if isinstance(exc, AgentEnvironmentError) else "worker-lost"
+    failure = {"kind": kind, "error": exc.message}
     ctx.emit(EventType.CALL_RECORDED, {"key": f"{prefix}{number}", "op": f"sprint:agent-failure/{number}",
                                        "result": failure})
-    _record_evidence(ctx, f"{ctx.spec.id}: the agent failed [{exc.kind}]: {exc.message}", "L1")
+    _record_evidence(ctx, f"{ctx.spec.id}: the agent failed [{kind}]: {exc.message}", "L1")
     retries = (_config(ctx).get("retries") or {}).get("agent", 2)
     if exc.retryable and number <= retries:
         await asyncio.sleep(float(_config(ctx).get("agent_retry_wait_seconds") or 0) * number)
         return True
-    question = (f"Story {key}: the agent failed in {ctx.spec.id}, not for the work's sake [{exc.kind}]: {exc.message}"
+    question = (f"Story {key}: the agent failed in {ctx.spec.id}, not for the work's sake [{kind}]: {exc.message}"
                 + (f" ({exc.hint})" if exc.hint else "") + ". Fix the cause (log the agent in, wait for the quota, "
                 "check the endpoint), then answer retry; or answer defer (set the story aside).")
     answer = await ctx.engine.human.ask(ctx, question, ["retry", "defer"],
                                         f"{_gate_key(ctx, 'build-agent')}:{number}")
     if answer.strip().lower().startswith("retry"):
         return True
-    ctx.step.choice, ctx.step.summary = "defer", f"the agent failed [{exc.kind}] and a person deferred it"
-    _set(ctx, "sprint_reason", f"the agent failed [{exc.kind}]: {exc.message}; a person deferred it")
+    ctx.step.choice, ctx.step.summary = "defer", f"the agent failed [{kind}] and a person deferred it"
+    _set(ctx, "sprint_reason", f"the agent failed [{kind}]: {exc.message}; a person deferred it")
     return False
 
 

@@ -269,6 +269,7 @@ async def run_loop(engine: Engine, project: SprintProject, config: SprintConfig,
     if probe.returncode != 0:
         raise RunStateError(f"{project.root} is not a git repository with a commit",
                             hint="the loop commits each story: `git init` and commit the project first")
+    _loop_lock(project.root).parent.mkdir(parents=True, exist_ok=True)
     lock = RunLock(_loop_lock(project.root), options.sprint_id)
     try:
         lock.acquire()
