@@ -92,7 +92,10 @@ def responder(policy: Play, usage: tuple[int, int] = (120, 30)) -> Responder:
     def respond(body: dict[str, Any]) -> Reply:
         model = str(body.get("model") or "fake-claude")
         messages = body["messages"]
-        last = messages[-1]["content"] if messages[-1]["role"] == "user" and len(messages) > 1 else []
+        # Claude Code puts system-role messages between the turns (its environment, "the user hasn't heard from
+        # you in a while"): the tool results are in the last message of the user
+        said = [m for m in messages if m["role"] != "system"]
+        last = said[-1]["content"] if said[-1]["role"] == "user" and len(said) > 1 else []
         if isinstance(last, str):  # a reminder: the last answer had no tool call
             results = [f"error: {last}"]
         else:
