@@ -2,7 +2,8 @@
 process drives appear and advance live, approve its gate by clicking, and check the page and the run directory.
 
 The browser comes from ``scripts/browser.sh`` (run by ``scripts/test.sh``); where none could be installed, the
-test skips saying so. A screenshot of each page is saved in the test's tmp folder.
+test skips saying so. A screenshot of each page is saved in the test's tmp folder, or in ``STEPLINE_SCREENSHOTS``
+when it names a folder (``STEPLINE_SCREENSHOTS=docs/dashboard`` makes the README's pictures).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from web.dashboard_project import FIXTURES, TOKEN, Server, read_json, stepline_command, write_slow_workflow
+from web.sprint_board import QUESTION, build_sprint_project, sprint_env
 
 CHROMIUM = os.environ.get("STEPLINE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -28,6 +30,13 @@ def _browser_or_skip() -> None:
         pytest.skip(f"browser tests: no chromium at {CHROMIUM} (bash scripts/browser.sh installs Debian's as root)")
 
 
+def _screenshots(tmp_path: Path) -> Path:
+    wanted = os.environ.get("STEPLINE_SCREENSHOTS")
+    folder = Path(wanted).resolve() if wanted else tmp_path / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def test_watch_a_run_live_then_approve_its_gate_by_clicking(tmp_path: Path) -> None:
     """Runs list → the run's page, whose steps complete one by one while the run's own process works → the gate
     appears → approve it in the form → approvals.json names the approver → `stepline resume` completes it."""
@@ -36,10 +45,12 @@ def test_watch_a_run_live_then_approve_its_gate_by_clicking(tmp_path: Path) -> N
 
     root = tmp_path / "project"
     root.mkdir()
-    write_slow_workflow(root, steps=3, pause=1.0)
+    write_slow_workflow(root, steps=3, pause=1.0, changes=True)
+    (root / "CHANGES.md").write_text("# Changes\n", encoding="utf-8")
     shutil.copytree(FIXTURES / "ccw" / "project-flat" / ".workflow", root / ".workflow")
-    shots = tmp_path / "screenshots"
-    shots.mkdir()
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "base"]):
+        subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
+    shots = _screenshots(tmp_path)
     server = Server(root, "--token", TOKEN)
     run = None
     try:
@@ -83,8 +94,24 @@ def test_watch_a_run_live_then_approve_its_gate_by_clicking(tmp_path: Path) -> N
             expect(page.locator("#run-status")).to_have_text("blocked")
             for step in ("work-1", "work-2", "work-3"):
                 expect(page.locator(f"tr[data-step-id='{step}'] .badge")).to_have_text("completed")
+            expect(page.locator("#live")).to_be_hidden()  # blocked: no process drives it, though the page listens
             expect(gate).to_contain_text("human_gate is required")
+            expect(gate.locator(".gated-step")).to_contain_text("The step that waits: Ship it")
+            expect(gate.locator(".gated-step")).to_contain_text("Tag the release and publish CHANGES.md")
+            expect(gate.locator("details.diff .add")).to_have_text(["+- change 1", "+- change 2", "+- change 3"])
+            expect(gate.locator(".outcomes")).to_contain_text("Step ship (Ship it) does its work when the run")
+            expect(gate.locator(".outcomes")).to_contain_text(f"stepline resume {run_id}")
             page.screenshot(path=shots / "run-gate.png", full_page=True)
+
+            # A stale form (its security value from another server's token) is refused, in words, and changes nothing.
+            gate.locator("input[name=by]").fill("mallory")
+            page.evaluate("document.querySelector('section.gate input[name=csrf_token]').value = 'stale'")
+            gate.locator("button[value=approve]").click()
+            expect(page.locator("h1")).to_have_text("Refused: nothing was changed")
+            expect(page.locator("main")).to_contain_text("Reload the run page and decide again")
+            page.screenshot(path=shots / "refused.png", full_page=True)
+            page.goto(f"{server.url}/runs/{run_id}")
+            gate = page.locator("section.gate")
             gate.locator("input[name=by]").fill("ada")
             gate.locator("input[name=notes]").fill("checked in the browser")
             gate.locator("button[value=approve]").click()
@@ -104,6 +131,12 @@ def test_watch_a_run_live_then_approve_its_gate_by_clicking(tmp_path: Path) -> N
             expect(page.locator("#run-status")).to_have_text("completed")
             page.screenshot(path=shots / "run-completed.png", full_page=True)
 
+            page.goto(f"{server.url}/runs/{run_id}/artifact?path=nothing.md")
+            expect(page.locator("h1")).to_have_text("Not found")
+            page.screenshot(path=shots / "not-found.png", full_page=True)
+            page.goto(f"{server.url}/ccw")
+            expect(page.locator("main")).to_contain_text("WFS-report-export")
+            page.screenshot(path=shots / "ccw-sessions.png", full_page=True)
             page.goto(f"{server.url}/ccw/WFS-report-export")
             expect(page.locator(".card")).to_have_count(5)
             page.screenshot(path=shots / "ccw-board.png", full_page=True)
@@ -113,6 +146,54 @@ def test_watch_a_run_live_then_approve_its_gate_by_clicking(tmp_path: Path) -> N
             run.kill()
             run.wait()
         server.stop()
-    assert sorted(p.name for p in shots.iterdir()) == ["ccw-board.png", "login.png", "run-approved.png",
-                                                       "run-completed.png", "run-gate.png", "run-live.png",
-                                                       "runs.png"]
+    assert {"ccw-board.png", "ccw-sessions.png", "login.png", "not-found.png", "refused.png", "run-approved.png",
+            "run-completed.png", "run-gate.png", "run-live.png", "runs.png"} <= {p.name for p in shots.iterdir()}
+
+
+def test_the_sprint_board_follows_the_loop_live(tmp_path: Path) -> None:
+    """The sprint board of a loop that ran three stories (committed, deferred, blocked on a reviewer's question):
+    a person answers the question and resumes the loop in a terminal, and the open page shows the story
+    committed without being reloaded."""
+    _browser_or_skip()
+    from playwright.sync_api import expect, sync_playwright
+
+    root = tmp_path / "calc"
+    runs = build_sprint_project(root)
+    shots = _screenshots(tmp_path)
+    server = Server(root, "--token", TOKEN)
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page.set_default_timeout(60_000)
+            expect.set_options(timeout=60_000)
+            page.goto(f"{server.url}/login?next=/sprint")
+            page.fill("input[name=token]", TOKEN)
+            page.click("button[type=submit]")
+            expect(page.locator("#sprint > h1")).to_contain_text("Sprint")
+            expect(page.locator("#sprint-live")).to_be_visible()
+            blocked = page.locator("tr[data-key='1-3-mul']")
+            expect(blocked.locator(".badge.blocked")).to_have_text("blocked")
+            expect(page.locator("tr[data-key='1-1-add'] .stage")).to_have_count(7)  # no `defer` left to do
+            page.screenshot(path=shots / "sprint.png", full_page=True)
+            page.goto(f"{server.url}/runs/{runs['1-3-mul']}")
+            expect(page.locator("section.gate")).to_contain_text(QUESTION)
+            page.screenshot(path=shots / "sprint-question.png", full_page=True)
+            page.goto(f"{server.url}/sprint")
+            expect(page.locator("#sprint-live")).to_be_visible()
+            page.evaluate("window.stillTheSamePage = true")
+
+            env = sprint_env(tmp_path)
+            answered = subprocess.run(stepline_command(root, "answer", runs["1-3-mul"], "accept"), env=env,
+                                      capture_output=True, text=True, timeout=60)
+            assert answered.returncode == 0, answered.stderr
+            resumed = subprocess.run(stepline_command(root, "sprint", "resume", "--json", "-q"), env=env,
+                                     capture_output=True, text=True, timeout=300)
+            assert resumed.returncode == 0, resumed.stderr
+            expect(blocked.locator(".badge.completed")).to_have_text("completed")
+            expect(blocked.locator(".stage", has_text="commit")).to_have_count(1)
+            assert page.evaluate("window.stillTheSamePage") is True  # updated in place, not reloaded
+            page.screenshot(path=shots / "sprint-updated.png", full_page=True)
+            browser.close()
+    finally:
+        server.stop()

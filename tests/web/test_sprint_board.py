@@ -52,7 +52,8 @@ def test_the_board_shows_stories_stages_budgets_and_deferred_work(client: TestCl
     assert re.findall(r'class="stage (\w+)"', committed) == ["completed"] * 7
     assert 'class="badge deferred">deferred' in deferred and ">build@2<" in deferred and ">defer<" in deferred
     assert 'class="badge blocked">blocked' in blocked and 'class="stage blocked" title="review: blocked"' in blocked
-    assert "3,400" in committed and "57% of the story's budget" in committed
+    assert "3,400" in committed and "57% of the story's budget" in committed and 'value="0.5666' in committed
+    assert 'class="stage completed bad" title="verify: completed (fail)"' in deferred
     assert "a story 6,000 tokens" in text and "the loop $5.00" in text
     assert "<h2>1-2-sub (" in text and "verification failed" in text and "&lt;!-- stepline" not in text
     assert 'class="epic" data-key="epic-2"' in text and "1/5 stories done" in text
@@ -67,6 +68,8 @@ def test_a_completed_story_run_shows_no_step_left_to_do(client: TestClient,
     defer = re.search(r"<tr data-step-id=\"defer\">.*?</tr>", page, re.DOTALL)
     assert defer and "not needed" in defer.group(0) and ">pending<" not in defer.group(0)
     assert ">pending<" not in page
+    question = client.get(f"/runs/{sprint[1]['1-3-mul']}").text  # a story's loop goes on as a whole
+    assert "the run continues with <code>stepline sprint resume</code>" in question
     listing = client.get("/").text
     row = re.search(rf'<tr class="row-completed" data-run-id="{run_id}">.*?</tr>', listing, re.DOTALL)
     assert row and "7 <span class=\"sub\">(1 not needed)</span>" in row.group(0)

@@ -23,6 +23,7 @@ from stepline.interfaces.web._views import (
     artifact_content,
     artifacts_view,
     ccw_board,
+    continue_command,
     drr_view,
     event_view,
     events_page,
@@ -240,12 +241,13 @@ def _decide(state: WebState, request: Request, how: str, run_id: str, gate_id: s
     run_dir = state.run_dir(run_id)
     decided = state.decide_gate(run_dir.run_id, gate_id, approved=approved, by=by, notes=notes, answer=answer)
     gate = next((g for g in gates_view(run_dir)["decided"] if g.get("gate_id") == decided), None)
-    return {"run_id": run_dir.run_id, "gate": gate, "next": f"stepline resume {run_dir.run_id}"}
+    return {"run_id": run_dir.run_id, "gate": gate,
+            "next": continue_command(run_dir.run_id, run_dir.manifest().workflow.format)}
 
 
 @api.post("/runs/{run_id}/gates/{gate_id:path}/approve", summary="Approve a pending gate")
 def approve(state: State, request: Request, how: Auth, run_id: str, gate_id: str, body: Decision) -> dict[str, Any]:
-    """Recorded as ``stepline approve`` records it; then ``stepline resume RUN`` continues the run."""
+    """Recorded as ``stepline approve`` records it; then ``next`` (``stepline resume RUN``) continues the run."""
     return _decide(state, request, how, run_id, gate_id, approved=True, by=body.by, notes=body.notes)
 
 
@@ -257,7 +259,7 @@ def reject(state: State, request: Request, how: Auth, run_id: str, gate_id: str,
 
 @api.post("/runs/{run_id}/gates/{gate_id:path}/answer", summary="Answer a pending question")
 def answer(state: State, request: Request, how: Auth, run_id: str, gate_id: str, body: Answer) -> dict[str, Any]:
-    """Recorded as ``stepline answer`` records it; then ``stepline resume RUN`` continues the run."""
+    """Recorded as ``stepline answer`` records it; then ``next`` (``stepline resume RUN``) continues the run."""
     return _decide(state, request, how, run_id, gate_id, approved=True, by=body.by, notes=None, answer=body.answer)
 
 
