@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,13 @@ from fakes.processes import alive
 from fakes.sessions import RecordingSession
 from stepline import Engine
 from stepline.engine import HumanChannel
-from stepline.errors import ExecutorError
+from stepline.errors import (
+    AgentEnvironmentError,
+    AgentNeedsPermission,
+    AgentRateLimited,
+    AgentUnreachable,
+    ExecutorError,
+)
 from stepline.executors import StepRequest, StepSession, create_executor
 from stepline.families import load_workflow
 
@@ -175,6 +182,43 @@ def test_an_agent_that_exits_without_finish_fails_retryably(agent_log: Path,
     with pytest.raises(ExecutorError, match=r"without calling finish.*I could not do it") as caught:
         _perform("claude", _request(), RecordingSession())
     assert caught.value.retryable
+
+
+@pytest.mark.parametrize(("says", "error", "kind"), [
+    ("API Error: 429 Too Many Requests", AgentRateLimited, "rate-limit"),
+    ("You exceeded your current quota, please check your plan and billing details", AgentRateLimited, "rate-limit"),
+    ("Error: connect ECONNREFUSED 127.0.0.1:443", AgentUnreachable, "connection"),
+    ("Invalid API key · Please run /login", AgentNeedsPermission, "permission"),
+])
+def test_a_failure_outside_the_work_is_classified(says: str, error: type[AgentEnvironmentError], kind: str,
+                                                  agent_log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rate limit or quota, an unreachable endpoint, a login prompt: each its own error class, its kind in the
+    message; a login names what the user must set, and is not retried as it is."""
+    monkeypatch.setenv("FAKE_AGENT_BEHAVIOR", "no-finish")
+    monkeypatch.setenv("FAKE_AGENT_SAYS", says)
+    with pytest.raises(error, match=rf"\[{kind}\]: {re.escape(says)}") as caught:
+        _perform("claude", _request(), RecordingSession())
+    assert caught.value.kind == kind and caught.value.retryable == (kind != "permission")
+    if kind == "permission":
+        assert "ANTHROPIC_API_KEY" in str(caught.value)
+
+
+def test_a_stall_is_stopped_at_its_limit_and_journaled_as_one(tmp_path: Path, agent_log: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent that prints nothing and changes no file is stopped at stall_seconds, not at its timeout; the
+    step's failure in the journal says it was a stall."""
+    monkeypatch.setenv("FAKE_AGENT_BEHAVIOR", "hang")
+    monkeypatch.setenv("FAKE_AGENT_PIDS", str(tmp_path / "pids"))
+    (tmp_path / "flow.yaml").write_text(WORKFLOW, encoding="utf-8")
+    engine = Engine(project_root=tmp_path, executor="cli-agent", human=HumanChannel(interactive=False),
+                    executor_options={"agent": "codex", "cd": str(tmp_path), "stall_seconds": 1.5,
+                                      "timeout_seconds": 60})
+    started = time.monotonic()
+    run = asyncio.run(engine.start(load_workflow(tmp_path / "flow.yaml", project_root=tmp_path)))
+    assert run.status.value == "failed" and time.monotonic() - started < 30
+    assert "codex stalled in step 'outline' [stall]: no output and no file change for 1.5s" in run.error
+    pids = [int(pid) for pid in (tmp_path / "pids").read_text().split()]
+    assert not any(alive(pid) for pid in pids)
 
 
 def test_a_timeout_kills_the_agent_and_its_children(agent_log: Path, monkeypatch: pytest.MonkeyPatch,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +24,14 @@ from fakes.fake_openai import responder as openai_responder
 from fakes.policy import Call
 from fakes.processes import alive
 from fakes.sessions import RecordingSession
-from stepline.errors import AgentStalled, BudgetExceeded, ExecutorError
+from stepline.errors import (
+    AgentNeedsPermission,
+    AgentRateLimited,
+    AgentStalled,
+    AgentUnreachable,
+    BudgetExceeded,
+    ExecutorError,
+)
 from stepline.executors import StepRequest, create_executor
 
 #: What one fake model answer uses; the usage stepline reads back is made of it.
@@ -197,3 +205,43 @@ def test_a_timeout_and_a_stall_stop_the_real_agents_process_group(project: Path,
         _perform(cli.name, cli.binary, _request(project), stalled, stall_seconds=4, timeout_seconds=60,
                  **cli.options)
     assert stall.value.kind == "stall" and _gone(stalled.processes[0]["pgid"]) and not _hung(project)
+
+
+def test_a_rate_limit_and_an_unreachable_endpoint_are_told_apart_from_the_work(
+        project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """The real claude refused with a 429 raises AgentRateLimited, and pointed at a port nobody listens on
+    AgentUnreachable: their kind in the message, so a caller need not count them as the work's failures."""
+    from fakes.fake_anthropic import FakeAnthropic, fault
+
+    binary = agents.binary("claude")
+    server: FakeAnthropic = request.getfixturevalue("fake_anthropic")
+    _use_env(monkeypatch, agents.claude_env(tmp_path / "home", server.base_url))
+    monkeypatch.setenv("CLAUDE_CODE_MAX_RETRIES", "0")  # a user's claude retries a while first
+    server.queue(*[fault(429, "rate limit reached for requests")] * 3)
+    with pytest.raises(AgentRateLimited, match=r"claude hit a rate limit or quota in step 'build' \[rate-limit\]"):
+        _perform("claude", binary, _request(project), RecordingSession())
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{closed.getsockname()[1]}")
+        with pytest.raises(AgentUnreachable, match=r"\[connection\]") as caught:
+            _perform("claude", binary, _request(project), RecordingSession())
+    assert caught.value.kind == "connection" and caught.value.retryable
+
+
+@pytest.mark.parametrize("agent", ["qwen", "gemini"])
+def test_a_cli_that_cannot_run_unattended_names_the_setting(agent: str, project: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            request: pytest.FixtureRequest) -> None:
+    """qwen without an auth type (nor OPENAI_MODEL), gemini without a selected auth method (its base URL set): one
+    line naming the setting the user must give, as a permission/login stop (not retried)."""
+    binary = agents.binary(agent)
+    if agent == "qwen":
+        env = agents.qwen_env(tmp_path / "home", request.getfixturevalue("fake_openai").base_url)
+        del env["OPENAI_MODEL"]  # with a model named in the environment qwen 0.24 picks openai itself
+    else:
+        env = agents.gemini_env(tmp_path / "home", request.getfixturevalue("fake_gemini").base_url)
+        (tmp_path / "home" / ".gemini" / "settings.json").write_text("{}")
+    _use_env(monkeypatch, env)
+    with pytest.raises(AgentNeedsPermission, match=r"\[permission\]") as caught:
+        _perform(agent, binary, _request(project), RecordingSession())
+    assert "security.auth.selectedType" in str(caught.value) and not caught.value.retryable

@@ -1,11 +1,11 @@
 """Shared body of the fake agent CLIs: parse argv like the real CLI, do the step over MCP, print its JSON.
 
-Behaviour is picked by ``FAKE_AGENT_BEHAVIOR``: ``work`` (default) reads the step with ``get_step``, writes
-its output and finishes; ``no-finish`` exits without finishing; ``hang`` starts a child process, records both
-pids in ``FAKE_AGENT_PIDS`` and sleeps; ``slow-edit`` appends its pid to ``FAKE_AGENT_PIDS``, sleeps
-``FAKE_AGENT_SLEEP`` seconds, appends a line to ``edits.txt`` in its folder, then works. Every invocation is
-appended to ``FAKE_AGENT_LOG`` (JSON lines: the agent, argv, cwd, prompt and MCP url), so tests can check the
-command shape and the prompt.
+Behaviour is picked by ``FAKE_AGENT_BEHAVIOR``: ``work`` (default) reads the step with ``get_step``, writes its
+output and finishes; ``no-finish`` exits without finishing (saying ``FAKE_AGENT_SAYS`` on stderr); ``hang`` starts
+a child process, records both pids in ``FAKE_AGENT_PIDS`` and sleeps; ``slow-edit`` appends its pid to
+``FAKE_AGENT_PIDS``, sleeps ``FAKE_AGENT_SLEEP`` seconds, appends a line to ``edits.txt`` in its folder, then
+works. Every invocation is appended to ``FAKE_AGENT_LOG`` (JSON lines: the agent, argv, cwd, prompt and MCP url),
+so tests can check the command shape and the prompt.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def main(agent: str) -> int:
         with open("edits.txt", "a", encoding="utf-8") as edits:
             edits.write(f"edit by {os.getpid()}\n")
     if behavior == "no-finish":
-        print("I could not do it", file=sys.stderr)
+        print(os.environ.get("FAKE_AGENT_SAYS", "I could not do it"), file=sys.stderr)
         return 3
     step = asyncio.run(_work(agent, url))
     _print_result(agent, _session_id(agent, argv, step["step_id"]), f"done with {step['step_id']}")

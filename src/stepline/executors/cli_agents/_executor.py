@@ -272,7 +272,7 @@ class CliAgentExecutor(Executor):
         work's own failure (retryable, with what it said)."""
         last = "\n".join(line for line in ran.stdout.splitlines()[-5:] if line.strip())
         # The error it reported says why; without one, what it said last (a CLI's stderr logs warnings too).
-        said = "\n".join(part for part in ((error, last) if error else (ran.stderr[-4000:], last)) if part)
+        said = error or "\n".join(part for part in (ran.stderr[-4000:], last) if part)
         detail = error or _tail(ran.stderr) or _tail(text) or f"exit status {ran.status}"
         where = f"step {request.step_id!r}"
         found = classify(self.cli, said)

@@ -32,6 +32,7 @@ QWEN = AgentCli(
     tool_name=lambda tool: f"mcp__{SERVER}__{tool}",
     tool_note=("Qwen Code defers MCP tools: call each through tool_call with its name and arguments (tool_search "
                f"\"select:{','.join(f'mcp__{SERVER}__{tool}' for tool in TOOLS)}\" shows their parameters)."),
-    setup_problems=(("auth type", "set security.auth.selectedType in ~/.qwen/settings.json (or give the executor "
-                                  "extra_args: [--auth-type, openai]) and that provider's key (OPENAI_API_KEY)"),),
+    setup_problems=(("auth type", "set security.auth.selectedType in ~/.qwen/settings.json, or give the executor "
+                                  "extra_args: [--auth-type, openai] (0.24 also picks openai when OPENAI_MODEL is "
+                                  "set), and that provider's key (OPENAI_API_KEY)"),),
 )
