@@ -67,6 +67,7 @@ from stepline.store import (
     sweep_temp_files,
     truncate_to_last_good,
 )
+from stepline.store._blobs import keep_artifact
 
 if TYPE_CHECKING:
     from stepline.context import ContextResolver
@@ -366,6 +367,8 @@ class Engine:
             event.data = self._scanner.redact_obj(data)  # secrets never reach the journal (R-S1)
             payload = dump_data(event.data)
         journal.append(event, sync=sync, line=event.to_bytes(payload))
+        if kind is EventType.ARTIFACT_READY and self._dir is not None:  # its content, for fork/replay/diff
+            keep_artifact(self._dir.path, self.project_root, str(data["path"]), str(data["sha256"]))
         apply(run, event, self.calls)
         self._events.append(event)
         if self.listeners and event.type in _PUBLIC:
