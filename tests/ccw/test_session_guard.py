@@ -142,34 +142,50 @@ def _journaled_but_unwritten(tmp_path: Path) -> tuple[Path, Path]:
     return project, session_dir
 
 
+def _tree(root: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(path.relative_to(root)): (path.read_bytes(), path.stat().st_mtime_ns)
+            for path in sorted(root.rglob("*")) if path.is_file()}
+
+
 @pytest.mark.parametrize("command", ["status", "check", "sessions"])
-def test_readers_first_write_the_completions_the_journal_holds(tmp_path: Path, command: str,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    """After a crash between a completion's intent and its files, `ccw status`, `check` and `sessions` write
-    the journaled completion first (saying so): the three files then agree, and what they print is that."""
+def test_readers_write_nothing_and_report_the_completions_the_journal_holds(
+        tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a crash between a completion's intent and its files, `ccw status`, `check` and `sessions` only read
+    (issue 28 item 5): on a disk that refuses every write they answer, no byte of the project changes, and they
+    report the journaled completion (status shows it as ``completing``); the next execute writes it."""
     project, session_dir = _journaled_but_unwritten(tmp_path)
     capsys.readouterr()
-    task = json.loads((session_dir / ".task" / "IMPL-1.json").read_text(encoding="utf-8"))
-    assert task["status"] != "completed"  # the raw files lag the journal
+    before = _tree(project)
+
+    def disk_full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    import stepline.ccw._state as state
+
+    monkeypatch.setattr(state, "write_files", disk_full)
+    monkeypatch.setattr(state.os, "replace", disk_full)
     args = ["ccw", command, *([] if command == "sessions" else ["payment"]), "-C", str(project), "--json"]
     assert run_cli(args) in (0, 10)
     captured = capsys.readouterr()
-    assert "wrote 1 completion(s) its last run had journaled before it stopped: IMPL-1" in captured.err
-    assert json.loads((session_dir / ".task" / "IMPL-1.json").read_text(encoding="utf-8"))["status"] == "completed"
-    assert (session_dir / ".summaries" / "IMPL-1-summary.md").is_file()
-    todo = (session_dir / "TODO_LIST.md").read_text(encoding="utf-8")
-    assert any(line.startswith("- [x]") and "IMPL-1" in line for line in todo.splitlines())
+    assert "Traceback" not in captured.err
+    assert ("1 completion(s) journaled by its last run are not all in the session's files yet "
+            "(`stepline ccw execute` writes them): IMPL-1") in captured.err
+    assert _tree(project) == before
     if command == "status":
         rows = {row["id"]: row["status"] for row in json.loads(captured.out)["tasks"]}
-        assert rows["IMPL-1"] == "completed"
-    # The next execute finishes the run: the completion is redone unchanged, and journaled done.
+        assert rows["IMPL-1"] == "completing"
+    monkeypatch.undo()
+    # The next execute finishes the run: the completion is written, and journaled done.
     assert run_cli(["ccw", "execute", "--resume-session", "payment", "-C", str(project), "-q"]) == 0
+    assert json.loads((session_dir / ".task" / "IMPL-1.json").read_text(encoding="utf-8"))["status"] == "completed"
+    todo = (session_dir / "TODO_LIST.md").read_text(encoding="utf-8")
+    assert any(line.startswith("- [x]") and "IMPL-1" in line for line in todo.splitlines())
 
 
 def test_a_live_run_s_pending_completions_are_shown_as_completing(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """While another process holds the session, `ccw status` writes nothing and shows the journaled
-    completions as ``completing``."""
+    """While another process holds the session, `ccw status` shows the journaled completions as ``completing``,
+    naming the process writing them."""
     project, session_dir = _journaled_but_unwritten(tmp_path)
     capsys.readouterr()
     before = (session_dir / ".task" / "IMPL-1.json").read_bytes()
@@ -178,7 +194,7 @@ def test_a_live_run_s_pending_completions_are_shown_as_completing(tmp_path: Path
     captured = capsys.readouterr()
     rows = {row["id"]: row["status"] for row in json.loads(captured.out)["tasks"]}
     assert rows["IMPL-1"] == "completing"
-    assert "is writing 1 completion(s) now" in captured.err
+    assert "is writing them now): IMPL-1" in captured.err
     assert (session_dir / ".task" / "IMPL-1.json").read_bytes() == before
 
 

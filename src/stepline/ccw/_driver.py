@@ -70,9 +70,9 @@ __all__ = [
     "CcwFlow",
     "PendingCompletions",
     "SessionLock",
-    "apply_pending_completions",
     "complete_session",
     "execute_session",
+    "pending_completions",
     "prepare_session",
     "run_ccw_task",
     "session_lock",
@@ -735,49 +735,38 @@ class SessionLock:
 
 @dataclass(frozen=True, slots=True)
 class PendingCompletions:
-    """What :func:`apply_pending_completions` did: tasks whose journaled completion it wrote to the session's
-    files, and tasks whose completion a live run is still writing (the files may lag them for a moment)."""
+    """Tasks whose completion the session's newest run journaled but whose files do not say so yet, and the
+    live process writing them now (None: none is; the next execute or complete writes them)."""
 
-    applied: tuple[str, ...] = ()
-    in_flight: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
     holder: int | None = None
 
 
-def apply_pending_completions(store: RunStore, session_dir: Path) -> PendingCompletions:
-    """Make the session's files say what its newest run's journal says: every completion journaled (intent)
-    without its done record is written now, as the next execute would (idempotent: what is on disk stays).
-
-    A crash between a completion's intent and its done record leaves the three files disagreeing; readers
-    (``ccw status``, ``ccw check``, ``ccw sessions``) call this first, so what they show is the journal's
-    truth. When a live process executes the session, nothing is written: its pending completions are returned
-    as in flight. The done records are left to the next execute (which redoes the same writes, unchanged).
-    """
+def pending_completions(store: RunStore, session_dir: Path) -> PendingCompletions:
+    """What the session's newest run journaled as completed that its files may not say yet, read without
+    writing anything (``ccw status``, ``check`` and ``sessions`` are readers: on a full disk or a read-only
+    folder they still answer). A crash between a completion's intent and its done record leaves them; the next
+    ``ccw execute`` or ``ccw complete`` writes them (idempotent)."""
     from stepline.store import lock_holder
 
     session_dir = Path(session_dir).resolve()
-    lock = session_lock(store, session_dir)
-    try:
-        lock.acquire()
-    except RunLockedError:
-        holder = lock_holder(lock.path)
-        newest = next(_session_runs(store, session_dir), None)
-        pending = unfinished_completions(newest.journal_path) if newest is not None else []
-        return PendingCompletions(in_flight=tuple(item.completion.task_id for item in pending), holder=holder)
-    try:
-        return _apply_pending(store, session_dir)
-    finally:
-        lock.release()
+    newest = next(_session_runs(store, session_dir), None)
+    pending = unfinished_completions(newest.journal_path) if newest is not None else []
+    if not pending:
+        return PendingCompletions()
+    return PendingCompletions(tasks=tuple(item.completion.task_id for item in pending),
+                              holder=lock_holder(session_lock(store, session_dir).path))
 
 
-def _apply_pending(store: RunStore, session_dir: Path) -> PendingCompletions:
-    """:func:`apply_pending_completions` for a caller that holds the session's lock."""
+def _apply_pending(store: RunStore, session_dir: Path) -> None:
+    """Write the completions the session's newest run journaled but did not finish writing (the caller holds
+    the session's lock)."""
     run_dir = next(_session_runs(store, session_dir), None)
     pending = unfinished_completions(run_dir.journal_path) if run_dir is not None else []
     if run_dir is None or not pending:
-        return PendingCompletions()
+        return
     with run_dir.lock():  # a `stepline resume` of the run itself does not take the session's lock
         SessionWriter(session_dir).write([item.completion for item in pending])
-    return PendingCompletions(applied=tuple(item.completion.task_id for item in pending))
 
 
 async def execute_session(engine: Engine, session_dir: Path, *, with_commit: bool = False) -> Run:

@@ -42,19 +42,18 @@ def _session_dir(at: Where, session: str) -> Path:
     return find_session(at.root, session).path.resolve()
 
 
-def _settle(at: Where, config: Path | None, session_dir: Path) -> PendingCompletions:
-    """Write the completions the session's last run journaled but did not finish writing (a crash came
-    between), so what a reader shows is the journal's truth; say so on stderr."""
-    from stepline.ccw._driver import apply_pending_completions
+def _pending(at: Where, config: Path | None, session_dir: Path) -> PendingCompletions:
+    """The completions the session's last run journaled that its files may not say yet (read, never written:
+    these commands only read), told on stderr."""
+    from stepline.ccw._driver import pending_completions
     from stepline.interfaces.cli._runs import open_store
 
-    pending = apply_pending_completions(open_store(at, config), session_dir)
-    if pending.applied:
-        err_console.print(f"{session_dir.name}: wrote {len(pending.applied)} completion(s) its last run had "
-                          f"journaled before it stopped: {', '.join(pending.applied)}", markup=False, soft_wrap=True)
-    if pending.in_flight:
-        err_console.print(f"{session_dir.name}: process {pending.holder} is writing {len(pending.in_flight)} "
-                          f"completion(s) now (its files may lag them): {', '.join(pending.in_flight)}",
+    pending = pending_completions(open_store(at, config), session_dir)
+    if pending.tasks:
+        who = (f"process {pending.holder} is writing them now" if pending.holder is not None
+               else "`stepline ccw execute` writes them")
+        err_console.print(f"{session_dir.name}: {len(pending.tasks)} completion(s) journaled by its last run are "
+                          f"not all in the session's files yet ({who}): {', '.join(pending.tasks)}",
                           markup=False, soft_wrap=True)
     return pending
 
@@ -80,8 +79,9 @@ def sessions(
 
     at = where(directory, project_root)
     found = discover_sessions(at.root, include_inactive=include_all)
-    if any(_settle(at, config, info.path.resolve()).applied for info in found if info.active):
-        found = discover_sessions(at.root, include_inactive=include_all)  # counted again, with what was written
+    for info in found:
+        if info.active:
+            _pending(at, config, info.path.resolve())
     if as_json:
         print_json([_info_json(info) for info in found])
         return
@@ -178,15 +178,14 @@ def execute(
 def status(session: SessionArg, directory: Directory = None, project_root: ProjectRoot = None,
            config: ConfigOption = None, as_json: JsonOutput = False) -> None:
     """Show a session's tasks: status, execution group, agent, dependencies. Completions the last run
-    journaled but had not written when it stopped are written first; those a live run is writing show as
-    ``completing``."""
+    journaled whose files do not say so yet show as ``completing`` (nothing is written)."""
     from rich.table import Table
 
     from stepline.ccw._session import infer_agent, read_ccw_session
 
     at = where(directory, project_root)
     session_dir = _session_dir(at, session)
-    in_flight = set(_settle(at, config, session_dir).in_flight)
+    in_flight = set(_pending(at, config, session_dir).tasks)
     found = read_ccw_session(session_dir)
     rows: list[dict[str, Any]] = [
         {"id": task_id, "title": ref.title,
@@ -233,14 +232,14 @@ def check(session: SessionArg,
           directory: Directory = None, project_root: ProjectRoot = None,
           config: ConfigOption = None, as_json: JsonOutput = False) -> None:
     """Report every problem of a session (R-E8b) with file:line; exit 10 when any is an error. Completions
-    the last run journaled but had not written when it stopped are written first."""
+    the last run journaled whose files do not say so yet are reported (nothing is written)."""
     from dataclasses import asdict
 
     from stepline.ccw._check import check_ccw_session
 
     at = where(directory, project_root)
     session_dir = _session_dir(at, session)
-    _settle(at, config, session_dir)
+    _pending(at, config, session_dir)
     diagnostics = check_ccw_session(session_dir, project_root=at.root, strict=strict)
     errors = sum(1 for d in diagnostics if d.severity == "error")
     if as_json:
