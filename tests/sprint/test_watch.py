@@ -74,3 +74,29 @@ def test_watch_of_a_killed_loop_says_it_is_not_running_and_how_to_resume(
         "error: the sprint loop is not running: it did not end and no process drives it (killed?) "
         "(`stepline sprint resume` goes on where it stopped)"]
     assert "── story 1-1-add: run run-" in watcher.stdout and "loop ended" not in watcher.stdout
+
+
+def test_ctrl_c_stops_the_loop_says_how_it_goes_on_and_leaves_no_agent(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fakes.processes import alive
+
+    root = make_project(tmp_path / "calc", layers=1)
+    (tmp_path / "once").mkdir()
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("FAKE_ONCE_DIR", str(tmp_path / "once"))
+    monkeypatch.setenv("FAKE_PIDS", str(pids))
+    monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-1": "staller"}))  # its first build hangs
+    loop = _stepline(root, "run", "--story", "1-1", "-q")
+    deadline = time.monotonic() + 60
+    while not pids.is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    loop.send_signal(signal.SIGINT)
+    _, err = loop.communicate(timeout=60)
+    assert loop.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == "interrupted; the loop goes on with `stepline sprint resume`"
+    time.sleep(0.5)
+    assert [pid for pid in map(int, pids.read_text().split()) if alive(pid)] == []
+    resumed = _stepline(root, "resume", "-q")
+    resumed.communicate(timeout=120)
+    assert resumed.returncode == 0
+    assert git(root, "log", "--format=%(trailers:key=Stepline-Story,valueonly)").split() == ["1-1-add"]

@@ -131,7 +131,11 @@ def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, opti
                           f"{result.usage.tokens:.0f} tokens, ${result.usage.cost_usd:.4f})")
             console.print(f"  {result.summary}", markup=False, soft_wrap=True)
 
-    results = asyncio.run(run_loop(engine, project, config, options, report=report, resumed=resumed))
+    try:
+        results = asyncio.run(run_loop(engine, project, config, options, report=report, resumed=resumed))
+    except KeyboardInterrupt:  # the story's run is journaled as far as it went
+        err_console.print("interrupted; the loop goes on with `stepline sprint resume`", markup=False)
+        raise typer.Exit(130) from None
     if as_json:
         print_json([{"key": r.key, "run_id": r.run_id, "outcome": r.outcome, "summary": r.summary,
                      "usage": r.usage.to_dict()} for r in results])
