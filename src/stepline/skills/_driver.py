@@ -71,6 +71,7 @@ from stepline.skills._render import CUSTOM_TOKEN, RenderEnv, render_skill_text
 from stepline.skills._resume import InProgress, output_mentions, steps_in_progress
 from stepline.skills._skill import Checkpoint, SkillDoc, checkpoints_in, read_doc, read_skill_files, scripts_in
 from stepline.stepchain._chain import (
+    ask,
     check_visits,
     choose,
     hand_over,
@@ -81,7 +82,7 @@ from stepline.stepchain._chain import (
     skip_pending,
     visit_id,
 )
-from stepline.stepchain._menus import Option, Route, build_menu, menu_text
+from stepline.stepchain._menus import Option, Route, build_menu, match_answer, menu_text
 
 __all__ = ["SkillFlow", "run_skill_step"]
 
@@ -481,12 +482,6 @@ async def _run_subagents(ctx: StepContext, layers: list[dict[str, Any]]) -> list
     return list(await asyncio.gather(*(one(layer) for layer in layers)))
 
 
-def _option(answer: str | None, options: tuple[tuple[str, str], ...]) -> tuple[str, str] | None:
-    picked = (answer or "").strip().strip("[]*").strip()
-    return next((o for o in options if picked.upper() in (o[0], f"[{o[0]}]") or
-                 picked.lower() == o[1].lower() or picked.upper().startswith(f"[{o[0]}]")), None)
-
-
 #: A sentence of a checkpoint option's handler that only moves on (``Continue to checkpoint with full spec``,
 #: ``→ Step 3``, ``then return to CHECKPOINT 1``): the runtime does it; the rest of a handler is the model's work.
 _MOVE_ON = re.compile(r"^(?:(?:then|and)\s+)?(?:→|->|(?:continue|proceed|return|go(?: back)?|move on|loop back|skip)\b"
@@ -635,27 +630,26 @@ async def _checkpoint(ctx: StepContext, checkpoint: Checkpoint, proposal: str | 
     """Present a step's checkpoint to the person (in #yolo the executor answers as the user) and have the
     executor do what the step says for the choice; an option that returns to the checkpoint asks again."""
     name = str(ctx.spec.meta["file"])
-    menu = [MenuOption(key, label, default=i == 0) for i, (key, label) in enumerate(checkpoint.options)]
-    keys = [key for key, _ in checkpoint.options]
-    question = f"{name}:{checkpoint.line}: " + " | ".join(f"[{k}] {label}" for k, label in checkpoint.options)
-    executor = ctx.engine.executor
-    note = ""
+    options = [Option(key, label, Route("goto", None), default=i == 0)
+               for i, (key, label) in enumerate(checkpoint.options)]
+    where = f"{name}:{checkpoint.line}:"
+    note = where
     for round_no in range(ctx.engine.config.runtime.max_step_visits):
-        key = f"{ctx.spec.id}/{ctx.attempt}/checkpoint/{checkpoint.line}/{round_no}"
-        if round_no == 0 and proposal is not None and executor.speaks_for_user and ctx.run.mode != "yolo" and \
-                _option(proposal, checkpoint.options) is not None:
-            ctx.engine.human.record(ctx, key, proposal, by=executor.name or "executor")  # the person's own choice
-            answer = proposal
-        elif round_no == 0 and said is not None and ctx.run.mode == "yolo" and \
-                _option(said, checkpoint.options) is not None:  # answered as the user in the step's own finish
-            ctx.engine.human.record(ctx, key, said, by=executor.name or "executor")
-            answer = said
-        else:
-            answer = await ctx.engine.human.ask(ctx, note + question, keys, key, menu=menu, hints=_standing(ctx))
-        chosen = _option(answer, checkpoint.options)
-        if chosen is None:
-            note = f"{answer!r} is not one of the options. "
+        if round_no == 0 and said is not None and ctx.run.mode == "yolo" and \
+                match_answer(said, options) is not None:  # answered as the user in the step's own finish
+            key = f"{ctx.spec.id}/{ctx.attempt}/checkpoint/{checkpoint.line}/{round_no}"
+            ctx.engine.human.record(ctx, key, said, by=ctx.engine.executor.name or "executor")
+            answer: str | None = said
+        else:  # the person's own choice, when their executor brought it with the step's work, is not asked again
+            mine = proposal if round_no == 0 and ctx.run.mode != "yolo" and \
+                match_answer(proposal, options) is not None else None
+            answer = await ask(ctx, options, executor=False, round_no=round_no, hints=_standing(ctx), note=note,
+                               proposal=mine, name=f"checkpoint/{checkpoint.line}")
+        picked = match_answer(answer, options)
+        if picked is None:
+            note = f"{where} {answer!r} is not one of the options."
             continue
+        chosen = (picked.key, picked.label)
         handler = checkpoint.handlers.get(chosen[0], "")
         record(ctx, f"checkpoint/{checkpoint.line}/{round_no}", "checkpoint", {"line": checkpoint.line},
                 {"choice": chosen[0], "by": "executor" if ctx.run.mode == "yolo" else "person",
@@ -674,7 +668,7 @@ async def _checkpoint(ctx: StepContext, checkpoint: Checkpoint, proposal: str | 
             route = outcome.choice
         if "return to checkpoint" not in handler.lower():
             return route
-        note = ""
+        note = where
     raise StepFailed(f"{name}:{checkpoint.line}: the checkpoint was not passed in "
                      f"{ctx.engine.config.runtime.max_step_visits} rounds", retryable=False,
                      hint="choose an option that moves on, or raise runtime.max_step_visits")

@@ -153,10 +153,12 @@ def build_menu(meta: dict[str, Any], env: dict[str, Any], visited: frozenset[str
 
 
 def match_answer(answer: str | None, options: list[Option]) -> Option | None:
-    """The option an answer names: its key (``c``, ``[C]``) or its label, ignoring case; None for anything else."""
+    """The option an answer names: its key (``c``, ``[C]``, ``[C] Continue``) or its label, ignoring case; None
+    for anything else."""
     if answer is None:
         return None
-    text = answer.strip().strip("[]*").strip().lower()
+    written = re.match(r"\s*\*{0,2}\[(\w+)\]", answer)  # "[A] Approve", as an option is shown
+    text = (written[1] if written else answer).strip().strip("[]*").strip().lower()
     for option in options:
         if text == option.key.lower():
             return option
