@@ -44,8 +44,9 @@ def _write_then_finish(write: Call) -> Play:
 
 
 def _run(argv: list[str | Path], cwd: Path, env: dict[str, str]) -> list[dict[str, Any]]:
-    """Run a CLI to its end and return its JSON lines; a failure shows its output."""
-    done = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
+    """Run a CLI to its end and return its JSON lines; a failure shows its output. The timeout only catches a hang:
+    a run takes seconds, but opencode alone needs about 8 s of CPU, and minutes on a shared, loaded machine."""
+    done = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=240,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
