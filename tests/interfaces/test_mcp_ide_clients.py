@@ -1,8 +1,9 @@
-"""Issue 29: the real Claude Code (``claude -p``, pinned in tests/agents/) is the MCP client. Its model is the
-scripted local Anthropic server (tests/fakes/fake_anthropic.py): the fake model plays an IDE agent that drives a
-stepline run through ``stepline mcp`` — start_run, then current_step and the calls each waiting request needs —
-and Claude Code does everything else for real: it starts the server from ``--mcp-config``, loads the deferred MCP
-tools through ToolSearch, sends each call, hands the results back to the model.
+"""Issue 29: the real Claude Code (``claude -p``) and Codex (``codex exec``), pinned in tests/agents/, are the MCP
+clients. Their model is a scripted local server (tests/fakes/fake_anthropic.py, fake_openai.py): the fake model
+plays an IDE agent that drives a stepline run through ``stepline mcp`` — start_run, then current_step and the
+calls each waiting request needs — and the CLI does everything else for real: it starts the server from its MCP
+configuration (Claude Code: ``--mcp-config``, loading the deferred tools through ToolSearch; Codex:
+``[mcp_servers.stepline]``), sends each call, hands the results back to the model.
 
 Run with -s to see each session's record: the tool calls in order, the wall time, the end state."""
 
@@ -20,6 +21,8 @@ import pytest
 from fakes import agents
 from fakes._script import Reply, Responder
 from fakes.fake_anthropic import FakeAnthropic, responder
+from fakes.fake_openai import FakeOpenAI
+from fakes.fake_openai import responder as openai_responder
 from fakes.policy import Call, Conversation
 from interfaces.mcp_agent import ENDED, default_choice, install
 
@@ -40,6 +43,10 @@ class IdeAgent:
         self.final: dict[str, Any] | None = None
         self.requests: list[dict[str, Any]] = []
 
+    def prompt(self) -> str:
+        """What the user asks the agent for."""
+        return f"Run the stepline workflow {self.path} in normal mode; I take Continue at every menu."
+
     def __call__(self, conversation: Conversation) -> list[Call]:
         if not conversation.tools:  # a side request of Claude Code's own (a title): no tools, no calls
             return []
@@ -49,7 +56,8 @@ class IdeAgent:
         self.answers.append(calls)
         return calls
 
-    def _next(self, results: list[str]) -> list[Call]:
+    def _next(self, said: list[str]) -> list[Call]:
+        results = [_output(text) for text in said]
         if not self.answers:
             return [(TOOL + "start_run", {"path": self.path, "mode": "normal"})]
         last = self.answers[-1]
@@ -83,6 +91,11 @@ class IdeAgent:
                                  "request_id": rid}
 
 
+def _output(text: str) -> str:
+    """A tool result as the model reads it: Codex puts "Wall time: … seconds" and "Output:" lines before it."""
+    return text.split("Output:\n", 1)[1] if text.startswith("Wall time:") else text
+
+
 def _claude(project: Path, home: Path, fake: FakeAnthropic, agent: IdeAgent) -> tuple[list[dict[str, Any]], float]:
     """``claude -p`` with stepline's MCP server from ``--mcp-config``; its stream-json lines and the wall time."""
     claude = agents.binary("claude")
@@ -91,8 +104,7 @@ def _claude(project: Path, home: Path, fake: FakeAnthropic, agent: IdeAgent) -> 
         "command": str(STEPLINE), "args": ["mcp", "--project-root", str(project)]}}}), encoding="utf-8")
     fake.responder = _past_reminders(responder(agent))
     started = time.monotonic()
-    done = subprocess.run([str(claude), "-p", f"Run the stepline workflow {agent.path} in normal mode; I take "
-                           "Continue at every menu.", "--output-format", "stream-json", "--verbose",
+    done = subprocess.run([str(claude), "-p", agent.prompt(), "--output-format", "stream-json", "--verbose",
                            "--mcp-config", str(config), "--strict-mcp-config", "--allowedTools", "mcp__stepline"],
                           cwd=project, env=agents.claude_env(home, fake.base_url), capture_output=True, text=True,
                           timeout=300, stdin=subprocess.DEVNULL)
@@ -123,7 +135,7 @@ def _tool_calls(lines: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]
 
 def _record(name: str, calls: list[tuple[str, dict[str, Any]]], wall: float, agent: IdeAgent) -> None:
     stepline = [(n.removeprefix(TOOL), a) for n, a in calls if n.startswith(TOOL)]
-    print(f"\n{name}: {len(stepline)} stepline tool calls ({len(calls)} with ToolSearch), {wall:.1f} s, "
+    print(f"\n{name}: {len(stepline)} stepline tool calls ({len(calls)} tool calls in all), {wall:.1f} s, "
           f"end state {(agent.final or {}).get('status')}")
     for tool, args in stepline:
         shown = {k: v for k, v in args.items() if k not in ("summary", "reason", "run_id")}
@@ -175,3 +187,34 @@ def test_claude_code_drives_bmad_build_through_its_parallel_review(tmp_path: Pat
     assert sorted(batches[0]) == sorted(r["request_id"] for r in layers)  # one turn, one call per layer
     finished = {a["request_id"] for n, a in calls if n == TOOL + "finish"}
     assert {r["request_id"] for r in layers} <= finished
+
+
+@pytest.mark.corpus
+def test_codex_drives_bmad_build_through_its_parallel_review(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """The same skill with Codex as the client (``codex exec``, stepline in ``[mcp_servers.stepline]``): every call
+    goes through, the review layers are done in one turn, and the skill completes."""
+    codex = agents.binary("codex")
+    project = install("v6.11.0", tmp_path / "project")
+    agent = IdeAgent("_bmad/bmm/ship/bmad-build")
+    env = agents.codex_env(tmp_path / "home", fake_openai.base_url,
+                           mcp={"stepline": [str(STEPLINE), "mcp", "--project-root", str(project)]})
+    fake_openai.responder = openai_responder(agent)
+    started = time.monotonic()
+    # A step's request can run past Codex's budget for one tool output (the middle is cut: "…N tokens
+    # truncated…"), so its limit is raised as README's setup says.
+    done = subprocess.run([str(codex), "exec", "--json", "--skip-git-repo-check", "-C", str(project), "-s",
+                           "workspace-write", "-c", "tool_output_token_limit=25000", agent.prompt()],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    wall = time.monotonic() - started
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    calls = [(TOOL + line["item"]["tool"], line["item"]["arguments"]) for line in lines
+             if line["type"] == "item.completed" and line["item"]["type"] == "mcp_tool_call"]
+    _record("bmad-build with codex", calls, wall, agent)
+    assert agent.errors == [] and agent.final is not None and agent.final["status"] == "completed", agent.final
+    assert all(line["item"]["status"] == "completed" for line in lines
+               if line["type"] == "item.completed" and line["item"]["type"] == "mcp_tool_call")
+    layers = {r["request_id"] for r in agent.requests if r.get("layer")}
+    assert len(layers) >= 3 and [set(a["request_id"] for _, a in answer) for answer in agent.answers
+                                 if len(answer) > 1] == [layers]
+    assert lines[-1]["type"] == "turn.completed"
