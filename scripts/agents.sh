@@ -41,7 +41,7 @@ trap 'rm -f node_modules.lock.tmp' EXIT
 npm install --no-audit --no-fund --loglevel=error
 if ! cmp -s package-lock.json node_modules.lock.tmp; then
   cp node_modules.lock.tmp package-lock.json
-  echo "error: tests/agents/package-lock.json does not match package.json (npm wanted to change it): run scripts/agents.sh --update and commit both" >&2
+  echo "error: tests/agents/package-lock.json does not match package.json (npm wanted to change it): run 'npm install' in tests/agents (or scripts/agents.sh --update for the newest of everything) and commit both files" >&2
   exit 1
 fi
 echo "$want" >"$stamp"
