@@ -157,7 +157,8 @@ def test_with_earlier_documents_the_executor_picks_the_intent(mini: Path) -> Non
     recorder = Recorder()
     run, events = _run(mini, mini / "_bmad" / "mini" / "tiny-doc", recorder)
     asked = next(r for r in recorder.requests if r.kind == "answer")
-    assert asked.choices == ["Create", "Update", "Validate"]
+    assert asked.choices == ["C", "U", "V"] and "Select an option: [C] Create  [U] Update  [V] Validate" in str(
+        asked.question)
     assert "resume_candidates" not in run.variables and not _calls(events, "resume")
     assert _calls(events, "intent")[0]["result"]["by"] == "executor"
 

@@ -903,7 +903,7 @@ async def _intent(ctx: StepContext) -> None:
                 reason, by = resumed
                 chosen = _resuming_mode(modes)
             else:
-                chosen, answer = await _ask_intent(ctx, modes, [])
+                chosen, answer = await _ask_intent(ctx, modes)
                 reason = f"chosen: {answer!r}"
                 by = "executor" if ctx.run.mode == "yolo" else "person"
     _set_var(ctx, "intent", chosen["name"].lower())
@@ -995,26 +995,16 @@ async def _offer_resume(ctx: StepContext, found: list[InProgress]) -> tuple[InPr
     return (picked, reason, by) if picked is not None else None
 
 
-async def _ask_intent(ctx: StepContext, modes: list[dict[str, Any]], in_progress: list[str]
-                      ) -> tuple[dict[str, Any], str]:
-    """Ask which mode: the person (terminal, MCP client; a question gate when nobody is there), or in #yolo the
-    executor as the simulated user. An answer naming no mode is asked again."""
-    names = [m["name"] for m in modes]
-    question = "Which intent? " + " ".join(m["text"][:200] for m in modes)
-    if in_progress:
-        question += " In progress, offered to resume (Update continues one): " + ", ".join(in_progress)
-    note = ""
-    for round_no in range(ctx.engine.config.runtime.max_step_visits):
-        answer = await ctx.engine.human.ask(ctx, note + question, names, f"{ctx.spec.id}/{ctx.attempt}/intent/"
-                                            f"{round_no}")
-        picked = answer.strip().strip("[]*.").lower()
-        found = next((m for m in modes if m["name"].lower() == picked
-                      or (len(picked) == 1 and m["name"].lower().startswith(picked))), None)
-        if found is not None:
-            return found, answer
-        note = f"{answer!r} is not one of {', '.join(names)}. "
-    raise StepFailed(f"no intent chosen after {ctx.engine.config.runtime.max_step_visits} questions",
-                     retryable=False, hint=f"run with --mode {names[0].lower()}")
+async def _ask_intent(ctx: StepContext, modes: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    """Ask which mode (stepchain's :func:`~stepline.stepchain._chain.choose`: the person, or in #yolo the executor
+    as the user): each mode an option keyed by its initial (its number when initials clash), its text the note."""
+    initials = [m["name"][:1].upper() for m in modes]
+    unique = len(set(initials)) == len(initials)
+    options = [Option(initials[i] if unique else str(i + 1), m["name"], Route("goto", None), default=i == 0)
+               for i, m in enumerate(modes)]
+    picked = await choose(ctx, options, hints=_standing(ctx), name="intent",
+                          note="Which intent? " + " ".join(m["text"][:200] for m in modes))
+    return modes[options.index(picked)], f"[{picked.key}] {picked.label}"
 
 
 def _next_section(ctx: StepContext) -> str | None:

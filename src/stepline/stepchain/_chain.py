@@ -122,17 +122,19 @@ async def ask(ctx: StepContext, options: list[Option], *, executor: bool, round_
                                       menu=[o.as_menu_option() for o in options], hints=hints)
 
 
-async def choose(ctx: StepContext, options: list[Option], *, hints: dict[str, Any], name: str) -> Option:
-    """Ask the person (in #yolo the executor as the user) to pick one of ``options``, until an answer is one."""
-    note = ""
+async def choose(ctx: StepContext, options: list[Option], *, hints: dict[str, Any], name: str,
+                 note: str = "") -> Option:
+    """Ask the person (in #yolo the executor as the user) to pick one of ``options``, until an answer is one;
+    ``note`` leads the question (what the options are about)."""
+    said = note
     round_no = 0
     while True:
         _check_rounds(ctx, round_no)
-        answer = await ask(ctx, options, executor=False, round_no=round_no, note=note, hints=hints, name=name)
+        answer = await ask(ctx, options, executor=False, round_no=round_no, note=said, hints=hints, name=name)
         chosen = match_answer(answer, options)
         if chosen is not None:
             return chosen
-        note = f"{answer!r} is not one of the options."
+        said = f"{answer!r} is not one of the options. {note}".strip()
         round_no += 1
 
 
