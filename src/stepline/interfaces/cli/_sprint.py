@@ -318,8 +318,9 @@ def watch(
                 ended = str(record.get("outcome"))
         for run_id, (key, run_dir, agents) in runs.items():
             events = read_journal(run_dir.journal_path, run_id)
-            said = [(str(e.time), line) for e in events[seen.get(run_id, 0):] if (line := _log_line(e)) is not None]
-            for when, line in said + agents.new_lines():  # "<time> <rest>": the story's key after the time
+            journaled = [(str(e.time), line) for e in events[seen.get(run_id, 0):]
+                         if (line := _log_line(e)) is not None]
+            for when, line in journaled + agents.new_lines():  # "<time> <rest>": the story's key after the time
                 clock_time, _, rest = line.partition(" ")
                 shown.append((when, f"{clock_time} {key:<10} {rest}"))
             seen[run_id] = len(events)
