@@ -969,25 +969,14 @@ async def _offer_resume(ctx: StepContext, found: list[InProgress]) -> tuple[InPr
         reason = (f"unattended ({ctx.run.mode}): the skill offers to resume work in progress rather than start over;"
                   f" the runtime resumes the most recently changed: {described[found.index(picked)]}")
         by = "runtime"
-    else:
-        choices = [f"resume {d.path}" for d in found] + ["start over"]
-        question = "Work in progress found: " + "; ".join(described) + ". Resume it or start over?"
-        note = ""
-        for round_no in range(ctx.engine.config.runtime.max_step_visits):
-            answer = (await ctx.engine.human.ask(ctx, note + question, choices,
-                                                 f"{ctx.spec.id}/{ctx.attempt}/resume/{round_no}")).strip()
-            lowered = answer.lower().strip("[]*. ")
-            if lowered.startswith("start") or lowered in ("s", "new", "n", "no"):
-                break
-            picked = next((d for d in found if str(d.path) in answer), None) or (
-                found[0] if lowered in ("resume", "r", "yes", "y") else None)
-            if picked is not None:
-                break
-            note = f"{answer!r} is not one of: {', '.join(choices)}. "
-        else:
-            raise StepFailed(f"no answer to the resume offer after {ctx.engine.config.runtime.max_step_visits} "
-                             "questions", retryable=False, hint="answer `resume` or `start over`")
-        reason = f"the person chose {answer!r}"
+    else:  # the first document is [R] Resume, the others [2]..[n]
+        stay = Route("goto", None)
+        options = [Option("R" if i == 0 else str(i + 1), "Resume" if i == 0 else f"Resume {d.path}", stay,
+                          default=i == 0) for i, d in enumerate(found)] + [Option("S", "Start over", stay)]
+        chosen = await choose(ctx, options, hints=_standing(ctx), name="resume",
+                              note="Work in progress found: " + "; ".join(described) + ". Resume it or start over?")
+        picked = found[options.index(chosen)] if chosen.key != "S" else None
+        reason = f"the person chose [{chosen.key}] {chosen.label}"
         by = "person"
     record(ctx, "resume", "resume", {"candidates": described},
             {"choice": "resume" if picked else "start over", "document": str(picked.path) if picked else None,
