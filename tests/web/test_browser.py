@@ -75,7 +75,7 @@ def test_watch_a_run_live_then_approve_its_gate_by_clicking(tmp_path: Path) -> N
                 if link.count():
                     break
                 page.wait_for_timeout(100)
-            page.screenshot(path=shots / "runs.png")
+            page.screenshot(path=shots / "runs-starting.png")
             run_id = link.inner_text()
             link.click()
 
@@ -130,6 +130,9 @@ def test_watch_a_run_live_then_approve_its_gate_by_clicking(tmp_path: Path) -> N
             page.reload()
             expect(page.locator("#run-status")).to_have_text("completed")
             page.screenshot(path=shots / "run-completed.png", full_page=True)
+            page.goto(f"{server.url}/")
+            expect(page.locator(f"tr[data-run-id='{run_id}'] .badge")).to_have_text("completed")
+            page.screenshot(path=shots / "runs.png", full_page=True)
 
             page.goto(f"{server.url}/runs/{run_id}/artifact?path=nothing.md")
             expect(page.locator("h1")).to_have_text("Not found")
@@ -147,7 +150,8 @@ def test_watch_a_run_live_then_approve_its_gate_by_clicking(tmp_path: Path) -> N
             run.wait()
         server.stop()
     assert {"ccw-board.png", "ccw-sessions.png", "login.png", "not-found.png", "refused.png", "run-approved.png",
-            "run-completed.png", "run-gate.png", "run-live.png", "runs.png"} <= {p.name for p in shots.iterdir()}
+            "run-completed.png", "run-gate.png", "run-live.png", "runs-starting.png",
+            "runs.png"} <= {p.name for p in shots.iterdir()}
 
 
 def test_the_sprint_board_follows_the_loop_live(tmp_path: Path) -> None:
