@@ -10,6 +10,9 @@ same session calls again, in the same order, for the same requests: model answer
 Requests are matched by step id, request kind and invocation index (and, for a step that is retried, the
 occurrence of that key). A request the cassette does not hold is an :class:`~stepline.errors.ExecutorError`
 naming the step and the request.
+
+:class:`ServingExecutor` (``stepline replay``) wraps a live executor instead: a model request whose text a
+recorded run made is answered with that run's answer, any other goes to the model.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from stepline.executors._base import Executor
 from stepline.executors._protocol import StepRequest, StepSession, WriteMode
 from stepline.formats._files import read_text
 
-__all__ = ["RecordingExecutor", "ReplayExecutor", "load_cassette", "request_key", "wrap_recording"]
+__all__ = ["RecordingExecutor", "ReplayExecutor", "ServingExecutor", "load_cassette", "memo_digest", "request_key",
+           "wrap_recording"]
 
 CASSETTE_VERSION = 1
 
@@ -255,3 +259,69 @@ async def _replay_call(session: StepSession, call: dict[str, Any]) -> None:
         # The recorded call failed the same way and the recorded executor went on; so does the replay.
         if not error:
             raise
+
+
+# -- serving a recorded run's model answers ------------------------------------------------------------------
+def memo_digest(step_id: str, label: str, payload: dict[str, Any]) -> tuple[str, str, str]:
+    """What identifies a model request across runs: its step, its executor's label and the request's text."""
+    text = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
+    return step_id, label, hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class _ServingSession(_RecordingSession):
+    """A session whose model requests (``memo``) are answered from a recorded run when their text is unchanged."""
+
+    def __init__(self, inner: StepSession, owner: ServingExecutor, step_id: str) -> None:
+        super().__init__(inner, [])
+        self.owner = owner
+        self.step_id = step_id
+
+    async def _note(self, op: str, args: dict[str, Any], call: Awaitable[Any],
+                    shown: Callable[[Any], Any] = lambda result: result) -> Any:
+        return await call  # passed through, not noted: the run's own journal records every call
+
+    async def memo(self, label: str, payload: dict[str, Any],
+                   compute: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """The recorded answer to the same request, else ``compute`` (refused with ``strict``)."""
+        recorded = self.owner.recorded.get(memo_digest(self.step_id, label, payload))
+        if recorded:
+            answer = recorded.pop(0)
+            self.owner.served.append(self.step_id)
+
+            async def served() -> dict[str, Any]:
+                return answer
+
+            return await super().memo(label, payload, served)
+        if self.owner.strict:
+            self.owner.stopped_at = self.step_id
+            raise ExecutorError(f"step {self.step_id!r}: its {label} request differs from the recorded run's "
+                                "(--strict: not sent)", retryable=False,
+                                hint="see the prompt diff below; replay without --strict to send it")
+        self.owner.sent.append(self.step_id)
+        return await super().memo(label, payload, compute)
+
+
+class ServingExecutor(Executor):
+    """Wraps ``inner``: a model request whose text a recorded run made is answered with the recorded answer;
+    any other goes to ``inner``'s model (or, ``strict``, stops the step). ``recorded`` maps
+    :func:`memo_digest` to the recorded answers, in the order they were given."""
+
+    def __init__(self, inner: Executor, recorded: dict[tuple[str, str, str], list[dict[str, Any]]], *,
+                 strict: bool = False) -> None:
+        self.inner = inner
+        self.name = inner.name  # type: ignore[misc]
+        self.pure = inner.pure  # type: ignore[misc]
+        self.speaks_for_user = inner.speaks_for_user  # type: ignore[misc]
+        self.recorded = {key: list(answers) for key, answers in recorded.items()}
+        self.strict = strict
+        self.served: list[str] = []  # the step of each request answered from the record
+        self.sent: list[str] = []  # the step of each request sent to the model
+        self.stopped_at: str | None = None
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        """Let ``inner`` do the request, its model requests served where the record has them."""
+        await self.inner.perform(request, _ServingSession(session, self, request.step_id))
+
+    async def aclose(self) -> None:
+        """Close the wrapped executor."""
+        await self.inner.aclose()

@@ -14,6 +14,7 @@ Exit codes (also in the README):
 8     the run failed (a step failed after its retries)
 9     the run is blocked, waiting for a person (approve / answer, then resume)
 10    ``validate`` found errors
+12    ``replay`` / ``diff``: the two runs' artifacts differ
 130   interrupted (Ctrl-C); the run stays resumable
 ====  =========================================================================
 """
@@ -47,6 +48,7 @@ USAGE = """usage: stepline COMMAND [OPTIONS] [ARGS]...
 EXIT_FAILED = 8
 EXIT_BLOCKED = 9
 EXIT_INVALID = 10
+EXIT_DIFFERENT = 12
 
 ProjectRoot = Annotated[Path | None, typer.Option(
     "--project-root", file_okay=False, metavar="DIR",

@@ -1,0 +1,191 @@
+"""``stepline fork``: a new run that starts as a recorded run's journal up to the start of a step.
+
+The fork's journal is a copy of the parent's records before the step's first one — exactly the journal a
+process killed just before the step would have left — so the engine's resume continues it from there, and
+the steps before it are the parent's, byte for byte. Its manifest names the parent and the step
+(``parent_run_id``, ``forked_at``). Changed variables are journaled after the copy (``VariableSet``); answers
+come from :class:`Answers`. The project's files are put back to what they were when the step began (from the
+parent's content-addressed copies); the parent's directory is only read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from stepline import time
+from stepline.engine import Engine
+from stepline.engine._human import HumanChannel
+from stepline.errors import UsageError
+from stepline.model import Event, EventType
+from stepline.store import RunDir, atomic_write_bytes
+from stepline.store._blobs import link_blob
+from stepline.timetravel._record import RecordedRun
+
+if TYPE_CHECKING:
+    from stepline.engine._context import StepContext
+    from stepline.executors import MenuOption
+
+__all__ = ["Answers", "Restoration", "prepare_fork", "rewind"]
+
+#: Audit files a fork takes the parent's records of (those of the steps before the fork point).
+_AUDIT = ("artifacts.json", "tool_results.json", "gates.json", "approvals.json", "evidence.json", "drr.json")
+
+
+@dataclass(slots=True)
+class Restoration:
+    """What putting the project back did: files rewritten, removed, truncated, and those left as they are."""
+
+    restored: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    left_alone: list[str] = field(default_factory=list)
+    unchanged: int = 0
+
+    def lines(self) -> list[str]:
+        """What to tell the user."""
+        out = [f"  restored  {path}" for path in self.restored]
+        out += [f"  removed   {path} (the run created it after that point)" for path in self.removed]
+        out += [f"  left alone {path} (the run changed it without recording its earlier content)"
+                for path in self.left_alone]
+        return out
+
+
+class Answers(HumanChannel):
+    """The human channel of a fork or replay: the answers given on the command line first (in order), then the
+    recorded run's answer to the same question (``ask:<key>``), then a person as usual."""
+
+    def __init__(self, base: HumanChannel, given: list[str], recorded: dict[str, str], *, by: str) -> None:
+        super().__init__(interactive=base.interactive, prompt=base.prompt, relay=base.relay)
+        self.given = list(given)
+        self.recorded = recorded
+        self.by = by
+
+    async def ask(self, ctx: StepContext, question: str, choices: list[str] | None, key: str, *,
+                  menu: list[MenuOption] | None = None, hints: dict[str, Any] | None = None) -> str:
+        """An answer from the command line or the record, else :meth:`HumanChannel.ask`."""
+        gate_id = f"ask:{key}"
+        if ctx.run.mode != "yolo" and gate_id not in ctx.engine.calls.answers:
+            answer = self.given.pop(0) if self.given else self.recorded.get(gate_id)
+            if answer is not None:
+                self.record(ctx, key, answer, by=self.by)
+                return answer
+        return await super().ask(ctx, question, choices, key, menu=menu, hints=hints)
+
+
+def prepare_fork(engine: Engine, parent: RecordedRun, step_id: str, variables: dict[str, Any]
+                 ) -> tuple[RunDir, Restoration]:
+    """Make the fork's run directory (journal prefix, manifest, audit records, blobs) and put the project's
+    files back to the start of ``step_id``; return the directory (resume it) and what was put back."""
+    cut = parent.cut_before(step_id)
+    if cut == 0:
+        raise UsageError(f"step {step_id!r} is the run's first record", hint="start the workflow again instead")
+    prefix = parent.events[:cut]
+    plan = _plan(parent, cut)  # read (and checked) before anything is written
+    child = engine.store.create()
+    stamp = time.now_iso()
+    events = [Event(seq=e.seq, type=e.type, run_id=child.run_id, time=e.time, step_id=e.step_id, data=e.data)
+              for e in prefix]
+    for name, value in variables.items():
+        events.append(Event(seq=len(events) + 1, type=EventType.VARIABLE_SET.value, run_id=child.run_id,
+                            time=stamp, data={"name": name, "value": value}))
+    atomic_write_bytes(child.journal_path, b"".join(event.to_bytes() + b"\n" for event in events))
+    before = {e.step_id for e in prefix if e.step_id}
+    for name in _AUDIT:
+        kept = [record for record in parent.run_dir.audit(name) if record.get("step_id") in before]
+        if kept:
+            child.write(name, kept)
+    for digest, _ in parent.artifacts(cut).values():
+        link_blob(parent.run_dir.path, child.path, digest)
+    manifest = orjson.loads(parent.run_dir.manifest_path.read_bytes())
+    for stale in ("error", "blocked_reason"):
+        manifest.pop(stale, None)
+    manifest.update(run_id=child.run_id, parent_run_id=parent.run_id, forked_at=step_id, status="running",
+                    journal_seq=len(events), created_at=stamp, updated_at=stamp)
+    child.write_text("manifest.json", orjson.dumps(manifest).decode("utf-8") + "\n")
+    return child, _restore(Path(parent.run.project_root), plan)
+
+
+def rewind(run: RecordedRun, cut: int) -> Restoration:
+    """Put the project's files back to what they were when ``run``'s journal held ``cut`` records (0: before
+    the run)."""
+    return _restore(Path(run.run.project_root), _plan(run, cut))
+
+
+@dataclass(slots=True)
+class _Plan:
+    write: dict[str, bytes] = field(default_factory=dict)
+    remove: list[str] = field(default_factory=list)
+    truncate: dict[str, int] = field(default_factory=dict)
+    left_alone: list[str] = field(default_factory=list)
+
+
+def _plan(parent: RecordedRun, cut: int) -> _Plan:
+    """How to put the project's files back to the point ``cut`` of ``parent``'s journal."""
+    plan = _Plan()
+    target = parent.artifacts(cut)
+    for path, (digest, line) in target.items():
+        plan.write[path] = parent.content(path, digest, line)
+    later: dict[str, dict[str, Any] | None] = {}  # a path the run wrote after the cut -> its first write's intent
+    for event in parent.events[cut:]:
+        data = event.data
+        args = _mapping(data.get("args"))
+        if event.type == EventType.CALL_STARTED.value and data.get("op") == "write_output":
+            written = args.get("path")
+            if isinstance(written, str) and written not in later:
+                later[written] = args
+        elif event.type == EventType.ARTIFACT_READY.value and isinstance(data.get("path"), str):
+            later.setdefault(data["path"], None)
+        elif event.type == EventType.CALL_STARTED.value and data.get("op") == "ccw_complete":
+            completion = _mapping(args.get("completion"))  # CCW's own files: named, never recorded
+            for name in ("task_json", "summary_path"):
+                if isinstance(completion.get(name), str):
+                    later.setdefault(completion[name], None)
+    for path, intent in later.items():
+        if path in target:
+            continue
+        if intent is not None and "pre_size" in intent and intent.get("pre_size") is None:
+            plan.remove.append(path)  # the file did not exist before the run's first write to it
+        elif intent is not None and intent.get("mode") == "append" and isinstance(intent.get("pre_size"), int):
+            plan.truncate[path] = intent["pre_size"]  # appends only add: the first pre_size bytes are as they were
+        else:
+            plan.left_alone.append(path)
+    return plan
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _restore(root: Path, plan: _Plan) -> Restoration:
+    """Carry out ``plan`` in the project at ``root``."""
+    done = Restoration()
+    for path, data in plan.write.items():
+        target = root / path
+        try:
+            same = target.read_bytes() == data
+        except OSError:
+            same = False
+        if same:
+            done.unchanged += 1
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(target, data)
+        done.restored.append(path)
+    for path in plan.remove:
+        target = root / path
+        if target.is_file():
+            target.unlink()
+            done.removed.append(path)
+    for path, size in plan.truncate.items():
+        target = root / path
+        if target.is_file() and target.stat().st_size > size:
+            os.truncate(target, size)
+            done.restored.append(path)
+        elif not target.is_file():
+            done.left_alone.append(path)
+    done.left_alone += plan.left_alone
+    return done

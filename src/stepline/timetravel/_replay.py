@@ -1,0 +1,55 @@
+"""``stepline replay``: run a (changed) workflow with a recorded run's answers and model responses.
+
+The project's files are first put back to what they were before the recorded run (as a fork at its first step
+would), then the workflow runs as a new run whose executor is wrapped in a
+:class:`~stepline.executors._cassette.ServingExecutor`: a model request whose text the recorded run made is
+answered with the recorded answer, any other goes to the model (or, ``strict``, stops the step). Questions get
+the recorded run's answers (:class:`~stepline.timetravel._fork.Answers`). At the end the two runs are compared
+(:func:`~stepline.timetravel._report.compare`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from stepline.engine import Engine, RuntimeConfig
+from stepline.executors import Executor, create_executor
+from stepline.executors._cassette import ServingExecutor
+from stepline.model import Run, WorkflowSpec
+from stepline.timetravel._fork import Answers, Restoration, rewind
+from stepline.timetravel._record import RecordedRun, read_run
+from stepline.timetravel._report import Report, compare
+
+__all__ = ["Replay", "replay", "serving"]
+
+
+@dataclass(slots=True)
+class Replay:
+    """A replay's outcome: the new run, the comparison, how its model requests were answered."""
+
+    run: Run
+    report: Report
+    served: int
+    sent: list[str]
+    stopped_at: str | None
+    rewound: Restoration
+
+
+def serving(config: RuntimeConfig, recorded: RecordedRun, executor: str | None, options: dict[str, Any], *,
+            strict: bool) -> ServingExecutor:
+    """The replay's executor: ``executor`` (default: the recorded run's, with its options) serving the record."""
+    name = executor or recorded.run.executor
+    given = options if executor else {**recorded.run.executor_options, **options}
+    inner: Executor = create_executor(name, {**config.executors.get(name, {}), **given})
+    return ServingExecutor(inner, recorded.served_answers(), strict=strict)
+
+
+async def replay(engine: Engine, recorded: RecordedRun, workflow: WorkflowSpec, executor: ServingExecutor) -> Replay:
+    """Rewind the project, run ``workflow`` on ``engine`` (built with ``executor``), compare with ``recorded``."""
+    rewound = rewind(recorded, 0)
+    engine.human = Answers(engine.human, [], recorded.answers(), by="replay")
+    run = await engine.start(workflow, dict(recorded.run.variables))
+    report = compare(recorded, read_run(engine, run.run_id))
+    return Replay(run=run, report=report, served=len(executor.served), sent=executor.sent,
+                  stopped_at=executor.stopped_at, rewound=rewound)
