@@ -212,3 +212,32 @@ def test_create_product_brief_over_mcp_in_normal_mode_asks_each_menu_once(tmp_pa
     assert answered == {f"ask:{sid}": "C" for sid in menus}
     (brief,) = (project / "_bmad-output" / "planning-artifacts").glob("product-brief-*.md")
     assert "stepsCompleted: [1, 2, 3, 4, 5, 6]" in brief.read_text(encoding="utf-8")
+
+
+def test_in_yolo_the_agents_own_question_becomes_a_request_of_its_own(tmp_path: Path) -> None:
+    """In yolo an ask is answered as the user would, by an 'answer' request: ask returns at once naming it (it
+    used to wait for that request while nobody could take it), the asking request waits for it, and its finish
+    is the ask's result."""
+    (tmp_path / "flow.yaml").write_text("id: f\nsteps:\n  - id: pick\n    body: Pick a colour.\n", encoding="utf-8")
+
+    async def main() -> tuple[str, dict[str, Any], str, str]:
+        async with asyncio.timeout(60), Client(stdio_server(tmp_path)) as client:
+            run_id = (await _call(client, "start_run", {"path": "flow.yaml", "mode": "yolo"}))["run_id"]
+            (work,) = (await _call(client, "current_step"))["requests"]
+            said = await _call(client, "ask", {"question": "Which colour?", "choices": ["red", "blue"],
+                                               "request_id": work["request_id"]})
+            current = await _call(client, "current_step")
+            held = await client.call_tool("finish", {"request_id": work["request_id"]})
+            (answer,) = [r for r in current["requests"] if r["request_id"] != work["request_id"]]
+            await _call(client, "finish", {"choice": "blue", "request_id": answer["request_id"]})
+            await _call(client, "finish", {"summary": "picked", "request_id": work["request_id"]})
+            assert (await _call(client, "current_step"))["status"] == "completed"
+            return said, answer, held.content[0].text, run_id  # type: ignore[union-attr]
+
+    said, answer, held, run_id = asyncio.run(main())
+    assert f"went to request {answer['request_id']}" in said
+    assert answer["kind"] == "answer" and answer["asked_by"] == "r1" and answer["choices"] == ["red", "blue"]
+    assert f"request r1 waits for request {answer['request_id']}" in held
+    (asked,) = [e["data"] for e in _events(tmp_path, run_id)
+                if e["type"] == "CallRecorded" and e["data"]["op"] == "ask"]
+    assert asked["result"] == "blue"

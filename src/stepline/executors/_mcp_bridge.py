@@ -75,9 +75,14 @@ class _Work:
     final: dict[str, Any] | None = None
     #: Every call that reached the session, in order (what a resumed step replays).
     calls: list[dict[str, Any]] = field(default_factory=list)
+    #: The work request whose call raised this one (an ``ask`` answered as the user in yolo), if any.
+    asked_by: str | None = None
 
     def payload(self) -> dict[str, Any]:
-        return step_payload(self.request, request_id=self.request_id)
+        data = step_payload(self.request, request_id=self.request_id)
+        if self.asked_by is not None:
+            data["asked_by"] = self.asked_by
+        return data
 
 
 def step_payload(request: StepRequest, *, request_id: str | None = None) -> dict[str, Any]:
@@ -176,8 +181,10 @@ class StepBridge:
     def _questions(self) -> list[PendingQuestion]:
         return [item for item in self._pending.values() if isinstance(item, PendingQuestion)]
 
-    def _asked_of(self, work_id: str) -> PendingQuestion | None:
-        return next((q for q in self._questions() if q.asked_by == work_id and not q.answer.done()), None)
+    def _asked_of(self, work_id: str) -> _Work | PendingQuestion | None:
+        """What a call of work request ``work_id`` raised and waits for: a question, or a request (yolo's answer)."""
+        return next((item for item in self._pending.values() if item.asked_by == work_id
+                     and not (isinstance(item, PendingQuestion) and item.answer.done())), None)
 
     def _find(self, request_id: str | None, *, questions: bool = False) -> _Work | PendingQuestion:
         """The waiting request ``request_id`` names; without one, the only request waiting (a work request whose
@@ -243,9 +250,12 @@ class StepBridge:
                              hint=f"ask the user, then call answer(run_id, answer, request_id="
                                   f"{target.request_id!r})")
         asked = self._asked_of(target.request_id)
-        if asked is not None:
+        if isinstance(asked, PendingQuestion):
             raise UsageError(f"request {target.request_id} waits for the user's answer to {asked.question!r}",
                              hint=f"ask the user, then call answer(run_id, answer, request_id={asked.request_id!r})")
+        if asked is not None:
+            raise UsageError(f"request {target.request_id} waits for request {asked.request_id} "
+                             f"({asked.request.title})", hint=f"do request {asked.request_id} first")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         await target.queue.put(_Call(method, dict(args), future))
         return await future
@@ -267,6 +277,10 @@ class StepBridge:
         call.add_done_callback(_retrieve)  # the answer reaches the session; nobody waits for it here
         assert isinstance(target, _Work)
         pending = self._asked_of(target.request_id)
+        if isinstance(pending, _Work):  # yolo: answered as the user would, by a request of its own
+            return (f"The question went to request {pending.request_id} ({pending.request.title}): do it with "
+                    f"finish(choice=…, request_id={pending.request_id!r}); its answer is journaled as this ask's "
+                    "result and the request goes on.")
         assert pending is not None
         return (f"The question is waiting for the user's answer as request {pending.request_id}: "
                 f"{pending.question!r}" + (f" (one of {', '.join(pending.choices)})" if pending.choices else "")
@@ -275,7 +289,7 @@ class StepBridge:
 
     async def serve(self, request: StepRequest, session: StepSession) -> None:
         """Publish ``request`` and run the calls submitted for it on ``session`` until one ends it."""
-        work = _Work(f"r{next(self._ids)}", request)
+        work = _Work(f"r{next(self._ids)}", request, asked_by=_SERVING.get())
         self._pending[work.request_id] = work
         self._notify()
         token = _SERVING.set(work.request_id)
