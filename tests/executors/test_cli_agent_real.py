@@ -33,6 +33,7 @@ from stepline.errors import (
     ExecutorError,
 )
 from stepline.executors import StepRequest, create_executor
+from stepline.executors.cli_agents._process import _group_alive
 
 #: What one fake model answer uses; the usage stepline reads back is made of it.
 USAGE = (1234, 56)
@@ -115,19 +116,11 @@ def _perform(agent: str, binary: Path, request: StepRequest, session: RecordingS
 def _gone(pgid: int, timeout: float = 10) -> bool:
     """Whether no process of group ``pgid`` is left (waiting up to ``timeout`` for its members to be reaped)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        members = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _pgid(int(p.name)) == pgid]
-        if not any(alive(pid) for pid in members):
-            return True
+    while _group_alive(pgid):
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.05)
-    return False
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
+    return True
 
 
 FINISH = "mcp__stepline__finish"
@@ -149,13 +142,6 @@ def _hung(project: Path) -> bool:
         if str(project).encode() in words and b"python3" in words[0] and alive(int(cmdline.parent.name)):
             return True
     return False
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
 
 
 def test_the_real_cli_does_a_step_with_its_own_tool_and_finishes_over_mcp(project: Path, cli: Cli) -> None:
