@@ -63,7 +63,7 @@ def _kill_orphans(project: Path) -> None:
     """The killed process's command keeps running in its own session: let it end before counting."""
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        alive = subprocess.run(["pgrep", "-f", f"echo IMPL-.* >> effects.log"], capture_output=True, text=True)
+        alive = subprocess.run(["pgrep", "-f", "echo IMPL-.* >> effects.log"], capture_output=True, text=True)
         mine = [pid for pid in alive.stdout.split() if _cwd(int(pid)) == project]
         if not mine:
             return

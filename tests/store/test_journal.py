@@ -17,7 +17,8 @@ from stepline.store import Journal, RunLock, RunStore, atomic_write_json, new_ru
 
 
 def _event(seq: int) -> Event:
-    return Event(seq=seq, type="WorkflowStepCompleted", run_id="run-x", time="t", step_id=f"s{seq}")
+    return Event(seq=seq, type="WorkflowStepCompleted", run_id="run-x", time="2026-11-27T10:00:00+00:00",
+                 step_id=f"s{seq}")
 
 
 def test_appended_records_read_back_in_order(tmp_path: Path) -> None:
@@ -284,7 +285,7 @@ def test_the_helper_exits_when_its_writer_is_killed(tmp_path: Path) -> None:
         "from stepline.store import Journal\n"
         f"journal = Journal(Path({str(tmp_path / 'j.jsonl')!r}))\n"
         "for seq in range(1, Journal.HELPER_AFTER + 3):\n"
-        "    journal.append(Event(seq=seq, type='StepRetry', run_id='r', time='t'), sync='background')\n"
+        "    journal.append(Event(seq=seq, type='StepRetry', run_id='r', time='2026-11-27T10:00:00+00:00'), sync='background')\n"
         "print(journal._flusher._process.pid, flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )

@@ -158,6 +158,7 @@ class Engine:
         # Per-run state, set by _open.
         self.calls = CallLog()
         self._run: Run | None = None
+        self._completed_on_disk = False
         self._dir: RunDir | None = None
         self._journal: Journal | None = None
         self._manifest_due = False  # a new run's first manifest is not written yet (see start)
@@ -239,7 +240,9 @@ class Engine:
             run = self.load(run_dir)
             sweep_temp_files(run_dir.path, any_pid=True)  # a killed writer's, or one a full disk stopped
             if run.status == RunStatus.COMPLETED:
-                self._finish_closing(run_dir, run)
+                if self._finish_closing(run_dir, run):  # the run's last process could not write them (a full disk)
+                    lock.release()
+                    return run
                 raise RunStateError(f"run {run.run_id} is already completed", hint="start a new run instead")
             self.mode = run.mode
             if not self.executor_explicit:
@@ -277,23 +280,29 @@ class Engine:
             cause = error.hint or "fix the cause"
             if new and self._manifest_due:
                 error.hint = f"{cause}; run {run_dir.run_id} recorded nothing (its folder is removed): start it again"
+            elif self._completed_on_disk:
+                error.hint = (f"{cause}; run {run_dir.run_id} completed (its journal holds every step) but its final "
+                              f"snapshot is not written: `stepline resume {run_dir.run_id}` writes it")
             else:
                 error.hint = f"{cause}; then `stepline resume {run_dir.run_id}` continues the run"
         if new and self._manifest_due:
             _remove_unstarted(run_dir)
         return error
 
-    def _finish_closing(self, run_dir: RunDir, run: Run) -> None:
-        """Do what the process that completed ``run`` may have been killed before doing (the caller holds the
-        lock): its journal's last record was on disk, but the final manifest, the timeline or the journal's
-        closing cut (of the zeros it was grown by) may not be. The journal says what the snapshot must say."""
+    def _finish_closing(self, run_dir: RunDir, run: Run) -> bool:
+        """Do what the process that completed ``run`` may have been killed (or stopped by a full disk) before
+        doing (the caller holds the lock): its journal's last record was on disk, but the final manifest, the
+        timeline or the journal's closing cut (of the zeros it was grown by) may not be. The journal says what
+        the snapshot must say. Returns whether the snapshot had to be written (the run's end was unfinished)."""
         run_dir.open_journal().close()  # opening cuts the zeros off (and a torn record after the last one)
         manifest = run_dir.read("manifest.json") or {}
-        if manifest.get("status") != run.status.value or manifest.get("journal_seq") != run.journal_seq:
-            self._snapshot(run_dir, run)
-            from stepline.engine._timeline import write_timeline
+        if manifest.get("status") == run.status.value and manifest.get("journal_seq") == run.journal_seq:
+            return False
+        self._snapshot(run_dir, run)
+        from stepline.engine._timeline import write_timeline
 
-            write_timeline(run_dir, self._events)
+        write_timeline(run_dir, self._events)
+        return True
 
     def load(self, run_dir: RunDir) -> Run:
         """Rebuild a run from its manifest's spec and its whole journal (the journal is the truth).
@@ -466,6 +475,7 @@ class Engine:
         run_dir.audit("gates.json")  # checked: the gate book reads it
         gates = GateBook(run_dir, run.workflow.id, self._scanner.redact if self._redact else str)
         self._dir, self._run = run_dir, run
+        self._completed_on_disk = False  # set once the run's completion is synced (a snapshot may still fail)
         self._journal = run_dir.open_journal()
         self._gates = gates
         self._random = random.Random(int(hashlib.sha256(run.run_id.encode()).hexdigest()[:8], 16))
@@ -502,6 +512,7 @@ class Engine:
                 # The journal first: a snapshot never says more than the journal holds on disk (a failed
                 # sync, a full disk, raises here and no snapshot is written).
                 self.journal_sync()
+                self._completed_on_disk = run.status == RunStatus.COMPLETED
                 stamp(run, self._events[-1] if self._events else None)
                 self._snapshot(run_dir, run)
                 from stepline.engine._timeline import write_timeline

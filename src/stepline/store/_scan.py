@@ -1,16 +1,18 @@
 """Reading a journal's bytes: every line checked as it is read, the one torn tail a crash may leave set apart.
 
 A journal is one JSON object per line (:meth:`stepline.model.Event.from_dict` is the model of a line), ``seq``
-1, 2, 3 … with no gap, every record of its own run. A crash in the middle of an append leaves at most one torn
-line at the end, perhaps followed by the zeros the file was grown by (see :mod:`stepline.store._journal`):
-that tail is not damage, it is set apart (:attr:`JournalScan.tail`) and cut off by the next writer. Anything
-else that is wrong is damage, reported as the first line where it is seen (:attr:`JournalScan.problem`); the
-records before it are :attr:`JournalScan.events`, the last good state of the run.
+1, 2, 3 … with no gap, every record of its own run, its ``time`` an ISO 8601 time. A crash in the middle of an
+append leaves at most one torn line at the end, perhaps followed by the zeros the file was grown by (see
+:mod:`stepline.store._journal`): that tail is not damage, it is set apart (:attr:`JournalScan.tail`) and cut
+off by the next writer. Anything else that is wrong is damage, reported as the first line where it is seen
+(:attr:`JournalScan.problem`); the records before it are :attr:`JournalScan.events`, the last good state of
+the run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import orjson
 
@@ -60,6 +62,8 @@ def scan_journal(data: bytes, run_id: str | None = None) -> JournalScan:
             event = Event.from_dict(raw)
         except ValueError as exc:
             return _damaged(scan, data, start, str(exc))
+        if not _is_time(event.time):
+            return _damaged(scan, data, start, f"time is {event.time[:40]!r}, not an ISO 8601 time with its offset")
         expected = len(events) + 1
         if event.seq != expected:
             what = ("a record is missing before it" if event.seq > expected else
@@ -73,6 +77,14 @@ def scan_journal(data: bytes, run_id: str | None = None) -> JournalScan:
     scan.tail = size - start
     scan.torn = bool(data[start:].strip(b"\0"))
     return scan
+
+
+def _is_time(text: str) -> bool:
+    """Whether ``text`` is a time as :mod:`stepline.time` writes it (ISO 8601, with its UTC offset)."""
+    try:
+        return datetime.fromisoformat(text).tzinfo is not None
+    except ValueError:
+        return False
 
 
 def json_problem(exc: orjson.JSONDecodeError) -> str:
