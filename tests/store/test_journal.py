@@ -285,7 +285,8 @@ def test_the_helper_exits_when_its_writer_is_killed(tmp_path: Path) -> None:
         "from stepline.store import Journal\n"
         f"journal = Journal(Path({str(tmp_path / 'j.jsonl')!r}))\n"
         "for seq in range(1, Journal.HELPER_AFTER + 3):\n"
-        "    journal.append(Event(seq=seq, type='StepRetry', run_id='r', time='2026-11-27T10:00:00+00:00'), sync='background')\n"
+        "    journal.append(Event(seq=seq, type='StepRetry', run_id='r', time='2026-11-27T10:00:00+00:00'),\n"
+        "                   sync='background')\n"
         "print(journal._flusher._process.pid, flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
