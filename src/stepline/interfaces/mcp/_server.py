@@ -382,9 +382,9 @@ def build_server(host: RunHost) -> MCPServer[Any]:
             variables: Annotated[dict[str, Any] | None, Field(
                 description="Values for the workflow's variables (name -> value), e.g. a skill's inputs.")] = None,
             mode: Annotated[RunMode, Field(
-                description="normal: menus and questions go to the user through you; yolo: the runtime answers "
-                            "them as a simulated expert user; non-interactive: the run blocks on them until "
-                            "answered.")] = "normal") -> dict[str, Any]:
+                description="normal: menus and questions go to the user through you; yolo: you answer them "
+                            "yourself, as the user would (requests of kind 'answer'); non-interactive: the run "
+                            "blocks on them until answered.")] = "normal") -> dict[str, Any]:
         """Start a run of a workflow (one run at a time per server). Then call current_step."""
         try:
             return await host.start(path, variables, mode)
