@@ -121,6 +121,13 @@ def make_project(root: Path, *, layers: int | None = 1, isolation: str = "none",
     return root
 
 
+def add_config(root: Path, text: str, why: str) -> None:
+    """Append ``text`` to the project's config/sprint.yaml and commit it (the loop needs a clean checkout)."""
+    config = root / "config" / "sprint.yaml"
+    config.write_text(config.read_text() + text)
+    _git(root, "commit", "-q", "-am", why)
+
+
 def git(root: Path, *args: str) -> str:
     """Run git in ``root`` and return its output."""
     return _git(root, *args)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sprint_kit import ARTIFACTS, BMAD, git, make_project
+from sprint_kit import ARTIFACTS, BMAD, add_config, git, make_project
 
 from stepline.executors import Executor, StepRequest, StepSession
 from stepline.interfaces.cli._app import run_cli
@@ -27,9 +27,7 @@ def test_a_stall_a_rate_limit_and_a_login_prompt_are_told_apart_and_spend_no_bui
     from fakes.processes import alive
 
     root = make_project(tmp_path / "calc", layers=1, builds=1)  # one build each: a spent attempt would defer
-    config = root / "config" / "sprint.yaml"
-    config.write_text(config.read_text() + "stall_seconds: 1.5\nagent_retry_wait_seconds: 0\n")
-    git(root, "commit", "-q", "-am", "stall limit")
+    add_config(root, "stall_seconds: 1.5\nagent_retry_wait_seconds: 0\n", "stall limit")
     (tmp_path / "once").mkdir()
     monkeypatch.setenv("FAKE_ONCE_DIR", str(tmp_path / "once"))
     monkeypatch.setenv("FAKE_PIDS", str(tmp_path / "pids"))

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sprint_kit import ARTIFACTS, BMAD, git, make_project
+from sprint_kit import ARTIFACTS, BMAD, add_config, git, make_project
 
 from fakes.processes import alive
 from stepline.interfaces.cli._app import run_cli
@@ -26,9 +26,7 @@ def runaway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _budgeted(root: Path, budgets: str) -> None:
-    config = root / "config" / "sprint.yaml"
-    config.write_text(config.read_text() + f"budgets: {budgets}\n")
-    git(root, "commit", "-q", "-am", "a budget")
+    add_config(root, f"budgets: {budgets}\n", "a budget")
 
 
 def test_a_runaway_agent_is_stopped_mid_build_the_story_deferred_and_the_loop_goes_on(

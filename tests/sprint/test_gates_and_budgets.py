@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from sprint_kit import ARTIFACTS, BMAD, git, make_project
+from sprint_kit import ARTIFACTS, BMAD, add_config, git, make_project
 
 from stepline.interfaces.cli._app import run_cli
 
@@ -38,9 +38,7 @@ def test_an_escalation_waits_for_a_person_and_the_answer_lets_the_story_go_on(
 def test_an_enforced_story_budget_defers_the_story_before_its_next_call(
         tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = make_project(tmp_path / "calc", layers=1)
-    config = root / "config" / "sprint.yaml"
-    config.write_text(config.read_text() + "budgets: {mode: enforce, story: {tokens: 1000}}\n")
-    git(root, "commit", "-q", "-am", "a budget")
+    add_config(root, "budgets: {mode: enforce, story: {tokens: 1000}}\n", "a budget")
     assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 11
     [result] = json.loads(capsys.readouterr().out)
     assert result["outcome"] == "deferred"
@@ -53,9 +51,7 @@ def test_an_enforced_story_budget_defers_the_story_before_its_next_call(
 def test_checkpoints_wait_before_the_build_and_after_the_commit_and_a_rejection_defers(
         tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = make_project(tmp_path / "calc", layers=1)
-    config = root / "config" / "sprint.yaml"
-    config.write_text(config.read_text() + "checkpoints: {before_build: true, after_commit: true}\n")
-    git(root, "commit", "-q", "-am", "checkpoints")
+    add_config(root, "checkpoints: {before_build: true, after_commit: true}\n", "checkpoints")
     start = git(root, "rev-parse", "HEAD").strip()
     assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 9
     [blocked] = json.loads(capsys.readouterr().out)
@@ -192,9 +188,7 @@ def test_one_answer_settles_one_story_s_escalation_and_the_next_story_asks_again
 def test_an_approved_checkpoint_of_one_story_does_not_approve_the_next_story_s(
         tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = make_project(tmp_path / "calc", layers=1)
-    config = root / "config" / "sprint.yaml"
-    config.write_text(config.read_text() + "checkpoints: {before_build: true}\n")
-    git(root, "commit", "-q", "-am", "checkpoints")
+    add_config(root, "checkpoints: {before_build: true}\n", "checkpoints")
     assert run_cli(["sprint", "run", "--max-stories", "2", "-C", str(root), "--json", "-q"]) == 9
     [first] = json.loads(capsys.readouterr().out)
     assert run_cli(["approve", first["run_id"], "--by", "lead", "-C", str(root)]) == 0

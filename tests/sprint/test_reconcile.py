@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from sprint_kit import ARTIFACTS, BMAD, git, make_project
+from sprint_kit import ARTIFACTS, BMAD, add_config, git, make_project
 
 from stepline.interfaces.cli._app import run_cli
 
@@ -22,12 +22,6 @@ def _story_commits(root: Path) -> list[str]:
 def _records(root: Path, run_id: str) -> list[dict[str, object]]:
     raw = (root / ".stepline" / "runs" / run_id / "journal.jsonl").read_bytes().rstrip(b"\0").decode()
     return [json.loads(line) for line in raw.splitlines() if line.strip()]
-
-
-def _with_checkpoint(root: Path) -> None:
-    config = root / "config" / "sprint.yaml"
-    config.write_text(config.read_text() + "checkpoints: {before_build: true}\n")
-    git(root, "commit", "-q", "-am", "checkpoints")
 
 
 def test_a_story_committed_before_is_not_built_again_without_a_person_saying_so(
@@ -56,7 +50,7 @@ def test_a_story_committed_before_is_not_built_again_without_a_person_saying_so(
 def test_a_resumed_story_whose_history_was_rewritten_asks_and_deferring_it_resets_nothing(
         tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = make_project(tmp_path / "calc", layers=1)
-    _with_checkpoint(root)
+    add_config(root, "checkpoints: {before_build: true}\n", "checkpoints")
     assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 9
     [blocked] = json.loads(capsys.readouterr().out)
     base = git(root, "rev-parse", "HEAD").strip()
@@ -80,7 +74,7 @@ def test_a_resumed_story_whose_history_was_rewritten_asks_and_deferring_it_reset
 def test_a_worktree_gone_while_its_branch_is_kept_is_made_again_and_the_story_goes_on(
         tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = make_project(tmp_path / "calc", layers=1, isolation="worktree")
-    _with_checkpoint(root)
+    add_config(root, "checkpoints: {before_build: true}\n", "checkpoints")
     assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 9
     [blocked] = json.loads(capsys.readouterr().out)
     worktree = root / ".stepline" / "sprint" / "worktrees" / "1-1-add"
