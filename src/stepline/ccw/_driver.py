@@ -58,7 +58,16 @@ from stepline.ccw._waves import plan_workflow_waves
 from stepline.engine._runner import register_driver
 from stepline.engine._session import interrupted_tool, tool_intent, withdraw_intent
 from stepline.engine._signals import StepBlocked
-from stepline.errors import JournalError, ReaderError, RunLockedError, RunStateError, StepFailed, StorageError
+from stepline.errors import (
+    JournalError,
+    ReaderError,
+    RunLockedError,
+    RunStateError,
+    StepFailed,
+    StorageError,
+    ToolError,
+)
+from stepline.guardrails import confine_path
 from stepline.model import EventType, Run, RunStatus, StepStatus, WorkflowSpec
 
 if TYPE_CHECKING:
@@ -478,6 +487,7 @@ class _Call:
     arg: str
     tool: str
     args: dict[str, Any]
+    searched: str | None = None  # Grep's path, confined to the project as readFile's is
 
 
 def _tool_call(command: str) -> _Call:
@@ -492,11 +502,16 @@ def _tool_call(command: str) -> _Call:
         return _Call(kind, arg, "listFiles", {"path": base, "recursive": True, "max_entries": 100_000})
     pattern, path = _search_args(arg)
     return _Call("Grep", arg, "shell",
-                 {"command": f"grep -rnE -e {shlex.quote(pattern)} -- {shlex.quote(path)}; test $? -le 1"})
+                 {"command": f"grep -rnE -e {shlex.quote(pattern)} -- {shlex.quote(path)}; test $? -le 1"}, path)
 
 
 async def _run_command(ctx: StepContext, call: _Call) -> _Result:
     """Run one pre_analysis command's tool call through the tool pipeline and return its text output."""
+    if call.searched is not None:
+        try:
+            confine_path(ctx.project_root, call.searched)
+        except ToolError as exc:
+            return _Result(False, "", exc.format_message())
     record = await _tool(ctx, call.tool, call.args)
     if call.kind == "Read":
         output = str((record.get("result") or {}).get("content", ""))

@@ -51,6 +51,8 @@ class ToolsSection(_Section):
     blocklist: list[str] = Field(default_factory=list)
     timeout_seconds: float = Field(default=60.0, gt=0)
     risk_policy: RiskPolicy = Field(default_factory=RiskPolicy)
+    allowed_paths: list[str] = Field(default_factory=list, description="folders outside the project whose code "
+                                     "runScript may run")
 
 
 class HitlPolicy(_Section):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from stepline.executors import MenuOption, RequestKind, StepRequest
 from stepline.formats._files import read_text
-from stepline.model import EventType, Run, RunStep, StepSpec
+from stepline.model import EventType, Risk, Run, RunStep, StepSpec
 
 if TYPE_CHECKING:
     from stepline.engine._runner import Engine
@@ -115,6 +115,6 @@ class StepContext:
 
         return check_gathered(self, name, data)
 
-    async def run_tool(self, name: str, args: dict[str, Any], *, gate_suffix: str = "") -> dict[str, Any]:
-        """Run a tool through the engine's tool pipeline for this step."""
-        return await self.engine.run_tool(self, name, args)
+    async def run_tool(self, name: str, args: dict[str, Any], *, risk: Risk | None = None) -> dict[str, Any]:
+        """Run a tool through the engine's tool pipeline for this step (``risk`` can raise the tool's own)."""
+        return await self.engine.run_tool(self, name, args, risk=risk)

@@ -22,7 +22,7 @@ from stepline.engine._signals import StepBlocked
 from stepline.engine._tools import tool_spec
 from stepline.errors import NondeterminismError, StepFailed, UsageError
 from stepline.executors import StepRequest, StepSession, WriteMode
-from stepline.model import Event, EventType, ToolResult
+from stepline.model import Event, EventType, Risk, ToolResult
 from stepline.time import isoformat, now
 
 if TYPE_CHECKING:
@@ -209,7 +209,7 @@ class JournaledSession(StepSession):
                 self._record(key, "call_tool", {"name": name, "args": args}, done)
                 return done
         try:
-            result = await self.ctx.run_tool(name, args, gate_suffix=str(self.index))
+            result = await self.ctx.run_tool(name, args, risk=self._code_risk(name, args))
         except StepBlocked:
             withdraw_intent(self.ctx, key, "call_tool")
             raise
@@ -217,6 +217,21 @@ class JournaledSession(StepSession):
             result["after_crash"] = rerun
         self._record(key, "call_tool", {"name": name, "args": args}, result)
         return result
+
+    def _code_risk(self, name: str, args: dict[str, Any]) -> Risk | None:
+        """``high`` for a call that runs code the step does not name as its workflow's (a script a step wrote,
+        any script of a workflow that names none): gated as ``shell`` is. None: the tool's own risk."""
+        spec = tool_spec(name)
+        if spec is None or spec.code is None:
+            return None
+        named = {Path(str(s["script"])).resolve() for s in self.request.context.get("scripts") or []
+                 if isinstance(s, dict) and s.get("script")}
+        try:
+            paths = spec.code(args)
+        except (KeyError, TypeError):
+            return None  # arguments the pipeline refuses
+        root = self.ctx.project_root
+        return None if all((root / path).resolve() in named for path in paths) else "high"
 
     async def decide(self, value: bool, reason: str) -> None:
         """Answer a decide request."""

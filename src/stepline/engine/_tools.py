@@ -36,7 +36,8 @@ def _pipeline(engine: Engine) -> ToolPipeline:
                             timeout_seconds=tools.timeout_seconds,
                             high_requires_approval=tools.risk_policy.high_requires_approval,
                             medium_requires_approval=tools.risk_policy.medium_requires_approval,
-                            default_timezone=engine.config.time.default_timezone)
+                            default_timezone=engine.config.time.default_timezone,
+                            allowed_paths=tools.allowed_paths)
         cached = ToolPipeline(default_registry(), policy)
         engine._tool_pipeline = cached  # type: ignore[attr-defined]
     return cached

@@ -19,7 +19,14 @@ from stepline.formats import Diagnostic
 from stepline.skills._customize import load_central_config, resolve_customization
 from stepline.skills._load import find_skill, module_of
 from stepline.skills._render import SNAPSHOT_TOKEN, RenderEnv, unknown_tokens
-from stepline.skills._skill import SkillDoc, missing_render_entry, read_doc, read_skill_files, skill_folder
+from stepline.skills._skill import (
+    SkillDoc,
+    missing_render_entry,
+    read_doc,
+    read_skill_files,
+    skill_folder,
+    unrunnable,
+)
 
 __all__ = ["lint_skill", "skill_kind"]
 
@@ -105,7 +112,7 @@ def lint_skill(path: Path, project_root: Path) -> list[Diagnostic]:
     """Every problem of the skill at ``path`` (its folder or SKILL.md)."""
     root = skill_folder(path).resolve()
     try:
-        files = read_skill_files(root)
+        files = read_skill_files(path)  # as given: a skill folder linked from outside is an error
         custom = resolve_customization(root, project_root)
     except ReaderError as exc:
         return [Diagnostic("error", "unreadable", exc.detail, exc.path or str(root), exc.line)]
@@ -137,6 +144,7 @@ def lint_skill(path: Path, project_root: Path) -> list[Diagnostic]:
     render_entry = missing_render_entry(files)
     if render_entry is not None:
         out.append(render_entry)
+    out.extend(d for d in unrunnable(files) if d.code == "link-leaves-skill")  # symlinks and links out of it
     reached = set(files.steps)
     if files.kind == "step-files":
         for step in sorted(root.rglob("step-*.md")):

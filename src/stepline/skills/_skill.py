@@ -383,6 +383,7 @@ def read_skill_files(path: Path) -> SkillFiles:
     if not skill_path.is_file():
         raise ReaderError("not a skill: no SKILL.md here", path=str(root), hint="pass a skill folder or its SKILL.md")
     skill = read_doc(root, skill_path)
+    skill.problems.extend(_symlinks_out(skill_folder(path), root))
     name = str(skill.frontmatter.get("name") or root.name)
     description = str(skill.frontmatter.get("description") or "")
     entry = read_doc(root, root / "workflow.md") if (root / "workflow.md").is_file() else skill
@@ -408,6 +409,22 @@ def read_skill_files(path: Path) -> SkillFiles:
         files.modes = _modes(files.sections)
     _find_shim_target(files)
     return files
+
+
+def _symlinks_out(folder: Path, root: Path) -> list[Diagnostic]:
+    """The symlinks that lead a skill's files out of it, each an error naming where it leads: the skill folder
+    itself linked from outside its module's folder, and any Markdown file of the skill whose real path is
+    outside the skill (the runtime reads the real path, so a link out would carry that file into requests)."""
+    found = []
+    if not root.is_relative_to(folder.absolute().parent.resolve()):
+        found.append(Diagnostic("error", "link-leaves-skill", f"the skill folder is a symlink to {root}, outside "
+                                f"{folder.absolute().parent}", str(folder / "SKILL.md"), 1))
+    for path in sorted(folder.absolute().rglob("*.md")):
+        real = path.resolve()
+        if not real.is_relative_to(root):
+            found.append(Diagnostic("error", "link-leaves-skill", f"a symlink to {real}, outside the skill",
+                                    str(path), 1))
+    return found
 
 
 def _walk_steps(files: SkillFiles, first: str) -> None:
@@ -446,18 +463,32 @@ def unrunnable(files: SkillFiles) -> list[Diagnostic]:
     if entry is not None:
         found.append(entry)
     for doc in files.docs.values():
+        found.extend(_snapshot_problems(files.root, doc.path, doc.text))
         for link in doc.links:
-            if (link.snapshot or _is_step_name(link.target)) and not (files.root / link.target).is_file():
-                written = f"[[bmad-snapshot:{link.target}]]" if link.snapshot else link.target
-                found.append(Diagnostic("error", "missing-file", f"{written} names no file of the skill",
+            if not link.snapshot and _is_step_name(link.target) and not (files.root / link.target).is_file():
+                found.append(Diagnostic("error", "missing-file", f"{link.target} names no file of the skill",
                                         str(doc.path), link.line))
     if (files.root / "workflow.md").is_file():  # rendered: render_skill.py resolves the links of every source
         read = {doc.path for doc in files.docs.values()} | {files.skill.path}
         for path in sorted(p for p in files.root.rglob("*.md") if p not in read):
-            for number, line in enumerate(read_text(path).splitlines(), start=1):
-                found.extend(Diagnostic("error", "missing-file", f"[[bmad-snapshot:{match[1]}]] names no file of the "
-                                        "skill", str(path), number)
-                             for match in SNAPSHOT_TOKEN.finditer(line) if not (files.root / match[1]).is_file())
+            found.extend(_snapshot_problems(files.root, path, read_text(path)))
+    return found
+
+
+def _snapshot_problems(root: Path, path: Path, text: str) -> list[Diagnostic]:
+    """Each ``[[bmad-snapshot:…]]`` of ``text`` that leaves the skill (``../``, or a symlink out: its real path
+    is outside the skill's) or names no file of it, with file:line."""
+    found = []
+    inside = root.resolve()
+    for number, line in enumerate(text.splitlines(), start=1):
+        for match in SNAPSHOT_TOKEN.finditer(line):
+            target = root / match[1]
+            if not target.resolve().is_relative_to(inside):
+                found.append(Diagnostic("error", "link-leaves-skill", f"[[bmad-snapshot:{match[1]}]] leaves the "
+                                        f"skill (it is {target.resolve()})", str(path), number))
+            elif not target.is_file():
+                found.append(Diagnostic("error", "missing-file", f"[[bmad-snapshot:{match[1]}]] names no file of "
+                                        "the skill", str(path), number))
     return found
 
 

@@ -10,6 +10,11 @@ killed while the script ran learns on resume whether it finished: BMAD's ``memlo
 ``set``: each an atomic rename of ``.memlog.md``, so an entry is there whole or not at all). Any other script's
 outcome is unknown and the step stops for a person. A script still running from the killed process (it runs
 in a session of its own, so it outlives its parent) is waited for before the disk is read.
+
+It runs code, so it is gated as ``shell`` is: a script the step itself names (shipped with the workflow) is
+medium risk, and the step protocol's ``call_tool`` raises any other (one a step wrote, say) to high, the risk
+that waits for a person unless the config says otherwise. Its script must really be inside the project
+(symlinks followed) or under a folder the config allows (``tools.allowed_paths``).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 
 from stepline.tools._spec import EffectCheck, ToolSpec
 
-__all__ = ["SHELL_SCRIPT_EFFECT", "script_argv", "script_call", "script_tools"]
+__all__ = ["SHELL_SCRIPT_EFFECT", "script_argv", "script_call", "script_file", "script_tools"]
 
 #: How long a resume waits for a script the killed process left running before reading its effect.
 ORPHAN_WAIT_SECONDS = 60.0
@@ -43,11 +48,16 @@ def script_tools() -> list[ToolSpec]:
         name="runScript", description="Run a Python script file (path relative to the project root, or absolute) "
                                       "with its arguments, via `uv run` when available, else the project's Python.",
         command=script_argv, risk="medium", idempotent=False, effect=EffectCheck(_before, _happened),
-        precondition=_missing_script,
+        precondition=_missing_script, code=script_file,
         args_schema={"type": "object", "required": ["script"], "additionalProperties": False,
                      "properties": {"script": {"type": "string", "minLength": 1, "pattern": r"\.py$"},
                                     "args": {"type": "array", "items": {"type": "string"}}}},
     )]
+
+
+def script_file(args: dict[str, Any]) -> list[str]:
+    """The code ``runScript`` runs: its script (confined to the project by the pipeline)."""
+    return [str(args["script"])]
 
 
 def _missing_script(args: dict[str, Any], project_root: str) -> str | None:

@@ -1,4 +1,5 @@
-"""The tool pipeline (R-T1): resolve → allow/blocklist → args → risk gate → run (timeout) → retry → result.
+"""The tool pipeline (R-T1): resolve → allow/blocklist → args → code confined → risk gate → run (timeout) → retry
+→ result.
 
 The pipeline decides and runs; it does not persist. The engine journals what :paramref:`on_event` reports and
 appends the returned :class:`~stepline.model.ToolResult` to ``tool_results.json`` (see
@@ -158,6 +159,9 @@ class ToolPipeline:
         refusal = self.policy.refusal(spec.name) or _args_problem(spec, state.args)
         if refusal is None and not state.project_root.is_dir():
             refusal = f"project root {str(project_root)!r} is not a directory"
+        if refusal is None and spec.code is not None:
+            refusal = next(filter(None, (self.policy.code_refusal(path, str(state.project_root))
+                                         for path in spec.code(state.args))), None)
         if refusal is None and spec.precondition is not None:
             refusal = spec.precondition(state.args, str(state.project_root))
         if refusal is not None:

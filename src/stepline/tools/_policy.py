@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from stepline.model import Risk
@@ -14,7 +16,8 @@ class ToolPolicy(BaseModel):
     """What tools may run and how (embedded in the runtime configuration as ``tools:``).
 
     An empty ``allowlist`` allows every registered tool; ``blocklist`` always wins. Only idempotent tools are
-    retried, and only on retryable errors (including timeouts), at most ``max_retries`` times.
+    retried, and only on retryable errors (including timeouts), at most ``max_retries`` times. Code a tool runs
+    (:attr:`ToolSpec.code`) must really be inside the project, or under one of ``allowed_paths``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -28,6 +31,8 @@ class ToolPolicy(BaseModel):
     retry_backoff_seconds: float = Field(default=0.5, ge=0)
     max_output_bytes: int = Field(default=65_536, gt=0, description="stdout/stderr kept per call")
     default_timezone: str = Field(default=DEFAULT_TIMEZONE, description="getCurrentTime without a timezone")
+    allowed_paths: list[str] = Field(default_factory=list, description="folders outside the project whose code "
+                                     "a tool may run (runScript); symlinks are followed before the check")
 
     def refusal(self, name: str) -> str | None:
         """Return why ``name`` may not run under this policy, or ``None`` when it may."""
@@ -36,6 +41,17 @@ class ToolPolicy(BaseModel):
         if self.allowlist and name not in self.allowlist:
             return f"tool {name!r} is not in the allowlist ({', '.join(self.allowlist)})"
         return None
+
+    def code_refusal(self, path: str, project_root: str) -> str | None:
+        """Why the code file ``path`` (relative to the project root, or absolute) may not run, or None: its real
+        path (symlinks followed) must be inside the project or under an allowed path."""
+        root = Path(project_root).resolve()
+        real = (root / path).resolve()
+        if real.is_relative_to(root) or any(real.is_relative_to(Path(allowed).expanduser().resolve())
+                                            for allowed in self.allowed_paths):
+            return None
+        return (f"{path} is outside the project (it is {real}): code from there runs only from a folder "
+                "config/runtime.yaml allows (tools.allowed_paths)")
 
     def requires_approval(self, risk: Risk) -> bool:
         """Say whether a call of this risk must wait for a person's approval."""

@@ -129,6 +129,8 @@ class ToolSpec:
     ``timeout_seconds`` overrides the policy's timeout for this tool.
     ``precondition(args, project_root)`` says why a call cannot do anything (a script that does not exist), or
     None; the pipeline then refuses the call, saying so, instead of running it to a bare failed exit code.
+    ``code(args)`` names the files of code a call runs (``runScript``'s script): the pipeline refuses one whose
+    real path is outside the project unless the policy allows its folder (:attr:`ToolPolicy.allowed_paths`).
     """
 
     name: str
@@ -142,6 +144,7 @@ class ToolSpec:
     timeout_seconds: float | None = None
     effect: EffectCheck | None = None
     precondition: Callable[[dict[str, Any], str], str | None] | None = None
+    code: Callable[[dict[str, Any]], list[str]] | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
