@@ -92,9 +92,9 @@ def test_a_step_gets_its_context_before_the_executor_and_the_server_ends_with_th
 
 def test_every_executor_is_given_the_context(project: Path) -> None:
     """The LLM executors' prompt, the CLI agent's prompt and the MCP step payload carry the context."""
-    from stepline.executors.cli_agents import build_prompt as agent_prompt
     from stepline.executors._llm import build_prompt as llm_prompt
     from stepline.executors._mcp_bridge import step_payload
+    from stepline.executors.cli_agents import build_prompt as agent_prompt
 
     _docs(project)
     executor = Recorder()
