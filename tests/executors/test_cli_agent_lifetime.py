@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fakes.processes import alive
+from fakes.processes import alive, python_running_with
+from stepline.executors.cli_agents._process import _group_alive
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes" / "bin"
 
@@ -111,3 +112,39 @@ def test_a_killed_driver_leaves_no_agent_and_the_resume_makes_the_change_once(
     time.sleep(4.5)  # past the killed agent's edit, had it lived
     assert (project / "edits.txt").read_text().splitlines() == [f"edit by {pids[1]}"]
     assert (project / "out" / "build.md").read_text().startswith("codex did build")
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex"])
+def test_a_killed_driver_takes_the_real_agent_and_its_command_with_it(
+        agent: str, project: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """The real claude or codex, running a command for the step, is gone with the command it ran once its driver
+    is SIGKILLed: nothing of the agent's process group, nor the command, is left."""
+    from fakes import agents
+    from fakes.fake_anthropic import responder as anthropic_responder
+    from fakes.fake_openai import responder as openai_responder
+
+    binary = agents.binary(agent)
+    hang = f"python3 -c 'import time; time.sleep(60)' {project}"
+    if agent == "claude":
+        server = request.getfixturevalue("fake_anthropic")
+        server.responder = anthropic_responder(agents.turns([("Bash", {"command": hang})]))
+        env = agents.claude_env(tmp_path / "home", server.base_url)
+    else:
+        server = request.getfixturevalue("fake_openai")
+        server.responder = openai_responder(agents.turns([("exec_command", {"cmd": hang})]))
+        env = agents.codex_env(tmp_path / "home", server.base_url)
+    (project / "flow.yaml").write_text(WORKFLOW, encoding="utf-8")
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER.replace('"codex"', repr(agent)).replace(
+        '"cd": sys.argv[2]', f'"cd": sys.argv[2], "command": {str(binary)!r}'), "start", str(project)],
+        env={**env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}, text=True, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE)
+    _wait_for(lambda: _hung(project), "the agent's command to run", timeout=90)
+    group = int(_agent_process(project)["pgid"])  # type: ignore[call-overload]
+    driver.kill()
+    driver.wait(10)
+    _wait_for(lambda: not _group_alive(group) and not _hung(project), "the agent and its command to die", 15)
+
+
+def _hung(project: Path) -> bool:
+    """Whether the command an agent ran for ``project`` (named by its path) still runs."""
+    return python_running_with(str(project))

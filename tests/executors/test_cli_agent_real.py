@@ -22,7 +22,7 @@ from fakes.fake_anthropic import responder as anthropic_responder
 from fakes.fake_gemini import responder as gemini_responder
 from fakes.fake_openai import responder as openai_responder
 from fakes.policy import Call
-from fakes.processes import alive
+from fakes.processes import python_running_with
 from fakes.sessions import RecordingSession
 from stepline.errors import (
     AgentNeedsPermission,
@@ -133,15 +133,8 @@ def _hang(cli: Cli, project: Path) -> Call:
 
 
 def _hung(project: Path) -> bool:
-    """Whether the hanging command an agent ran for ``project`` still runs."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            words = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if str(project).encode() in words and b"python3" in words[0] and alive(int(cmdline.parent.name)):
-            return True
-    return False
+    """Whether the command an agent ran for ``project`` (named by its path) still runs."""
+    return python_running_with(str(project))
 
 
 def test_the_real_cli_does_a_step_with_its_own_tool_and_finishes_over_mcp(project: Path, cli: Cli) -> None:
