@@ -18,6 +18,7 @@ from stepline.bmad import install_bmad
 CORPUS = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus" / "bmad"
 ALPHA23 = CORPUS / "v6.0.0-alpha.23"
 V611 = CORPUS / "v6.11.0"
+NOTES = "_bmad-output/model-notes.md"
 CCW_SESSION = Path(__file__).resolve().parents[1] / "fixtures" / "ccw_run" / "WFS-phased"
 
 
@@ -29,6 +30,9 @@ class PromptEcho(Policy):
         calls = super()._first(request, tools)
         seen = request.parts.get("Step instructions", "") + request.parts.get("Variables", "")
         digest = hashlib.sha256(seen.encode("utf-8")).hexdigest()[:12]
+        if request.kind == "work" and "write_output" in tools and not any(n == "write_output" for n, _ in calls):
+            # a step that names no output file: the model keeps its notes in one file of its own
+            calls.append(("write_output", {"content": f"{request.step_id}\n", "path": NOTES, "mode": "append"}))
         return [(name, {**args, "content": f"{args['content']}prompt {digest}\n"}) if name == "write_output"
                 else (name, args) for name, args in calls]
 

@@ -17,7 +17,7 @@ from stepline.store import read_journal
 pytestmark = pytest.mark.corpus
 
 MICROFILE = "_bmad/bmm/workflows/1-analysis/create-product-brief/workflow.md"
-SKILL = "_bmad/bmm/ship/bmad-build"
+SKILL = "_bmad/bmm/plan/bmad-create-epics-and-stories"
 _STEP = re.compile(r"# Step (?P<step>\S+?):")
 
 
@@ -108,3 +108,33 @@ def test_fork_a_microfile_workflow_at_a_middle_step_with_a_changed_variable(
     assert "+\"🎉 **Product Brief Complete, Zed!**" in out
     assert re.search(r"^\+\+\+ B/_bmad-output/planning-artifacts/product-brief-\S+\.md$", out, re.M)
     assert re.search(r"^-prompt [0-9a-f]{12}$", out, re.M) and re.search(r"^\+prompt [0-9a-f]{12}$", out, re.M)
+
+
+def test_replay_a_skill_unchanged_then_with_one_step_file_edited(
+        v611: Path, model: fake_openai.FakeOpenAI, capsys: pytest.CaptureFixture[str]) -> None:
+    """v6.11.0 bmad-create-epics-and-stories: replayed unchanged, every model request is answered from the record (none reaches the
+    model) and nothing differs (exit 0); with step-02's file edited, only step-02 and the steps after it ask the
+    model, and the report shows the prompt's new line and the artifact's diff (exit 12)."""
+    use_fake_model(v611, model)
+    recorded = record(capsys, v611, SKILL)
+    sent = len(model.requests)
+
+    code, out = cli(capsys, v611, "replay", recorded, "--against", SKILL)
+    assert code == 0, out
+    assert len(model.requests) == sent
+    assert re.search(r"^replay run-\S+ of " + recorded + r" \(completed\): [1-9]\d* model requests answered from "
+                     r"the record, 0 sent$", out, re.M), out
+    assert "model requests changed: none" in out and "artifacts: 1 the same, 0 differ" in out
+
+    step_file = next((v611 / SKILL).rglob("step-02-*.md"))
+    text = step_file.read_text(encoding="utf-8")
+    step_file.write_text(text.replace("## STEP GOAL:\n", "## STEP GOAL:\n\nAlso name each epic's risk.\n", 1),
+                         encoding="utf-8")
+    code, out = cli(capsys, v611, "replay", recorded, "--against", SKILL)
+    asked = requested_steps(model, sent)
+    assert asked and asked[0].startswith("step-02")
+    assert not any(step.startswith("step-01") for step in asked)
+    assert re.search(r"^\+Also name each epic's risk\.$", out, re.M)
+    assert code == 12, out
+    assert re.search(r"^-prompt [0-9a-f]{12}$", out, re.M) and re.search(r"^\+prompt [0-9a-f]{12}$", out, re.M)
+    assert "artifacts: 0 the same, 1 differ" in out

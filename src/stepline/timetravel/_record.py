@@ -123,6 +123,18 @@ class RecordedRun:
                 found[str(data.get("gate_id"))] = str(data.get("answer", ""))
         return found
 
+    def given_variables(self) -> dict[str, Any]:
+        """The variables the run was started with beyond its workflow's own (``--var``): those no record of the
+        run set, that the workflow does not declare."""
+        changed = set()
+        for event in self.events:
+            if event.type == EventType.VARIABLE_SET.value:
+                changed.add(event.data.get("name"))
+            elif event.type == EventType.CALL_RECORDED.value and event.data.get("op") == "set_var":
+                changed.add(_mapping(event.data.get("args")).get("name"))
+        return {name: value for name, value in self.run.variables.items()
+                if name not in changed and name not in self.run.workflow.variables}
+
     def served_answers(self) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
         """The recorded model answers keyed by :func:`memo_digest`, in order (what a replay serves)."""
         table: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
@@ -161,6 +173,10 @@ def read_run(engine: Engine, run_id: str) -> RecordedRun:
             raise recorded.unreadable(index, f"a {op} record without its step, request payload or answer")
         recorded.requests.append(ModelRequest(event.step_id, op.removeprefix("memo:"), payload, result))
     return recorded
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _json(value: Any) -> str:

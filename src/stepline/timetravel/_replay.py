@@ -49,7 +49,7 @@ async def replay(engine: Engine, recorded: RecordedRun, workflow: WorkflowSpec, 
     """Rewind the project, run ``workflow`` on ``engine`` (built with ``executor``), compare with ``recorded``."""
     rewound = rewind(recorded, 0)
     engine.human = Answers(engine.human, [], recorded.answers(), by="replay")
-    run = await engine.start(workflow, dict(recorded.run.variables))
+    run = await engine.start(workflow, recorded.given_variables())
     report = compare(recorded, read_run(engine, run.run_id))
     return Replay(run=run, report=report, served=len(executor.served), sent=executor.sent,
                   stopped_at=executor.stopped_at, rewound=rewound)
