@@ -1,7 +1,9 @@
 """Issue 25, "must be shown": every skill and micro-file workflow of both corpus trees, run as a new user would —
 normal mode, the dry-run executor, nobody at a terminal. A run that reaches a step file presenting a menu or a halt
 to the person blocks there, on a question naming that step's options; nothing runs past it. The tri-modal
-router's question counts the same (its options are the modes).
+router's question counts the same (its options are the modes). Through the MCP server (the mcp SDK client, an
+agent that does each step's work but does not answer its menu) each such run's question comes back from
+``current_step`` as ``waiting_for_answer``, at the same step, with the same options.
 
 What a step presents is read here from the step file itself, independently of the runtime: an authored menu
 (``[K] Label`` options in a menu section or a "Select an Option" line), else its last halt that waits for the
@@ -15,9 +17,12 @@ import asyncio
 import shutil
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
+from mcp import Client
 
+from interfaces.mcp_agent import call, default_choice, stdio_server
 from stepline import Engine
 from stepline.bmad import install_bmad
 from stepline.engine._human import HumanChannel
@@ -134,6 +139,53 @@ def test_a_run_blocks_at_the_first_menu_or_halt_it_reaches(projects: dict[str, P
     for mode in [None, *(o["mode"] for o in router["options"] if o["entry"])] if router else [None]:
         problems.extend(f"[{mode}] {p}" for p in _check(projects[tree], path, mode))
     assert not problems, "\n".join(problems)
+
+
+async def _first_question(project: Path, path: str) -> dict[str, Any]:
+    """Drive ``path`` over MCP doing every request but answering no menu; the first question asked, else the end."""
+    async with asyncio.timeout(90), Client(stdio_server(project)) as client:
+        await call(client, "start_run", {"path": path, "mode": "normal"})
+        for _ in range(200):
+            current = await call(client, "current_step", {"wait_seconds": 30})
+            if current["status"] not in ("waiting_for_work", "waiting_for_answer", "running"):
+                return dict(current)
+            for request in current.get("requests") or []:
+                rid = request["request_id"]
+                if request["waiting_for"] == "answer":
+                    return dict(request)
+                if request["kind"] == "decide":
+                    await call(client, "decide", {"value": bool(request["hints"].get("default", False)),
+                                                  "reason": "the default branch", "request_id": rid})
+                    continue
+                if request["kind"] == "generate":
+                    await call(client, "write_output", {"content": "x\n", "mode": "section", "request_id": rid,
+                                                        "section": request["section"]})
+                choice = default_choice(request) if request["kind"] == "choose" else None
+                await call(client, "finish", {"summary": "done", "choice": choice, "request_id": rid})
+    raise AssertionError(f"{path}: no question and no end over MCP")
+
+
+@pytest.mark.parametrize("tree", ["v611", "alpha"])
+def test_over_mcp_each_of_those_menus_comes_back_from_current_step(projects: dict[str, Path], tree: str) -> None:
+    """Each run of the tree that blocks at a menu or halt in dry-run asks the same step's options over MCP."""
+    problems, asked = [], 0
+    for rel in [r for t, r in _cases() if t == tree]:
+        project, path = projects[tree], projects[tree] / "_bmad" / rel
+        shutil.rmtree(project / "_bmad-output", ignore_errors=True)
+        engine = Engine(project_root=project, executor="dry-run", human=HumanChannel(interactive=False))
+        run = asyncio.run(engine.start(load_workflow(path, project_root=project)))
+        gates = engine.gates.pending() if run.status.value == "blocked" and engine.gates is not None else []
+        expected = _presents(run.workflow, gates[0].step_id or "") if gates else []
+        if not expected:
+            continue
+        shutil.rmtree(project / "_bmad-output", ignore_errors=True)
+        question = asyncio.run(_first_question(project, f"_bmad/{rel}"))
+        options = [f"[{o['key']}] {o['label']}" for o in question.get("menu") or []]
+        asked += 1
+        if question.get("step_id") != gates[0].step_id or options != expected:
+            problems.append(f"{rel}: dry-run blocked at {gates[0].step_id} on {expected}; over MCP: {question}")
+    TALLY[f"asked over MCP ({tree})"] = asked
+    assert asked and not problems, "\n".join(problems)
 
 
 def test_the_tally(projects: dict[str, Path]) -> None:
