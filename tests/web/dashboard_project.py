@@ -141,7 +141,7 @@ def read_json(path: Path) -> Any:
 def write_slow_workflow(root: Path, steps: int = 3, pause: float = 0.4, *, changes: bool = False) -> Path:
     """A workflow whose steps each run ``sleep pause`` (a shell tool, allowed without approval by the project's
     config) and whose last step waits at a human gate: a run another process drives, slowly. ``changes``: each
-    step also adds a line to CHANGES.md, which the gated step says it ships."""
+    step also adds a line to CHANGES.md, which the gated step says it ships (writing RELEASE.md)."""
     config = root / "config"
     config.mkdir(parents=True, exist_ok=True)
     (config / "runtime.yaml").write_text(yaml.safe_dump({"tools": {"risk_policy": {"high_requires_approval": False}}}),
@@ -153,7 +153,8 @@ def write_slow_workflow(root: Path, steps: int = 3, pause: float = 0.4, *, chang
         *({"id": f"work-{n}", "name": f"Work {n}", "body": "Work.",
            "tools": [{"name": "shell", "args": {"command": f"sleep {pause}{edit.format(n=n)}"}, "required": True}]}
           for n in range(1, steps + 1)),
-        {"id": "ship", "name": "Ship it", "body": ship, "human_gate": "required"},
+        {"id": "ship", "name": "Ship it", "body": ship, "human_gate": "required",
+         **({"outputs": ["RELEASE.md"]} if changes else {})},
     ]}
     path = root / "slow.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")

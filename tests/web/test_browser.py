@@ -98,6 +98,7 @@ def test_watch_a_run_live_then_approve_its_gate_by_clicking(tmp_path: Path) -> N
             expect(gate).to_contain_text("human_gate is required")
             expect(gate.locator(".gated-step")).to_contain_text("The step that waits: Ship it")
             expect(gate.locator(".gated-step")).to_contain_text("Tag the release and publish CHANGES.md")
+            expect(gate.locator(".gated-step")).to_contain_text("It writes: RELEASE.md")
             expect(gate.locator("details.diff .add")).to_have_text(["+- change 1", "+- change 2", "+- change 3"])
             expect(gate.locator(".outcomes")).to_contain_text("Step ship (Ship it) does its work when the run")
             expect(gate.locator(".outcomes")).to_contain_text(f"stepline resume {run_id}")
@@ -130,6 +131,9 @@ def test_watch_a_run_live_then_approve_its_gate_by_clicking(tmp_path: Path) -> N
             page.reload()
             expect(page.locator("#run-status")).to_have_text("completed")
             page.screenshot(path=shots / "run-completed.png", full_page=True)
+            page.click("a[href*='artifact?path=RELEASE.md']")
+            expect(page.locator("main")).to_contain_text("[dry-run] Ship it")
+            page.screenshot(path=shots / "artifact.png", full_page=True)
             page.goto(f"{server.url}/")
             expect(page.locator(f"tr[data-run-id='{run_id}'] .badge")).to_have_text("completed")
             page.screenshot(path=shots / "runs.png", full_page=True)
@@ -149,8 +153,8 @@ def test_watch_a_run_live_then_approve_its_gate_by_clicking(tmp_path: Path) -> N
             run.kill()
             run.wait()
         server.stop()
-    assert {"ccw-board.png", "ccw-sessions.png", "login.png", "not-found.png", "refused.png", "run-approved.png",
-            "run-completed.png", "run-gate.png", "run-live.png", "runs-starting.png",
+    assert {"artifact.png", "ccw-board.png", "ccw-sessions.png", "login.png", "not-found.png", "refused.png",
+            "run-approved.png", "run-completed.png", "run-gate.png", "run-live.png", "runs-starting.png",
             "runs.png"} <= {p.name for p in shots.iterdir()}
 
 
