@@ -11,7 +11,8 @@ behaviour) says:
 ``stubborn`` always writes a module whose test fails.
 ``appender`` writes the story's module, appends a line to NOTES.md (twice if built twice on top of itself) and,
             killed mid-build (``FAKE_KILL``), goes on editing a second later as an orphaned agent would;
-``staller`` / ``quota`` / ``login`` the first time hangs silently / prints a 429 / a login prompt; then honest;
+``staller`` / ``quota`` / ``login`` the first time hangs silently / prints a 429 / a login prompt; then honest
+            (``quota-reviewer``: an honest build, a review refused with a 429 the first time);
 ``runaway`` the first time never ends: it starts a child, writes both pids to ``FAKE_PIDS``, and streams claude's
             per-message usage (1,000 tokens every 50 ms, each running total and its time in ``FAKE_TIMES``);
             then honest. ``runaway-reviewer``: an honest build, a review that runs away so.
@@ -246,8 +247,11 @@ def main() -> int:
         summary = build(prefix, behaviour, retry="What failed last time" in prompt)
     else:
         _kill_point(prefix, "review", hints.get("layer"), step["run_id"])
-        if json.loads(os.environ.get("FAKE_SPRINT", "{}")).get(prefix) == "runaway-reviewer":
+        behaviour = json.loads(os.environ.get("FAKE_SPRINT", "{}")).get(prefix)
+        if behaviour == "runaway-reviewer":
             _run_away()
+        if behaviour == "quota-reviewer":
+            _fail_once(prefix, "quota")
         reports = json.loads(os.environ.get("FAKE_REVIEW", "{}"))
         summary = reports.get(f"{prefix}:{hints.get('layer')}:{step['step_id']}",
                               reports.get(f"{prefix}:{hints.get('layer')}", "none"))

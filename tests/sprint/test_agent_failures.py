@@ -64,6 +64,23 @@ def test_a_stall_a_rate_limit_and_a_login_prompt_are_told_apart_and_spend_no_bui
     assert "agent-failure/1: kind=stall, error=claude stalled in step 'build' [stall]" in capsys.readouterr().out
 
 
+def test_a_reviewer_refused_for_a_rate_limit_is_asked_again_not_escalated(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_project(tmp_path / "calc", layers=1)
+    add_config(root, "agent_retry_wait_seconds: 0\n", "no wait")
+    (tmp_path / "once").mkdir()
+    monkeypatch.setenv("FAKE_ONCE_DIR", str(tmp_path / "once"))
+    monkeypatch.setenv("FAKE_PIDS", str(tmp_path / "pids"))
+    monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-1": "quota-reviewer"}))
+    assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 0
+    [result] = json.loads(capsys.readouterr().out)
+    assert result["outcome"] == "committed"
+    [quota] = _failures(root, result["run_id"])
+    assert (quota["kind"], quota["layer"]) == ("rate-limit", "layer-1")
+    reviews = [line for line in agent_env.read_text().splitlines() if '"review"' in line]
+    assert len(reviews) == 2  # refused once, asked again
+
+
 class LostOnce(Executor):
     """An agent whose first build is lost with its Ray worker halfway (a line appended to NOTES.md): what
     :class:`~stepline.distributed.WorkerLost` says, without Ray."""

@@ -546,10 +546,7 @@ async def _build(ctx: StepContext) -> None:
             return
         except (ExecutorError, TimeoutError) as exc:
             _note_usage(ctx)
-            if isinstance(exc, ExecutorError) and (isinstance(exc, AgentEnvironmentError)
-                                                   or getattr(exc, "replays_calls", False)):
-                # Not the work's failure (its agent stalled or was refused, or the Ray worker running it was lost):
-                # no build attempt is spent on it.
+            if isinstance(exc, ExecutorError) and _outside_the_work(exc):  # no build attempt is spent on it
                 if await _agent_environment(ctx, exc):
                     continue
                 return
@@ -563,27 +560,46 @@ async def _build(ctx: StepContext) -> None:
     ctx.step.summary = outcome.summary or "built"
 
 
-async def _agent_environment(ctx: StepContext, exc: ExecutorError) -> bool:
-    """The build's agent failed for a reason outside the work (a stall, a permission or login prompt, a rate limit
-    or quota, an unreachable endpoint; ``worker-lost``: the Ray worker running it died): journaled with its kind,
-    then the stage's agent is tried again — after a wait, ``retries.agent`` times — or, past that or at a prompt
-    only a person can pass, a person answers ``retry`` or ``defer`` (``ask:build-agent:<story>:<visit>:<n>``).
-    True: try again; False: the story is deferred."""
-    key = str(_vars(ctx)["sprint_story"])
+def _outside_the_work(exc: BaseException) -> bool:
+    """Whether an agent's failure is not the work's: it stalled, met a permission or login prompt, a rate limit or
+    quota, an unreachable endpoint, or the Ray worker running it died (an error that replays its calls)."""
+    return isinstance(exc, AgentEnvironmentError) or bool(getattr(exc, "replays_calls", False))
+
+
+def _agent_failure(ctx: StepContext, exc: ExecutorError, layer: str | None = None) -> int:
+    """Journal an agent's failure outside the work with its kind (``worker-lost`` for a lost Ray worker) and record
+    it as evidence; return its number in this stage."""
     prefix = f"{ctx.spec.id}/sprint/agent-failure/"
     number = 1 + sum(1 for k in ctx.engine.calls.recorded if k.startswith(prefix))
     kind = exc.kind if isinstance(exc, AgentEnvironmentError) else "worker-lost"
-    failure = {"kind": kind, "error": exc.message}
     ctx.emit(EventType.CALL_RECORDED, {"key": f"{prefix}{number}", "op": f"sprint:agent-failure/{number}",
-                                       "result": failure})
+                                       "result": {"kind": kind, "error": exc.message, "layer": layer}})
     _record_evidence(ctx, f"{ctx.spec.id}: the agent failed [{kind}]: {exc.message}", "L1")
+    return number
+
+
+async def _may_try_again(ctx: StepContext, exc: ExecutorError, number: int) -> bool:
+    """Whether the ``number``-th failure of this stage's agents is tried again without asking (``retries.agent``
+    times, each after ``agent_retry_wait_seconds`` times its number); a prompt only a person can pass never is."""
     retries = (_config(ctx).get("retries") or {}).get("agent", 2)
     if exc.retryable and number <= retries:
         await asyncio.sleep(float(_config(ctx).get("agent_retry_wait_seconds") or 0) * number)
         return True
-    question = (f"Story {key}: the agent failed in {ctx.spec.id}, not for the work's sake [{kind}]: {exc.message}"
-                + (f" ({exc.hint})" if exc.hint else "") + ". Fix the cause (log the agent in, wait for the quota, "
-                "check the endpoint), then answer retry; or answer defer (set the story aside).")
+    return False
+
+
+async def _agent_environment(ctx: StepContext, exc: ExecutorError) -> bool:
+    """The build's agent failed for a reason outside the work: journaled (:func:`_agent_failure`), then tried again
+    (:func:`_may_try_again`) — or, past that or at a prompt only a person can pass, a person answers ``retry`` or
+    ``defer`` (``ask:build-agent:<story>:<visit>:<n>``). True: try again; False: the story is deferred."""
+    number = _agent_failure(ctx, exc)
+    if await _may_try_again(ctx, exc, number):
+        return True
+    kind = exc.kind if isinstance(exc, AgentEnvironmentError) else "worker-lost"
+    question = (f"Story {_vars(ctx)['sprint_story']}: the agent failed in {ctx.spec.id}, not for the work's sake "
+                f"[{kind}]: {exc.message}" + (f" ({exc.hint})" if exc.hint else "") + ". Fix the cause (log the "
+                "agent in, wait for the quota, check the endpoint), then answer retry; or answer defer (set the "
+                "story aside).")
     answer = await ctx.engine.human.ask(ctx, question, ["retry", "defer"],
                                         f"{_gate_key(ctx, 'build-agent')}:{number}")
     if answer.strip().lower().startswith("retry"):
@@ -765,18 +781,21 @@ async def _review(ctx: StepContext) -> None:
 
     async def one(layer: ReviewLayer) -> tuple[ReviewLayer, str]:
         hints: dict[str, Any] = {"cli_mode": "analysis", "stage": "review", "layer": layer.id, "story": key}
-        try:
-            async with at_once:  # waiters go in the order they came: invocations stay numbered in layer order
-                if budget := _call_budget(ctx):  # what is left when this layer starts (the running share it)
-                    hints[BUDGET_HINT] = budget
-                outcome = await ctx.invoke("work", title=f"review {key}: {layer.name}", content=content(layer),
-                                           context={"project_root": str(workspace)}, hints=hints)
-        except BudgetExceeded as exc:
-            stopped.append(f"{layer.id}: {exc.message}")
-            return layer, ""
-        except ExecutorError as exc:
-            return layer, f"escalate: the {layer.name} reviewer failed: {exc}"
-        return layer, outcome.summary or ""
+        while True:
+            try:
+                async with at_once:  # waiters go in the order they came: invocations stay numbered in layer order
+                    if budget := _call_budget(ctx):  # what is left when this layer starts (the running share it)
+                        hints[BUDGET_HINT] = budget
+                    outcome = await ctx.invoke("work", title=f"review {key}: {layer.name}", content=content(layer),
+                                               context={"project_root": str(workspace)}, hints=hints)
+            except BudgetExceeded as exc:
+                stopped.append(f"{layer.id}: {exc.message}")
+                return layer, ""
+            except ExecutorError as exc:  # a reviewer stalled or refused is asked again, as a build's agent is
+                if _outside_the_work(exc) and await _may_try_again(ctx, exc, _agent_failure(ctx, exc, layer.id)):
+                    continue
+                return layer, f"escalate: the {layer.name} reviewer failed: {exc}"
+            return layer, outcome.summary or ""
 
     results = await asyncio.gather(*(one(layer) for layer in layers))  # invocations numbered in layer order
     _note_usage(ctx)
