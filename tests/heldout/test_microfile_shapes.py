@@ -1,0 +1,151 @@
+"""Micro-file workflows (v6.0.x / alpha.1x shapes) in normal mode with nobody at the terminal: block at each menu."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.heldout.conftest import CONFIG, pending, run, write
+
+WF = "_bmad/demo/workflows/party"
+
+
+@pytest.mark.xfail(strict=True, reason="chains: a workflow.md that names only a later step ('Load step: "
+                   "./steps/step-02-…' in a late section, v6.0.4 core party-mode) starts there; step-01 never runs")
+def test_a_workflow_md_naming_only_step_02_still_starts_at_step_01(tmp_path: Path) -> None:
+    project = write(tmp_path, {**CONFIG,
+        f"{WF}/workflow.md": """
+            ---
+            name: party
+            description: A facilitated discussion.
+            ---
+
+            # Party
+
+            Load config from `{project-root}/_bmad/demo/config.yaml`.
+
+            ## ORCHESTRATION
+
+            Step 01 loads the roster; step 02 runs the discussion.
+
+            ### Conversation Orchestration
+
+            Load step: `./steps/step-02-discuss.md`
+            """,
+        f"{WF}/steps/step-01-load.md": """
+            # Step 1: Load the roster
+
+            Load the roster, then present:
+
+            [C] Continue - Begin the discussion
+
+            #### If 'C' (Continue):
+
+            - Load: `./step-02-discuss.md`
+            """,
+        f"{WF}/steps/step-02-discuss.md": """
+            # Step 2: Discuss
+
+            Run a round of the discussion, then show this menu:
+
+            `[E] Exit - End the session`
+
+            #### If 'E':
+
+            - Read fully and follow: `./step-03-exit.md`
+            """,
+        f"{WF}/steps/step-03-exit.md": "# Step 3: Exit\n\nSay goodbye.\n",
+    })
+    engine, result = run(project, WF)
+    assert result.status.value == "blocked", result.status
+    assert [p.split(":")[0] for p in pending(engine)] == ["step-01-load"], pending(engine)
+
+
+@pytest.mark.xfail(strict=True, reason="chains: a menu under 'If existing session files are found:' (v6.0.4 core "
+                   "brainstorming step-01) is asked in a fresh project instead of the step's own menu")
+def test_a_menu_under_an_if_is_not_the_steps_menu_in_a_fresh_project(tmp_path: Path) -> None:
+    wf = "_bmad/demo/workflows/brainstorm"
+    project = write(tmp_path, {**CONFIG,
+        f"{wf}/workflow.md": """
+            ---
+            name: brainstorm
+            description: A session.
+            ---
+
+            # Brainstorm
+
+            Load config from `{project-root}/_bmad/demo/config.yaml`.
+
+            Load, read the full file and then execute `./steps/step-01-setup.md`.
+            """,
+        f"{wf}/steps/step-01-setup.md": """
+            # Step 1: Session setup
+
+            ### 1. Look for earlier sessions
+
+            List the files in `{output_folder}/sessions/`.
+
+            ### 2. Handle Existing Sessions (If Files Found)
+
+            If existing session files are found:
+
+              **[1]** Continue this session
+              **[2]** Start a new session
+
+            ### 3. Fresh Setup (If No Files or User Chooses New)
+
+            Ask what the session is about, then present:
+
+            [1] User-Selected Techniques - Browse the library
+            [2] AI-Recommended Techniques - Suggestions for your goals
+
+            #### If 1 or 2: load `./step-02-run.md`
+            """,
+        f"{wf}/steps/step-02-run.md": "# Step 2: Run\n\nRun the session.\n",
+    })
+    engine, result = run(project, wf)
+    assert result.status.value == "blocked", result.status
+    (asked,) = pending(engine)
+    assert "User-Selected Techniques" in asked and "Continue this session" not in asked, asked
+
+
+@pytest.mark.xfail(strict=True, reason="chains: '[1]' inside inline code (`stepsCompleted: [1]`) on a menu-handling "
+                   "line is taken as a menu option (alpha.16 bmm prd step-01-init)")
+def test_inline_code_is_not_a_menu_option(tmp_path: Path) -> None:
+    wf = "_bmad/demo/workflows/prd"
+    project = write(tmp_path, {**CONFIG,
+        f"{wf}/workflow.md": """
+            ---
+            name: prd
+            description: A PRD.
+            ---
+
+            # PRD
+
+            Load config from `{project-root}/_bmad/demo/config.yaml`.
+
+            Load, read the full file and then execute `./steps/step-01-init.md`.
+            """,
+        f"{wf}/steps/step-01-init.md": """
+            ---
+            nextStepFile: './step-02-discovery.md'
+            ---
+
+            # Step 1: Init
+
+            Set up the document.
+
+            ### Present MENU OPTIONS
+
+            "[C] Continue - Save this and move to Project Discovery (Step 2 of 11)"
+
+            #### Menu Handling Logic:
+
+            - IF C: Update frontmatter `stepsCompleted: [1]`, then load, read entire file, then execute {nextStepFile}
+            """,
+        f"{wf}/steps/step-02-discovery.md": "# Step 2: Discovery\n\nDiscover.\n",
+    })
+    engine, result = run(project, wf)
+    assert result.status.value == "blocked", result.status
+    (asked,) = pending(engine)
+    assert "[C]" in asked and "[1]" not in asked, asked
