@@ -112,9 +112,10 @@ def test_fork_a_microfile_workflow_at_a_middle_step_with_a_changed_variable(
 
 def test_replay_a_skill_unchanged_then_with_one_step_file_edited(
         v611: Path, model: fake_openai.FakeOpenAI, capsys: pytest.CaptureFixture[str]) -> None:
-    """v6.11.0 bmad-create-epics-and-stories: replayed unchanged, every model request is answered from the record (none reaches the
-    model) and nothing differs (exit 0); with step-02's file edited, only step-02 and the steps after it ask the
-    model, and the report shows the prompt's new line and the artifact's diff (exit 12)."""
+    """v6.11.0 bmad-create-epics-and-stories: replayed unchanged, every model request is answered from the record
+    (none reaches the model) and nothing differs (exit 0); with step-02's file edited, only step-02 asks the model
+    (the later steps' requests are unchanged), and the report shows the prompt's new line and the artifact's diff
+    (exit 12)."""
     use_fake_model(v611, model)
     recorded = record(capsys, v611, SKILL)
     sent = len(model.requests)
@@ -138,3 +139,28 @@ def test_replay_a_skill_unchanged_then_with_one_step_file_edited(
     assert code == 12, out
     assert re.search(r"^-prompt [0-9a-f]{12}$", out, re.M) and re.search(r"^\+prompt [0-9a-f]{12}$", out, re.M)
     assert "artifacts: 0 the same, 1 differ" in out
+
+
+def test_fork_a_ccw_session_at_a_middle_task_with_a_new_variable(
+        ccw_project: Path, model: fake_openai.FakeOpenAI, capsys: pytest.CaptureFixture[str]) -> None:
+    """A CCW session (five tasks in phases): the fork at IMPL-3 copies the records before it, asks the model for
+    IMPL-3 on only, and its tasks' prompts (which list the run's variables) and artifacts diverge."""
+    use_fake_model(ccw_project, model)
+    session = ".workflow/active/WFS-phased"
+    parent = record(capsys, ccw_project, session)
+    before = tree_bytes(run_path(ccw_project, parent))
+    sent = len(model.requests)
+
+    code, out = cli(capsys, ccw_project, "fork", parent, "--at", "IMPL-3", "--set", "reviewer=Ann")
+    assert code == 0, out
+    child = child_of(out)
+    assert "left alone .workflow/active/WFS-phased/.task/IMPL-3.json" in out  # CCW's task files are not recorded
+    assert tree_bytes(run_path(ccw_project, parent)) == before
+    cut = first_index(ccw_project, parent, "IMPL-3")
+    assert records(ccw_project, child)[:cut] == records(ccw_project, parent)[:cut]
+    asked = requested_steps(model, sent)
+    assert asked and set(asked) <= {"IMPL-3", "IMPL-4", "IMPL-5"}, asked
+
+    code, out = cli(capsys, ccw_project, "diff", parent, child)
+    assert code == 12, out
+    assert "model requests changed: IMPL-3" in out

@@ -106,13 +106,13 @@ def prepare_fork(engine: Engine, parent: RecordedRun, step_id: str, variables: d
     manifest.update(run_id=child.run_id, parent_run_id=parent.run_id, forked_at=step_id, status="running",
                     journal_seq=len(events), created_at=stamp, updated_at=stamp)
     child.write_text("manifest.json", orjson.dumps(manifest).decode("utf-8") + "\n")
-    return child, _restore(Path(parent.run.project_root), plan)
+    return child, _restore(parent, plan)
 
 
 def rewind(run: RecordedRun, cut: int) -> Restoration:
     """Put the project's files back to what they were when ``run``'s journal held ``cut`` records (0: before
     the run)."""
-    return _restore(Path(run.run.project_root), _plan(run, cut))
+    return _restore(run, _plan(run, cut))
 
 
 @dataclass(slots=True)
@@ -140,10 +140,11 @@ def _plan(parent: RecordedRun, cut: int) -> _Plan:
         elif event.type == EventType.ARTIFACT_READY.value and isinstance(data.get("path"), str):
             later.setdefault(data["path"], None)
         elif event.type == EventType.CALL_STARTED.value and data.get("op") == "ccw_complete":
-            completion = _mapping(args.get("completion"))  # CCW's own files: named, never recorded
+            completion = _mapping(args.get("completion"))  # CCW's own files (relative to its session): named
+            session = Path(str(_mapping(parent.run.workflow.meta.get("paths")).get("session_dir", "")))
             for name in ("task_json", "summary_path"):
                 if isinstance(completion.get(name), str):
-                    later.setdefault(completion[name], None)
+                    later.setdefault(parent.shown(session / completion[name]), None)
     for path, intent in later.items():
         if path in target:
             continue
@@ -160,8 +161,9 @@ def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _restore(root: Path, plan: _Plan) -> Restoration:
-    """Carry out ``plan`` in the project at ``root``."""
+def _restore(run: RecordedRun, plan: _Plan) -> Restoration:
+    """Carry out ``plan`` in ``run``'s project."""
+    root = Path(run.run.project_root)
     done = Restoration()
     for path, data in plan.write.items():
         target = root / path
@@ -174,18 +176,18 @@ def _restore(root: Path, plan: _Plan) -> Restoration:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(target, data)
-        done.restored.append(path)
+        done.restored.append(run.shown(path))
     for path in plan.remove:
         target = root / path
         if target.is_file():
             target.unlink()
-            done.removed.append(path)
+            done.removed.append(run.shown(path))
     for path, size in plan.truncate.items():
         target = root / path
         if target.is_file() and target.stat().st_size > size:
             os.truncate(target, size)
-            done.restored.append(path)
+            done.restored.append(run.shown(path))
         elif not target.is_file():
-            done.left_alone.append(path)
+            done.left_alone.append(run.shown(path))
     done.left_alone += plan.left_alone
     return done

@@ -113,6 +113,12 @@ class RecordedRun:
                            path=str(self.run_dir.journal_path), line=line,
                            hint="fork or compare a run recorded by this version")
 
+    def shown(self, path: str | Path) -> str:
+        """``path`` as the user is shown it: relative to the run's project when it is inside it."""
+        found = Path(path)
+        root = Path(self.run.project_root)
+        return str(found.relative_to(root)) if found.is_absolute() and found.is_relative_to(root) else str(path)
+
     def answers(self, start: int = 0) -> dict[str, str]:
         """The answers people gave (``ask:<key>`` -> answer) from record ``start`` on."""
         found: dict[str, str] = {}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from stepline.timetravel._record import ModelRequest, RecordedRun
@@ -95,7 +94,7 @@ def compare(a: RecordedRun, b: RecordedRun) -> Report:
             continue
         old = a.content(path, *one_version) if one_version else b""
         new = b.content(path, *two_version) if two_version else b""
-        shown = _shown(path, a.run.project_root)
+        shown = a.shown(path)
         report.artifacts[path] = _text_diff(old, new, f"A/{shown}" if one_version else "/dev/null",
                                             f"B/{shown}" if two_version else "/dev/null")
     return report
@@ -118,12 +117,6 @@ def _text_diff(old: bytes, new: bytes, name_a: str, name_b: str) -> list[str]:
     except UnicodeDecodeError:
         return [f"binary {name_a} and {name_b} differ"]
     return list(difflib.unified_diff(first.splitlines(), second.splitlines(), name_a, name_b, lineterm=""))
-
-
-def _shown(path: str, project_root: str) -> str:
-    """An artifact's path as a diff names it: relative to the project when it is inside it."""
-    found = Path(path)
-    return str(found.relative_to(project_root)) if found.is_relative_to(project_root) else path
 
 
 def _cut(diff: list[str]) -> list[str]:
