@@ -187,6 +187,12 @@ class Goto(Node):
     text: str = ""
     prose: bool = False
 
+    @property
+    def onward(self) -> bool:
+        """A prose "Continue to Step N" / "Proceed to Step N": it says go on, so a step N that is not there means
+        the step after this one (v6.0.x document-project's "Continue to Step 0.5" after its steps were renumbered)."""
+        return self.prose and _PROSE_ONWARD.match(self.text) is not None
+
 
 @dataclass(slots=True)
 class Anchor(Node):
@@ -373,6 +379,7 @@ _PROSE_GOTO = re.compile(
     r"(?P<n>\d+(?:\.\d+)?[a-z]?)\b",
     re.IGNORECASE,
 )
+_PROSE_ONWARD = re.compile(r"^(?:continue|proceed)\s+to\s+step\b", re.IGNORECASE)
 _TASK_PATH = re.compile(r"[^\s`'\"()]+\.(?:xml|md|yaml)\b")
 _TASK_PATH_XML = re.compile(r"[^\s`'\"()]+\.xml\b")
 _TRUE = {"true", "yes", "1"}

@@ -522,6 +522,17 @@ def _check_goto(node: Goto, labels: set[str], anchors: set[str], source: str, di
                 node.line,
             )
         )
+    elif node.onward:
+        diagnostics.append(
+            Diagnostic(
+                "warning",
+                "goto-target",
+                f"{node.text!r}: there is no step {node.step}; the runtime goes on to the step after this one "
+                f"(steps are {', '.join(sorted(labels)) or 'none'}; name one of them)",
+                source,
+                node.line,
+            )
+        )
     else:
         diagnostics.append(
             Diagnostic(

@@ -340,6 +340,10 @@ class _Interpreter:
             except _Jump as jump:
                 await self._flush()
                 place = self._locate(jump.node)
+                if place is None:
+                    self.note = (f"{jump.node.text!r} at {self.source}:{jump.node.line} names no step; "
+                                 "went on to the next step")
+                    return None
                 self.jump_line = jump.node.line
                 if place.step != self.base or jump.node.anchor is None:
                     return place
@@ -350,7 +354,8 @@ class _Interpreter:
                                      retryable=False) from None
                 start = place.path
 
-    def _locate(self, node: Goto) -> _Place:
+    def _locate(self, node: Goto) -> _Place | None:
+        """Where ``node`` jumps to; ``None`` for an onward prose jump to a step that is not there (go on)."""
         where = f"{self.source}:{node.line}"
         if node.anchor is not None:
             place = self.anchors.get(node.anchor)
@@ -363,6 +368,8 @@ class _Interpreter:
         if place is None:
             number = re.match(r"\d+(?:\.\d+)?", label)
             place = self.labels.get(number.group(0)) if number else None
+        if place is None and node.onward:
+            return None
         if place is None:
             steps = ", ".join(str(s.meta.get("n")) for s in self.workflow.steps)
             raise StepFailed(f"goto step {label!r} at {where}: there is no such step (steps are {steps})",

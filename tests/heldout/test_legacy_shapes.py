@@ -1,0 +1,60 @@
+"""Legacy workflows (workflow.yaml + instructions) with the shapes of v6.0.x / alpha.1x releases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.heldout.conftest import CONFIG, run, write
+
+from stepline.families import lint_tree
+
+WF = "_bmad/demo/workflows/scan"
+YAML = """
+    name: scan
+    description: "Scan a project"
+    config_source: "{project-root}/_bmad/demo/config.yaml"
+    output_folder: "{config_source}:output_folder"
+    installed_path: "{project-root}/_bmad/demo/workflows/scan"
+    instructions: "{installed_path}/instructions.md"
+    """
+
+
+def test_a_prose_continue_to_a_step_that_is_not_there_goes_on_to_the_next_step(tmp_path: Path) -> None:
+    """v6.0.4 document-project: "Continue to Step 0.5" after the steps were renumbered (there are 1 and 3)."""
+    project = write(tmp_path, {**CONFIG, f"{WF}/workflow.yaml": YAML, f"{WF}/instructions.md": """
+        # Scan
+
+        <workflow>
+        <step n="1" goal="Look for an earlier scan">
+        <action>Archive the old state file</action>
+        <action>Continue to Step 0.5</action>
+        <action>Never reached: the step goes on from the jump</action>
+        </step>
+
+        <step n="3" goal="Scan the project">
+        <action>Scan the project</action>
+        </step>
+        </workflow>
+        """})
+    diagnostics, _ = lint_tree(project / WF, project_root=project)
+    (goto,) = [d for d in diagnostics if d.code == "goto-target"]
+    assert goto.severity == "warning" and goto.line == 6 and "the step after this one" in goto.message, goto
+
+    _, result = run(project, WF, mode="yolo")
+    assert result.status.value == "completed", result.error
+    assert [s for s in result.steps if not s.startswith("workflow")] == ["step-1", "step-3"], list(result.steps)
+    assert "'Continue to Step 0.5'" in (result.steps["step-1"].summary or "")
+
+
+def test_a_goto_or_a_backward_prose_jump_to_a_missing_step_stays_an_error(tmp_path: Path) -> None:
+    """Only "continue/proceed to" says go on; `<goto step=…>` and "Return to Step N" name a place, so stay errors."""
+    project = write(tmp_path, {**CONFIG, f"{WF}/workflow.yaml": YAML, f"{WF}/instructions.md": """
+        <workflow>
+        <step n="1" goal="One">
+        <action>Return to Step 0.5</action>
+        <goto step="7">again</goto>
+        </step>
+        </workflow>
+        """})
+    diagnostics, _ = lint_tree(project / WF, project_root=project)
+    assert [(d.severity, d.line) for d in diagnostics if d.code == "goto-target"] == [("error", 3), ("error", 4)]
