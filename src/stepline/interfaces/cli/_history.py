@@ -20,6 +20,7 @@ from stepline.interfaces.cli._runs import (
 )
 
 if TYPE_CHECKING:
+    from stepline.store import RunStore
     from stepline.timetravel import Report
 
 RunArgument = Annotated[str, typer.Argument(help="The recorded run (a unique part of its id is enough).")]
@@ -155,3 +156,30 @@ def _exit_code(report: Report, run_code: int) -> int:
     if run_code:
         return run_code
     return 0 if report.artifacts_same else EXIT_DIFFERENT
+
+
+def print_lineage(store: RunStore, run_id: str) -> None:
+    """What ``show`` prints of a run's parent and children (forks, and runs a workflow started)."""
+    import orjson
+
+    def manifest(rid: str) -> dict[str, Any]:
+        try:
+            found = orjson.loads((store.root / rid / "manifest.json").read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def link(raw: dict[str, Any], rid: str) -> str:
+        return f"{rid} at step {raw['forked_at']}" if raw.get("forked_at") else rid
+
+    own = manifest(run_id)
+    if own.get("parent_run_id"):
+        print(f"{'forked from' if own.get('forked_at') else 'started by'} {link(own, str(own['parent_run_id']))}")
+    children = [(rid, raw) for rid in store.run_ids() if rid != run_id
+                for raw in [manifest(rid)] if raw.get("parent_run_id") == run_id]
+    forks = [link(raw, rid) for rid, raw in children if raw.get("forked_at")]
+    started = [rid for rid, raw in children if not raw.get("forked_at")]
+    if forks:
+        print("forks: " + ", ".join(forks))
+    if started:
+        print("child runs: " + ", ".join(started))

@@ -440,6 +440,9 @@ def show(
     shown_id, view = _view(at, config, run_id, whole=show_all)
     with paged(show_all):
         _print_show(shown_id, view)
+        from stepline.interfaces.cli._history import print_lineage
+
+        print_lineage(open_store(at, config), shown_id)
 
 
 def _print_show(shown_id: str, view: dict[str, Any]) -> None:
