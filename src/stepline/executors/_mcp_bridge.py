@@ -178,9 +178,6 @@ class StepBridge:
         in the order they came."""
         return [item.payload() for item in self._pending.values()]
 
-    def _questions(self) -> list[PendingQuestion]:
-        return [item for item in self._pending.values() if isinstance(item, PendingQuestion)]
-
     def _asked_of(self, work_id: str) -> _Work | PendingQuestion | None:
         """What a call of work request ``work_id`` raised and waits for: a question, or a request (yolo's answer)."""
         return next((item for item in self._pending.values() if item.asked_by == work_id
