@@ -299,3 +299,18 @@ def test_fences_follow_commonmark_and_a_next_step_in_an_open_fence_is_still_foun
     assert Path(spec.steps[0].meta["next"]).name == "step-02-b.md"
     codes = [d["code"] for d in spec.meta["diagnostics"]]
     assert "fenced-next-step" in codes
+
+
+def test_a_workflow_md_naming_only_a_later_step_starts_at_the_step_that_leads_there(tmp_path: Path) -> None:
+    """Issue 25 (v6.0.4's party-mode shape): workflow.md names only `./steps/step-02-discuss.md` (in a late
+    section); step-01 leads to it, so the chain starts at step-01, not in its middle."""
+    wf = tmp_path / "_bmad" / "demo" / "workflows" / "party"
+    (wf / "steps").mkdir(parents=True)
+    (wf / "workflow.md").write_text("---\nname: party\ndescription: talk\n---\n\n# Party\n\n## ORCHESTRATION\n\n"
+                                    "Load step: `./steps/step-02-discuss.md`\n", encoding="utf-8")
+    (wf / "steps" / "step-01-load.md").write_text("# Load\n\n[C] Continue\n\n#### If 'C' (Continue):\n\n"
+                                                  "- Load: `./step-02-discuss.md`\n", encoding="utf-8")
+    (wf / "steps" / "step-02-discuss.md").write_text("# Discuss\n\nTalk.\n", encoding="utf-8")
+    spec = load_bmad_microfile(wf, project_root=tmp_path)
+    assert spec.meta["first_step"] == "step-01-load"
+    assert [s.id for s in spec.steps] == ["step-01-load", "step-02-discuss"]

@@ -187,7 +187,6 @@ def test_known_upstream_defects_are_reported(project: Path) -> None:
         ("self-loop", "bmad-custom/workflows/quiz-master/steps/step-04-q3.md", 10),
         ("unreachable-step", "bmad-custom/workflows/quiz-master/steps/step-05-q4.md", 1),
         ("unreachable-step", "bmm/workflows/1-analysis/research/market-steps/step-02-customer-behavior.md", 1),
-        ("unreachable-step", "core/workflows/party-mode/steps/step-01-agent-loading.md", 1),
         ("broken-chain", "bmb/workflows/module/workflow.md", 52),
         ("missing-config", "mwm/workflows/daily-checkin/workflow.md", 39),
         ("missing-file", "bmb/workflows/module/steps-b/step-13-review.md", 6),
@@ -199,3 +198,6 @@ def test_known_upstream_defects_are_reported(project: Path) -> None:
         ("unknown-variable", "bmb/workflows/module/steps-c/step-06-workflows.md", 7),
     }
     assert expected <= found
+    # workflow.md names only step-02 (`Load step:` in a late section), but step-01 leads to it: the chain starts
+    # there (issue 25), so step-01 is not unreachable
+    assert ("unreachable-step", "core/workflows/party-mode/steps/step-01-agent-loading.md", 1) not in found

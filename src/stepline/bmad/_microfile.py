@@ -639,6 +639,8 @@ def _analyse(
                     "alternates": [],
                 }
             ]
+    for option in wf.options:
+        option["entry"] = str(_chain_start(Path(option["entry"]), wf))
     chosen = _choose(wf.options, mode, wf)
     for option in chosen:
         entries = [Path(option["entry"]), *(Path(a) for a in option["alternates"])]
@@ -647,6 +649,25 @@ def _analyse(
         for new in wf.steps.keys() - known:
             wf.steps[new].mode = option["mode"] if len(wf.options) > 1 else None
     return wf, chosen
+
+
+def _chain_start(entry: Path, wf: _Workflow) -> Path:
+    """The first step of the chain ``entry`` is in: a workflow.md may name only a later step file (``Load step:
+    ./steps/step-02-discuss.md`` in a late section, v6.0.4's party-mode) while step-01 leads to it; the chain then
+    starts at the folder's first step file, when following its next steps reaches ``entry``."""
+    number = step_number(entry.stem)
+    if number is None or not _in_folders(entry, wf.step_folders):
+        return entry
+    earlier = sorted(p for p in entry.parent.glob("*.md") if _is_step_file(p) and not is_continuation(p.stem)
+                     and (step_number(p.stem) or number) < number)
+    path: Path | None = earlier[0] if earlier else None
+    seen: set[Path] = set()
+    while path is not None and path not in seen and path.is_file():
+        if path == entry:
+            return earlier[0]
+        seen.add(path)
+        path = _read_step(path, wf.variables, wf).next
+    return entry
 
 
 # ---------------------------------------------------------------------------------------------------- public
