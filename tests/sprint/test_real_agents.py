@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sprint_kit import ARTIFACTS, BMAD, HERE, git, make_project
+from sprint_kit import ARTIFACTS, BMAD, HERE, add_config, git, make_project
 
 from fakes import agents
 from fakes.fake_anthropic import responder as anthropic_responder
@@ -43,6 +43,8 @@ class Model:
         self.kill: str | None = None
         self.loop_pid = 0
         self.requests: list[str] = []
+        self.hang_first: set[str] = set()  # stories whose first build runs a command that hangs (a stall)
+        self.builds: Counter[str] = Counter()
 
     def shell(self, command: str) -> Call:
         if self.cli == "codex":
@@ -61,6 +63,9 @@ class Model:
         story = re.search(r"^## The story \((.+)\)$", conversation.prompt, re.M)[1]
         name = key.split("-")[2]
         if conversation.turns == 0:
+            self.builds[key] += 1
+            if key in self.hang_first and self.builds[key] == 1:
+                return [self.shell(f"python3 -c 'import time; time.sleep(60)' {workspace}")]
             module = [f"def {name}(a, b):", f"    return a {OPERATORS[name]} b"]
             test = ["import unittest", "", f"from calc_{name} import {name}", "", "",
                     "class Test(unittest.TestCase):", f"    def test_{name}(self):",
@@ -110,8 +115,8 @@ def _script(agent: Agent) -> Model:
     return model
 
 
-def _project(tmp_path: Path, agent: Agent) -> Path:
-    root = make_project(tmp_path / "calc", layers=1)
+def _project(tmp_path: Path, agent: Agent, isolation: str = "none") -> Path:
+    root = make_project(tmp_path / "calc", layers=1, isolation=isolation)
     (root / "config" / "runtime.yaml").write_text(
         f"executors:\n  cli-agent: {{agent: {agent.name}, command: {agent.binary}, exit_grace_seconds: 10, "
         "stall_seconds: 60}\n")
@@ -187,3 +192,36 @@ def test_a_sigkill_of_the_loop_mid_build_leaves_no_agent_and_the_resume_commits_
     kept = git(root, "for-each-ref", "--format=%(refname)", "refs/stepline/preserve/").split()
     assert kept == ["refs/stepline/preserve/1-1-add/build/1"]
     assert _left_in(root) == []
+
+
+def test_the_real_claude_s_rate_limit_and_stall_are_classified_and_spend_no_build_attempt(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """A 429 from the model (claude told not to retry it) and a command that hangs (no output, no file change for
+    stall_seconds): each is journaled with its kind, the build is tried again in the same stage, and with one
+    build attempt per story both stories are still committed."""
+    from fakes.fake_anthropic import fault
+
+    server = request.getfixturevalue("fake_anthropic")
+    agent = Agent("claude", agents.binary("claude"), server,
+                  {**agents.claude_env(tmp_path / "home", server.base_url), "CLAUDE_CODE_MAX_RETRIES": "0"})
+    model = _script(agent)
+    model.hang_first = {"1-2-sub"}
+    root = _project(tmp_path, agent, "worktree")  # (the agent's folder holds no .stepline/ of the loop's own)
+    config = root / "config" / "sprint.yaml"
+    config.write_text(config.read_text().replace("retries: {build: 3", "retries: {build: 1"))
+    add_config(root, "stall_seconds: 20\nagent_retry_wait_seconds: 0\n", "one build each, a short stall limit")
+    server.queue(fault(429, "rate limit reached for requests"))
+    loop = _loop(root, agent, "run", "--max-stories", "2", "--json")
+    out, err = loop.communicate(timeout=600)
+    assert loop.returncode == 0, err[-3000:]
+    results = json.loads(out)
+    assert [r["outcome"] for r in results] == ["committed", "committed"]
+    kinds = {}
+    for result in results:
+        raw = (root / ".stepline" / "runs" / result["run_id"] / "journal.jsonl").read_bytes().rstrip(b"\0").decode()
+        records = [json.loads(line) for line in raw.splitlines() if line.strip()]
+        kinds[result["key"]] = [e["data"]["result"]["kind"] for e in records
+                                if e["type"] == "CallRecorded" and e["data"]["op"].startswith("sprint:agent-failure/")]
+        assert '"step_id":"build@2"' not in raw  # the one build attempt was not spent
+    assert kinds == {"1-1-add": ["rate-limit"], "1-2-sub": ["stall"]}
+    assert _story_commits(root) == Counter({"1-1-add": 1, "1-2-sub": 1}) and _left_in(root) == []
