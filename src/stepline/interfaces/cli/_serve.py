@@ -37,6 +37,7 @@ def serve(
     from stepline.errors import UsageError
     from stepline.interfaces.cli._render import err_console
     from stepline.interfaces.web import LOOPBACK_HOSTS, create_app, new_token, write_token_file
+    from stepline.interfaces.web._limits import HeaderTimeoutH11
 
     at = where(directory, project_root)
     runtime = load_runtime_config(at.root, at.option(config))
@@ -55,7 +56,7 @@ def serve(
     application = create_app(at.root, runtime, token, allowed_hosts=LOOPBACK_HOSTS if loopback else None,
                              stopping=lambda: server is not None and server.should_exit)
     server = uvicorn.Server(uvicorn.Config(application, log_level="warning", timeout_graceful_shutdown=2,
-                                           lifespan="off"))
+                                           lifespan="off", http=HeaderTimeoutH11))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -22,6 +22,7 @@ from stepline.errors import (
     UsageError,
 )
 from stepline.interfaces.web._auth import Auth
+from stepline.interfaces.web._limits import BodyLimit
 from stepline.interfaces.web._state import CrossSiteRefused, NotAuthenticated, WebState, authenticate
 
 __all__ = ["LOOPBACK_HOSTS", "create_app", "http_status"]
@@ -101,6 +102,7 @@ def create_app(project_root: Path, config: RuntimeConfig, token: str, *,
     app.include_router(pages)
     app.mount("/static", StaticFiles(directory=str(Path(__file__).with_name("static"))), name="static")
     app.add_middleware(_SecurityHeaders)
+    app.add_middleware(BodyLimit)  # outermost: a body over the limit is refused before anything reads it
     return app
 
 
