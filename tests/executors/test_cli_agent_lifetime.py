@@ -45,10 +45,11 @@ print(run.run_id, run.status.value)
 
 @pytest.fixture
 def driver_env(tmp_path: Path) -> dict[str, str]:
-    """The fake agents first on PATH, the slow edit they make, where they leave their pids."""
+    """The fake agents first on PATH, the edit they make once ``release`` exists, where they leave their pids."""
     return {**os.environ, "PATH": os.pathsep.join([str(FAKES), str(Path(sys.executable).parent),
                                                    os.environ.get("PATH", "")]),
-            "FAKE_AGENT_BEHAVIOR": "slow-edit", "FAKE_AGENT_SLEEP": "4", "FAKE_AGENT_PIDS": str(tmp_path / "pids")}
+            "FAKE_AGENT_BEHAVIOR": "slow-edit", "FAKE_AGENT_PIDS": str(tmp_path / "pids"),
+            "FAKE_AGENT_RELEASE": str(tmp_path / "release")}
 
 
 def _start(project: Path, env: dict[str, str]) -> subprocess.Popen[str]:
@@ -80,19 +81,24 @@ def _agent_process(project: Path) -> dict[str, object]:
     return found[-1]
 
 
-def _resume(project: Path, env: dict[str, str]) -> str:
+def _resume(project: Path, env: dict[str, str], release: Path, tmp_path: Path) -> str:
+    """Resume the run; once its agent has started (the one a dead driver left stopped by then), let agents edit."""
     run_id = next((project / ".stepline" / "runs").glob("*/journal.jsonl")).parent.name
-    done = subprocess.run([sys.executable, "-c", DRIVER, "resume", str(project), run_id], env=env, text=True,
-                          capture_output=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+    resumed = subprocess.Popen([sys.executable, "-c", DRIVER, "resume", str(project), run_id], env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _wait_for(lambda: len(_pids(tmp_path)) == 2, "the resumed agent to start", timeout=90)
+    release.touch()
+    out, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err[-3000:]
+    return out
 
 
 @pytest.mark.parametrize("kill_supervisor", [False, True], ids=["driver", "driver-and-supervisor"])
 def test_a_killed_driver_leaves_no_agent_and_the_resume_makes_the_change_once(
         kill_supervisor: bool, project: Path, tmp_path: Path, driver_env: dict[str, str]) -> None:
     """SIGKILL the driver mid-build (and, the second time, the agent's supervisor with it): no agent is left to
-    finish its edit behind the resumed run's back; the resume runs the agent once more; the edit is there once."""
+    make its edit behind the resumed run's back (agents edit once released, after the resumed one started); the
+    resume runs the agent once more; the edit is there once."""
     driver = _start(project, driver_env)
     _wait_for(lambda: _pids(tmp_path), "the agent to start")
     first = _pids(tmp_path)[0]
@@ -104,14 +110,18 @@ def test_a_killed_driver_leaves_no_agent_and_the_resume_makes_the_change_once(
     driver.wait(10)
     if not kill_supervisor:  # its supervisor stops it within a moment, before any resume
         _wait_for(lambda: not alive(first), "the agent to die with its driver", timeout=10)
-    out = _resume(project, driver_env)
+    else:  # only the journal knows it now: it waits for its release, alive
+        assert alive(first)
+    out = _resume(project, driver_env, Path(driver_env["FAKE_AGENT_RELEASE"]), tmp_path)
     assert out.split()[1] == "completed", out
     assert not alive(first)
     pids = _pids(tmp_path)
     assert len(pids) == 2 and not any(alive(pid) for pid in pids)  # killed once, run once on resume
-    time.sleep(4.5)  # past the killed agent's edit, had it lived
     assert (project / "edits.txt").read_text().splitlines() == [f"edit by {pids[1]}"]
     assert (project / "out" / "build.md").read_text().startswith("codex did build")
+    log = next((project / ".stepline" / "runs").glob("*/logs/build.log")).read_text()
+    stopped = f"stopped the agent a previous driver left running (process group {process['pgid']})"
+    assert (stopped in log) == kill_supervisor  # the resume stopped it only where its supervisor could not
 
 
 @pytest.mark.parametrize("agent", ["claude", "codex"])

@@ -3,7 +3,7 @@
 Behaviour is picked by ``FAKE_AGENT_BEHAVIOR``: ``work`` (default) reads the step with ``get_step``, writes its
 output and finishes; ``no-finish`` exits without finishing (saying ``FAKE_AGENT_SAYS`` on stderr); ``hang`` starts
 a child process, records both pids in ``FAKE_AGENT_PIDS`` and sleeps; ``slow-edit`` appends its pid to
-``FAKE_AGENT_PIDS``, sleeps ``FAKE_AGENT_SLEEP`` seconds, appends a line to ``edits.txt`` in its folder, then
+``FAKE_AGENT_PIDS``, waits for the file ``FAKE_AGENT_RELEASE``, appends a line to ``edits.txt`` in its folder, then
 works. Every invocation is appended to ``FAKE_AGENT_LOG`` (JSON lines: the agent, argv, cwd, prompt and MCP url),
 so tests can check the command shape and the prompt.
 """
@@ -123,7 +123,8 @@ def main(agent: str) -> int:
     if behavior == "slow-edit":  # a build that takes a while: its edit lands late, once per run that lives
         with open(os.environ["FAKE_AGENT_PIDS"], "a", encoding="utf-8") as pids:
             pids.write(f"{os.getpid()}\n")
-        time.sleep(float(os.environ.get("FAKE_AGENT_SLEEP", "3")))
+        while not Path(os.environ["FAKE_AGENT_RELEASE"]).exists():
+            time.sleep(0.05)
         with open("edits.txt", "a", encoding="utf-8") as edits:
             edits.write(f"edit by {os.getpid()}\n")
     if behavior == "no-finish":
