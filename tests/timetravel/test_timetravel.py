@@ -6,75 +6,17 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from fakes import fake_openai
-from stepline.interfaces.cli._app import run_cli
-from stepline.store import read_journal
+
+from .conftest import child_of, cli, first_index, record, records, requested_steps, run_path, tree_bytes, use_fake_model
 
 pytestmark = pytest.mark.corpus
 
 MICROFILE = "_bmad/bmm/workflows/1-analysis/create-product-brief/workflow.md"
 SKILL = "_bmad/bmm/plan/bmad-create-epics-and-stories"
-_STEP = re.compile(r"# Step (?P<step>\S+?):")
-
-
-def use_fake_model(project: Path, server: fake_openai.FakeOpenAI) -> None:
-    """Point the project's openai executor at the fake server (config/runtime.yaml)."""
-    (project / "config").mkdir(exist_ok=True)
-    (project / "config" / "runtime.yaml").write_text(
-        f"executors:\n  openai:\n    base_url: {server.base_url}\n    api_key: test\n    model: fake\n",
-        encoding="utf-8")
-
-
-def cli(capsys: pytest.CaptureFixture[str], project: Path, *args: str) -> tuple[int, str]:
-    """Run ``stepline ARGS -C PROJECT``; return the exit code and what it printed."""
-    capsys.readouterr()
-    code = run_cli([*args, "-C", str(project)])
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
-
-
-def record(capsys: pytest.CaptureFixture[str], project: Path, path: str, *args: str) -> str:
-    """Run the workflow at ``path`` with the fake model (#yolo); return the run id."""
-    code, out = cli(capsys, project, "run", path, "-e", "openai", "--yolo", *args)
-    assert code == 0, out
-    return re.search(r"run (run-\S+) completed", out).group(1)  # type: ignore[union-attr]
-
-
-def tree_bytes(folder: Path) -> dict[str, bytes]:
-    """Every file under ``folder`` and its bytes."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def run_path(project: Path, run_id: str) -> Path:
-    return project / ".stepline" / "runs" / run_id
-
-
-def records(project: Path, run_id: str) -> list[tuple[Any, ...]]:
-    """The run's journal records without their run id (what a fork copies must be equal in all else)."""
-    return [(e.seq, e.type, e.time, e.step_id, json.dumps(e.data, sort_keys=True))
-            for e in read_journal(run_path(project, run_id) / "journal.jsonl")]
-
-
-def requested_steps(server: fake_openai.FakeOpenAI, since: int = 0) -> list[str]:
-    """The step of each request the fake server received (from the ``# Step <id>:`` header it was sent)."""
-    steps = []
-    for body in server.requests[since:]:
-        found = _STEP.search(json.dumps(body["messages"]).replace("\\n", "\n"))
-        assert found, body
-        steps.append(found.group("step"))
-    return steps
-
-
-def child_of(out: str) -> str:
-    return re.search(r"^fork (run-\S+) of", out, re.M).group(1)  # type: ignore[union-attr]
-
-
-def first_index(project: Path, run_id: str, step: str) -> int:
-    return next(i for i, r in enumerate(records(project, run_id)) if r[3] == step)
 
 
 def test_fork_a_microfile_workflow_at_a_middle_step_with_a_changed_variable(

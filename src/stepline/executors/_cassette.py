@@ -293,7 +293,7 @@ class _ServingSession(_RecordingSession):
 
             return await super().memo(label, payload, served)
         if self.owner.strict:
-            self.owner.stopped_at = self.step_id
+            self.owner.refused = (self.step_id, label, payload)
             raise ExecutorError(f"step {self.step_id!r}: its {label} request differs from the recorded run's "
                                 "(--strict: not sent)", retryable=False,
                                 hint="see the prompt diff below; replay without --strict to send it")
@@ -316,7 +316,7 @@ class ServingExecutor(Executor):
         self.strict = strict
         self.served: list[str] = []  # the step of each request answered from the record
         self.sent: list[str] = []  # the step of each request sent to the model
-        self.stopped_at: str | None = None
+        self.refused: tuple[str, str, dict[str, Any]] | None = None  # the request ``strict`` did not send
 
     async def perform(self, request: StepRequest, session: StepSession) -> None:
         """Let ``inner`` do the request, its model requests served where the record has them."""

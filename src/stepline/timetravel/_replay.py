@@ -18,8 +18,8 @@ from stepline.executors import Executor, create_executor
 from stepline.executors._cassette import ServingExecutor
 from stepline.model import Run, WorkflowSpec
 from stepline.timetravel._fork import Answers, Restoration, rewind
-from stepline.timetravel._record import RecordedRun, read_run
-from stepline.timetravel._report import Report, compare
+from stepline.timetravel._record import ModelRequest, RecordedRun, read_run
+from stepline.timetravel._report import Report, compare, request_diff
 
 __all__ = ["Replay", "replay", "serving"]
 
@@ -50,6 +50,14 @@ async def replay(engine: Engine, recorded: RecordedRun, workflow: WorkflowSpec, 
     rewound = rewind(recorded, 0)
     engine.human = Answers(engine.human, [], recorded.answers(), by="replay")
     run = await engine.start(workflow, recorded.given_variables())
-    report = compare(recorded, read_run(engine, run.run_id))
-    return Replay(run=run, report=report, served=len(executor.served), sent=executor.sent,
-                  stopped_at=executor.stopped_at, rewound=rewound)
+    replayed = read_run(engine, run.run_id)
+    report = compare(recorded, replayed)
+    stopped_at = None
+    if executor.refused is not None:  # never sent, so not in the replay's journal: compared as it would have been
+        stopped_at, label, payload = executor.refused
+        before = [r for r in recorded.requests if r.step_id == stopped_at]
+        asked = [r for r in replayed.requests if r.step_id == stopped_at]
+        report.requests[stopped_at] = request_diff(stopped_at, before,
+                                                   [*asked, ModelRequest(stopped_at, label, payload, {})])
+    return Replay(run=run, report=report, served=len(executor.served), sent=executor.sent, stopped_at=stopped_at,
+                  rewound=rewound)

@@ -12,7 +12,7 @@ from typing import Any
 
 from stepline.timetravel._record import ModelRequest, RecordedRun
 
-__all__ = ["Report", "compare"]
+__all__ = ["Report", "compare", "request_diff"]
 
 #: Diff lines shown per prompt or artifact (the rest are counted).
 _SHOWN = 80
@@ -82,7 +82,7 @@ def compare(a: RecordedRun, b: RecordedRun) -> Report:
         if answers_a.get(gate) != answers_b.get(gate):
             report.decisions.append(f"{gate}: answered {answers_a.get(gate)!r} in A, {answers_b.get(gate)!r} in B")
     for step in order:
-        diff = _request_diff(step, [r for r in a.requests if r.step_id == step],
+        diff = request_diff(step, [r for r in a.requests if r.step_id == step],
                              [r for r in b.requests if r.step_id == step])
         if diff:
             report.requests[step] = diff
@@ -100,7 +100,7 @@ def compare(a: RecordedRun, b: RecordedRun) -> Report:
     return report
 
 
-def _request_diff(step: str, one: list[ModelRequest], two: list[ModelRequest]) -> list[str]:
+def request_diff(step: str, one: list[ModelRequest], two: list[ModelRequest]) -> list[str]:
     """The diff of the first request of ``step`` that differs between the runs (none: the same requests)."""
     for index in range(max(len(one), len(two))):
         first = one[index].prompt_text() if index < len(one) else ""
