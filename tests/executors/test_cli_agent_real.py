@@ -224,3 +224,13 @@ def test_a_cli_that_cannot_run_unattended_names_the_setting(agent: str, project:
     with pytest.raises(AgentNeedsPermission, match=r"\[permission\]") as caught:
         _perform(agent, binary, _request(project), RecordingSession())
     assert "security.auth.selectedType" in str(caught.value) and not caught.value.retryable
+
+
+def test_analysis_mode_keeps_the_real_cli_from_writing(project: Path, cli: Cli) -> None:
+    """In analysis mode the CLI's own file tool is refused (its approval mode: plan, read-only, editing tools
+    denied) while stepline's tools still work: the step finishes and no file is written."""
+    cli.script([cli.write(project / "hello.txt", "should not be written\n")], [(FINISH, {"summary": "looked"})])
+    session = RecordingSession()
+    _perform(cli.name, cli.binary, _request(project, cli_mode="analysis"), session, **cli.options)
+    assert session.calls[-1] == ("finish", None, "looked")
+    assert not (project / "hello.txt").exists()
