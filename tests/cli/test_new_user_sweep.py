@@ -336,7 +336,7 @@ def test_logs_follow_of_a_killed_run_ends(tmp_path: Path) -> None:
     import time
 
     stepline = str(Path(sys.executable).parent / "stepline")
-    (tmp_path / "flow.yaml").write_text("id: slow\nsteps:\n  - id: s1\n    body: wait\n", encoding="utf-8")
+    (tmp_path / "flow.yaml").write_text("id: slow\nsteps:\n  - id: s1\n    body: run slow.py\n", encoding="utf-8")
     (tmp_path / "slow.py").write_text("import os, pathlib, time\npathlib.Path('slow.pid').write_text(str(os.getpid()))"
                                       "\ntime.sleep(60)\n", encoding="utf-8")
     (tmp_path / "script.yaml").write_text("steps:\n  s1:\n    - call_tool: {name: runScript, args: {script: slow.py}}"

@@ -219,8 +219,9 @@ class JournaledSession(StepSession):
         return result
 
     def _code_risk(self, name: str, args: dict[str, Any]) -> Risk | None:
-        """``high`` for a call that runs code the step does not name as its workflow's (a script a step wrote,
-        any script of a workflow that names none): gated as ``shell`` is. None: the tool's own risk."""
+        """``high`` for a call that runs code the request does not name (a script a step wrote, a script of a
+        workflow that names none): gated as ``shell`` is. None: the tool's own risk, for the workflow's own
+        scripts: listed in the request's ``scripts``, or written in its text (``uv run {project-root}/…``)."""
         spec = tool_spec(name)
         if spec is None or spec.code is None:
             return None
@@ -230,8 +231,14 @@ class JournaledSession(StepSession):
             paths = spec.code(args)
         except (KeyError, TypeError):
             return None  # arguments the pipeline refuses
-        root = self.ctx.project_root
-        return None if all((root / path).resolve() in named for path in paths) else "high"
+        root = self.ctx.project_root.resolve()
+
+        def named_here(path: str) -> bool:
+            real = (root / path).resolve()
+            shown = [str(real), real.relative_to(root).as_posix()] if real.is_relative_to(root) else [str(real)]
+            return real in named or any(text in self.request.content for text in shown)
+
+        return None if all(named_here(path) for path in paths) else "high"
 
     async def decide(self, value: bool, reason: str) -> None:
         """Answer a decide request."""
