@@ -113,6 +113,11 @@ def replay(
         print(f"replay {result.run.run_id} of {recorded.run_id} ({result.run.status.value}): "
               f"{result.served} model requests answered from the record, {len(result.sent)} sent"
               + (f" (steps {', '.join(dict.fromkeys(result.sent))})" if result.sent else ""))
+        rewound = result.rewound
+        if rewound.restored or rewound.removed or rewound.left_alone:
+            print(f"the project's files were first put back to before {recorded.run_id}:")
+            for line in rewound.lines():
+                print(line)
         if result.stopped_at:
             print(f"stopped at step {result.stopped_at}: its request changed (--strict)")
         _print(report)
