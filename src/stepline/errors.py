@@ -200,9 +200,11 @@ class AgentEnvironmentError(ExecutorError):
     so a caller that counts attempts at the work (the sprint loop's builds) need not count this one."""
 
     kind: ClassVar[str] = "environment"
+    #: Whether doing the same again may succeed, unless the raiser says otherwise.
+    retryable_by_default: ClassVar[bool] = True
 
-    def __init__(self, message: str, *, retryable: bool = True, hint: str | None = None) -> None:
-        super().__init__(message, retryable=retryable, hint=hint)
+    def __init__(self, message: str, *, retryable: bool | None = None, hint: str | None = None) -> None:
+        super().__init__(message, retryable=self.retryable_by_default if retryable is None else retryable, hint=hint)
 
 
 class AgentStalled(AgentEnvironmentError):
@@ -215,9 +217,7 @@ class AgentNeedsPermission(AgentEnvironmentError):
     """It stopped at a permission, trust or login prompt nobody can answer unattended (not retryable as it is)."""
 
     kind: ClassVar[str] = "permission"
-
-    def __init__(self, message: str, *, retryable: bool = False, hint: str | None = None) -> None:
-        super().__init__(message, retryable=retryable, hint=hint)
+    retryable_by_default: ClassVar[bool] = False
 
 
 class AgentRateLimited(AgentEnvironmentError):
