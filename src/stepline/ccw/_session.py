@@ -236,11 +236,17 @@ def _scan_tasks(task_dir: Path) -> dict[str, TaskRef]:
     try:
         # scandir, not glob: the same names (``*.json``, no dotfiles) at a fraction of the cost per file.
         with os.scandir(task_dir) as entries:
-            names = [entry.name for entry in entries if entry.name.endswith(".json") and entry.name[0] != "."]
+            found = [(entry.name, entry.is_symlink()) for entry in entries
+                     if entry.name.endswith(".json") and entry.name[0] != "."]
     except (FileNotFoundError, NotADirectoryError):
         return refs
-    for name in sorted(names, key=natural_key):
+    links = {name for name, link in found if link}
+    for name in sorted((name for name, _ in found), key=natural_key):
         path = task_dir / name
+        if name in links and not path.resolve().is_relative_to(task_dir.parent.resolve()):
+            # a task's JSON is sent to its agent and rewritten on completion: it must be the session's own
+            raise ReaderError(f"a symlink to {path.resolve()}, outside the session", path=str(path),
+                              hint="copy the task file into the session's .task folder")
         ref = scan_task_file(path)
         if ref.id in refs:
             raise ReaderError(f"task id {ref.id} is also used by {refs[ref.id].path}", path=str(path),
