@@ -105,3 +105,43 @@ def test_a_missing_file_in_a_later_menu_branch_does_not_refuse_the_skill(tmp_pat
     assert result.status.value == "blocked", (result.status, result.error)
     (asked,) = pending(engine)
     assert asked.startswith("step-e-01") and "[C]" in asked, asked
+
+
+@pytest.mark.xfail(strict=True, reason="chains (stepchain/skills): 'HALT and give the user a choice:' followed by "
+                   "bold bullet options (newest bmad-advanced-elicitation, after v6.11: Reshuffle / List all / "
+                   "Proceed) is not a halt: a normal run with nobody at the terminal completes")
+def test_a_halt_with_bulleted_bold_choices_blocks_and_asks_them(tmp_path: Path) -> None:
+    skill = "_bmad/demo/bmad-elicit"
+    project = write(tmp_path, {**CONFIG,
+        f"{skill}/SKILL.md": """
+            ---
+            name: bmad-elicit
+            description: 'Pushes the model to refine its last output. Use when the user says "elicit"'
+            ---
+
+            # Elicit
+
+            ## On Activation
+
+            Load the catalog of methods.
+
+            ## The Menu
+
+            HALT and give the user a choice:
+
+            - The five offered methods, listed by name. The user may pick one or several.
+            - **Reshuffle** — replace the list with five new options.
+            - **List all** — show the full catalog with descriptions.
+            - **Proceed** — no further elicitation.
+
+            - If the user chooses **Proceed**: done.
+
+            ## Running a Method
+
+            Run the chosen method on the target.
+            """,
+    })
+    engine, result = run(project, skill)
+    assert result.status.value == "blocked", result.status
+    (asked,) = pending(engine)
+    assert all(choice in asked for choice in ("Reshuffle", "List all", "Proceed")), asked
