@@ -106,3 +106,28 @@ def test_fork_a_ccw_session_at_a_middle_task_with_a_new_variable(
     code, out = cli(capsys, ccw_project, "diff", parent, child)
     assert code == 12, out
     assert "model requests changed: IMPL-3" in out
+
+
+@pytest.mark.parametrize(("project_fixture", "path", "step"), [
+    ("alpha23", "_bmad/bmm/workflows/testarch/nfr-assess/workflow.yaml", "step-4"),  # legacy (workflow.yaml)
+    ("v611", SKILL, "step-03-create-stories"),  # Agent Skill with step files
+])
+def test_fork_legacy_and_skill_runs(project_fixture: str, path: str, step: str, request: pytest.FixtureRequest,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A legacy BMAD workflow and an Agent Skill (dry-run): the fork keeps the records before the step, runs the
+    rest, leaves the parent as it was, and ends with the same artifacts as the parent (the legacy run's
+    document; the dry-run writes none in the skill)."""
+    project: Path = request.getfixturevalue(project_fixture)
+    code, out = cli(capsys, project, "run", path, "--yolo")
+    assert code == 0, out
+    parent = re.search(r"run (run-\S+) completed", out).group(1)  # type: ignore[union-attr]
+    before = tree_bytes(run_path(project, parent))
+    code, out = cli(capsys, project, "fork", parent, "--at", step)
+    assert code == 0, out
+    child = child_of(out)
+    assert tree_bytes(run_path(project, parent)) == before
+    cut = first_index(project, parent, step)
+    assert records(project, child)[:cut] == records(project, parent)[:cut]
+    assert next(r[3] for r in records(project, child)[cut:] if r[1] == "WorkflowStepStarted") == step
+    code, out = cli(capsys, project, "diff", parent, child)
+    assert code == 0 and re.search(r"^artifacts: \d+ the same, 0 differ$", out, re.M), out
