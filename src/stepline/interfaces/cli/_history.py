@@ -29,13 +29,14 @@ RunArgument = Annotated[str, typer.Argument(help="The recorded run (a unique par
 @app.command()
 def fork(
     run_id: RunArgument,
-    at_step: Annotated[str, typer.Option("--at", metavar="STEP", help="The step to go back to: the fork starts as the run was "
-                                                      "when this step began, and runs it again.")],
-    set_var: Annotated[list[str] | None, typer.Option("--set", metavar="NAME=VALUE", help="Change a variable from that step on: "
-                                                      "NAME=VALUE (repeatable).")] = None,
-    answer: Annotated[list[str] | None, typer.Option("--answer", metavar="TEXT", help="Answer the fork's next question with "
-                                                     "this, in order (repeatable); after them, the parent's "
-                                                     "answers to the same questions.")] = None,
+    at_step: Annotated[str, typer.Option(
+        "--at", metavar="STEP",
+        help="The step to go back to: the fork starts as the run was when this step began, and runs it again.")],
+    set_var: Annotated[list[str] | None, typer.Option(
+        "--set", metavar="NAME=VALUE", help="Change a variable from that step on (repeatable).")] = None,
+    answer: Annotated[list[str] | None, typer.Option(
+        "--answer", metavar="TEXT", help="Answer the fork's next question with this, in order (repeatable); after "
+                                         "them, the parent's answers to the same questions.")] = None,
     executor: ExecutorOption = None,
     script: ScriptOption = None,
     directory: Directory = None,
@@ -68,8 +69,9 @@ def fork(
 @app.command()
 def replay(
     run_id: RunArgument,
-    against: Annotated[Path, typer.Option("--against", metavar="PATH", help="The workflow to run (a changed copy of the run's "
-                                                            "workflow, skill or session).")],
+    against: Annotated[Path, typer.Option(
+        "--against", metavar="PATH",
+        help="The workflow to run (a changed copy of the run's workflow, skill or session).")],
     executor: ExecutorOption = None,
     script: ScriptOption = None,
     strict: Annotated[bool, typer.Option("--strict", help="A model request the recorded run did not make stops "
