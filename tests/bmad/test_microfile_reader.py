@@ -314,3 +314,19 @@ def test_a_workflow_md_naming_only_a_later_step_starts_at_the_step_that_leads_th
     spec = load_bmad_microfile(wf, project_root=tmp_path)
     assert spec.meta["first_step"] == "step-01-load"
     assert [s.id for s in spec.steps] == ["step-01-load", "step-02-discuss"]
+
+
+def test_a_menu_is_read_without_inline_code_and_without_a_menu_under_a_condition() -> None:
+    """Issue 25: `stepsCompleted: [1]` in a handler is no option [1] (alpha.16's prd step-01-init); options
+    indented under "If existing session files are found:" are not the step's menu when it has its own (v6.0.4's
+    brainstorming step-01); an option written as code (`[E] Exit`) still is one."""
+    from stepline.stepchain._read import parse_menu, prose_lines
+
+    text = ("### Present MENU OPTIONS\n\n\"[C] Continue - Save and go on\"\n\n#### Menu Handling Logic:\n\n"
+            "- IF C: Update frontmatter `stepsCompleted: [1]`, then load {nextStepFile}\n\n"
+            "### 2. Existing Sessions\n\nIf existing session files are found:\n\n  **[2]** Continue this session\n\n"
+            "### 3. Fresh Setup\n\n`[E] Exit - End the session`\n")
+    menu = parse_menu(prose_lines(text, 1))
+    assert [(o["key"], o["label"]) for o in menu] == [("C", "Continue"), ("E", "Exit")]
+    only_conditional = parse_menu(prose_lines("If files are found:\n\n  **[1]** Continue this session\n", 1))
+    assert [(o["key"], o["label"]) for o in only_conditional] == [("1", "Continue this session")]

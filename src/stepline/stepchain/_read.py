@@ -40,6 +40,9 @@ _HALT_RE = re.compile(r"\bhalt\b(?!\s+with\b)[*.:—–\s-]{0,6}(?:[^.\n]{0,40}?
 _CONDITION_RE = re.compile(r"\b(?:if|when|unless|otherwise|once)\b", re.IGNORECASE)
 _LIST_MARK = re.compile(r"^(?:[-*+]|\d+\.)\s+")
 _NEAR_LINES = 4
+#: A code span holding a YAML list (```stepsCompleted: [1]```): no option, unlike ```[E] Exit``` or
+#: ```**Confirm … to [C] continue:**```.
+_CODE_SPAN_RE = re.compile(r"`[^`]*?[\w\"']:\s*\[[^`]*`")
 _FOLDER_MODES = {"c": "create", "e": "edit", "v": "validate", "b": "brief"}
 _STEP_NUMBER_RE = re.compile(r"(?:^|-)(\d+)([a-z]?)(?=-|$)")
 _STEP_ONLY_RE = re.compile(r"step-0*(\d+)([a-z]?)")
@@ -127,11 +130,16 @@ def _options_on(line: str) -> list[tuple[str, str]]:
 
 
 def parse_menu(prose: list[tuple[int, str]]) -> list[dict[str, Any]]:
-    """Parse the ``[K] Label`` options a step (or a router) presents and their ``IF K:`` handlers."""
+    """Parse the ``[K] Label`` options a step (or a router) presents and their ``IF K:`` handlers.
+
+    Options indented under a condition (``If existing session files are found:``) are a menu only some runs
+    present: the step's menu when it has no other.
+    """
     options: dict[str, dict[str, Any]] = {}
+    conditional: dict[str, dict[str, Any]] = {}
     handlers: dict[str, tuple[str, int]] = {}
     in_menu = False
-    for line_no, line in prose:
+    for index, (line_no, line) in enumerate(prose):
         if not _MENU_LINE_RE.search(line):
             continue
         heading = _HEADING_RE.match(line)
@@ -143,11 +151,13 @@ def parse_menu(prose: list[tuple[int, str]]) -> list[dict[str, Any]]:
         handler = _MENU_HANDLER_RE.match(line)
         if handler and (in_menu or "load" in line.lower() or "execute" in line.lower()):
             handlers.setdefault(handler[1].upper(), (handler[2].strip(), line_no))
-        if not (in_menu or "select" in line.lower() or line.lstrip().startswith(("**[", "[", "- **["))):
+        if not (in_menu or "select" in line.lower() or line.lstrip().startswith(("**[", "[", "- **[", "`["))):
             continue
-        for key, label in _options_on(line):
-            options.setdefault(key, {"key": key, "label": label, "line": line_no})
+        under = _indent(line) > 0 and _condition(prose, index, "")[1] is not None
+        for key, label in _options_on(_CODE_SPAN_RE.sub("", line)):
+            (conditional if under else options).setdefault(key, {"key": key, "label": label, "line": line_no})
     menu = []
+    options = options or conditional
     for key, option in options.items():
         handler_text, _ = handlers.get(key, ("", 0))
         option["handler"] = handler_text
@@ -210,11 +220,11 @@ def halts_in(prose: list[tuple[int, str]]) -> list[Halt]:
         match = _HALT_RE.search(line)
         if match is None:
             continue
-        options = _options_on(line)
+        options = _options_on(_CODE_SPAN_RE.sub("", line))
         for _, near in reversed(prose[max(0, index - _NEAR_LINES):index]):
             if options or _HEADING_RE.match(near):
                 break
-            options = _options_on(near)
+            options = _options_on(_CODE_SPAN_RE.sub("", near))
         runtime, condition = _condition(prose, index, line[:match.start()])
         if runtime:
             found.append(Halt(line_no, line.strip(), tuple(options), condition))
