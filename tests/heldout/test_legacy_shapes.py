@@ -58,3 +58,17 @@ def test_a_goto_or_a_backward_prose_jump_to_a_missing_step_stays_an_error(tmp_pa
         """})
     diagnostics, _ = lint_tree(project / WF, project_root=project)
     assert [(d.severity, d.line) for d in diagnostics if d.code == "goto-target"] == [("error", 3), ("error", 4)]
+
+
+def test_a_not_installed_workflow_names_the_install_command_that_exists(tmp_path: Path) -> None:
+    """alpha.1x workflows run from a source tree: the fix the diagnostics give is a command stepline has."""
+    elsewhere = YAML.replace('"{project-root}/_bmad/demo/workflows/scan"', '"{project-root}/_bmad/demo/other/scan"')
+    project = write(tmp_path, {**CONFIG, f"{WF}/workflow.yaml": elsewhere,
+                               f"{WF}/instructions.md": '<workflow><step n="1" goal="a"/></workflow>\n'})
+    messages = []
+    for _ in range(2):  # used from beside the yaml (info), then missing everywhere (error)
+        diagnostics, _ = lint_tree(project / WF, project_root=project)
+        messages += [d.message for d in diagnostics if d.code in ("missing-instructions", "not-installed")]
+        (project / WF / "instructions.md").unlink(missing_ok=True)
+    assert len(messages) == 2, messages
+    assert all("stepline bmad install SRC" in m for m in messages), messages

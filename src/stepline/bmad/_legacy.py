@@ -222,7 +222,7 @@ def _instructions_text(
                 "error",
                 "missing-instructions",
                 f"instructions file {shown} does not exist; fix "
-                "'instructions' or install the module (stepline install)",
+                "'instructions' or install the module (stepline bmad install SRC)",
                 where,
                 line,
             )
@@ -257,7 +257,7 @@ def _locate(cfg: WorkflowConfig, value: Any, key: str, diagnostics: list[Diagnos
                     "info",
                     "not-installed",
                     f"{key}: installed_path {installed} does not exist; using {local} "
-                    "(install the module with stepline install to run from _bmad/)",
+                    "(install the module with `stepline bmad install SRC` to run from _bmad/)",
                     str(cfg.path),
                     cfg.line(key),
                 )
