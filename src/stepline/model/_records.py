@@ -22,7 +22,8 @@ GateStatus = Literal["pending", "approved", "rejected"]
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Built on first use: a run without gates, tools or artifacts never needs these validators.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class Artifact(_Record):
