@@ -72,6 +72,10 @@ def test_watch_of_a_killed_loop_says_it_is_not_running_and_how_to_resume(
         "error: the sprint loop is not running: it did not end and no process drives it (killed?) "
         "(`stepline sprint resume` goes on where it stopped)"]
     assert "── story 1-1-add: run run-" in watcher.stdout and "loop ended" not in watcher.stdout
+    run_id = re.search(r"── story 1-1-add: run (\S+)", watcher.stdout)[1]
+    one = subprocess.run([sys.executable, str(HERE / "crash_child.py"), "logs", run_id, "-f", "-C", str(root)],
+                         capture_output=True, text=True, timeout=60)
+    assert one.returncode == 5 and "(`stepline sprint resume` goes on where it stopped)" in one.stderr
 
 
 def test_ctrl_c_stops_the_loop_says_how_it_goes_on_and_leaves_no_agent(
