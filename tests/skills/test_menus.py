@@ -128,3 +128,30 @@ def test_over_mcp_a_skill_menu_comes_back_from_current_step_as_a_question(v611: 
     assert [(q["status"], q["step_id"], q["kind"], q["choices"]) for q in asked] == [
         ("waiting_for_answer", "step-01-validate-prerequisites", "menu", ["C"])]
     assert [(o["key"], o["label"]) for o in asked[0]["menu"]] == [("C", "continue")]
+
+
+def test_a_missing_file_in_a_later_steps_menu_branch_does_not_refuse_the_skill(tmp_path: Path) -> None:
+    """v6.3-v6.5's bmad-edit-prd shape: step-e-02's [V] names `./steps-v/…`, a file of another skill. The skill
+    runs (its first menu blocks in normal mode); validate still names the missing file."""
+    from stepline.families import lint_path
+
+    skill = tmp_path / "edit-doc"
+    (skill / "steps-e").mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: edit-doc\ndescription: Edits a doc.\n---\n\nFollow ./workflow.md.\n",
+                                    encoding="utf-8")
+    (skill / "workflow.md").write_text("# Edit\n\nRead fully and follow: `./steps-e/step-e-01-find.md`\n",
+                                       encoding="utf-8")
+    (skill / "steps-e" / "step-e-01-find.md").write_text(
+        "# Find\n\n**[C] Continue** to editing\n\n- IF C: read fully and follow: `./step-e-02-edit.md`\n",
+        encoding="utf-8")
+    (skill / "steps-e" / "step-e-02-edit.md").write_text(
+        "# Edit\n\n**[V] Validate** | **[X] Exit**\n\n#### Menu Handling Logic:\n\n"
+        "- IF V (Validate): read fully and follow: `./steps-v/step-v-01-check.md`\n- IF X (Exit): exit\n",
+        encoding="utf-8")
+    engine = Engine(project_root=tmp_path, executor="dry-run", human=HumanChannel(interactive=False))
+    run = asyncio.run(engine.start(load_workflow(skill, project_root=tmp_path)))
+    assert run.status.value == "blocked"
+    (gate,) = engine.gates.pending()
+    assert gate.step_id == "step-e-01-find" and "[C] Continue to editing" in gate.reason
+    missing = [d for d in lint_path(skill, project_root=tmp_path) if d.code == "missing-file"]
+    assert [(Path(d.path).name, d.line) for d in missing] == [("step-e-02-edit.md", 7)]

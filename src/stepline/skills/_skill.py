@@ -254,6 +254,8 @@ _CHECKPOINT = re.compile(r"^(?:(?P<cond>(?:if|when|unless)\b.*?)[,:—-]\s*)?"
 _OPTION = re.compile(r"`\[(\w)\]\s*([^`]+?)`")
 _HANDLER = re.compile(r"^(\s*)-\s*(?:On\s+)?\*\*(\w)\*\*\s*:\s*(.*)$")
 _LIST_MARK = re.compile(r"^(?:[-*]|\d+\.)\s+")
+#: a menu's handler line: "- IF V (Validate): read fully and follow: ./steps-v/step-v-01.md"
+_MENU_BRANCH = re.compile(r"^[\s\-*]*\**\s*(?i:if)\s+['\"]?(?:[A-Z]{1,3}|\d{1,2})\b['\"]?\s*[(:]")
 
 
 def _indent(line: str) -> int:
@@ -462,10 +464,14 @@ def unrunnable(files: SkillFiles) -> list[Diagnostic]:
     entry = missing_render_entry(files)
     if entry is not None:
         found.append(entry)
-    for doc in files.docs.values():
+    for name, doc in files.docs.items():
         found.extend(_snapshot_problems(files.root, doc.path, doc.text))
+        step = files.steps.get(name)
         for link in doc.links:
-            if not link.snapshot and _is_step_name(link.target) and not (files.root / link.target).is_file():
+            # a later step's menu branch (its [V] to another skill's file) fails when chosen, not the whole skill
+            branch = step is not None and (link.target != step.next or _MENU_BRANCH.match(link.text) is not None)
+            if not link.snapshot and not branch and _is_step_name(link.target) and \
+                    not (files.root / link.target).is_file():
                 found.append(Diagnostic("error", "missing-file", f"{link.target} names no file of the skill",
                                         str(doc.path), link.line))
     if (files.root / "workflow.md").is_file():  # rendered: render_skill.py resolves the links of every source
