@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from fakes import fake_openai
+from stepline.engine import Engine
+from stepline.timetravel import prepare_fork, read_run
 
 from .conftest import child_of, cli, record, requested_steps, run_path, tree_bytes, use_fake_model
 
@@ -34,6 +36,7 @@ SCRIPT = """steps:
     - write_output: {content: "two\\n"}
     - finish: {summary: two}
   three:
+    - set_var: {name: reviewer, value: Ann}
     - write_output: {content: "three\\n"}
     - finish: {summary: three}
 """
@@ -78,6 +81,19 @@ def test_fork_with_an_answer_leaves_the_parent_alone_and_show_links_them(
 
     assert f"forks: {child} at step two, {again} at step three" in cli(capsys, project, "show", parent)[1]
     assert f"forked from {parent} at step two" in cli(capsys, project, "show", child)[1]
+
+
+def test_a_fork_starts_with_the_variables_of_its_step(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A variable the parent's later step set is not set where the fork starts (its manifest holds the parent's
+    final variables); one set before the step is."""
+    parent = scripted_run(capsys, project)
+    engine = Engine(project_root=project)
+    recorded = read_run(engine, parent)
+    assert recorded.run.variables["reviewer"] == "Ann"
+    early, _ = prepare_fork(engine, recorded, "two", {"tone": "dry"})
+    assert "reviewer" not in engine.load(early).variables and engine.load(early).variables["tone"] == "dry"
+    late, _ = prepare_fork(engine, read_run(engine, parent), "three", {})
+    assert "reviewer" not in engine.load(late).variables  # step three sets it again when the fork runs it
 
 
 def test_a_run_recorded_without_blobs(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

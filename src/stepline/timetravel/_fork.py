@@ -103,8 +103,11 @@ def prepare_fork(engine: Engine, parent: RecordedRun, step_id: str, variables: d
     manifest = orjson.loads(parent.run_dir.manifest_path.read_bytes())
     for stale in ("error", "blocked_reason"):
         manifest.pop(stale, None)
+    # The parent's manifest holds its variables as they ended; the fork starts from those it was given, and the
+    # copied records set the others as they were at the fork point.
     manifest.update(run_id=child.run_id, parent_run_id=parent.run_id, forked_at=step_id, status="running",
-                    journal_seq=len(events), created_at=stamp, updated_at=stamp)
+                    journal_seq=len(events), created_at=stamp, updated_at=stamp,
+                    variables=parent.given_variables())
     child.write_text("manifest.json", orjson.dumps(manifest).decode("utf-8") + "\n")
     return child, _restore(parent, plan)
 
