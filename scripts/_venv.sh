@@ -10,7 +10,9 @@ if [ -z "$PY" ]; then
   done
 fi
 [ -n "$PY" ] || { echo "error: stepline needs Python 3.11 or newer on PATH" >&2; exit 1; }
-if [ ! -x .venv/bin/python ]; then
+# A venv whose creation was interrupted has a python but no pip: make it again rather than fail in pip.
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+  rm -rf .venv
   "$PY" -m venv .venv
 fi
 stamp=".venv/.stepline-installed${1:+-$1}"
