@@ -297,8 +297,9 @@ class _ServingSession(_RecordingSession):
             raise ExecutorError(f"step {self.step_id!r}: its {label} request differs from the recorded run's "
                                 "(--strict: not sent)", retryable=False,
                                 hint="see the prompt diff below; replay without --strict to send it")
-        self.owner.sent.append(self.step_id)
-        return await super().memo(label, payload, compute)
+        result = await super().memo(label, payload, compute)
+        self.owner.sent.append((self.step_id, result))
+        return result
 
 
 class ServingExecutor(Executor):
@@ -315,7 +316,7 @@ class ServingExecutor(Executor):
         self.recorded = {key: list(answers) for key, answers in recorded.items()}
         self.strict = strict
         self.served: list[str] = []  # the step of each request answered from the record
-        self.sent: list[str] = []  # the step of each request sent to the model
+        self.sent: list[tuple[str, dict[str, Any]]] = []  # the step of each request sent to the model, its answer
         self.refused: tuple[str, str, dict[str, Any]] | None = None  # the request ``strict`` did not send
 
     async def perform(self, request: StepRequest, session: StepSession) -> None:

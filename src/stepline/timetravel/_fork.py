@@ -68,8 +68,12 @@ class Answers(HumanChannel):
                   menu: list[MenuOption] | None = None, hints: dict[str, Any] | None = None) -> str:
         """An answer from the command line or the record, else :meth:`HumanChannel.ask`."""
         gate_id = f"ask:{key}"
-        if ctx.run.mode != "yolo" and gate_id not in ctx.engine.calls.answers:
-            answer = self.given.pop(0) if self.given else self.recorded.get(gate_id)
+        if gate_id not in ctx.engine.calls.answers:
+            # in #yolo the executor answered the recorded run's questions: its answers are model answers, served
+            # from the record by a replay; an answer given on the command line is the user's, in any mode
+            answer = self.given.pop(0) if self.given else None
+            if answer is None and ctx.run.mode != "yolo":
+                answer = self.recorded.get(gate_id)
             if answer is not None:
                 self.record(ctx, key, answer, by=self.by)
                 return answer

@@ -31,7 +31,7 @@ class Replay:
     run: Run
     report: Report
     served: int
-    sent: list[str]
+    sent: list[ModelRequest]  # the requests sent to the model (the others were answered from the record)
     stopped_at: str | None
     rewound: Restoration
 
@@ -59,5 +59,6 @@ async def replay(engine: Engine, recorded: RecordedRun, workflow: WorkflowSpec, 
         asked = [r for r in replayed.requests if r.step_id == stopped_at]
         report.requests[stopped_at] = request_diff(stopped_at, before,
                                                    [*asked, ModelRequest(stopped_at, label, payload, {})])
-    return Replay(run=run, report=report, served=len(executor.served), sent=executor.sent, stopped_at=stopped_at,
+    sent = [ModelRequest(step, "", {}, answer) for step, answer in executor.sent]
+    return Replay(run=run, report=report, served=len(executor.served), sent=sent, stopped_at=stopped_at,
                   rewound=rewound)

@@ -110,11 +110,15 @@ def replay(
     report = result.report
     if as_json:
         print_json({"run": result.run.run_id, "status": result.run.status.value, "served": result.served,
-                    "sent": result.sent, "stopped_at": result.stopped_at, **report.to_dict()})
+                    "sent": [r.step_id for r in result.sent], "stopped_at": result.stopped_at, **report.to_dict()})
     else:
+        spent = {name: sum(request.usage()[name] for request in result.sent)
+                 for name in ("input_tokens", "output_tokens", "cost_usd")}
+        sent = (f" (steps {', '.join(dict.fromkeys(r.step_id for r in result.sent))}: {int(spent['input_tokens'])} "
+                f"input and {int(spent['output_tokens'])} output tokens, {spent['cost_usd']:.6f} USD spent)"
+                if result.sent else "")
         print(f"replay {result.run.run_id} of {recorded.run_id} ({result.run.status.value}): "
-              f"{result.served} model requests answered from the record, {len(result.sent)} sent"
-              + (f" (steps {', '.join(dict.fromkeys(result.sent))})" if result.sent else ""))
+              f"{result.served} model requests answered from the record, {len(result.sent)} sent{sent}")
         rewound = result.rewound
         if rewound.restored or rewound.removed or rewound.left_alone:
             print(f"the project's files were first put back to before {recorded.run_id}:")
