@@ -103,6 +103,8 @@ def test_a_run_recorded_without_blobs(project: Path, capsys: pytest.CaptureFixtu
     shutil.rmtree(run_path(project, parent) / "blobs")
     code, out = cli(capsys, project, "fork", parent, "--at", "three")
     assert code == 0, out
+    code, out = cli(capsys, project, "diff", parent, child_of(out))
+    assert code == 0 and "artifacts: 3 the same, 0 differ" in out, out  # the same versions: no copy needed
 
     (project / "out" / "two.md").write_text("edited by hand\n", encoding="utf-8")
     code, out = cli(capsys, project, "fork", parent, "--at", "three")
