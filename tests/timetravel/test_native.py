@@ -7,9 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from fakes import fake_openai
-from stepline.engine import Engine
+from stepline.engine import Engine, RuntimeConfig
+from stepline.interfaces.web import create_app
 from stepline.timetravel import prepare_fork, read_run
 
 from .conftest import child_of, cli, record, requested_steps, run_path, tree_bytes, use_fake_model
@@ -141,3 +143,18 @@ def test_replay_strict_stops_at_the_changed_request(
     assert code == 12, out
     assert requested_steps(model, sent) == ["two"]
     assert "2 the same, 1 differ" in out and "+++ B/out/two.md" in out
+
+
+def test_the_dashboard_links_parent_and_fork(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parent = scripted_run(capsys, project)
+    child = child_of(cli(capsys, project, "fork", parent, "--at", "two", "--answer", "blue")[1])
+    token = "test-token-0123456789abcdef"
+    with TestClient(create_app(project, RuntimeConfig(), token), base_url="http://127.0.0.1:8765") as client:
+        client.headers["Authorization"] = f"Bearer {token}"
+        assert client.get(f"/api/runs/{child}").json()["parent_run_id"] == parent
+        login = client.post("/login", data={"token": token, "next": "/"},
+                            headers={"Origin": "http://127.0.0.1:8765"}, follow_redirects=False)
+        assert login.status_code == 303
+        page = client.get(f"/runs/{child}").text
+        assert f'Forked from <a href="/runs/{parent}">{parent}</a> at step two' in page
+        assert f'href="/runs/{child}"' in client.get(f"/runs/{parent}").text
