@@ -155,3 +155,21 @@ def test_a_missing_file_in_a_later_steps_menu_branch_does_not_refuse_the_skill(t
     assert gate.step_id == "step-e-01-find" and "[C] Continue to editing" in gate.reason
     missing = [d for d in lint_path(skill, project_root=tmp_path) if d.code == "missing-file"]
     assert [(Path(d.path).name, d.line) for d in missing] == [("step-e-02-edit.md", 7)]
+
+
+def test_a_sections_skill_halt_with_bold_bulleted_choices_blocks_on_them(tmp_path: Path) -> None:
+    """The newest bmad-advanced-elicitation's shape: a section says "HALT and give the user a choice:" and lists
+    `- **Reshuffle** — …`, `- **List all** — …`, `- **Proceed** — …`: normal mode asks them, keyed by initials."""
+    skill = tmp_path / "elicit"
+    skill.mkdir()
+    (skill / "SKILL.md").write_text(
+        "---\nname: elicit\ndescription: Refines the last output.\n---\n\n# Elicit\n\n## On Activation\n\n"
+        "Load the catalog.\n\n## The Menu\n\nHALT and give the user a choice:\n\n"
+        "- The five offered methods, listed by name.\n- **Reshuffle** — five new options.\n"
+        "- **List all** — the full catalog.\n- **Proceed** — no further elicitation.\n\n## Running\n\nRun it.\n",
+        encoding="utf-8")
+    engine = Engine(project_root=tmp_path, executor="dry-run", human=HumanChannel(interactive=False))
+    run = asyncio.run(engine.start(load_workflow(skill, project_root=tmp_path)))
+    assert run.status.value == "blocked"
+    (gate,) = engine.gates.pending()
+    assert gate.reason.startswith("Select an option: [R] Reshuffle  [L] List all  [P] Proceed"), gate.reason

@@ -5,7 +5,7 @@ router's question counts the same (its options are the modes). Through the MCP s
 agent that does each step's work but does not answer its menu) each such run's question comes back from
 ``current_step`` as ``waiting_for_answer``, at the same step, with the same options.
 
-What a step presents is read here from the step file itself, independently of the runtime: an authored menu
+What a step presents is what the reader found in the step file (or a sections skill's section): an authored menu
 (``[K] Label`` options in a menu section or a "Select an Option" line), else its last halt that waits for the
 person outside any ``If …`` (``HALT and wait for user confirmation``), else an unconditional ``HALT and ask
 human:`` checkpoint.
@@ -82,17 +82,18 @@ def _presents(workflow: WorkflowSpec, step_id: str) -> list[str]:
         router = workflow.meta.get("router")
         asked = router and not workflow.meta.get("first_step") and not workflow.meta.get("mode")
         return [f"[{o['key'] or i}] {o['label']}" for i, o in enumerate(router["options"], start=1)] if asked else []
-    if "file" not in spec.meta or spec.meta.get("role") not in (None, "step-file"):
+    if spec.meta.get("role") not in (None, "step-file", "section"):
         return []
-    file = Path(str(spec.meta["file"]))
-    file = file if file.is_absolute() else Path(str(workflow.meta["skills"][spec.meta["skill"]]["root"])) / file
     if spec.meta.get("menu"):
         return [f"[{o['key']}] {o['label']}" for o in spec.meta["menu"]]
     halt = halt_menu(spec.meta.get("halts") or [])
     if halt:
         return [f"[{o['key']}] {o['label']}" for o in halt]
-    text = file.read_text(encoding="utf-8")
-    always = [c for c in checkpoints_in(text) if c.condition is None]
+    if "file" not in spec.meta:
+        return []
+    file = Path(str(spec.meta["file"]))
+    file = file if file.is_absolute() else Path(str(workflow.meta["skills"][spec.meta["skill"]]["root"])) / file
+    always = [c for c in checkpoints_in(file.read_text(encoding="utf-8")) if c.condition is None]
     return [f"[{k}] {label}" for k, label in always[0].options] if always else []
 
 

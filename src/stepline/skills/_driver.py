@@ -1022,12 +1022,22 @@ async def _section(ctx: StepContext) -> None:
                               path=str(files.entry.path))
         refs = list(ctx.spec.meta.get("references", []))
         raw = section.text + "".join("\n\n" + s.text for s in files.sections if s.title in refs)
-    content = _render(ctx, raw)
+    content = person = _render(ctx, raw)
+    options = _step_menu(ctx, [])  # a section's menu or halt, as a step file's (the section's own text only)
+    if options:
+        content = (f"The runtime presents this section's menu to the person after this request "
+                   f"({menu_text(options)}) and hands you their choice: do the section's work up to the menu, do not "
+                   f"present it yourself.\n\n{content}")
     hand_over(ctx, "section", files.entry.path, raw, content)
     doc = SkillDoc(path=files.entry.path, text=raw, frontmatter={}, body_line=1, scripts=scripts_in(raw))
     context = {**_base_context(ctx), "section": ctx.spec.meta.get("title"), "scripts": _scripts(ctx, doc)}
-    outcome = await ctx.invoke("work", content=content, context=context, hints=_standing(ctx))
+    outcome = await ctx.invoke("work", content=content, context=context, menu=[o.as_menu_option() for o in options],
+                               hints=_standing(ctx, **{PERSON_HINT: person}))
     ctx.step.summary = outcome.summary
+    if options:
+        picked = await settle(ctx, options, executor=ctx.run.mode == "yolo", proposal=outcome.choice,
+                              hints=_standing(ctx), side_trip=lambda option: _side_trip(ctx, option), context=context)
+        ctx.step.choice = picked.key
     _move(ctx, _next_section(ctx))
 
 

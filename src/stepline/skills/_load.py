@@ -215,10 +215,13 @@ def _section_specs(files: SkillFiles) -> list[StepSpec]:
         sections = [s for s in sections if s.slug in wanted]
     for section in sections:
         refs = [r.title for r in referenced_sections(section.text, files.sections) if r.title != section.title]
+        prose = prose_lines(section.text, section.line)
         specs.append(StepSpec(id=section.slug, name=section.title,
                               source=SourceRef(path=str(files.entry.path), line=section.line),
                               meta={"role": "section", "skill": files.name, "title": section.title,
-                                    "references": refs, **({"next": None} if files.modes else {})}))
+                                    "references": refs, "menu": parse_menu(prose),
+                                    "halts": [h.as_meta() for h in halts_in(prose)],
+                                    **({"next": None} if files.modes else {})}))
     return specs
 
 

@@ -36,10 +36,13 @@ _MENU_KINDS = {
 _NOT_MENU_KEYS = frozenset({"N", "URL"})
 #: "HALT" followed (in the same sentence or the next) by waiting for, or asking, the person.
 _HALT_RE = re.compile(r"\bhalt\b(?!\s+with\b)[*.:—–\s-]{0,6}(?:[^.\n]{0,40}?)\b(?:wait(?:ing)?\b|until (?:the )?user|"
-                      r"ask (?:the )?(?:user|human)\b(?!\s*:\s*`\[)|for (?:the )?user)", re.IGNORECASE)
+                      r"ask (?:the )?(?:user|human)\b(?!\s*:\s*`\[)|for (?:the )?user|give (?:the )?(?:user|human))",
+                      re.IGNORECASE)
 _CONDITION_RE = re.compile(r"\b(?:if|when|unless|otherwise|once)\b", re.IGNORECASE)
 _LIST_MARK = re.compile(r"^(?:[-*+]|\d+\.)\s+")
 _NEAR_LINES = 4
+#: ``- **Reshuffle** — replace the list``: a choice a halt ending in ``:`` lists below it.
+_BOLD_BULLET_RE = re.compile(r"^\s*[-*+]\s+\*\*([^*]+?)\*\*")
 #: A code span holding a YAML list (```stepsCompleted: [1]```): no option, unlike ```[E] Exit``` or
 #: ```**Confirm … to [C] continue:**```.
 _CODE_SPAN_RE = re.compile(r"`[^`]*?[\w\"']:\s*\[[^`]*`")
@@ -225,10 +228,31 @@ def halts_in(prose: list[tuple[int, str]]) -> list[Halt]:
             if options or _HEADING_RE.match(near):
                 break
             options = _options_on(_CODE_SPAN_RE.sub("", near))
+        if not options and line.rstrip(" *").endswith(":"):
+            options = _bulleted_choices(prose[index + 1:])
         runtime, condition = _condition(prose, index, line[:match.start()])
         if runtime:
             found.append(Halt(line_no, line.strip(), tuple(options), condition))
     return found
+
+
+def _bulleted_choices(following: list[tuple[int, str]]) -> list[tuple[str, str]]:
+    """The choices a halt lists below it as bold bullets (``- **Proceed** — no further elicitation``), keyed by
+    their initials (by number when two share one); a list without bold labels is none."""
+    labels: list[str] = []
+    for _, line in following:
+        if not line.strip():
+            if labels:
+                break
+            continue
+        bullet = _BOLD_BULLET_RE.match(line)
+        if _LIST_MARK.match(line.lstrip()) is None:
+            break
+        if bullet is not None:
+            labels.append(bullet[1].strip(" :"))
+    initials = [label[:1].upper() for label in labels]
+    unique = len(set(initials)) == len(initials)
+    return [(initials[i] if unique else str(i + 1), label) for i, label in enumerate(labels)]
 
 
 def halt_menu(halts: list[dict[str, Any]]) -> list[dict[str, Any]]:
