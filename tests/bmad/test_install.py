@@ -171,3 +171,19 @@ def test_a_variable_no_installed_module_defines_is_warned_about(tmp_path: Path) 
     assert report.warnings == tuple(
         f"qa: {key} needs {{output_folder}}, which no installed module defines (install core with it, or give "
         "--set output_folder=…)" for key in ("test_artifacts", "test_design_output"))
+
+
+def test_an_alpha_1x_module_naming_dot_bmad_names_the_folder_it_is_installed_into(tmp_path: Path) -> None:
+    """Issue 25: alpha.1x sources write ``{project-root}/.bmad/<m>/…``; installed, they name ``_bmad`` (as BMAD's
+    installer rewrites them); other text and binary files are copied as they are."""
+    src = tmp_path / "src" / "modules" / "demo"
+    (src / "workflows" / "greet").mkdir(parents=True)
+    (src / "module.yaml").write_text('code: demo\nname: "Demo"\n', encoding="utf-8")
+    (src / "workflows" / "greet" / "workflow.yaml").write_text(
+        'config_source: "{project-root}/.bmad/demo/config.yaml"\nnote: "a .bmad file, .bmadrc"\n', encoding="utf-8")
+    (src / "workflows" / "greet" / "logo.png").write_bytes(b"\x89PNG{project-root}/.bmad/x")
+    install_bmad(tmp_path / "src", tmp_path / "project", {})
+    greet = tmp_path / "project" / "_bmad" / "demo" / "workflows" / "greet"
+    assert (greet / "workflow.yaml").read_text(encoding="utf-8") == (
+        'config_source: "{project-root}/_bmad/demo/config.yaml"\nnote: "a .bmad file, .bmadrc"\n')
+    assert (greet / "logo.png").read_bytes() == b"\x89PNG{project-root}/.bmad/x"

@@ -77,6 +77,11 @@ class _Source:
     schema: dict[str, Any]
 
 
+#: ``{project-root}/.bmad`` (alpha.1x's install folder) in a text file of a module: rewritten to ``_bmad``.
+_DOT_BMAD = re.compile(rb"(\{project-root\}/)\.bmad(?=[/\"'`\s]|$)", re.MULTILINE)
+_TEXT_SUFFIXES = frozenset({".md", ".yaml", ".yml", ".xml", ".csv", ".json", ".toml", ".txt"})
+
+
 def install_bmad(src: Path, project: Path, settings: Mapping[str, str] | None = None) -> InstallReport:
     """Install the BMAD modules found under ``src`` into ``project``.
 
@@ -401,8 +406,20 @@ def _text(value: Any) -> str:
 
 
 def _copy_tree(source: Path, target: Path) -> int:
-    shutil.copytree(source, target, ignore=_IGNORED, dirs_exist_ok=True)
+    shutil.copytree(source, target, ignore=_IGNORED, dirs_exist_ok=True, copy_function=_copy_file)
     return sum(1 for path in target.rglob("*") if path.is_file())
+
+
+def _copy_file(source: str, target: str) -> str:
+    """Copy one file; a text file naming the install folder as alpha.1x releases did (``{project-root}/.bmad/``)
+    names the folder it is installed into, as BMAD's installer rewrites it."""
+    if Path(source).suffix.lower() in _TEXT_SUFFIXES:
+        data = Path(source).read_bytes()
+        if _DOT_BMAD.search(data):
+            Path(target).write_bytes(_DOT_BMAD.sub(rb"\1_bmad", data))
+            shutil.copymode(source, target)
+            return target
+    return str(shutil.copy2(source, target))
 
 
 def _write_config(path: Path, source: _Source, config: Mapping[str, Any]) -> None:
