@@ -7,6 +7,7 @@ How each CLI is pointed at the fake server: :mod:`fakes.agents`."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import time
@@ -21,7 +22,7 @@ from fakes import agents
 from fakes.fake_anthropic import responder as anthropic_responder
 from fakes.fake_gemini import responder as gemini_responder
 from fakes.fake_openai import responder as openai_responder
-from fakes.policy import Call
+from fakes.policy import Call, Conversation
 from fakes.processes import python_running_with
 from fakes.sessions import RecordingSession
 from stepline.errors import (
@@ -242,3 +243,34 @@ def test_analysis_mode_keeps_the_real_cli_from_writing(project: Path, cli: Cli) 
     _perform(cli.name, cli.binary, _request(project, cli_mode="analysis"), session, **cli.options)
     assert session.calls[-1] == ("finish", None, "looked")
     assert not (project / "hello.txt").exists()
+
+
+@pytest.mark.parametrize("cli", ["claude", "codex"], indirect=True)
+@pytest.mark.parametrize("strategy", ["resume", "fork"])
+def test_a_later_step_resumes_or_forks_the_real_agents_session(strategy: str, project: Path, cli: Cli) -> None:
+    """A step with a CCW execution id records the CLI's session; a later step resuming (``--resume`` / ``exec
+    resume``) or forking it (``--fork-session`` / ``exec fork``) is accepted by the real CLI and finishes."""
+    cli.script([(FINISH, {"summary": "first"})])
+    first = RecordingSession()
+    _perform(cli.name, cli.binary, _request(project, cli_execution={"id": "E1"}), first, **cli.options)
+    recorded = next(call[2] for call in first.calls if call[0] == "set_var")
+    answered: list[bool] = []
+
+    def once(conversation: Conversation) -> list[Call]:  # the resumed conversation holds the first one's turns
+        if not conversation.tools or answered:
+            return []
+        answered.append(True)
+        return [(FINISH, {"summary": "second"})]
+
+    cli.serve.responder = cli.responder(once, usage=USAGE)
+    before = len(cli.serve.requests)
+    second = RecordingSession()
+    later = StepRequest(kind="work", run_id="run-real", step_id="next", title="Next", content="Go on.",
+                        context={"project_root": str(project)}, variables={"cli_session:E1": recorded},
+                        hints={"cli_execution": {"id": "E2", "strategy": strategy, "resume_from": "E1"}})
+    _perform(cli.name, cli.binary, later, second, **cli.options)
+    assert second.calls[-1] == ("finish", None, "second")
+    resumed = [json.dumps(r) for r in cli.serve.requests[before:] if r.get("tools")]
+    assert resumed and "Write hello.txt" in resumed[0]  # the first step's conversation came along
+    session_id = second.memos[f"cli-agent:{cli.name}"]["session_id"]
+    assert (session_id == recorded["session_id"]) == (strategy == "resume"), (session_id, recorded)
