@@ -66,7 +66,7 @@ def detect_format(path: Path) -> str:
         if (path / "workflow.yaml").is_file():
             return "bmad-legacy"
         if any(path.glob("workflow*.md")):
-            return "bmad-microfile"
+            return "bmad-legacy" if _holds_xml_steps(path) else "bmad-microfile"
         if path.name.startswith("WFS-") or (path / "workflow-session.json").is_file():
             return "ccw"
         raise ReaderError("no workflow here (expected workflow.yaml, workflow.md, SKILL.md, a WFS-* session or "
@@ -76,9 +76,15 @@ def detect_format(path: Path) -> str:
     if path.name == "workflow.yaml":
         return "bmad-legacy"
     if path.suffix == ".md" and path.name.startswith("workflow"):
-        return "bmad-microfile"
+        return "bmad-legacy" if _holds_xml_steps(path) else "bmad-microfile"
     raise ReaderError("not a workflow file (expected workflow.yaml, workflow*.md, SKILL.md, or a native "
                       ".yaml/.json file with steps:)", path=str(path))
+
+
+def _holds_xml_steps(path: Path) -> bool:
+    from stepline.bmad._legacy import holds_xml_steps  # here: a native file needs no BMAD code
+
+    return holds_xml_steps(path)
 
 
 def load_workflow(path: Path | str, *, project_root: Path | str | None = None,
@@ -118,7 +124,7 @@ def _lint_one(fmt: str, path: Path, root: Path) -> list[Diagnostic]:
     if fmt == "bmad-legacy":
         from stepline.bmad._legacy import lint_bmad_legacy
 
-        return lint_bmad_legacy(path / "workflow.yaml" if path.is_dir() else path, root)
+        return lint_bmad_legacy(path, root)
     if fmt == "bmad-microfile":
         from stepline.bmad._microfile import lint_bmad_microfile
 
@@ -209,7 +215,8 @@ def _workflows_under(folder: Path) -> list[Path]:
             continue
         name = candidate.name
         is_bmad = name == "workflow.yaml" or (
-            name.startswith("workflow") and name.endswith(".md") and any(candidate.parent.glob("steps*")))
+            name.startswith("workflow") and name.endswith(".md")
+            and (any(candidate.parent.glob("steps*")) or _holds_xml_steps(candidate)))
         is_native = candidate.suffix in (".yaml", ".yml", ".json") and is_native_workflow(candidate)
         if is_bmad or is_native:
             found.append(candidate)

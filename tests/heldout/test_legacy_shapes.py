@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from tests.heldout.conftest import CONFIG, pending, run, write
 
 from stepline.families import lint_tree
@@ -110,12 +109,9 @@ MD_XML = """
     """
 
 
-@pytest.mark.xfail(strict=True, reason="legacy reader + chains (bmad/_microfile routing): a workflow.md with no "
-                   "steps/ whose body is <workflow><step n=…> XML (v6.1.0-v6.2 4-implementation create-story, "
-                   "dev-story, code-review, correct-course, retrospective, sprint-planning, sprint-status, "
-                   "document-project) is one dry-run step: validate does not count it, a normal run completes "
-                   "without asking its <ask>")
 def test_a_workflow_md_holding_xml_steps_runs_them_and_blocks_at_the_ask(tmp_path: Path) -> None:
+    """v6.1-v6.2 create-story, dev-story, code-review …: a workflow.md whose body is <workflow> XML steps is a
+    legacy workflow (config from its prose); validate counts it, a normal run blocks at step 1's <ask>."""
     wf = "_bmad/demo/workflows/make-story"
     project = write(tmp_path, {**CONFIG, f"{wf}/workflow.md": MD_XML})
     _, counts = lint_tree(project / "_bmad", project_root=project)
@@ -124,3 +120,7 @@ def test_a_workflow_md_holding_xml_steps_runs_them_and_blocks_at_the_ask(tmp_pat
     assert result.status.value == "blocked", result.status
     (asked,) = pending(engine)
     assert asked.startswith("step-1") and "[q]" in asked, asked
+    assert result.workflow.variables["story_file"] == f"{project}/out/story.md"
+    _, done = run(project, wf, mode="yolo")
+    assert done.status.value == "completed", done.error
+    assert [s for s in done.steps if not s.startswith("workflow")] == ["step-1", "step-2"], list(done.steps)

@@ -357,7 +357,8 @@ def resolve_path(value: Any, project_root: Path) -> Path | None:
 
 
 def load_workflow_config(
-    path: Path, *, project_root: Path, variables: Mapping[str, Any] | None = None
+    path: Path, *, project_root: Path, variables: Mapping[str, Any] | None = None,
+    parsed: YamlDocument | None = None,
 ) -> WorkflowConfig:
     """Load ``workflow.yaml`` and resolve its variables.
 
@@ -369,8 +370,9 @@ def load_workflow_config(
         path: the ``workflow.yaml`` file.
         project_root: the folder ``{project-root}`` stands for.
         variables: caller overrides (``--var k=v``), applied last.
+        parsed: the keys, when they come from elsewhere than ``path`` read as YAML (a markdown workflow's).
     """
-    doc = load_yaml(path)
+    doc = parsed or load_yaml(path)
     where = str(path)
     if not isinstance(doc.data, dict):
         raise ReaderError(

@@ -20,8 +20,10 @@ from typing import Any
 from stepline.bmad._config import (
     PROJECT_ROOT,
     WorkflowConfig,
+    YamlDocument,
     find_placeholders,
     load_workflow_config,
+    parse_yaml,
     resolve_path,
     substitute,
 )
@@ -64,6 +66,71 @@ _META_KEYS = (
     "version",
     "parent_workflow",
 )
+
+
+#: A markdown workflow whose body is the runner's XML: ``<workflow>`` holding ``<step n=…>``.
+_XML_STEPS = re.compile(r"<workflow\b[^>]*>.*?<step\s+n=", re.DOTALL)
+_FRONTMATTER = re.compile(r"\A---\n(.*?)\n---\n", re.DOTALL)
+_LOAD_CONFIG = re.compile(r"Load config from `(?P<path>[^`]+)`")
+#: A ``### Paths`` item: ``- `name` = `value` `` (a note in parentheses may follow).
+_PATH_ITEM = re.compile(r"^\s*-\s+`(?P<key>[\w-]+)`\s*=\s*(?:`(?P<code>[^`]*)`|\"(?P<quoted>[^\"]*)\")",
+                        re.MULTILINE)
+#: An ``### Input Files`` row: ``| name | description | whole: `…`, sharded: `…` | SELECTIVE_LOAD |``.
+_INPUT_ROW = re.compile(r"^\|\s*(?P<name>[\w-]+)\s*\|(?P<description>[^|]*)\|(?P<patterns>[^|]*`[^|]*)\|"
+                        r"\s*(?P<strategy>[A-Z_]+)\s*\|", re.MULTILINE)
+_PATTERN = re.compile(r"(?P<kind>\w+):\s*`(?P<glob>[^`]+)`")
+
+
+def holds_xml_steps(path: Path) -> bool:
+    """Whether ``path`` is a ``workflow*.md`` whose body is ``<workflow>`` XML steps (v6.1-v6.10 moved
+    create-story, dev-story, code-review … from workflow.yaml + instructions.xml into one such file; a skill's
+    SKILL.md may point at it): run by the legacy interpreter, step by step, its config read from the prose."""
+    if path.is_dir():
+        return any(holds_xml_steps(md) for md in path.glob("workflow*.md"))
+    if path.suffix != ".md" or not path.name.startswith("workflow") or not path.is_file():
+        return False
+    return _XML_STEPS.search(read_text(path)) is not None
+
+
+def markdown_workflow(path: Path) -> Path:
+    """The ``workflow*.md`` with XML steps at ``path`` (the file, or the one in the folder)."""
+    return path if path.is_file() else next(md for md in sorted(path.glob("workflow*.md")) if holds_xml_steps(md))
+
+
+def _markdown_document(path: Path) -> YamlDocument:
+    """What a workflow.yaml would hold, read from a markdown workflow's prose: ``name``/``description`` from
+    its frontmatter, ``config_source`` from "Load config from `…`", each ``- `key` = `value` `` item, the
+    ``Input Files`` table as ``input_file_patterns``; ``instructions`` is the file itself."""
+    text = read_text(path)
+    body_end = text.find("<workflow")
+    data: dict[str, Any] = {"installed_path": str(path.parent), "date": "system-generated"}
+    lines: dict[str, int] = {}
+
+    def line_of(offset: int) -> int:
+        return text.count("\n", 0, offset) + 1
+
+    front = _FRONTMATTER.match(text)
+    if front is not None:
+        parsed = parse_yaml(front.group(1), path=str(path), first_line=2)
+        if isinstance(parsed.data, dict):
+            data.update({str(k): v for k, v in parsed.data.items() if k in ("name", "description")})
+            lines.update(parsed.lines)
+    source = _LOAD_CONFIG.search(text, 0, body_end)
+    if source is not None:
+        data["config_source"], lines["config_source"] = source.group("path"), line_of(source.start())
+    for item in _PATH_ITEM.finditer(text, 0, body_end):
+        value = item.group("code") if item.group("code") is not None else item.group("quoted")
+        data[item.group("key")], lines[item.group("key")] = value, line_of(item.start())
+    patterns: dict[str, Any] = {}
+    for row in _INPUT_ROW.finditer(text, 0, body_end):
+        group: dict[str, Any] = {"description": row.group("description").strip(),
+                                 "load_strategy": row.group("strategy")}
+        group.update({p.group("kind"): p.group("glob") for p in _PATTERN.finditer(row.group("patterns"))})
+        patterns[row.group("name")] = group
+    if patterns:
+        data["input_file_patterns"] = patterns
+    data["instructions"] = str(path)
+    return YamlDocument(data=data, lines=lines)
 
 
 def is_bmad_legacy(path: Path) -> bool:
@@ -146,11 +213,13 @@ class _Read:
 
 
 def _read(path: Path, project_root: Path, variables: dict[str, Any] | None) -> _Read:
-    target = path / "workflow.yaml" if path.is_dir() else path
+    markdown = holds_xml_steps(path) and not (path / "workflow.yaml").is_file()
+    target = markdown_workflow(path) if markdown else path / "workflow.yaml" if path.is_dir() else path
     if not target.is_file():
         raise NotFoundError(f"{target}: no such workflow file", hint="pass a workflow.yaml or its folder")
     project_root = project_root.resolve()
-    cfg = load_workflow_config(target, project_root=project_root, variables=variables)
+    cfg = load_workflow_config(target, project_root=project_root, variables=variables,
+                               parsed=_markdown_document(target) if markdown else None)
     where = str(target)
     read = _Read(spec=None, diagnostics=list(cfg.diagnostics))
     instructions_value = cfg.document.get("instructions")
@@ -172,6 +241,7 @@ def _read(path: Path, project_root: Path, variables: dict[str, Any] | None) -> _
     meta = _workflow_meta(cfg, instructions_path)
     if (
         instructions_path is not None
+        and not markdown
         and instructions_path.name.startswith("workflow")
         and instructions_path.suffix == ".md"
     ):

@@ -14,15 +14,15 @@ __all__ = ["load_bmad_workflow"]
 def load_bmad_workflow(path: Path, *, project_root: Path, variables: dict[str, Any] | None = None,
                        mode: str | None = None) -> WorkflowSpec:
     """Read the BMAD workflow at ``path`` (``workflow.yaml``, ``workflow*.md`` or a folder holding one)."""
+    from stepline.bmad._legacy import holds_xml_steps, load_bmad_legacy
+
     variables = variables or {}
     legacy = path / "workflow.yaml" if path.is_dir() else path
-    if legacy.name != "workflow.yaml" or not legacy.is_file():
+    if (legacy.name != "workflow.yaml" or not legacy.is_file()) and not holds_xml_steps(path):
         from stepline.bmad._microfile import load_bmad_microfile
 
         return load_bmad_microfile(path, project_root=project_root, variables=variables, mode=mode)
-    from stepline.bmad._legacy import load_bmad_legacy
-
-    spec = load_bmad_legacy(legacy, project_root=project_root, variables=variables)
+    spec = load_bmad_legacy(legacy if legacy.is_file() else path, project_root=project_root, variables=variables)
     problems = spec.meta.get("structure_problems") or []
     if problems:  # refuse to run what the reader had to guess (stepline validate lists every problem)
         first = problems[0]
