@@ -94,6 +94,8 @@ class SprintConfig(_Section):
     budgets: BudgetsSection = Field(default_factory=BudgetsSection)
     checkpoints: CheckpointsSection = Field(default_factory=CheckpointsSection)
     isolation: Literal["none", "worktree"] = "none"
+    #: Stories built and reviewed at once (``stepline sprint run -j N``); more than 1 needs ``isolation: worktree``.
+    max_parallel: int = Field(default=1, ge=1)
     executor: str | None = None
     agent_timeout_seconds: float = Field(default=3600.0, gt=0)
     #: A CLI agent that prints no line and changes no file this long is stopped as stalled (the cli-agent

@@ -879,6 +879,9 @@ async def _commit(ctx: StepContext) -> None:
 
 
 async def _merge(ctx: StepContext) -> None:
+    if _vars(ctx).get("sprint_parallel"):
+        await _merge_in_turn(ctx)
+        return
     root, branch = ctx.project_root, str(_vars(ctx)["sprint_branch"])
     sha = str(_vars(ctx)["sprint_commit"])
 
@@ -897,6 +900,69 @@ async def _merge(ctx: StepContext) -> None:
     result = await _effect(ctx, "merge", {"branch": branch, "commit": sha}, merge)
     ctx.step.choice = "merged"
     ctx.step.summary = f"{branch} merged, HEAD {result['head'][:12]}"
+
+
+async def _merge_in_turn(ctx: StepContext) -> None:
+    """A parallel loop's merge: in its turn (one at a time, sprint order), the story's commit is rebased onto the
+    integration branch as it is now, the verify commands run again on that result, and only then does the branch
+    move (fast-forward). A conflict or a failing check lands nothing: the story is built again on the new base
+    (``rebuild``), the reason in its record, a conflicting attempt kept on ``refs/stepline/preserve/…``."""
+    from stepline.sprint._parallel import merge_queue
+
+    root, workspace = ctx.project_root, _workspace(ctx)
+    key, branch = str(_vars(ctx)["sprint_story"]), str(_vars(ctx)["sprint_branch"])
+    base = str(_vars(ctx)["sprint_baseline"])
+    trailers = {"Stepline-Run": ctx.run.run_id, "Stepline-Story": key}
+
+    async def land() -> dict[str, Any]:
+        await git(root, "worktree", "remove", "--force", str(workspace))
+        await git(root, "branch", "-d", branch)
+        return {"head": await git_ok(root, "rev-parse", "HEAD")}
+
+    async def merge(redo: bool) -> dict[str, Any]:
+        if redo and await find_commit(root, trailers):  # it landed before the crash
+            return await land()
+        await git(workspace, "rebase", "--abort")  # a rebase the crash cut short (none: git says so, harmless)
+        onto = await git_ok(root, "rev-parse", "HEAD")
+        code, out = await git(workspace, "-c", "user.name=stepline", "-c", "user.email=stepline@localhost",
+                              "rebase", "-q", "--autostash", onto)
+        if code != 0:
+            await git(workspace, "rebase", "--abort")
+            kept = f"refs/stepline/preserve/{key}/{ctx.spec.id}/1"
+            await git_ok(workspace, "update-ref", kept, "HEAD")
+            await git_ok(workspace, "reset", "-q", "--hard", onto)
+            await git(workspace, "clean", "-q", "-fd", "--", ".", *_excluded(ctx))
+            first = next((line for line in out.splitlines() if "CONFLICT" in line), out.splitlines()[0] if out else "")
+            return {"rebuild": f"the change conflicts with the integration branch at {onto[:12]} ({first.strip()}); "
+                               f"the attempt is kept on {kept}", "onto": onto}
+        checks: list[dict[str, Any]] = []
+        if onto != base:  # the branch moved: the merged result is verified again (else verify-final did)
+            verify_cfg = _config(ctx).get("verify") or {}
+            for command in verify_cfg.get("commands") or []:
+                checks.append(await _run_command(command, workspace, float(verify_cfg.get("timeout_seconds") or 600)))
+        failed = [c for c in checks if c["exit"] != 0]
+        if failed:
+            return {"rebuild": "on the integration branch at " + onto[:12] + ", " + "; ".join(
+                f"`{c['command']}` exited {c['exit']}: {_last_lines(c['output'])}" for c in failed), "onto": onto,
+                "checks": checks}
+        code, out = await git(root, "merge", "--ff-only", "-q", branch)
+        if code != 0:
+            raise StepFailed(f"cannot move the integration branch to {branch}: {out.splitlines()[0] if out else code}"
+                             "; the branch is kept, merge it by hand", retryable=False)
+        return {**await land(), "onto": onto, "checks": checks}
+
+    async with merge_queue(root).turn(key):
+        result = await _effect(ctx, "merge", {"branch": branch, "commit": str(_vars(ctx)["sprint_commit"])}, merge)
+    if "rebuild" in result:
+        ctx.step.choice, ctx.step.summary = "rebuild", result["rebuild"]
+        _set(ctx, "sprint_baseline", result["onto"])
+        _set(ctx, "sprint_feedback", f"- the merge onto the integration branch failed: {result['rebuild']}")
+        _set(ctx, "sprint_reason", f"not merged: {result['rebuild']}")
+        _record_evidence(ctx, f"{ctx.spec.id}: {result['rebuild']}", "invalid")
+        return
+    ctx.step.choice = "merged"
+    ctx.step.summary = (f"{branch} rebased onto {result['onto'][:12]}, {len(result['checks'])} check(s) passed again, "
+                        f"HEAD {result['head'][:12]}")
 
 
 async def _advance(ctx: StepContext) -> None:

@@ -4,7 +4,9 @@ A story's run is ``baseline → build → verify → review → verify-final →
 the checkpoints ``checkpoint-plan`` (before the build) and ``checkpoint-commit`` (after the commit) when the
 config asks for them: human gates, a rejected one defers the story. A failed
 verify sends the story back to build (``build@2``, ``verify@2`` …) while the build budget lasts; review
-findings to fix do the same while the review budget lasts; a story out of budget goes to ``defer``. Each
+findings to fix do the same while the review budget lasts; a story out of budget goes to ``defer``. A parallel
+loop's merge that cannot land the story on the moved integration branch (a conflict, or the verify commands
+failing on the merged result) chooses ``rebuild``: build, verify, review, commit and merge are visited again. Each
 stage's driver ends it with a ``choice`` (``pass``/``fail``, ``clean``/``patch``/``defer`` …), which the journal
 keeps, so the same walk over a resumed run reaches the same next stage.
 """
@@ -47,7 +49,7 @@ class Budget:
 
 def next_stage(run: Run, budget: Budget) -> str | None:
     """The stage to run now: the first not completed along the walk the finished stages' choices make."""
-    builds = reviews = 1
+    builds = reviews = merges = 1
     sid = "baseline"
     while True:
         step = run.steps.get(sid)
@@ -63,12 +65,12 @@ def next_stage(run: Run, budget: Budget) -> str | None:
         elif base == "checkpoint-plan":  # a rejected checkpoint completes without its driver: no choice
             sid = visit("build", builds) if choice == "approved" else "defer"
         elif base == "checkpoint-commit":
-            sid = ("merge" if budget.merge else "advance") if choice == "approved" else "defer"
+            sid = (visit("merge", merges) if budget.merge else "advance") if choice == "approved" else "defer"
         elif base == "build":
             sid = "defer" if choice == "over-budget" else visit("verify", builds)
         elif base in ("verify", "verify-final"):
             if choice == "pass":
-                sid = "commit" if base == "verify-final" else visit("review", reviews)
+                sid = visit("commit", merges) if base == "verify-final" else visit("review", reviews)
             elif builds < budget.builds:
                 builds += 1
                 sid = visit("build", builds)
@@ -76,7 +78,7 @@ def next_stage(run: Run, budget: Budget) -> str | None:
                 sid = "defer"
         elif base == "review":
             if choice in ("clean", "skipped"):
-                sid = "verify-final"
+                sid = visit("verify-final", merges)
             elif choice == "patch" and builds < budget.builds and reviews < budget.reviews:
                 builds += 1
                 reviews += 1
@@ -84,9 +86,16 @@ def next_stage(run: Run, budget: Budget) -> str | None:
             else:
                 sid = "defer"
         elif base == "commit":
-            sid = "checkpoint-commit" if budget.commit_gate else "merge" if budget.merge else "advance"
+            sid = (visit("checkpoint-commit", merges) if budget.commit_gate else
+                   visit("merge", merges) if budget.merge else "advance")
         elif base == "merge":
-            sid = "advance"
+            if choice != "rebuild":
+                sid = "advance"
+            elif builds < budget.builds:  # the integration branch moved under the story: built again on it
+                builds, reviews, merges = builds + 1, reviews + 1, merges + 1
+                sid = visit("build", builds)
+            else:
+                sid = "defer"
         else:  # advance, defer: the story is settled
             return None
 

@@ -42,6 +42,8 @@ class LoopOptions:
     story: str | None = None
     max_stories: int | None = None
     executor: str | None = None
+    #: Stories built at once (``-j``); None: the config's ``max_parallel``.
+    jobs: int | None = None
     sprint_id: str = field(default_factory=lambda: "sprint-" + time.now().strftime("%Y%m%d-%H%M%S"))
     #: The stories this loop has started, in order (``max_stories`` counts them across resumes).
     taken: list[str] = field(default_factory=list)
@@ -89,7 +91,8 @@ def load_loop(root: Path) -> LoopOptions:
         raise NotFoundError(f"{_loop_file(root)}: no sprint loop was started here",
                             hint="start one with `stepline sprint run`")
     return LoopOptions(epic=raw.get("epic"), story=raw.get("story"), max_stories=raw.get("max_stories"),
-                       executor=raw.get("executor"), sprint_id=str(raw.get("sprint_id") or "sprint"),
+                       executor=raw.get("executor"), jobs=raw.get("jobs"),
+                       sprint_id=str(raw.get("sprint_id") or "sprint"),
                        taken=[str(key) for key in raw.get("taken") or []])
 
 
@@ -256,6 +259,12 @@ async def run_loop(engine: Engine, project: SprintProject, config: SprintConfig,
     One loop at a time drives a project (a second is refused naming the first's pid). ``report(result)`` is
     called as each story ends; each story's start and end and the loop's end go to :func:`loop_log_path`.
     """
+    if (options.jobs or config.max_parallel) > 1 and config.isolation != "worktree":
+        from stepline.errors import UsageError
+
+        raise UsageError(f"-j {options.jobs or config.max_parallel} builds stories at once, each in its own worktree: "
+                         "it needs isolation: worktree", hint="set isolation: worktree in config/sprint.yaml, or run "
+                         "with -j 1")
     if project.dev is None:
         raise NotFoundError(f"{project.root}: no BMAD dev workflow is installed (bmad-build-auto, bmad-dev-auto, "
                             "bmad-dev-story or dev-story)", hint="install BMAD with `stepline bmad install SRC`")
@@ -288,11 +297,15 @@ async def run_loop(engine: Engine, project: SprintProject, config: SprintConfig,
             if event.type in ("WorkflowStarted", "WorkflowResumed") and current:
                 log.write("story-run", key=current["key"], run_id=event.run_id)
 
-        engine.listeners.append(announce)
-        try:
-            results = await _stories(engine, project, config, options, keys, to_resume, log, current, report)
-        finally:
-            engine.listeners.remove(announce)
+        width = options.jobs or config.max_parallel
+        if width > 1:
+            results = await _parallel_stories(engine, project, config, options, width, keys, to_resume, log, report)
+        else:
+            engine.listeners.append(announce)
+            try:
+                results = await _stories(engine, project, config, options, keys, to_resume, log, current, report)
+            finally:
+                engine.listeners.remove(announce)
         log.write("loop-ended", outcome=loop_outcome(results))  # before the lock goes: a watcher sees one or the other
     except BaseException as exc:
         log.write("loop-ended", outcome="error", error=str(exc) or type(exc).__name__)
@@ -341,3 +354,121 @@ async def _stories(engine: Engine, project: SprintProject, config: SprintConfig,
         if outcome in ("blocked", "failed"):
             break  # the checkout holds this story's work: the next story waits for it (resume)
     return results
+
+
+def _story_engine(engine: Engine) -> Engine:
+    """An engine of its own for one story of a parallel loop (an engine drives one run at a time), sharing the
+    loop engine's executor, people, listeners and settings."""
+    from stepline.engine import Engine
+
+    return Engine(project_root=engine.project_root, config=engine.config, executor=engine.executor, mode=engine.mode,
+                  human=engine.human, sleep=engine.sleep, listeners=list(engine.listeners),
+                  concurrency=engine.concurrency)
+
+
+async def _parallel_stories(engine: Engine, project: SprintProject, config: SprintConfig, options: LoopOptions,
+                            width: int, keys: list[str], to_resume: dict[str, str], log: _LoopLog,
+                            report: Any) -> list[StoryResult]:
+    """Up to ``width`` stories at once, each in its own worktree, admitted in sprint order: the interrupted ones
+    first, then each whose dependencies are committed and whose files no running story declares or has touched
+    (see :mod:`stepline.sprint._parallel`); their merges one at a time, in sprint order."""
+    import asyncio
+
+    from stepline.sprint._parallel import merge_queue, story_needs, touched_files
+
+    board = read_board(project.board_path)
+    needs = story_needs(project, keys, [s.key for s in board.stories])
+    merge_queue(project.root, keys)
+    results: list[StoryResult] = []
+    spent = _spent_before(engine, options, keys)
+    limit = config.budgets.run
+    waiting = list(keys)
+    running: dict[asyncio.Task[Run], str] = {}
+    ended: dict[str, str] = {}
+    worktrees = project.root / ".stepline" / "sprint" / "worktrees"
+
+    async def start(key: str) -> Run:
+        story_engine = _story_engine(engine)
+
+        def announce(event: Any) -> None:
+            if event.type in ("WorkflowStarted", "WorkflowResumed"):
+                log.write("story-run", key=key, run_id=event.run_id)
+
+        story_engine.listeners.append(announce)
+        if key in to_resume:
+            reconcile_first(to_resume[key])
+            return await story_engine.resume(to_resume[key])
+        workflow = story_workflow(key, builds=config.retries.build, reviews=config.retries.review, merge=True,
+                                  plan_gate=config.checkpoints.before_build,
+                                  commit_gate=config.checkpoints.after_commit)
+        return await story_engine.start(workflow, {**_variables(project, config, key, options, spent),
+                                                   "sprint_parallel": True})
+
+    async def may_start(key: str) -> str | None:
+        """Why ``key`` cannot start now (None: it may)."""
+        statuses = read_board(project.board_path).statuses()
+        for dep in sorted(needs[key].after):
+            if statuses.get(dep) != "done":
+                return f"it depends on {dep}, not done yet"
+        if needs[key].files:
+            integration = await git_head(project.root)
+            for other in running.values():
+                theirs = needs[other].files | await touched_files(worktrees / other, integration)
+                if shared := needs[key].files & theirs:
+                    return f"{other} is changing {', '.join(sorted(shared)[:3])}"
+        return None
+
+    told: dict[str, str] = {}
+    while waiting or running:
+        for key in list(waiting):
+            if len(running) >= width:
+                break
+            if key not in to_resume:
+                problem = over_limit(spent, limit.tokens, limit.cost_usd)
+                if problem and config.budgets.mode == "enforce":
+                    results.append(StoryResult(key, "", "stopped", f"the loop's budget is spent: {problem}", Usage()))
+                    log.write("story-ended", key=key, run_id="", outcome="stopped", summary=results[-1].summary)
+                    waiting = [k for k in waiting if k in to_resume]
+                    break
+                if any(dep in ended and ended[dep] != "committed" for dep in needs[key].after):
+                    waiting.remove(key)  # a story it needs was not committed: it waits for a later loop
+                    log.write("story-waiting", key=key, reason="a story it depends on was not committed")
+                    continue
+                if (why := await may_start(key)) is not None:
+                    if told.get(key) != why:
+                        told[key] = why
+                        log.write("story-waiting", key=key, reason=why)
+                    continue
+                options.taken.append(key)
+                save_loop(project.root, options)
+            waiting.remove(key)
+            log.write("story-started", key=key, run_id=to_resume.get(key))
+            running[asyncio.ensure_future(start(key))] = key
+        if not running:
+            for key in waiting:  # nothing runs and nothing can start: what they wait for will not come this loop
+                log.write("story-waiting", key=key, reason=told.get(key, "nothing it needs can finish now"))
+            break
+        done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            key = running.pop(task)
+            run = task.result()
+            outcome, summary = _outcome(run)
+            usage = story_usage(run)
+            spent = spent + usage
+            ended[key] = outcome
+            result = StoryResult(key=key, run_id=run.run_id, outcome=outcome, summary=summary, usage=usage)
+            results.append(result)
+            log.write("story-ended", key=key, run_id=run.run_id, outcome=outcome, summary=summary,
+                      usage=usage.to_dict(), loop_spent=spent.to_dict(),
+                      loop_left={"tokens": None if limit.tokens is None else limit.tokens - spent.tokens,
+                                 "cost_usd": None if limit.cost_usd is None else limit.cost_usd - spent.cost_usd})
+            if report is not None:
+                report(result)
+    return results
+
+
+async def git_head(root: Path) -> str:
+    """The integration branch's commit now (the main checkout's HEAD)."""
+    from stepline.tools._git import git_ok
+
+    return await git_ok(root, "rev-parse", "HEAD")

@@ -170,6 +170,10 @@ def run(
     backend: BackendOption = None,
     ray_address: RayAddressOption = None,
     concurrency: ConcurrencyOption = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Stories built and reviewed at once, "
+                                             "each in its own worktree (needs isolation: worktree); merged one "
+                                             "at a time in sprint order. Default: max_parallel in sprint.yaml, "
+                                             "else 1.")] = None,
 ) -> None:
     """Take the board's ready-for-dev stories in sprint order; per story one durable run: baseline, build,
     verify, review, verify, commit, advance the board. Stories that do not converge are deferred."""
@@ -177,7 +181,7 @@ def run(
     from stepline.sprint._loop import LoopOptions, plan
 
     at = where(directory, project_root)
-    options = LoopOptions(epic=epic, story=story, max_stories=max_stories, executor=executor)
+    options = LoopOptions(epic=epic, story=story, max_stories=max_stories, executor=executor, jobs=jobs)
     if dry_run:
         from stepline.interfaces.cli._runs import build_engine, check_backend_name
 

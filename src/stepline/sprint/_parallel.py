@@ -1,0 +1,139 @@
+"""Parallel stories (``stepline sprint run -j N``): which stories may build at once, and merges one at a time.
+
+A story waits while a story it depends on is unfinished — a dependency written in its story file or in the epics
+document (``Depends on Story 1.2``, ``Prerequisites: 2-1``, ``Epic 3 depends on Epic 1``: BMAD's stories build
+only on earlier ones, and say so in those words) — or while a running story declares or has touched a file it
+declares (the story's ``File List``; a running story's diff so far). Each story builds in its own worktree;
+finished stories merge one at a time, the earliest in sprint order first (:class:`MergeQueue`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stepline.sprint._project import SprintProject
+from stepline.tools._git import git
+
+__all__ = ["MergeQueue", "Needs", "merge_queue", "story_needs", "touched_files"]
+
+#: A sentence naming what a story or epic needs first.
+_NEEDS = re.compile(r"(?:depends? on|dependenc(?:y|ies)|prerequisites?|requires|blocked by|after)\b[^\n]*",
+                    re.IGNORECASE)
+_STORY_REF = re.compile(r"(?<![\w.])(\d+)[.-](\d+)(?![\d])")
+_EPIC_REF = re.compile(r"\bepics?\s+(\d+)(?![.\-\d])", re.IGNORECASE)
+_FILE_LIST = re.compile(r"^#+\s*File List\s*$", re.IGNORECASE | re.MULTILINE)
+_FILE_ITEM = re.compile(r"^\s*[-*]\s+(?:\[[ x]\]\s*)?`?([^\s`(]+)`?", re.MULTILINE)
+_SECTION = re.compile(r"^#+\s*(?:Story\s+(\d+)[.-](\d+)|Epic\s+(\d+))\b.*$", re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass(slots=True)
+class Needs:
+    """What a story needs before it builds: the stories it depends on, and the files it says it changes."""
+
+    after: set[str] = field(default_factory=set)
+    files: set[str] = field(default_factory=set)
+
+
+def _prefix(key: str) -> str:
+    return "-".join(key.split("-")[:2])
+
+
+def _refs(text: str, epics: dict[int, list[str]], by_prefix: dict[str, str]) -> set[str]:
+    """The story keys the dependency sentences of ``text`` name (an epic named: all its stories)."""
+    found: set[str] = set()
+    for sentence in _NEEDS.findall(text):
+        for epic, number in _STORY_REF.findall(sentence):
+            if (key := by_prefix.get(f"{epic}-{number}")) is not None:
+                found.add(key)
+        for epic in _EPIC_REF.findall(sentence):
+            found.update(epics.get(int(epic), []))
+    return found
+
+
+def story_needs(project: SprintProject, keys: list[str], all_keys: list[str]) -> dict[str, Needs]:
+    """Each of ``keys``' dependencies (among ``all_keys``, the board's stories) and declared files."""
+    by_prefix = {_prefix(key): key for key in all_keys}
+    epics: dict[int, list[str]] = {}
+    for key in all_keys:
+        if key.split("-")[0].isdigit():
+            epics.setdefault(int(key.split("-")[0]), []).append(key)
+    needs = {key: Needs() for key in keys}
+    for document in sorted(project.artifacts.parent.glob("*/epic*.md")):  # planning-artifacts/epics.md
+        text = document.read_text(encoding="utf-8", errors="replace")
+        marks = list(_SECTION.finditer(text))
+        for mark, following in zip(marks, [*marks[1:], None], strict=True):
+            body = text[mark.end():following.start() if following else len(text)]
+            if mark.group(3):  # an epic's section: what it depends on holds for each of its stories
+                owners = epics.get(int(mark.group(3)), [])
+                body = body.split("\n#", 1)[0]  # the epic's own lines, not its stories'
+            else:
+                owners = [k for k in [by_prefix.get(f"{mark.group(1)}-{mark.group(2)}")] if k]
+            for owner in owners:
+                if owner in needs:
+                    needs[owner].after |= _refs(body, epics, by_prefix) - set(epics.get(int(owner.split("-")[0]), [])
+                                                                             if mark.group(3) else []) - {owner}
+    for key in keys:
+        story = project.story_file(key)
+        if story is None:
+            continue
+        text = story.path.read_text(encoding="utf-8", errors="replace")
+        needs[key].after |= _refs(text, epics, by_prefix) - {key}
+        if (heading := _FILE_LIST.search(text)) is not None:
+            section = re.split(r"^#", text[heading.end():], maxsplit=1, flags=re.MULTILINE)[0]
+            needs[key].files |= {path.strip("/") for path in _FILE_ITEM.findall(section)}
+    return needs
+
+
+async def touched_files(worktree: Path, integration: str) -> set[str]:
+    """The files a running story's worktree has changed so far since it forked from ``integration`` (its commits
+    and its working tree, new files included)."""
+    if not (worktree / ".git").exists():
+        return set()
+    code, base = await git(worktree, "merge-base", "HEAD", integration)
+    if code != 0:
+        return set()
+    _, changed = await git(worktree, "diff", "--name-only", base)
+    _, untracked = await git(worktree, "ls-files", "--others", "--exclude-standard")
+    return {line.strip() for line in (changed + "\n" + untracked).splitlines() if line.strip()}
+
+
+class MergeQueue:
+    """One merge at a time; of the stories waiting, the earliest in sprint order goes first."""
+
+    def __init__(self, order: list[str]) -> None:
+        self._rank = {key: index for index, key in enumerate(order)}
+        self._waiting: set[str] = set()
+        self._busy = False
+        self._changed = asyncio.Condition()
+
+    @asynccontextmanager
+    async def turn(self, key: str) -> AsyncIterator[None]:
+        """Wait for ``key``'s turn to merge, and hold it."""
+        async with self._changed:
+            self._waiting.add(key)
+            await self._changed.wait_for(lambda: not self._busy and min(
+                self._waiting, key=lambda k: self._rank.get(k, len(self._rank))) == key)
+            self._waiting.discard(key)
+            self._busy = True
+        try:
+            yield
+        finally:
+            async with self._changed:
+                self._busy = False
+                self._changed.notify_all()
+
+
+_QUEUES: dict[Path, MergeQueue] = {}
+
+
+def merge_queue(root: Path, order: list[str] | None = None) -> MergeQueue:
+    """The merge queue of the loop driving ``root`` (made with ``order`` by the loop; a lone run gets its own)."""
+    root = root.resolve()
+    if order is not None or root not in _QUEUES:
+        _QUEUES[root] = MergeQueue(order or [])
+    return _QUEUES[root]

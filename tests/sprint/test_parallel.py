@@ -1,0 +1,79 @@
+"""Parallel stories (`stepline sprint run -j N`): stories build at once, each in its own worktree; a story that
+depends on an unfinished one waits; merges land one at a time in sprint order, verified again on the merged
+result; a change that conflicts with the moved integration branch is built again on it."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from sprint_kit import ARTIFACTS, BMAD, git, make_project
+
+from stepline.interfaces.cli._app import run_cli
+
+pytestmark = [pytest.mark.corpus, pytest.mark.skipif(not BMAD.is_dir(), reason=f"no BMAD release at {BMAD}")]
+
+
+def _story_commits(root: Path) -> Counter[str]:
+    log = git(root, "log", "--format=%(trailers:key=Stepline-Story,valueonly)", "HEAD")
+    return Counter(line.strip() for line in log.splitlines() if line.strip())
+
+
+def _loop_log(root: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (root / ".stepline" / "sprint" / "loop.jsonl").read_text().splitlines()]
+
+
+def test_independent_stories_build_at_once_a_dependent_one_waits_and_each_lands_once(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_project(tmp_path / "calc", isolation="worktree")
+    story = root / ARTIFACTS / "1-3-mul.md"
+    story.write_text(story.read_text() + "\nDepends on Story 1.1 (it uses add).\n")
+    git(root, "commit", "-q", "-am", "1.3 depends on 1.1")
+    code = run_cli(["sprint", "run", "-j", "3", "--max-stories", "4", "-C", str(root), "--json", "-q"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert sorted(r["outcome"] for r in json.loads(out.out)) == ["committed"] * 4
+    assert _story_commits(root) == Counter({"1-1-add": 1, "1-2-sub": 1, "1-3-mul": 1, "1-4-div": 1})
+    events = _loop_log(root)
+    order = [(e["event"], e["key"]) for e in events if e["event"] in ("story-started", "story-ended")]
+    # 1-1, 1-2 and 1-4 start before any ends; 1-3 starts only after 1-1 ended (and is done on the board)
+    starts = [k for ev, k in order[:3]]
+    assert [ev for ev, _ in order[:3]] == ["story-started"] * 3 and starts == ["1-1-add", "1-2-sub", "1-4-div"]
+    assert order.index(("story-started", "1-3-mul")) > order.index(("story-ended", "1-1-add"))
+    assert any(e["event"] == "story-waiting" and e["key"] == "1-3-mul" and "1-1-add" in str(e["reason"])
+               for e in events)
+    # The integration branch: one commit per story, in a line, its checks passing.
+    assert git(root, "rev-list", "--count", "--merges", "HEAD").strip() == "0"
+    assert all((root / f"calc_{name}.py").is_file() for name in ("add", "sub", "mul", "div"))
+    assert git(root, "branch", "--list", "sprint/*").strip() == ""
+    assert git(root, "status", "--porcelain", "--", ".", f":(exclude){ARTIFACTS}").strip() == ""
+
+
+def test_a_change_that_conflicts_with_an_earlier_merge_is_built_again_on_it_and_lands_once(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both stories append to NOTES.md (not declared): the second to merge conflicts, is built again on the new
+    integration branch (the reason in its record) and lands; NOTES.md holds each story's line once."""
+    root = make_project(tmp_path / "calc", isolation="worktree")
+    monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-1": "appender", "1-2": "appender"}))
+    code = run_cli(["sprint", "run", "-j", "2", "--max-stories", "2", "-C", str(root), "--json", "-q"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert _story_commits(root) == Counter({"1-1-add": 1, "1-2-sub": 1})
+    notes = (root / "NOTES.md").read_text().splitlines()
+    assert sorted(notes) == ["- story 1-1: a change made once", "- story 1-2: a change made once"]
+    journals = [(root / ".stepline" / "runs" / r["run_id"] / "journal.jsonl").read_text()
+                for r in json.loads(out.out)]
+    rebuilt = [j for j in journals if '"choice":"rebuild"' in j]  # the one that merged second
+    assert len(rebuilt) == 1 and "conflicts with the integration branch" in rebuilt[0]
+    assert '"step_id":"build@2"' in rebuilt[0] and '"step_id":"merge@2"' in rebuilt[0]
+
+
+def test_more_than_one_story_at_once_needs_worktrees(tmp_path: Path, agent_env: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_project(tmp_path / "calc")
+    assert run_cli(["sprint", "run", "-j", "2", "-C", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "needs isolation: worktree" in err and "Traceback" not in err
+    assert not (root / ".stepline" / "runs").exists() or not any((root / ".stepline" / "runs").iterdir())
