@@ -121,9 +121,14 @@ async def _pump(stream: asyncio.StreamReader | None, name: str, into: list[str],
         on_line(name, into[-1])
 
 
+_NOT_THE_AGENTS = frozenset({".git", ".stepline"})
+
+
 def _tree_state(root: Path, limit: int = 20000) -> tuple[int, int, int]:
-    """A cheap fingerprint of the files under ``root`` (their count, newest mtime, total size; ``.git`` and at
-    most ``limit`` entries looked at): it changes when the agent writes a file."""
+    """A cheap fingerprint of the files under ``root`` (their count, newest mtime, total size; at most ``limit``
+    entries looked at): it changes when the agent writes a file. ``.git`` and ``.stepline`` are left out: the
+    runtime itself writes there while the agent runs (its journal, the agent's output log), which is no sign
+    of the agent's work and would hide a stall of an agent working in the project root."""
     count = newest = size = 0
     folders = [root]
     while folders and count < limit:
@@ -132,7 +137,7 @@ def _tree_state(root: Path, limit: int = 20000) -> tuple[int, int, int]:
                 count += 1
                 with contextlib.suppress(OSError):
                     if entry.is_dir(follow_symlinks=False):
-                        if entry.name != ".git":
+                        if entry.name not in _NOT_THE_AGENTS:
                             folders.append(Path(entry.path))
                         continue
                     info = entry.stat(follow_symlinks=False)
