@@ -61,7 +61,9 @@ def _pending_rerun_gates(project: Path) -> list[tuple[str, str]]:
 
 
 def _kill_orphans(project: Path) -> None:
-    """The killed process's command keeps running in its own session: let it end before counting."""
+    """The killed process's command keeps running in its own session: let it end before counting (a child
+    forked just before the kill has not exec'd its shell yet: give it a moment to show)."""
+    time.sleep(0.5)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         alive = subprocess.run(["pgrep", "-f", "echo IMPL-.* >> effects.log"], capture_output=True, text=True)

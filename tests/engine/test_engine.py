@@ -174,7 +174,8 @@ def test_resuming_a_completed_run_is_refused(project: Path) -> None:
 def test_resuming_a_completed_run_whose_driver_was_killed_on_its_way_out_finishes_its_snapshot(
         project: Path) -> None:
     """Killed after the journal's last record, before the final manifest, the timeline and the journal's closing
-    cut: a resume is refused as for any completed run, but first leaves the run directory as a clean end would."""
+    cut: a resume leaves the run directory as a clean end would and reports the run completed (issue 28 item 6);
+    a second resume is refused as for any completed run."""
     engine = Engine(project_root=project)
     run = _run(engine, WorkflowSpec(id="w", steps=[StepSpec(id="a"), StepSpec(id="b")]))
     run_dir = engine.store.root / run.run_id
@@ -186,12 +187,13 @@ def test_resuming_a_completed_run_whose_driver_was_killed_on_its_way_out_finishe
     with (run_dir / "journal.jsonl").open("ab") as journal:
         journal.write(bytes(4096))  # the zeros the journal was grown by
     assert [s.status for s in engine.store.summaries()] == ["running"]
-    with pytest.raises(RunStateError, match="already completed"):
-        asyncio.run(Engine(project_root=project).resume(run.run_id))
+    assert asyncio.run(Engine(project_root=project).resume(run.run_id)).status.value == "completed"
     assert (run_dir / "journal.jsonl").read_bytes() == clean["journal.jsonl"]
     assert json.loads((run_dir / "manifest.json").read_bytes()) == json.loads(clean["manifest.json"])
     assert json.loads((run_dir / "timeline.json").read_bytes())["events"]
     assert [s.status for s in engine.store.summaries()] == ["completed"]
+    with pytest.raises(RunStateError, match="already completed"):
+        asyncio.run(Engine(project_root=project).resume(run.run_id))
 
 
 def test_required_gate_blocks_until_approved_and_records_who(project: Path) -> None:
