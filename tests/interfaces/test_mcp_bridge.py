@@ -86,3 +86,19 @@ def test_a_question_asked_inside_a_request_is_its_own_and_holds_that_request_unt
     assert "request r1 waits for the user's answer to 'Which colour?'" in refused[0]
     assert "request r2 is a question for the user" in refused[1]
     assert session.calls == [("ask", "Which colour?", "blue"), ("finish", None, "asked")]
+
+
+@pytest.mark.parametrize(("hold_final", "told"), [(False, "call current_step"),
+                                                   (True, "the step is done: end your turn")])
+def test_finish_says_what_to_do_next_in_the_server_it_is_called_on(hold_final: bool, told: str) -> None:
+    # The IDE server's agent goes on with current_step; a cli-agent's per-step server has no current_step, and
+    # a real agent told to call it spent turns looking for it.
+    async def main() -> dict[str, Any]:
+        bridge = StepBridge(hold_final=hold_final)
+        served = asyncio.ensure_future(bridge.serve(_request("build"), RecordingSession()))
+        await bridge.wait_until(lambda: bool(bridge.pending()))
+        result: dict[str, Any] = await bridge.submit("finish", {"summary": "built"})
+        await served
+        return result
+
+    assert asyncio.run(main())["next"] == told

@@ -326,8 +326,9 @@ class StepBridge:
                 work.final = final
             else:
                 await _apply_call(session, final)
+            # A hold_final bridge is one agent's one step (no current_step there): its work ends with the call.
             return {"ok": True, "request_id": work.request_id, "step_id": work.request.step_id,
-                    "next": "call current_step"}
+                    "next": "the step is done: end your turn" if self.hold_final else "call current_step"}
         if call.method not in _PROTOCOL:
             raise UsageError(f"unknown protocol call {call.method!r}", hint="use one of " + ", ".join(_PROTOCOL))
         result = await _apply_call(session, {"method": call.method, "args": args})
@@ -512,7 +513,8 @@ def add_step_tools(server: MCPServer[Any], bridge: StepBridge) -> None:
                 description="What was done, in a sentence or two (a subagent layer's result: its findings, "
                             "which the step's continuation receives).")] = None,
             request_id: RequestId = None) -> dict[str, Any]:
-        """End a work, generate, answer or choose request; the runtime goes on (call current_step next)."""
+        """End a work, generate, answer or choose request; the runtime goes on (the result's `next` says what
+        to do now)."""
         result: dict[str, Any] = await submit("finish", {"choice": choice, "summary": summary}, request_id)
         return result
 
