@@ -25,6 +25,38 @@ def write(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
+LOAD_CONFIG = "Load config from `{project-root}/_bmad/demo/config.yaml`"
+
+#: The body of a story workflow in the runner's XML: step 1 asks (a choice that may HALT), step 2 writes.
+STORY_XML = dedent("""
+    <workflow>
+
+    <step n="1" goal="Choose the story">
+      <ask>Choose option [1] the next backlog story, or [q] to quit:</ask>
+      <check if="user chooses q">
+        <action>HALT - No work needed</action>
+      </check>
+    </step>
+
+    <step n="2" goal="Write the story">
+      <action>Write the story to {story_file}</action>
+    </step>
+
+    </workflow>
+    """)
+
+
+def front(name: str, description: str, body: str) -> str:
+    """A workflow.md or SKILL.md: its frontmatter (``name``, ``description``), then ``body`` (dedented)."""
+    return f"---\nname: {name}\ndescription: '{description}'\n---\n\n" + dedent(body).lstrip("\n")
+
+
+def entry(name: str, first: str) -> str:
+    """A micro-file workflow.md that loads the demo config, then executes its ``first`` step file."""
+    return front(name, f"The {name} workflow.",
+                 f"# {name}\n\n{LOAD_CONFIG}.\n\nLoad, read the full file and then execute `{first}`.\n")
+
+
 CONFIG = {"_bmad/demo/config.yaml": "user_name: Ada\nproject_name: demo\noutput_folder: '{project-root}/out'\n"}
 
 

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from tests.heldout.conftest import write
 
 from stepline.families import load_workflow
 from stepline.interfaces.cli._app import run_cli
 
 
-@pytest.mark.xfail(strict=True, reason="chains (bmad/_install): alpha.1x sources name the install folder '.bmad' "
-                   "({project-root}/.bmad/bmm/config.yaml); BMAD's installer rewrites '.bmad' to the folder it "
-                   "installs into, stepline's copies it as is, so 45 of 62 alpha.16 workflows exit 4 "
-                   "(config_source …/.bmad/bmm/config.yaml does not exist)")
 def test_an_alpha_1x_source_naming_dot_bmad_runs_after_install(tmp_path: Path) -> None:
+    """alpha.1x names its install folder '.bmad' ({project-root}/.bmad/bmm/config.yaml)."""
     src = write(tmp_path / "BMAD", {
         "src/core/module.yaml": 'code: core\nname: "Core"\nuser_name:\n  prompt: "Name?"\n  default: "Ada"\n'
                                 '  result: "{value}"\n',

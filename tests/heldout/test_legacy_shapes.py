@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.heldout.conftest import CONFIG, pending, run, write
+from tests.heldout.conftest import CONFIG, LOAD_CONFIG, STORY_XML, front, pending, run, write
 
 from stepline.families import lint_tree
 
@@ -74,39 +74,20 @@ def test_a_not_installed_workflow_names_the_install_command_that_exists(tmp_path
     assert all("stepline bmad install SRC" in m for m in messages), messages
 
 
-MD_XML = """
-    ---
-    name: make-story
-    description: 'Creates the next story. Use when the user says "create the next story"'
-    ---
-
+MD_XML = front("make-story", 'Creates the next story. Use when the user says "create the next story"', f"""
     # Make Story Workflow
 
     ## INITIALIZATION
 
-    Load config from `{project-root}/_bmad/demo/config.yaml` and resolve `user_name`, `output_folder`.
+    {LOAD_CONFIG} and resolve `user_name`, `output_folder`.
 
     ### Paths
 
-    - `story_file` = `{output_folder}/story.md`
+    - `story_file` = `{{output_folder}}/story.md`
 
     ## EXECUTION
 
-    <workflow>
-
-    <step n="1" goal="Choose the story">
-      <ask>Choose option [1] the next backlog story, or [q] to quit:</ask>
-      <check if="user chooses q">
-        <action>HALT - No work needed</action>
-      </check>
-    </step>
-
-    <step n="2" goal="Write the story">
-      <action>Write the story to {story_file}</action>
-    </step>
-
-    </workflow>
-    """
+    """) + STORY_XML
 
 
 def test_a_workflow_md_holding_xml_steps_runs_them_and_blocks_at_the_ask(tmp_path: Path) -> None:

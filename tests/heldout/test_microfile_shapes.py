@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-from tests.heldout.conftest import CONFIG, pending, run, write
+from tests.heldout.conftest import CONFIG, entry, pending, run, write
 
 WF = "_bmad/demo/workflows/party"
 
 
-@pytest.mark.xfail(strict=True, reason="chains: a workflow.md that names only a later step ('Load step: "
-                   "./steps/step-02-…' in a late section, v6.0.4 core party-mode) starts there; step-01 never runs")
 def test_a_workflow_md_naming_only_step_02_still_starts_at_step_01(tmp_path: Path) -> None:
+    """v6.0.4 core party-mode: workflow.md names only step-02 ('Load step:' in a late section)."""
     project = write(tmp_path, {**CONFIG,
         f"{WF}/workflow.md": """
             ---
@@ -61,23 +59,11 @@ def test_a_workflow_md_naming_only_step_02_still_starts_at_step_01(tmp_path: Pat
     assert [p.split(":")[0] for p in pending(engine)] == ["step-01-load"], pending(engine)
 
 
-@pytest.mark.xfail(strict=True, reason="chains: a menu under 'If existing session files are found:' (v6.0.4 core "
-                   "brainstorming step-01) is asked in a fresh project instead of the step's own menu")
 def test_a_menu_under_an_if_is_not_the_steps_menu_in_a_fresh_project(tmp_path: Path) -> None:
+    """v6.0.4 core brainstorming step-01: the resume menu sits under 'If existing session files are found:'."""
     wf = "_bmad/demo/workflows/brainstorm"
     project = write(tmp_path, {**CONFIG,
-        f"{wf}/workflow.md": """
-            ---
-            name: brainstorm
-            description: A session.
-            ---
-
-            # Brainstorm
-
-            Load config from `{project-root}/_bmad/demo/config.yaml`.
-
-            Load, read the full file and then execute `./steps/step-01-setup.md`.
-            """,
+        f"{wf}/workflow.md": entry("brainstorm", "./steps/step-01-setup.md"),
         f"{wf}/steps/step-01-setup.md": """
             # Step 1: Session setup
 
@@ -109,23 +95,11 @@ def test_a_menu_under_an_if_is_not_the_steps_menu_in_a_fresh_project(tmp_path: P
     assert "User-Selected Techniques" in asked and "Continue this session" not in asked, asked
 
 
-@pytest.mark.xfail(strict=True, reason="chains: '[1]' inside inline code (`stepsCompleted: [1]`) on a menu-handling "
-                   "line is taken as a menu option (alpha.16 bmm prd step-01-init)")
 def test_inline_code_is_not_a_menu_option(tmp_path: Path) -> None:
+    """alpha.16 bmm prd step-01-init: `stepsCompleted: [1]` on the menu-handling line is no option."""
     wf = "_bmad/demo/workflows/prd"
     project = write(tmp_path, {**CONFIG,
-        f"{wf}/workflow.md": """
-            ---
-            name: prd
-            description: A PRD.
-            ---
-
-            # PRD
-
-            Load config from `{project-root}/_bmad/demo/config.yaml`.
-
-            Load, read the full file and then execute `./steps/step-01-init.md`.
-            """,
+        f"{wf}/workflow.md": entry("prd", "./steps/step-01-init.md"),
         f"{wf}/steps/step-01-init.md": """
             ---
             nextStepFile: './step-02-discovery.md'

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.heldout.conftest import CONFIG, pending, run, write
+from tests.heldout.conftest import CONFIG, LOAD_CONFIG, STORY_XML, front, pending, run, write
 
 SKILL = "_bmad/demo/bmad-make-story"
 
@@ -16,40 +16,9 @@ SKILL = "_bmad/demo/bmad-make-story"
                    "section: its <ask> and HALT are never asked, a normal run completes")
 def test_a_skill_whose_workflow_md_holds_xml_steps_blocks_at_its_ask(tmp_path: Path) -> None:
     project = write(tmp_path, {**CONFIG,
-        f"{SKILL}/SKILL.md": """
-            ---
-            name: bmad-make-story
-            description: 'Creates the next story. Use when the user says "create the next story"'
-            ---
-
-            Follow the instructions in ./workflow.md.
-            """,
-        f"{SKILL}/workflow.md": """
-            # Make Story Workflow
-
-            **Goal:** Create the next story file.
-
-            ## INITIALIZATION
-
-            Load config from `{project-root}/_bmad/demo/config.yaml` and resolve `user_name`, `output_folder`.
-
-            ## EXECUTION
-
-            <workflow>
-
-            <step n="1" goal="Choose the story">
-              <ask>Choose option [1] the next backlog story, or [q] to quit:</ask>
-              <check if="user chooses q">
-                <action>HALT - No work needed</action>
-              </check>
-            </step>
-
-            <step n="2" goal="Write the story">
-              <action>Write the story file to {output_folder}/story.md</action>
-            </step>
-
-            </workflow>
-            """,
+        f"{SKILL}/SKILL.md": front("bmad-make-story", 'Creates the next story. Use when the user says "next story"',
+                                   "Follow the instructions in ./workflow.md.\n"),
+        f"{SKILL}/workflow.md": f"# Make Story Workflow\n\n{LOAD_CONFIG}.\n\n## EXECUTION\n\n{STORY_XML}",
     })
     engine, result = run(project, SKILL)
     assert result.status.value == "blocked", result.status
@@ -57,20 +26,12 @@ def test_a_skill_whose_workflow_md_holds_xml_steps_blocks_at_its_ask(tmp_path: P
     assert "[1]" in asked and "[q]" in asked, asked
 
 
-@pytest.mark.xfail(strict=True, reason="chains (skills/): a file named only in one menu branch of a later step "
-                   "file and missing (v6.3-v6.5 bmad-edit-prd step-e-03: './steps-v/step-v-01-discovery.md', which "
-                   "lives in another skill) refuses the whole skill (exit 4) before its first step")
 def test_a_missing_file_in_a_later_menu_branch_does_not_refuse_the_skill(tmp_path: Path) -> None:
+    """v6.3-v6.5 bmad-edit-prd: step-e-03's [V] names ./steps-v/…, which lives in another skill."""
     skill = "_bmad/demo/bmad-edit-doc"
     project = write(tmp_path, {**CONFIG,
-        f"{skill}/SKILL.md": """
-            ---
-            name: bmad-edit-doc
-            description: 'Edits a document. Use when the user says "edit the doc"'
-            ---
-
-            Follow the instructions in ./workflow.md.
-            """,
+        f"{skill}/SKILL.md": front("bmad-edit-doc", 'Edits a document. Use when the user says "edit the doc"',
+                                   "Follow the instructions in ./workflow.md.\n"),
         f"{skill}/workflow.md": """
             # Edit Doc
 
@@ -107,18 +68,11 @@ def test_a_missing_file_in_a_later_menu_branch_does_not_refuse_the_skill(tmp_pat
     assert asked.startswith("step-e-01") and "[C]" in asked, asked
 
 
-@pytest.mark.xfail(strict=True, reason="chains (stepchain/skills): 'HALT and give the user a choice:' followed by "
-                   "bold bullet options (newest bmad-advanced-elicitation, after v6.11: Reshuffle / List all / "
-                   "Proceed) is not a halt: a normal run with nobody at the terminal completes")
 def test_a_halt_with_bulleted_bold_choices_blocks_and_asks_them(tmp_path: Path) -> None:
+    """Newest bmad-advanced-elicitation (after v6.11): 'HALT and give the user a choice:' + bold bullets."""
     skill = "_bmad/demo/bmad-elicit"
     project = write(tmp_path, {**CONFIG,
-        f"{skill}/SKILL.md": """
-            ---
-            name: bmad-elicit
-            description: 'Pushes the model to refine its last output. Use when the user says "elicit"'
-            ---
-
+        f"{skill}/SKILL.md": front("bmad-elicit", 'Refines the last output. Use when the user says "elicit"', """
             # Elicit
 
             ## On Activation
@@ -139,7 +93,7 @@ def test_a_halt_with_bulleted_bold_choices_blocks_and_asks_them(tmp_path: Path) 
             ## Running a Method
 
             Run the chosen method on the target.
-            """,
+            """),
     })
     engine, result = run(project, skill)
     assert result.status.value == "blocked", result.status
