@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.heldout.conftest import CONFIG, entry, pending, run, write
+import pytest
+from tests.heldout.conftest import CONFIG, LOAD_CONFIG, entry, pending, run, write
+
+from stepline.families import lint_tree
 
 WF = "_bmad/demo/workflows/party"
 
@@ -123,3 +126,29 @@ def test_inline_code_is_not_a_menu_option(tmp_path: Path) -> None:
     assert result.status.value == "blocked", result.status
     (asked,) = pending(engine)
     assert "[C]" in asked and "[1]" not in asked, asked
+
+
+@pytest.mark.xfail(strict=True, reason="chains (bmad/_microfile): a workflow.md whose first step (frontmatter "
+                   "editWorkflow: './steps-e/step-01-assess.md', bmad-builder module/workflow-edit-module.md) is "
+                   "missing validates clean, and the run fails 'the workflow has no step to run' naming neither "
+                   "the key nor the missing file")
+def test_a_first_step_file_that_is_missing_is_named_by_validate(tmp_path: Path) -> None:
+    wf = "_bmad/demo/workflows/edit"
+    project = write(tmp_path, {**CONFIG,
+        f"{wf}/workflow-edit.md": f"""
+            ---
+            name: edit
+            description: Edits a module.
+            editWorkflow: './steps-e/step-01-assess.md'
+            ---
+
+            # Edit
+
+            {LOAD_CONFIG}.
+
+            Then load, read completely, and execute `{{editWorkflow}}`
+            """,
+        f"{wf}/steps-e/step-01-load-target.md": "# Step 1: Load the target\n\nAsk for the module path.\n",
+    })
+    diagnostics, _ = lint_tree(project / wf, project_root=project)
+    assert any("step-01-assess.md" in d.message and d.severity == "error" for d in diagnostics), diagnostics
