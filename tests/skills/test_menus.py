@@ -15,6 +15,7 @@ from typing import Any
 from stepline import Engine
 from stepline.engine._human import HumanChannel
 from stepline.families import load_workflow, register_drivers
+from stepline.model import Gate
 
 from .conftest import Recorder
 
@@ -56,6 +57,15 @@ def test_nobody_at_the_terminal_blocks_at_each_menu_answer_and_resume_go_on(v611
     decided = [e.data for e in events if e.type == "AnswerGiven"]
     assert [(d["gate_id"], d.get("answer"), d.get("by")) for d in decided] == [
         ("ask:step-01-validate-prerequisites/1/menu/0", "C", "cli")]
+
+
+def _blocked_on(project: Path, skill: Path) -> Gate:
+    """The one question a normal run of ``skill`` (dry-run, nobody at a terminal) blocks on."""
+    engine = Engine(project_root=project, executor="dry-run", human=HumanChannel(interactive=False))
+    run = asyncio.run(engine.start(load_workflow(skill, project_root=project)))
+    assert run.status.value == "blocked", (run.status, run.error)
+    (gate,) = engine.gates.pending()
+    return gate
 
 
 def test_a_halt_without_a_menu_blocks_on_its_question(v611: Path) -> None:
@@ -148,10 +158,7 @@ def test_a_missing_file_in_a_later_steps_menu_branch_does_not_refuse_the_skill(t
         "# Edit\n\n**[V] Validate** | **[X] Exit**\n\n#### Menu Handling Logic:\n\n"
         "- IF V (Validate): read fully and follow: `./steps-v/step-v-01-check.md`\n- IF X (Exit): exit\n",
         encoding="utf-8")
-    engine = Engine(project_root=tmp_path, executor="dry-run", human=HumanChannel(interactive=False))
-    run = asyncio.run(engine.start(load_workflow(skill, project_root=tmp_path)))
-    assert run.status.value == "blocked"
-    (gate,) = engine.gates.pending()
+    gate = _blocked_on(tmp_path, skill)
     assert gate.step_id == "step-e-01-find" and "[C] Continue to editing" in gate.reason
     missing = [d for d in lint_path(skill, project_root=tmp_path) if d.code == "missing-file"]
     assert [(Path(d.path).name, d.line) for d in missing] == [("step-e-02-edit.md", 7)]
@@ -168,8 +175,5 @@ def test_a_sections_skill_halt_with_bold_bulleted_choices_blocks_on_them(tmp_pat
         "- The five offered methods, listed by name.\n- **Reshuffle** — five new options.\n"
         "- **List all** — the full catalog.\n- **Proceed** — no further elicitation.\n\n## Running\n\nRun it.\n",
         encoding="utf-8")
-    engine = Engine(project_root=tmp_path, executor="dry-run", human=HumanChannel(interactive=False))
-    run = asyncio.run(engine.start(load_workflow(skill, project_root=tmp_path)))
-    assert run.status.value == "blocked"
-    (gate,) = engine.gates.pending()
+    gate = _blocked_on(tmp_path, skill)
     assert gate.reason.startswith("Select an option: [R] Reshuffle  [L] List all  [P] Proceed"), gate.reason
