@@ -99,3 +99,19 @@ def test_a_halt_with_bulleted_bold_choices_blocks_and_asks_them(tmp_path: Path) 
     assert result.status.value == "blocked", result.status
     (asked,) = pending(engine)
     assert all(choice in asked for choice in ("Reshuffle", "List all", "Proceed")), asked
+
+
+@pytest.mark.xfail(strict=True, reason="chains (skills/): a SKILL.md whose own body is <workflow><step n=…> XML "
+                   "(v6.5-v6.10 bmad-create-story, dev-story, correct-course, retrospective, sprint-planning, "
+                   "sprint-status; v6.11 and newer: 3 of them) runs as sections: its <ask> is never asked, a normal "
+                   "run completes")
+def test_a_skill_md_holding_xml_steps_blocks_at_its_ask(tmp_path: Path) -> None:
+    skill = "_bmad/demo/bmad-next-story"
+    project = write(tmp_path, {**CONFIG,
+        f"{skill}/SKILL.md": front("bmad-next-story", 'Creates the next story. Use when the user says "next story"',
+                                   f"# Next Story\n\n{LOAD_CONFIG}.\n\n## EXECUTION\n\n{STORY_XML}"),
+    })
+    engine, result = run(project, skill)
+    assert result.status.value == "blocked", result.status
+    (asked,) = pending(engine)
+    assert asked.startswith("step-1") and "[q]" in asked, asked
