@@ -37,3 +37,19 @@ def test_audit_records_are_built_only_when_a_run_uses_them(project: Path, write_
     if built:  # the gate that was built on first use is on disk and reads back
         gates = json.loads(next((project / ".stepline" / "runs").iterdir()).joinpath("gates.json").read_text())
         assert [gate["status"] for gate in gates] == ["pending"]
+
+
+def test_the_stepline_process_leaves_what_it_loaded_out_of_the_collection_at_exit(
+        project: Path, write_workflow: Callable[..., Path]) -> None:
+    """main() freezes the objects before exiting (no full collection walks pydantic's validators at shutdown); the
+    run's outcome and exit code are as before."""
+    write_workflow([{"id": "only", "body": "hi"}])
+    probe = ("import atexit, gc\n"
+             "atexit.register(lambda: print('frozen', gc.get_freeze_count()))\n"
+             "from stepline.interfaces.cli import main\n"
+             "main(['run', 'flow.yaml', '-q'])\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=project, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    summary, frozen = done.stdout.splitlines()
+    assert summary.startswith("run ") and summary.endswith(" completed: 1/1 steps")
+    assert frozen.startswith("frozen ") and int(frozen.split()[1]) > 0
