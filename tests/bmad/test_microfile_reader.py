@@ -330,3 +330,17 @@ def test_a_menu_is_read_without_inline_code_and_without_a_menu_under_a_condition
     assert [(o["key"], o["label"]) for o in menu] == [("C", "Continue"), ("E", "Exit")]
     only_conditional = parse_menu(prose_lines("If files are found:\n\n  **[1]** Continue this session\n", 1))
     assert [(o["key"], o["label"]) for o in only_conditional] == [("1", "Continue this session")]
+
+
+def test_a_missing_first_step_named_by_a_frontmatter_key_is_an_error(tmp_path: Path) -> None:
+    """Issue 25 (bmad-builder's workflow-edit-module.md shape): `editWorkflow: './steps-e/step-01-assess.md'`,
+    loaded as `{editWorkflow}`, names no file: validate says so (error), naming the key and the file."""
+    wf = tmp_path / "_bmad" / "demo" / "workflows" / "edit"
+    (wf / "steps-e").mkdir(parents=True)
+    (wf / "workflow.md").write_text("---\nname: edit\ndescription: d\neditWorkflow: './steps-e/step-01-assess.md'\n"
+                                    "---\n\n# Edit\n\nThen load, read completely, and execute `{editWorkflow}`\n",
+                                    encoding="utf-8")
+    (wf / "steps-e" / "step-01-load-target.md").write_text("# Load\n\nAsk.\n", encoding="utf-8")
+    errors = [d for d in lint_bmad_microfile(wf, tmp_path) if d.severity == "error"]
+    assert [(d.code, d.line) for d in errors] == [("broken-chain", 9)]
+    assert "editWorkflow '{editWorkflow}'" in errors[0].message and "step-01-assess.md" in errors[0].message

@@ -417,6 +417,9 @@ def _router_options(wf_fm: Frontmatter, env: Mapping[str, Any], wf: _Workflow) -
             _check_exists(ref, wf, wf.file, None, declared=_in_folders(ref.path, wf.step_folders))
         if not _in_folders(ref.path, wf.step_folders):
             continue
+        named = _VAR_RE.fullmatch(ref.raw)
+        if named and named[1] in wf_fm.data:  # `{editWorkflow}`: a frontmatter entry step, missing is an error
+            _check_exists(ref, wf, wf.file, named[1])
         mode = None
         for line_no in range((ref.line or 0), wf_fm.body_line - 1, -1):
             text = lines.get(line_no, "")

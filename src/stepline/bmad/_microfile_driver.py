@@ -135,8 +135,11 @@ async def _choose_mode(ctx: StepContext) -> tuple[str | None, str]:
         return chosen_mode, _entry(workflow, router, chosen_mode)
     if not router:
         steps = [s.id for s in workflow.steps if not s.meta.get("init")]
-        if not steps:
-            raise ReaderError("the workflow has no step to run", path=workflow.meta.get("workflow_file"), line=1)
+        if not steps:  # its entry step names no file: the reader's diagnostic says which, and where
+            file = str(workflow.meta.get("workflow_file"))
+            why = _diagnostics_for(workflow, file, ("broken-chain",))
+            raise ReaderError("the workflow has no step to run" + (f" ({why[0]})" if why else ""), path=file, line=1,
+                              hint="fix the path of its first step file")
         return None, steps[0]
     raw = router["options"]
     options = [Option(str(o["key"] or i), str(o["label"] or o["mode"]), Route("goto", o["entry"]), default=i == 1)
