@@ -56,7 +56,7 @@ from stepline.ccw._state import (
 from stepline.ccw._task import TaskView, read_task_file
 from stepline.ccw._waves import plan_workflow_waves
 from stepline.engine._runner import register_driver
-from stepline.engine._session import interrupted_tool, tool_intent, withdraw_intent
+from stepline.engine._session import run_tool_once
 from stepline.engine._signals import StepBlocked
 from stepline.errors import (
     JournalError,
@@ -505,14 +505,20 @@ def _tool_call(command: str) -> _Call:
                  {"command": f"grep -rnE -e {shlex.quote(pattern)} -- {shlex.quote(path)}; test $? -le 1"}, path)
 
 
-async def _run_command(ctx: StepContext, call: _Call) -> _Result:
-    """Run one pre_analysis command's tool call through the tool pipeline and return its text output."""
+async def _run_command(ctx: StepContext, key: str, call: _Call) -> _Result:
+    """Run one pre_analysis command's tool call through the tool pipeline and return its text output. A ``bash``
+    command runs once (:func:`~stepline.engine._session.run_tool_once`: its intent journaled before it starts; one
+    a crash interrupted is not run again silently). Read, Glob and the Grep built here only read: run again."""
     if call.searched is not None:
         try:
             confine_path(ctx.project_root, call.searched)
         except ToolError as exc:
             return _Result(False, "", exc.format_message())
-    record = await _tool(ctx, call.tool, call.args)
+    if call.kind == "bash":
+        record = await run_tool_once(ctx, key, "pre_analysis", call.tool, call.args,
+                                     lambda: _tool(ctx, call.tool, call.args))
+    else:
+        record = await _tool(ctx, call.tool, call.args)
     if call.kind == "Read":
         output = str((record.get("result") or {}).get("content", ""))
     elif call.kind == "Glob":
@@ -529,35 +535,11 @@ async def _run_command(ctx: StepContext, call: _Call) -> _Result:
 
 
 async def _command(ctx: StepContext, key: str, command: str) -> _Result:
-    """Run a command once: a result already journaled is replayed, not run again.
-
-    A ``bash`` command's intent is journaled (synced) before it starts; one found without its result was
-    interrupted by a crash and is handled as the step protocol's ``call_tool`` handles it
-    (:func:`~stepline.engine._session.interrupted_tool`): its effect read back where the tool can tell, else the
-    task blocks at ``rerun:shell:<key>`` for a person. Read, Glob and the Grep built here only read: run again.
-    """
-    engine = ctx.engine
-    recorded = engine.calls.recorded.get(key)
+    """Run a command once: a result already journaled is replayed, not run again."""
+    recorded = ctx.engine.calls.recorded.get(key)
     if recorded is not None:
         return _Result(**recorded["result"])
-    call = _tool_call(command)
-    started = engine.calls.started.get(key)
-    result: _Result | None = None
-    if call.kind == "bash" and (started is None or started["args"].get("withdrawn")):
-        ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "pre_analysis",
-                                          "args": {"command": command, **tool_intent(ctx, call.tool, call.args)}},
-                 sync=True)
-    elif call.kind == "bash" and started is not None:
-        done, _ = await interrupted_tool(ctx, key, call.tool, call.args, started["args"].get("effect_before"))
-        if done is not None:  # it had finished (its tool result says why): its output is lost, the task goes on
-            result = _Result(True, "")
-    if result is None:
-        try:
-            result = await _run_command(ctx, call)
-        except StepBlocked:  # at the command's approval gate: it did not start
-            if call.kind == "bash":
-                withdraw_intent(ctx, key, "pre_analysis")
-            raise
+    result = await _run_command(ctx, key, _tool_call(command))
     ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": "pre_analysis", "args": {"command": command},
                                        "result": {"ok": result.ok, "output": result.output, "error": result.error}})
     return result

@@ -27,7 +27,7 @@ from stepline.engine._flow import Flow, make_schedule
 from stepline.engine._gates import GateBook, gate_reason
 from stepline.engine._human import HumanChannel
 from stepline.engine._retry import retry_delay
-from stepline.engine._session import JournaledSession, Outcome, repair_torn_appends, sha256_file
+from stepline.engine._session import JournaledSession, Outcome, repair_torn_appends, run_tool_once, sha256_file
 from stepline.engine._signals import StepBlocked
 from stepline.engine._state import CallLog, apply, fold, stamp
 from stepline.engine._telis import close_context, resolve_step_context
@@ -725,7 +725,8 @@ class Engine:
             if key in self.calls.recorded:
                 continue
             args = {k: render_variables(v, ctx.variables) if isinstance(v, str) else v for k, v in call.args.items()}
-            result = await self.run_tool(ctx, call.name, args, required=call.required, risk=call.risk)
+            result = await run_tool_once(ctx, key, "step_tool", call.name, args, lambda: self.run_tool(
+                ctx, call.name, args, required=call.required, risk=call.risk))  # noqa: B023  # awaited at once
             ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": "step_tool", "args": {"name": call.name},
                                                "result": result})
 

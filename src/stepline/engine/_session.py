@@ -28,8 +28,7 @@ from stepline.time import isoformat, now
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
 
-__all__ = ["JournaledSession", "Outcome", "confine", "interrupted_tool", "repair_torn_appends", "tool_intent",
-           "withdraw_intent"]
+__all__ = ["JournaledSession", "Outcome", "confine", "repair_torn_appends", "run_tool_once"]
 
 
 @dataclass(slots=True)
@@ -194,27 +193,14 @@ class JournaledSession(StepSession):
     async def call_tool(self, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
         """Run a tool through the pipeline; a non-idempotent tool interrupted mid-run is never re-run blindly."""
         self._check_open("call_tool")
-        key, recorded, started = self._next_key("call_tool")
+        key, recorded, _ = self._next_key("call_tool")
         if recorded is not None:
             result: dict[str, Any] = recorded["result"]
             return result
         args = dict(args or {})
-        rerun: str | None = None
-        if started is None or started["args"].get("withdrawn"):
-            self.ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "call_tool",
-                                                   "args": tool_intent(self.ctx, name, args)}, sync=True)
-        elif not self.ctx.engine.tool_is_idempotent(name):
-            done, rerun = await interrupted_tool(self.ctx, key, name, args, started["args"].get("effect_before"))
-            if done is not None:
-                self._record(key, "call_tool", {"name": name, "args": args}, done)
-                return done
-        try:
-            result = await self.ctx.run_tool(name, args, risk=self._code_risk(name, args))
-        except StepBlocked:
-            withdraw_intent(self.ctx, key, "call_tool")
-            raise
-        if rerun is not None:
-            result["after_crash"] = rerun
+        risk = self._code_risk(name, args)
+        result = await run_tool_once(self.ctx, key, "call_tool", name, args,
+                                     lambda: self.ctx.run_tool(name, args, risk=risk))
         self._record(key, "call_tool", {"name": name, "args": args}, result)
         return result
 
@@ -356,10 +342,29 @@ def tool_intent(ctx: StepContext, name: str, args: dict[str, Any]) -> dict[str, 
     return intent
 
 
-def withdraw_intent(ctx: StepContext, key: str, op: str) -> None:
-    """Journal that the call whose intent is journaled under ``key`` did not start: it waits at its approval
-    gate. A resume then runs it once approved (a fresh intent first), instead of asking whether to rerun it."""
-    ctx.emit(EventType.CALL_STARTED, {"key": key, "op": op, "args": {"withdrawn": True}}, sync=False)
+async def run_tool_once(ctx: StepContext, key: str, op: str, name: str, args: dict[str, Any],
+                        run: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    """Run a tool call whose result the caller journals under ``key`` (not yet journaled): its intent first
+    (synced, :func:`tool_intent`), and once only. An intent found without its result (a crash came between) is
+    an interrupted call (:func:`interrupted_tool`): not run again unless the disk or a person says it did not
+    finish. A call that waits at its approval gate did not start: its intent is withdrawn, so once approved it
+    runs. Every family's effects go through here (``call_tool``, a step's declared tools, CCW commands)."""
+    started = ctx.engine.calls.started.get(key)
+    rerun: str | None = None
+    if started is None or started["args"].get("withdrawn"):
+        ctx.emit(EventType.CALL_STARTED, {"key": key, "op": op, "args": tool_intent(ctx, name, args)}, sync=True)
+    elif not ctx.engine.tool_is_idempotent(name):
+        done, rerun = await interrupted_tool(ctx, key, name, args, started["args"].get("effect_before"))
+        if done is not None:
+            return done
+    try:
+        result = await run()
+    except StepBlocked:
+        ctx.emit(EventType.CALL_STARTED, {"key": key, "op": op, "args": {"withdrawn": True}}, sync=False)
+        raise
+    if rerun is not None:
+        result["after_crash"] = rerun
+    return result
 
 
 async def interrupted_tool(ctx: StepContext, key: str, name: str, args: dict[str, Any], before: Any
