@@ -21,12 +21,13 @@ BENCH_GEN = Path(__file__).resolve().parents[2] / "bench" / "ccw_gen.py"
 TASKS = 30
 
 
-def _generate(project: Path) -> Path:
+def generate(project: Path, tasks: int = TASKS, *, seed: int = 11, max_deps: int = 2) -> Path:
+    """A random-DAG session of ``tasks`` tasks from the bench's generator, in ``project``."""
     spec = importlib.util.spec_from_file_location("ccw_gen", BENCH_GEN)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    session_dir: Path = module.generate_session(project, TASKS, seed=11, max_deps=2)
+    session_dir: Path = module.generate_session(project, tasks, seed=seed, max_deps=max_deps)
     return session_dir
 
 
@@ -76,7 +77,7 @@ def test_sigkill_anywhere_in_a_parallel_session_keeps_files_consistent_and_runs_
     """Killed mid journal record, mid effect append, between a temp file and its rename, and at random
     instants, the session's three files agree after every kill (up to journaled in-flight completions),
     and the resumed session ends with every task completed and its effect done exactly once."""
-    session_dir = _generate(project)
+    session_dir = generate(project)
     script = project / "script.yaml"
     script.write_text(yaml.safe_dump({"default": "error", "steps": {
         f"IMPL-{k}": [{"write_output": {"content": f"IMPL-{k}\n", "path": "effects.log"}},

@@ -5,7 +5,6 @@ commands that append to a file run, resume, and count the appends."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -16,18 +15,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
-BENCH_GEN = Path(__file__).resolve().parents[2] / "bench" / "ccw_gen.py"
+from ccw.test_ccw_crash import generate
+
 #: STEPLINE_CCW_KILL_TASKS=30 runs the issue's 30-task session (a kill per new command, ~30 kills).
 TASKS = int(os.environ.get("STEPLINE_CCW_KILL_TASKS", "4"))
 
 
 def _session(project: Path) -> Path:
     """A session whose every task first appends its id to effects.log, then takes a moment."""
-    spec = importlib.util.spec_from_file_location("ccw_gen", BENCH_GEN)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    session_dir: Path = module.generate_session(project, TASKS, seed=5, max_deps=1)
+    session_dir = generate(project, TASKS, seed=5, max_deps=1)
     for path in (session_dir / ".task").glob("IMPL-*.json"):
         task = json.loads(path.read_text(encoding="utf-8"))
         task.setdefault("flow_control", {})["pre_analysis"] = [{
