@@ -2,6 +2,8 @@
 
 ``SPRINT_KILL=commit``: right after git made a story's commit, before the journal records it.
 ``SPRINT_KILL=advance``: after the commit is journaled, before the board moves (between commit and advance).
+``SPRINT_KILL=ff``: a parallel loop's merge, right after the integration branch was fast-forwarded to a story
+(before the journal records it), at the ``SPRINT_KILL_AT``-th merge (default 1).
 """
 
 import os
@@ -13,7 +15,17 @@ from stepline.interfaces.cli._app import main
 from stepline.sprint import _driver
 
 kind = os.environ.get("SPRINT_KILL")
-real_git_ok, real_set_status = _driver.git_ok, _driver.set_status
+real_git, real_git_ok, real_set_status = _driver.git, _driver.git_ok, _driver.set_status
+merges = [0]
+
+
+async def git(root: Any, *args: str, **options: Any) -> tuple[int, str]:
+    out = await real_git(root, *args, **options)
+    if kind == "ff" and "--ff-only" in args and out[0] == 0:
+        merges[0] += 1
+        if merges[0] == int(os.environ.get("SPRINT_KILL_AT") or 1):
+            os.kill(os.getpid(), signal.SIGKILL)
+    return out
 
 
 async def git_ok(root: Any, *args: str, **options: Any) -> str:
@@ -31,5 +43,6 @@ def set_status(*args: Any, **kwargs: Any) -> bool:
 
 os.environ["FAKE_STEPLINE_PID"] = str(os.getpid())  # the process a fake agent's FAKE_KILL kills
 _driver.git_ok = git_ok  # type: ignore[assignment]
+_driver.git = git  # type: ignore[assignment]
 _driver.set_status = set_status
 main(sys.argv[1:])

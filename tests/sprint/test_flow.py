@@ -73,6 +73,19 @@ def test_checkpoints_and_merge_sit_where_the_config_puts_them() -> None:
         == "required"
 
 
+def test_a_merge_that_cannot_land_visits_build_to_merge_again_within_the_build_budget() -> None:
+    merging = Budget(builds=2, reviews=1, merge=True)
+    first = (("baseline", "recorded"), ("build", "built"), ("verify", "pass"), ("review", "clean"),
+             ("verify-final", "pass"), ("commit", "committed"), ("merge", "rebuild"))
+    assert next_stage(_run(*first), merging) == "build@2"
+    again = (*first, ("build@2", "built"), ("verify@2", "pass"), ("review@2", "clean"), ("verify-final@2", "pass"),
+             ("commit@2", "committed"))
+    assert next_stage(_run(*first, ("build@2", "built"), ("verify@2", "pass")), merging) == "review@2"
+    assert next_stage(_run(*again), merging) == "merge@2"
+    assert next_stage(_run(*again, ("merge@2", "merged")), merging) == "advance"
+    assert next_stage(_run(*again, ("merge@2", "rebuild")), merging) == "defer"  # out of builds
+
+
 def test_the_flow_stops_at_a_stage_that_did_not_complete() -> None:
     run = _run(("baseline", "recorded"))
     flow = SprintFlow(run, BUDGET)

@@ -77,3 +77,51 @@ def test_more_than_one_story_at_once_needs_worktrees(tmp_path: Path, agent_env: 
     err = capsys.readouterr().err
     assert "needs isolation: worktree" in err and "Traceback" not in err
     assert not (root / ".stepline" / "runs").exists() or not any((root / ".stepline" / "runs").iterdir())
+
+
+def _agents_in(root: Path) -> list[int]:
+    """Processes working in the project (an agent's cwd is its story's worktree)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if str(proc.joinpath("cwd").readlink()).startswith(str(root / ".stepline")):
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.parametrize("at", ["1", "2"])
+def test_sigkill_with_four_stories_at_once_mid_merge_then_resume_commits_each_once(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, at: str) -> None:
+    """-j 4: the loop is SIGKILLed right after the integration branch moved to the second story (the journal does
+    not know yet) while the others build, review or wait to merge; the resume lands each story once, builds no
+    change twice (1-4 appends to NOTES.md), leaves no agent running and an integration branch whose checks pass."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    here = Path(__file__).resolve().parent
+    root = make_project(tmp_path / "calc", isolation="worktree")
+    monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-4": "appender"}))
+    child = [sys.executable, str(here / "crash_child.py"), "sprint"]
+    killed = subprocess.run([*child, "run", "-j", "4", "--max-stories", "4", "-C", str(root), "-q"],
+                            capture_output=True, text=True, timeout=180,
+                            env={**os.environ, "SPRINT_KILL": "ff", "SPRINT_KILL_AT": at})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert _story_commits(root).total() == int(at)  # the kill came after the branch moved
+    resumed = subprocess.run([*child, "resume", "-C", str(root), "-q"], capture_output=True, text=True, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    time.sleep(1)
+    assert _story_commits(root) == Counter({"1-1-add": 1, "1-2-sub": 1, "1-3-mul": 1, "1-4-div": 1})
+    assert git(root, "rev-list", "--count", "--merges", "HEAD").strip() == "0"
+    assert (root / "NOTES.md").read_text() == "- story 1-4: a change made once\n"
+    assert _agents_in(root) == []
+    assert git(root, "branch", "--list", "sprint/*").strip() == ""
+    checks = subprocess.run([sys.executable, "-m", "unittest", "discover", "-q", "-s", "tests"], cwd=root,
+                            capture_output=True, text=True)
+    assert checks.returncode == 0, checks.stderr
+    assert git(root, "status", "--porcelain", "--", ".", f":(exclude){ARTIFACTS}").strip() == ""

@@ -85,6 +85,19 @@ class CheckpointsSection(_Section):
     after_commit: bool = False
 
 
+class CloseoutSection(_Section):
+    """What follows a story's commit: a push to a git remote, and a command per story (a pull request, a CI wait),
+    each try's output and exit code journaled; a failure is tried again, then a person decides."""
+
+    remote: str | None = Field(default=None, description="the git remote to push to (a name or a URL)")
+    push: Literal["integration", "story"] = Field(
+        default="integration", description="the integration branch, or each story's commit as sprint/<story>")
+    command: str | None = Field(default=None, description="run in the project per story; {story} {commit} {branch}")
+    retries: int = Field(default=1, ge=0)
+    retry_wait_seconds: float = Field(default=10.0, ge=0)
+    timeout_seconds: float = Field(default=600.0, gt=0)
+
+
 class SprintConfig(_Section):
     """The whole ``config/sprint.yaml``."""
 
@@ -93,6 +106,7 @@ class SprintConfig(_Section):
     retries: RetriesSection = Field(default_factory=RetriesSection)
     budgets: BudgetsSection = Field(default_factory=BudgetsSection)
     checkpoints: CheckpointsSection = Field(default_factory=CheckpointsSection)
+    closeout: CloseoutSection | None = None
     isolation: Literal["none", "worktree"] = "none"
     #: Stories built and reviewed at once (``stepline sprint run -j N``); more than 1 needs ``isolation: worktree``.
     max_parallel: int = Field(default=1, ge=1)

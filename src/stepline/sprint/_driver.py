@@ -60,16 +60,16 @@ _FINDING = re.compile(r"^\s*(?:[-*]\s*)?\[?(patch|defer|escalate|intent_gap|bad_
 
 
 def story_workflow(key: str, *, builds: int, reviews: int, merge: bool, plan_gate: bool = False,
-                   commit_gate: bool = False) -> WorkflowSpec:
+                   commit_gate: bool = False, closeout: bool = False) -> WorkflowSpec:
     """The workflow of one story's run: its stages (visits beyond the first are added as they happen)."""
     from stepline.model import StepSpec
 
-    wanted = {"merge": merge, "checkpoint-plan": plan_gate, "checkpoint-commit": commit_gate}
+    wanted = {"merge": merge, "checkpoint-plan": plan_gate, "checkpoint-commit": commit_gate, "closeout": closeout}
     steps = [StepSpec(id=stage, name=f"{stage} {key}", human_gate="required" if stage in CHECKPOINTS else None,
                       on_reject="skip" if stage in CHECKPOINTS else "fail")
              for stage in STAGES if wanted.get(stage, True)]
     budget = {"builds": builds, "reviews": reviews, "merge": merge, "plan_gate": plan_gate,
-              "commit_gate": commit_gate}
+              "commit_gate": commit_gate, "closeout": closeout}
     return WorkflowSpec(id=f"sprint-story:{key}", name=f"sprint story {key}", format=FORMAT, steps=steps,
                         meta={"story": key, "budget": budget})
 
@@ -78,7 +78,7 @@ def _flow(workflow: WorkflowSpec, run: Run) -> SprintFlow:
     raw = workflow.meta.get("budget") or {}
     return SprintFlow(run, Budget(builds=int(raw.get("builds", 3)), reviews=int(raw.get("reviews", 2)),
                                   merge=bool(raw.get("merge")), plan_gate=bool(raw.get("plan_gate")),
-                                  commit_gate=bool(raw.get("commit_gate"))))
+                                  commit_gate=bool(raw.get("commit_gate")), closeout=bool(raw.get("closeout"))))
 
 
 # -- journaled helpers ------------------------------------------------------------------------------------------
@@ -920,8 +920,8 @@ async def _merge_in_turn(ctx: StepContext) -> None:
         return {"head": await git_ok(root, "rev-parse", "HEAD")}
 
     async def merge(redo: bool) -> dict[str, Any]:
-        if redo and await find_commit(root, trailers):  # it landed before the crash
-            return await land()
+        if redo and (landed := await find_commit(root, trailers)):  # it landed before the crash
+            return {**await land(), "redo": f"found in the history as {landed[:12]}"}
         await git(workspace, "rebase", "--abort")  # a rebase the crash cut short (none: git says so, harmless)
         onto = await git_ok(root, "rev-parse", "HEAD")
         code, out = await git(workspace, "-c", "user.name=stepline", "-c", "user.email=stepline@localhost",
@@ -961,8 +961,9 @@ async def _merge_in_turn(ctx: StepContext) -> None:
         _record_evidence(ctx, f"{ctx.spec.id}: {result['rebuild']}", "invalid")
         return
     ctx.step.choice = "merged"
-    ctx.step.summary = (f"{branch} rebased onto {result['onto'][:12]}, {len(result['checks'])} check(s) passed again, "
-                        f"HEAD {result['head'][:12]}")
+    ctx.step.summary = (f"{branch}: {result['redo']}" if "redo" in result else f"{branch} rebased onto "
+                        f"{result['onto'][:12]}, {len(result['checks'])} check(s) passed again") + \
+        f", HEAD {result['head'][:12]}"
 
 
 async def _advance(ctx: StepContext) -> None:
@@ -984,6 +985,52 @@ async def _advance(ctx: StepContext) -> None:
     await _effect(ctx, "advance", {"key": key, "status": "done"}, advance)
     ctx.step.choice = "done"
     ctx.step.summary = f"{key}: done on the board"
+
+
+async def _closeout(ctx: StepContext) -> None:
+    """After the story is done: push (the integration branch, or the story's commit to ``sprint/<story>``) to the
+    configured remote, then the configured command (``{story}``, ``{commit}``, ``{branch}`` filled in), each try's
+    output and exit code journaled and kept as evidence; a failed try is tried again ``retries`` times, then a
+    person answers ``retry`` or ``skip`` (``ask:closeout:<story>:<n>``): never dropped without a word."""
+    config = _config(ctx).get("closeout") or {}
+    root, key = ctx.project_root, str(_vars(ctx)["sprint_story"])
+    sha = str(_vars(ctx).get("sprint_commit") or "")
+    branch = await git_ok(root, "rev-parse", "--abbrev-ref", "HEAD")
+    timeout = float(config.get("timeout_seconds") or 600)
+    number = 0
+    while True:
+        number += 1
+
+        async def attempt(redo: bool) -> dict[str, Any]:
+            steps: list[dict[str, Any]] = []
+            if remote := config.get("remote"):
+                target = f"{sha}:refs/heads/sprint/{key}" if config.get("push") == "story" else f"HEAD:{branch}"
+                code, out = await git(root, "push", "-q", str(remote), target)
+                steps.append({"command": f"git push {remote} {target}", "exit": code, "output": out[-20000:]})
+            if (command := config.get("command")) and all(s["exit"] == 0 for s in steps):
+                filled = command.replace("{story}", key).replace("{commit}", sha).replace("{branch}", branch)
+                steps.append(await _run_command(filled, root, timeout))
+            return {"steps": steps, "ok": all(s["exit"] == 0 for s in steps)}
+
+        result = await _effect(ctx, f"closeout/{number}", {"commit": sha, "branch": branch}, attempt)
+        for done in result["steps"]:
+            _record_evidence(ctx, f"closeout {key} try {number}: `{done['command']}` exited {done['exit']}: "
+                             f"{_last_lines(done['output'])}", "L1" if done["exit"] == 0 else "invalid")
+        if result["ok"]:
+            ctx.step.choice = "closed-out"
+            ctx.step.summary = "; ".join(f"`{s['command']}` exited 0" for s in result["steps"]) or "nothing to do"
+            return
+        failed = next(s for s in result["steps"] if s["exit"] != 0)
+        why = f"`{failed['command']}` exited {failed['exit']}: {_last_lines(failed['output'])}"
+        if number <= int(config.get("retries", 1)):
+            await asyncio.sleep(float(config.get("retry_wait_seconds") or 0) * number)
+            continue
+        question = (f"Story {key} is committed, but its closeout failed: {why}. Fix the cause, then answer retry; "
+                    "or answer skip (the story stays done; its closeout is not done).")
+        answer = await ctx.engine.human.ask(ctx, question, ["retry", "skip"], f"{_gate_key(ctx, 'closeout')}:{number}")
+        if not answer.strip().lower().startswith("retry"):
+            ctx.step.choice, ctx.step.summary = "skipped", f"closeout skipped by a person after: {why}"
+            return
 
 
 async def _append_deferred(ctx: StepContext, name: str, lines: list[str]) -> None:
@@ -1048,7 +1095,7 @@ async def _checkpoint(ctx: StepContext) -> None:
 
 _STAGE_DRIVERS: dict[str, Callable[[StepContext], Awaitable[None]]] = {
     "baseline": _baseline, "build": _build, "verify": _verify, "verify-final": _verify, "review": _review,
-    "commit": _commit, "merge": _merge, "advance": _advance, "defer": _defer,
+    "commit": _commit, "merge": _merge, "advance": _advance, "closeout": _closeout, "defer": _defer,
     "checkpoint-plan": _checkpoint, "checkpoint-commit": _checkpoint,
 }
 

@@ -20,7 +20,7 @@ from stepline.model import Run, StepStatus
 __all__ = ["CHECKPOINTS", "STAGES", "SUCCEEDED", "SprintFlow", "next_stage", "visit"]
 
 STAGES = ("baseline", "checkpoint-plan", "build", "verify", "review", "verify-final", "commit", "checkpoint-commit",
-          "merge", "advance", "defer")
+          "merge", "advance", "closeout", "defer")
 #: The stages that are human gates (per-story checkpoints, when the config asks for them).
 CHECKPOINTS = ("checkpoint-plan", "checkpoint-commit")
 
@@ -28,7 +28,7 @@ CHECKPOINTS = ("checkpoint-plan", "checkpoint-commit")
 #: The choices of a stage that did what it is for (a build that built, a verify that passed …); any other choice
 #: (``fail``, ``failed``, ``over-budget``, ``patch``, ``defer``, ``deferred``) completes the stage without success.
 SUCCEEDED = frozenset({"recorded", "committed-before", "approved", "built", "pass", "clean", "skipped", "committed",
-                       "merged", "done"})
+                       "merged", "done", "closed-out"})
 
 
 def visit(base: str, number: int) -> str:
@@ -45,6 +45,7 @@ class Budget:
     merge: bool
     plan_gate: bool = False
     commit_gate: bool = False
+    closeout: bool = False
 
 
 def next_stage(run: Run, budget: Budget) -> str | None:
@@ -88,6 +89,8 @@ def next_stage(run: Run, budget: Budget) -> str | None:
         elif base == "commit":
             sid = (visit("checkpoint-commit", merges) if budget.commit_gate else
                    visit("merge", merges) if budget.merge else "advance")
+        elif base == "advance" and budget.closeout:
+            sid = "closeout"
         elif base == "merge":
             if choice != "rebuild":
                 sid = "advance"
@@ -96,7 +99,7 @@ def next_stage(run: Run, budget: Budget) -> str | None:
                 sid = visit("build", builds)
             else:
                 sid = "defer"
-        else:  # advance, defer: the story is settled
+        else:  # advance (closeout), defer: the story is settled
             return None
 
 

@@ -18,7 +18,7 @@ from stepline import time
 from stepline.errors import NotFoundError, RunStateError
 from stepline.model import Run, RunStatus
 from stepline.sprint._board import Board, read_board
-from stepline.sprint._config import SprintConfig
+from stepline.sprint._config import BudgetLimit, SprintConfig
 from stepline.sprint._driver import reconcile_first, story_workflow
 from stepline.sprint._plan import plan_stories
 from stepline.sprint._project import SprintProject
@@ -26,6 +26,7 @@ from stepline.sprint._usage import Usage, over_limit
 
 if TYPE_CHECKING:
     from stepline.engine import Engine
+    from stepline.model import WorkflowSpec
     from stepline.store import RunStore
 
 __all__ = ["LoopOptions", "StoryResult", "StoryRun", "latest_story_runs", "load_loop", "loop_driver", "loop_log_path",
@@ -315,6 +316,29 @@ async def run_loop(engine: Engine, project: SprintProject, config: SprintConfig,
     return results
 
 
+def _workflow(key: str, config: SprintConfig) -> WorkflowSpec:
+    return story_workflow(key, builds=config.retries.build, reviews=config.retries.review,
+                          merge=config.isolation == "worktree", plan_gate=config.checkpoints.before_build,
+                          commit_gate=config.checkpoints.after_commit, closeout=config.closeout is not None)
+
+
+def _story_ended(run: Run, spent: Usage, limit: BudgetLimit, log: _LoopLog, report: Any) -> StoryResult:
+    """How a story's run ended, written to loop.jsonl (with what the loop has spent, this story included) and
+    reported."""
+    outcome, summary = _outcome(run)
+    usage = story_usage(run)
+    spent = spent + usage
+    key = run.variables.get("sprint_story") or run.workflow.id.removeprefix(_PREFIX)
+    result = StoryResult(key=str(key), run_id=run.run_id, outcome=outcome, summary=summary, usage=usage)
+    log.write("story-ended", key=result.key, run_id=run.run_id, outcome=outcome, summary=summary,
+              usage=usage.to_dict(), loop_spent=spent.to_dict(),
+              loop_left={"tokens": None if limit.tokens is None else limit.tokens - spent.tokens,
+                         "cost_usd": None if limit.cost_usd is None else limit.cost_usd - spent.cost_usd})
+    if report is not None:
+        report(result)
+    return result
+
+
 async def _stories(engine: Engine, project: SprintProject, config: SprintConfig, options: LoopOptions,
                    keys: list[str], to_resume: dict[str, str], log: _LoopLog, current: dict[str, str],
                    report: Any) -> list[StoryResult]:
@@ -335,23 +359,11 @@ async def _stories(engine: Engine, project: SprintProject, config: SprintConfig,
         else:
             options.taken.append(key)
             save_loop(project.root, options)
-            workflow = story_workflow(key, builds=config.retries.build, reviews=config.retries.review,
-                                      merge=config.isolation == "worktree",
-                                      plan_gate=config.checkpoints.before_build,
-                                      commit_gate=config.checkpoints.after_commit)
-            run = await engine.start(workflow, _variables(project, config, key, options, spent))
-        outcome, summary = _outcome(run)
-        usage = story_usage(run)
-        spent = spent + usage
-        result = StoryResult(key=key, run_id=run.run_id, outcome=outcome, summary=summary, usage=usage)
+            run = await engine.start(_workflow(key, config), _variables(project, config, key, options, spent))
+        result = _story_ended(run, spent, limit, log, report)
+        spent = spent + result.usage
         results.append(result)
-        log.write("story-ended", key=key, run_id=run.run_id, outcome=outcome, summary=summary,
-                  usage=usage.to_dict(), loop_spent=spent.to_dict(),
-                  loop_left={"tokens": None if limit.tokens is None else limit.tokens - spent.tokens,
-                             "cost_usd": None if limit.cost_usd is None else limit.cost_usd - spent.cost_usd})
-        if report is not None:
-            report(result)
-        if outcome in ("blocked", "failed"):
+        if result.outcome in ("blocked", "failed"):
             break  # the checkout holds this story's work: the next story waits for it (resume)
     return results
 
@@ -398,10 +410,7 @@ async def _parallel_stories(engine: Engine, project: SprintProject, config: Spri
         if key in to_resume:
             reconcile_first(to_resume[key])
             return await story_engine.resume(to_resume[key])
-        workflow = story_workflow(key, builds=config.retries.build, reviews=config.retries.review, merge=True,
-                                  plan_gate=config.checkpoints.before_build,
-                                  commit_gate=config.checkpoints.after_commit)
-        return await story_engine.start(workflow, {**_variables(project, config, key, options, spent),
+        return await story_engine.start(_workflow(key, config), {**_variables(project, config, key, options, spent),
                                                    "sprint_parallel": True})
 
     async def may_start(key: str) -> str | None:
@@ -451,19 +460,10 @@ async def _parallel_stories(engine: Engine, project: SprintProject, config: Spri
         done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             key = running.pop(task)
-            run = task.result()
-            outcome, summary = _outcome(run)
-            usage = story_usage(run)
-            spent = spent + usage
-            ended[key] = outcome
-            result = StoryResult(key=key, run_id=run.run_id, outcome=outcome, summary=summary, usage=usage)
+            result = _story_ended(task.result(), spent, limit, log, report)
+            spent = spent + result.usage
+            ended[key] = result.outcome
             results.append(result)
-            log.write("story-ended", key=key, run_id=run.run_id, outcome=outcome, summary=summary,
-                      usage=usage.to_dict(), loop_spent=spent.to_dict(),
-                      loop_left={"tokens": None if limit.tokens is None else limit.tokens - spent.tokens,
-                                 "cost_usd": None if limit.cost_usd is None else limit.cost_usd - spent.cost_usd})
-            if report is not None:
-                report(result)
     return results
 
 
