@@ -125,3 +125,20 @@ def test_sigkill_with_four_stories_at_once_mid_merge_then_resume_commits_each_on
                             capture_output=True, text=True)
     assert checks.returncode == 0, checks.stderr
     assert git(root, "status", "--porcelain", "--", ".", f":(exclude){ARTIFACTS}").strip() == ""
+
+
+def test_a_story_whose_file_list_names_a_file_a_running_story_declares_waits_for_it(
+        tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_project(tmp_path / "calc", isolation="worktree")
+    for name in ("1-1-add", "1-2-sub"):
+        story = root / ARTIFACTS / f"{name}.md"
+        story.write_text(story.read_text() + "\n### File List\n\n- `calc_shared.py`\n- tests/test_shared.py\n")
+    git(root, "commit", "-q", "-am", "both stories name calc_shared.py")
+    assert run_cli(["sprint", "run", "-j", "3", "--max-stories", "3", "-C", str(root), "--json", "-q"]) == 0
+    assert sorted(r["outcome"] for r in json.loads(capsys.readouterr().out)) == ["committed"] * 3
+    events = [(e["event"], e["key"]) for e in _loop_log(root) if str(e["event"]).startswith("story-")]
+    assert events.index(("story-started", "1-2-sub")) > events.index(("story-ended", "1-1-add"))
+    assert events.index(("story-started", "1-3-mul")) < events.index(("story-ended", "1-1-add"))  # not held up
+    waited = [e for e in _loop_log(root) if e["event"] == "story-waiting"]
+    assert [(e["key"], e["reason"]) for e in waited] == [("1-2-sub", "1-1-add is changing calc_shared.py, "
+                                                                     "tests/test_shared.py")]
