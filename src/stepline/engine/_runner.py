@@ -362,6 +362,10 @@ class Engine:
         return gate.gate_id
 
     # -- journal --------------------------------------------------------------------------------------------
+    def _holds_secret(self, content: bytes) -> bool:
+        text = content.decode("utf-8", "replace")
+        return self._scanner.may_contain(text) and self._scanner.redact(text) != text
+
     def emit(self, kind: EventType, data: dict[str, Any], *, step_id: str | None = None,
              sync: Durability = False) -> Event:
         """Append an event to the journal, fold it into the run, and tell the listeners."""
@@ -377,7 +381,8 @@ class Engine:
             payload = dump_data(event.data)
         journal.append(event, sync=sync, line=event.to_bytes(payload))
         if kind is EventType.ARTIFACT_READY and self._dir is not None:  # its content, for fork/replay/diff
-            keep_artifact(self._dir.path, self.project_root, str(data["path"]), str(data["sha256"]))
+            keep_artifact(self._dir.path, self.project_root, str(data["path"]), str(data["sha256"]),
+                          holds_secret=self._holds_secret if self._redact else None)
         apply(run, event, self.calls)
         self._events.append(event)
         if self.listeners and event.type in _PUBLIC:

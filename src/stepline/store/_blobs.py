@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from stepline.store._files import atomic_write_bytes
@@ -26,9 +27,12 @@ def blob_path(run_path: Path, sha256: str) -> Path:
     return run_path / BLOBS_DIR / sha256[:2] / sha256
 
 
-def keep_artifact(run_path: Path, project_root: Path, rel: str, sha256: str) -> None:
+def keep_artifact(run_path: Path, project_root: Path, rel: str, sha256: str, *,
+                  holds_secret: Callable[[bytes], bool] | None = None) -> None:
     """Copy the project file ``rel`` into the run's blobs, if it still holds the content ``sha256`` (a file
-    changed since its hash was taken is not copied under a hash that is not its own)."""
+    changed since its hash was taken is not copied under a hash that is not its own). A content that
+    ``holds_secret`` is not copied: the run directory never holds a secret (R-S1), so such a version cannot be
+    put back from the run alone, and its readers say so as for any version without a copy."""
     target = blob_path(run_path, sha256)
     if target.exists():
         return
@@ -39,7 +43,7 @@ def keep_artifact(run_path: Path, project_root: Path, rel: str, sha256: str) -> 
         data = source.read_bytes()
     except OSError:
         return
-    if hashlib.sha256(data).hexdigest() != sha256:
+    if hashlib.sha256(data).hexdigest() != sha256 or (holds_secret is not None and holds_secret(data)):
         return
     target.parent.mkdir(parents=True, exist_ok=True)
     # Not fsync'd: a run's steps must not wait for a copy only time travel reads; one a power cut lost or left
