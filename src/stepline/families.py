@@ -101,6 +101,13 @@ def load_workflow(path: Path | str, *, project_root: Path | str | None = None,
 
 
 def _load_other(fmt: str, path: Path, root: Path, variables: dict[str, Any], mode: str | None) -> WorkflowSpec:
+    folder = path if path.is_dir() else path.parent
+    if fmt == "bmad-skill" and _holds_xml_steps(folder):
+        # its steps are the runner's XML (in SKILL.md, v6.5 and newer, or in the workflow.md it follows): the
+        # legacy interpreter runs them step by step, so each <ask> and HALT reaches the person; the skill's
+        # own variables are set as its activation sets them, and it keeps its name (its folder's)
+        fmt, variables = "bmad-legacy", {"skill-root": str(folder), "skill-name": folder.name, **variables}
+        path = folder
     if fmt == "bmad-skill":
         from stepline.skills import load_skill
 
@@ -120,7 +127,9 @@ def _lint_one(fmt: str, path: Path, root: Path) -> list[Diagnostic]:
     if fmt == "bmad-skill":
         from stepline.skills import lint_skill
 
-        return lint_skill(path, root)
+        folder = path if path.is_dir() else path.parent
+        # a skill whose steps are <workflow> XML is also checked as the legacy workflow it runs as
+        return lint_skill(path, root) + (_lint_one("bmad-legacy", folder, root) if _holds_xml_steps(folder) else [])
     if fmt == "bmad-legacy":
         from stepline.bmad._legacy import lint_bmad_legacy
 

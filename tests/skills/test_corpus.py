@@ -69,6 +69,10 @@ def test_every_skill_runs_to_completion(installed: Path, skill: str) -> None:
     run = asyncio.run(engine.start(workflow))
     assert run.status == "completed", [(s, r.error) for s, r in run.steps.items() if r.error]
     done = [sid for sid, step in run.steps.items() if step.status == StepStatus.COMPLETED]
+    assert all(step.status in (StepStatus.COMPLETED, StepStatus.SKIPPED) for step in run.steps.values())
+    if workflow.format == "bmad-legacy":  # its steps are <workflow> XML (create-story …): run one by one
+        assert workflow.name == folder.name and done[:2] == ["step-1", "step-2"], (workflow.name, done)
+        return
     files = read_skill_files(folder)
     if files.kind == "shim":
         files = read_skill_files(Path(workflow.meta["skills"][files.forward_to]["root"]))
@@ -85,7 +89,6 @@ def test_every_skill_runs_to_completion(installed: Path, skill: str) -> None:
         sections = [s.id for s in workflow.steps if s.meta.get("role") in ("section", "body")]
         # the sections ran, or the intent's own request (Validate names none), or the activation was all of it
         assert set(sections) & set(done) or "intent" in done or not sections
-    assert all(step.status in (StepStatus.COMPLETED, StepStatus.SKIPPED) for step in run.steps.values())
 
 
 def test_a_module_installed_later_keeps_what_is_there(tmp_path: Path) -> None:

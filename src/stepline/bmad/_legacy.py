@@ -82,19 +82,26 @@ _PATTERN = re.compile(r"(?P<kind>\w+):\s*`(?P<glob>[^`]+)`")
 
 
 def holds_xml_steps(path: Path) -> bool:
-    """Whether ``path`` is a ``workflow*.md`` whose body is ``<workflow>`` XML steps (v6.1-v6.10 moved
-    create-story, dev-story, code-review … from workflow.yaml + instructions.xml into one such file; a skill's
-    SKILL.md may point at it): run by the legacy interpreter, step by step, its config read from the prose."""
+    """Whether ``path`` is a ``workflow*.md`` or ``SKILL.md`` whose body is ``<workflow>`` XML steps (v6.1-v6.10
+    moved create-story, dev-story, code-review … from workflow.yaml + instructions.xml into one such file; a
+    skill's SKILL.md may point at it, and v6.5 and newer hold the steps in SKILL.md itself): run by the legacy
+    interpreter, step by step, its config read from the prose. A folder holds them when one of its files does."""
     if path.is_dir():
-        return any(holds_xml_steps(md) for md in path.glob("workflow*.md"))
-    if path.suffix != ".md" or not path.name.startswith("workflow") or not path.is_file():
+        return any(holds_xml_steps(md) for md in _markdown_candidates(path))
+    if path.suffix != ".md" or not (path.name.startswith("workflow") or path.name == "SKILL.md"):
         return False
-    return _XML_STEPS.search(read_text(path)) is not None
+    return path.is_file() and _XML_STEPS.search(read_text(path)) is not None
+
+
+def _markdown_candidates(folder: Path) -> list[Path]:
+    """The files of ``folder`` that may hold XML steps: its SKILL.md first (a skill's own body wins over the
+    workflow.md it may also ship), then its ``workflow*.md``."""
+    return [folder / "SKILL.md", *sorted(folder.glob("workflow*.md"))]
 
 
 def markdown_workflow(path: Path) -> Path:
-    """The ``workflow*.md`` with XML steps at ``path`` (the file, or the one in the folder)."""
-    return path if path.is_file() else next(md for md in sorted(path.glob("workflow*.md")) if holds_xml_steps(md))
+    """The ``workflow*.md`` or ``SKILL.md`` with XML steps at ``path`` (the file, or the one in the folder)."""
+    return path if path.is_file() else next(md for md in _markdown_candidates(path) if holds_xml_steps(md))
 
 
 def _markdown_document(path: Path) -> YamlDocument:
@@ -109,12 +116,16 @@ def _markdown_document(path: Path) -> YamlDocument:
     def line_of(offset: int) -> int:
         return text.count("\n", 0, offset) + 1
 
-    front = _FRONTMATTER.match(text)
-    if front is not None:
-        parsed = parse_yaml(front.group(1), path=str(path), first_line=2)
-        if isinstance(parsed.data, dict):
-            data.update({str(k): v for k, v in parsed.data.items() if k in ("name", "description")})
-            lines.update(parsed.lines)
+    # a skill's workflow.md may have no frontmatter: the skill's SKILL.md names it then
+    for named in (path, path.parent / "SKILL.md"):
+        front = _FRONTMATTER.match(text if named == path else read_text(named) if named.is_file() else "")
+        parsed = parse_yaml(front.group(1), path=str(named), first_line=2) if front is not None else None
+        if parsed is not None and isinstance(parsed.data, dict):
+            for key in ("name", "description"):
+                if key in parsed.data and key not in data:
+                    data[key] = parsed.data[key]
+                    if named == path and key in parsed.lines:
+                        lines[key] = parsed.lines[key]
     source = _LOAD_CONFIG.search(text, 0, body_end)
     if source is not None:
         data["config_source"], lines["config_source"] = source.group("path"), line_of(source.start())
