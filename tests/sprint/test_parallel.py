@@ -49,6 +49,8 @@ def test_independent_stories_build_at_once_a_dependent_one_waits_and_each_lands_
     assert all((root / f"calc_{name}.py").is_file() for name in ("add", "sub", "mul", "div"))
     assert git(root, "branch", "--list", "sprint/*").strip() == ""
     assert git(root, "status", "--porcelain", "--", ".", f":(exclude){ARTIFACTS}").strip() == ""
+    assert run_cli(["sprint", "watch", "-C", str(root)]) == 0  # the loop ended: shown whole
+    assert "story 1-3-mul waits: it depends on 1-1-add, not done yet" in capsys.readouterr().out
 
 
 def test_a_change_that_conflicts_with_an_earlier_merge_is_built_again_on_it_and_lands_once(
@@ -142,3 +144,26 @@ def test_a_story_whose_file_list_names_a_file_a_running_story_declares_waits_for
     waited = [e for e in _loop_log(root) if e["event"] == "story-waiting"]
     assert [(e["key"], e["reason"]) for e in waited] == [("1-2-sub", "1-1-add is changing calc_shared.py, "
                                                                      "tests/test_shared.py")]
+
+
+def test_dependencies_are_read_from_story_files_and_the_epics_document(tmp_path: Path) -> None:
+    from stepline.sprint._parallel import story_needs
+    from stepline.sprint._project import SprintProject
+
+    artifacts = tmp_path / "_bmad-output" / "implementation-artifacts"
+    planning = tmp_path / "_bmad-output" / "planning-artifacts"
+    artifacts.mkdir(parents=True)
+    planning.mkdir()
+    (artifacts / "1-2-b.md").write_text("# Story 1.2\n\nPrerequisites: story 1-1 must be done.\n\n"
+                                        "## File List\n\n- src/b.py\n- [x] `src/c.py`\n\n## Change Log\n- v1\n")
+    (planning / "epics.md").write_text(
+        "# Epics\n\n## Epic 1: Base\n\n### Story 1.1: a\n\nNothing first.\n\n"
+        "## Epic 2: Reports\n\nThis epic depends on Epic 1.\n\n### Story 2.1: r\n\nPlain.\n\n"
+        "### Story 2.2: s\n\nDepends on Story 2.1.\n")
+    project = SprintProject(root=tmp_path, artifacts=artifacts, board_path=artifacts / "sprint-status.yaml",
+                            dev=None, story_dirs=(artifacts,))
+    keys = ["1-1-a", "1-2-b", "2-1-r", "2-2-s"]
+    needs = story_needs(project, keys, keys)
+    assert {k: sorted(n.after) for k, n in needs.items()} == {
+        "1-1-a": [], "1-2-b": ["1-1-a"], "2-1-r": ["1-1-a", "1-2-b"], "2-2-s": ["1-1-a", "1-2-b", "2-1-r"]}
+    assert needs["1-2-b"].files == {"src/b.py", "src/c.py"}

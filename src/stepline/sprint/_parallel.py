@@ -25,7 +25,7 @@ __all__ = ["MergeQueue", "Needs", "merge_queue", "story_needs", "touched_files"]
 _NEEDS = re.compile(r"(?:depends? on|dependenc(?:y|ies)|prerequisites?|requires|blocked by|after)\b[^\n]*",
                     re.IGNORECASE)
 _STORY_REF = re.compile(r"(?<![\w.])(\d+)[.-](\d+)(?![\d])")
-_EPIC_REF = re.compile(r"\bepics?\s+(\d+)(?![.\-\d])", re.IGNORECASE)
+_EPIC_REF = re.compile(r"\bepics?\s+(\d+)(?![.-]\d|\d)", re.IGNORECASE)  # "Epic 1", not "Epic 1.2"
 _FILE_LIST = re.compile(r"^#+\s*File List\s*$", re.IGNORECASE | re.MULTILINE)
 _FILE_ITEM = re.compile(r"^\s*[-*]\s+(?:\[[ x]\]\s*)?`?([^\s`(]+)`?", re.MULTILINE)
 _SECTION = re.compile(r"^#+\s*(?:Story\s+(\d+)[.-](\d+)|Epic\s+(\d+))\b.*$", re.IGNORECASE | re.MULTILINE)

@@ -260,6 +260,8 @@ def _loop_line(record: dict[str, Any]) -> str | None:
         return f"{when} ── story {key}" + (f" (resuming run {record['run_id']})" if record.get("run_id") else "")
     if event == "story-run":
         return f"{when} ── story {key}: run {record.get('run_id')}"
+    if event == "story-waiting":  # a parallel loop's story held back: a dependency, a file a running story changes
+        return f"{when} ── story {key} waits: {record.get('reason')}"
     if event == "story-ended":
         said = f"{when} ── story {key} {record.get('outcome')}: {record.get('summary')}"
         if record.get("usage") is None:
