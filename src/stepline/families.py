@@ -129,7 +129,9 @@ def _lint_one(fmt: str, path: Path, root: Path) -> list[Diagnostic]:
 
         folder = path if path.is_dir() else path.parent
         # a skill whose steps are <workflow> XML is also checked as the legacy workflow it runs as
-        return lint_skill(path, root) + (_lint_one("bmad-legacy", folder, root) if _holds_xml_steps(folder) else [])
+        if not _holds_xml_steps(folder):
+            return lint_skill(path, root)
+        return [*lint_skill(path, root), *_lint_one("bmad-legacy", folder, root), *_unrun_customization(folder, root)]
     if fmt == "bmad-legacy":
         from stepline.bmad._legacy import lint_bmad_legacy
 
@@ -141,6 +143,21 @@ def _lint_one(fmt: str, path: Path, root: Path) -> list[Diagnostic]:
     from stepline.ccw._check import check_ccw_session
 
     return check_ccw_session(path)
+
+
+def _unrun_customization(folder: Path, root: Path) -> list[Diagnostic]:
+    """A skill run by the legacy interpreter runs none of its activation prose: customized activation steps and
+    ``on_complete`` would be dropped without a word, so validate names them."""
+    from stepline.skills._customize import resolve_customization
+
+    custom = resolve_customization(folder, root)
+    block = custom.block()
+    values = custom.values.get(block, {}) if block else {}
+    where = custom.layers[-1] if custom.layers else str(folder / "customize.toml")
+    return [Diagnostic("warning", "customization-not-run", f"{block}.{key} is set, but this skill's steps are "
+                       "<workflow> XML, run by the legacy interpreter without the skill's activation: it is not "
+                       "run; put it in the workflow's steps instead", where)
+            for key in ("activation_steps_prepend", "activation_steps_append", "on_complete") if values.get(key)]
 
 
 def lint_path(path: Path, *, project_root: Path | None = None) -> list[Diagnostic]:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from tests.heldout.conftest import CONFIG, LOAD_CONFIG, STORY_XML, front, pending, run, write
 
+from stepline.families import lint_tree
+
 SKILL = "_bmad/demo/bmad-make-story"
 
 
@@ -110,3 +112,17 @@ def test_a_skill_md_holding_xml_steps_blocks_at_its_ask(tmp_path: Path) -> None:
     (asked,) = pending(engine)
     assert asked.startswith("step-1") and "[q]" in asked, asked
     assert run(project, skill, mode="yolo")[1].status.value == "completed"
+
+
+def test_validate_names_customized_activation_steps_an_xml_skill_does_not_run(tmp_path: Path) -> None:
+    skill = "_bmad/demo/bmad-next-story"
+    project = write(tmp_path, {**CONFIG,
+        f"{skill}/SKILL.md": front("bmad-next-story", 'Creates the next story. Use when the user says "next story"',
+                                   f"# Next Story\n\n{LOAD_CONFIG}.\n\n## EXECUTION\n\n{STORY_XML}"),
+        f"{skill}/customize.toml": "[workflow]\nactivation_steps_append = []\n",
+        "_bmad/custom/bmad-next-story.toml": '[workflow]\nactivation_steps_append = ["Greet the team"]\n',
+    })
+    diagnostics, counts = lint_tree(project / skill, project_root=project)
+    assert counts == {"bmad-skill/sections": 1}, counts
+    (unrun,) = [d for d in diagnostics if d.code == "customization-not-run"]
+    assert "activation_steps_append" in unrun.message and unrun.path.endswith("bmad-next-story.toml"), unrun
