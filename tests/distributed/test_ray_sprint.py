@@ -60,3 +60,30 @@ def test_a_sprint_loop_on_the_cluster_commits_its_story(
     journal = read_journal(root / ".stepline" / "runs" / result["run_id"] / "journal.jsonl")
     completed = [e.step_id for e in journal if e.type == "WorkflowStepCompleted"]
     assert completed[:3] == ["baseline", "build", "verify"] and completed[-1] == "advance"
+
+
+def test_parallel_stories_build_on_the_cluster_and_merge_here(
+        tmp_path: Path, ray_cluster: str, ray_cluster_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`-j 2 --backend ray` (issue 31): two stories' builds and reviews on the nodes, their merges here, one after
+    the other, each story committed once on the integration branch."""
+    root = make_project(tmp_path / "calc", layers=1, isolation="worktree")
+    here_log = tmp_path / "agents-here.jsonl"
+    here_log.touch()
+    monkeypatch.setenv("FAKE_LOG", str(here_log))
+    monkeypatch.setenv("CHECKS_LOG", str(tmp_path / "checks.log"))
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    code = run_cli(["sprint", "run", "-j", "2", "--max-stories", "2", "--backend", "ray", "--ray-address",
+                    ray_cluster, "-C", str(root), "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    results = json.loads(out.out)
+    assert sorted((r["key"], r["outcome"]) for r in results) == [("1-1-add", "committed"), ("1-2-sub", "committed")]
+    runs = {r["run_id"] for r in results}
+    calls = [c for c in map(json.loads, (ray_cluster_dir / "agents.jsonl").read_text().splitlines())
+             if c["run"] in runs]
+    assert Counter(c["stage"] for c in calls) == Counter({"build": 2, "review": 2})
+    assert here_log.read_text() == ""  # no agent ran in this process
+    trailers = git(root, "log", "--format=%(trailers:key=Stepline-Story,valueonly)").split()
+    assert Counter(trailers) == Counter({"1-1-add": 1, "1-2-sub": 1})
+    assert git(root, "rev-list", "--count", "--merges", "HEAD").strip() == "0"
