@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from tests.heldout.conftest import CONFIG, LOAD_CONFIG, entry, pending, run, write
 
 from stepline.families import lint_tree
@@ -128,10 +127,6 @@ def test_inline_code_is_not_a_menu_option(tmp_path: Path) -> None:
     assert "[C]" in asked and "[1]" not in asked, asked
 
 
-@pytest.mark.xfail(strict=True, reason="chains (bmad/_microfile): a workflow.md whose first step (frontmatter "
-                   "editWorkflow: './steps-e/step-01-assess.md', bmad-builder module/workflow-edit-module.md) is "
-                   "missing validates clean, and the run fails 'the workflow has no step to run' naming neither "
-                   "the key nor the missing file")
 def test_a_first_step_file_that_is_missing_is_named_by_validate(tmp_path: Path) -> None:
     wf = "_bmad/demo/workflows/edit"
     project = write(tmp_path, {**CONFIG,
