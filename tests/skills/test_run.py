@@ -4,6 +4,7 @@ scripts through the tool pipeline."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,24 @@ def test_a_fact_file_outside_the_project_fails_activation_saying_so(mini: Path, 
     error = run.steps["activate"].error or ""
     assert entry in error and "outside the project root" in error
     assert "persistent_facts" not in run.variables
+
+
+def test_a_fact_file_that_is_a_symlink_out_of_the_project_fails_activation(mini: Path, tmp_path_factory:
+                                                                            pytest.TempPathFactory) -> None:
+    """A file: entry under the project that is a symlink to a file elsewhere is not read either (issue 28 item 3:
+    it was read into every request and journaled); the run fails at activation naming the entry."""
+    outside = tmp_path_factory.mktemp("elsewhere") / "secret-notes.md"
+    outside.write_text("not the project's\n", encoding="utf-8")
+    (mini / "docs").mkdir()
+    (mini / "docs" / "rules.md").symlink_to(outside)
+    (mini / "_bmad" / "custom" / "tiny-build.toml").write_text(
+        '[workflow]\npersistent_facts = ["file:docs/*.md"]\n', encoding="utf-8")
+    run, events = _run(mini, mini / "_bmad" / "mini" / "tiny-build", Recorder())
+    assert run.status.value == "failed"
+    error = run.steps["activate"].error or ""
+    assert "docs/rules.md" in error and "outside the project root" in error
+    assert "persistent_facts" not in run.variables
+    assert not any("not the project's" in json.dumps(e.data) for e in events)
 
 
 def test_intent_create_is_decided_from_the_disk(mini: Path) -> None:

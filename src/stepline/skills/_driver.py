@@ -58,12 +58,13 @@ from stepline import time
 from stepline.engine._context import StepContext
 from stepline.engine._flow import CursorFlow
 from stepline.engine._runner import register_driver
-from stepline.errors import ReaderError, StepFailed
+from stepline.errors import ReaderError, StepFailed, ToolError
 from stepline.executors import STANDING_HINT, MenuOption, standing_text
 from stepline.executors._human import PERSON_HINT
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
 from stepline.formats._prose import lean_step_text
+from stepline.guardrails import confine_path
 from stepline.model import EventType, Run, StepStatus, WorkflowSpec
 from stepline.skills._headless import ResultFacts, executor_status, fill_result, pick_shape, result_shapes
 from stepline.skills._load import SKILL_FORMAT, find_skill
@@ -254,6 +255,12 @@ def _load_facts(ctx: StepContext, entries: list[Any]) -> list[dict[str, Any]]:
                                   "project, or give the fact as text")
         matches = _glob(root, relative)
         for path in matches:
+            try:  # a match may be a symlink to a file elsewhere: the same refusal as a path naming one
+                confine_path(root, path)
+            except ToolError as exc:
+                raise StepFailed(f"persistent_facts entry {str(entry)!r}: {path.relative_to(root)} is a symlink to "
+                                 f"a file outside the project root", hint="copy the file into the project, or give "
+                                                                          "the fact as text") from exc
             content = read_text(path)
             digest = hashlib.sha256(content.encode("utf-8")).hexdigest()
             facts.append({"source": str(entry), "path": str(path), "sha256": digest, "text": content[:_FACT_LIMIT]})
