@@ -2,7 +2,8 @@
 
 The person types each step's output, picks [C] from the step's menu (offered as keys and labels) and gives a
 summary; the runtime must not then ask the same menu again ("Select an option: …"). A skill's step shows the step,
-not the runtime's notes to a model, and Ctrl-C at a prompt stops the run at once, resumable. Driven in a private
+not the runtime's notes to a model, and Ctrl-C at a prompt (the executor's, or the runtime's own menu prompt
+when another executor does the work) stops the run at once, resumable. Driven in a private
 tmux server (its own ``-L`` socket, killed afterwards) and read back with ``capture-pane``.
 """
 
@@ -158,6 +159,42 @@ def test_a_skills_menus_are_offered_as_options_and_ctrl_c_stops_at_once(tmp_path
     def cli(*args: str) -> str:
         done = subprocess.run([str(stepline), *args, "-C", str(project)], capture_output=True, text=True,
                               timeout=60, check=False)
+        return done.stdout + done.stderr
+
+    assert "interrupted" in cli("list")
+    assert "interrupted" in cli("status", run_dir.name).splitlines()[0]
+
+
+def test_ctrl_c_at_the_runtimes_own_menu_prompt_stops_at_once(tmp_path: Path, terminal: Terminal) -> None:
+    """Another executor (dry-run) does the work and the runtime asks the step's menu at the terminal itself:
+    Ctrl-C at that prompt stops the run at once (exit 130, not after the next Enter), says how to resume this run,
+    and `list` and `status` show it interrupted."""
+    project = tmp_path / "project"
+    shutil.copytree(FIXTURE, project)
+    stepline = Path(sys.executable).parent / "stepline"
+    command = (f"{shlex.quote(str(stepline))} run {shlex.quote(str(project / WORKFLOW))} --executor dry-run "
+               f"--project-root {shlex.quote(str(project))}; echo STEPLINE-EXIT=$?; sleep 600")
+    terminal.cmd("new-session", "-d", "-s", "t", "-x", "200", "-y", "50", "-c", str(project), command)
+
+    deadline = time.monotonic() + 60
+    while ASKED_AGAIN not in terminal.screen():  # step-02's menu, asked by the runtime (not wait_for: it fails on it)
+        assert time.monotonic() < deadline, terminal.screen()
+        time.sleep(0.1)
+    time.sleep(0.3)  # the prompt is reading
+    started = time.monotonic()
+    terminal.cmd("send-keys", "-t", "t", "C-c")
+    deadline = started + 15
+    while "STEPLINE-EXIT=" not in (shown := terminal.screen()):
+        assert time.monotonic() < deadline, f"Ctrl-C did not stop the run:\n{shown}"
+        time.sleep(0.1)
+    assert time.monotonic() - started < 10 and "STEPLINE-EXIT=130" in shown, shown
+    (run_dir,) = (project / ".stepline" / "runs").iterdir()
+    assert f"`stepline resume {run_dir.name}`" in " ".join(shown.split()), shown
+    assert "Traceback" not in shown, shown
+
+    def cli(*args: str) -> str:
+        done = subprocess.run([str(stepline), *args, "--project-root", str(project)], capture_output=True,
+                              text=True, timeout=60, check=False)
         return done.stdout + done.stderr
 
     assert "interrupted" in cli("list")

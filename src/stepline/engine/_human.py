@@ -15,13 +15,15 @@ a human or an IDE agent passed with ``finish``) is journaled with :meth:`HumanCh
 
 from __future__ import annotations
 
-import asyncio
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from stepline.engine._signals import StepBlocked
+from stepline.executors._human import ask_in_thread, terminal_input
 from stepline.model import EventType
 
 if TYPE_CHECKING:
@@ -53,11 +55,11 @@ class Question:
 Relay = Callable[[Question], Awaitable[tuple[str, str]]]
 
 
-def terminal_prompt(question: str, choices: list[str] | None) -> str:
-    """Ask on the terminal; an answer that is not one of ``choices`` is asked again."""
+def terminal_prompt(question: str, choices: list[str] | None, *, read: Callable[[str], str] = input) -> str:
+    """Ask on the terminal (one line from ``read``); an answer that is not one of ``choices`` is asked again."""
     shown = f" [{'/'.join(choices)}]" if choices else ""
     while True:
-        answer = input(f"{question}{shown} ").strip()
+        answer = read(f"{question}{shown} ").strip()
         if not choices:
             return answer
         for choice in choices:
@@ -72,7 +74,9 @@ class HumanChannel:
     def __init__(self, *, interactive: bool | None = None, prompt: Prompt | None = None,
                  relay: Relay | None = None) -> None:
         self.interactive = sys.stdin.isatty() and sys.stdout.isatty() if interactive is None else interactive
-        self.prompt = prompt or terminal_prompt
+        #: Set when a run is interrupted at the terminal prompt: the prompt's wait gives up (see terminal_input).
+        self._stop = threading.Event()
+        self.prompt = prompt or partial(terminal_prompt, read=partial(terminal_input, stop=self._stop))
         #: Where questions go when the person is not at this terminal (the MCP server's agent); approvals
         #: (:meth:`confirm`) never go there: they stay gates, decided with ``decide_gate``.
         self.relay = relay
@@ -100,7 +104,7 @@ class HumanChannel:
             _journal_answer(ctx, gate_id, answer, by)
             return answer
         if self.interactive and ctx.run.mode != "non-interactive":
-            answer = await asyncio.to_thread(self.prompt, question, choices)
+            answer = await self._at_terminal(ctx, question, choices)
             _journal_answer(ctx, gate_id, answer, "terminal")
             return answer
         engine.gates.open(gate_id, kind="question", step_id=ctx.spec.id, reason=question,
@@ -118,8 +122,13 @@ class HumanChannel:
         """Ask a person to approve a gate in the terminal; None when nobody can be asked here."""
         if not self.interactive or ctx.run.mode == "non-interactive":
             return None
-        answer = await asyncio.to_thread(self.prompt, f"Approve {gate_id}? ({reason})", ["y", "n"])
+        answer = await self._at_terminal(ctx, f"Approve {gate_id}? ({reason})", ["y", "n"])
         return answer.lower() == "y"
+
+    async def _at_terminal(self, ctx: StepContext, question: str, choices: list[str] | None) -> str:
+        """The prompt's answer, asked in a thread that Ctrl-C does not wait for (it stops the run at once)."""
+        return await ask_in_thread(partial(self.prompt, question, choices), self._stop, run_id=ctx.run.run_id,
+                                   step_id=ctx.spec.id)
 
 
 def _journal_answer(ctx: StepContext, gate_id: str, answer: str, by: str) -> None:

@@ -30,8 +30,9 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from stepline.errors import ExecutorError
 from stepline.executors._base import Executor
@@ -41,13 +42,65 @@ from stepline.executors._protocol import StepRequest, StepSession
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["PERSON_HINT", "HumanExecutor"]
+__all__ = ["PERSON_HINT", "HumanExecutor", "ask_in_thread", "terminal_input"]
 
 #: A request's hint: the text a person reads in place of its ``content`` ("" when there is nothing for a person).
 PERSON_HINT = "person"
 
 _END = "."
 _EDIT = ":e"
+
+T = TypeVar("T")
+
+
+async def ask_in_thread(ask: Callable[[], T], stop: threading.Event, *, run_id: str, step_id: str) -> T:
+    """``ask()`` (a conversation at the terminal) in a daemon thread: input() blocks, and a pool thread would keep
+    a Ctrl-C'd process waiting for Enter. Cancelled (Ctrl-C), it sets ``stop`` (the prompt's wait gives up: see
+    :func:`terminal_input`), says how to resume the run and leaves the thread to die with the process."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T) -> None:
+        if not done.done():
+            done.set_result(result)
+
+    def fail(error: BaseException) -> None:
+        if not done.done():
+            done.set_exception(error)
+
+    def work() -> None:
+        try:
+            result = ask()
+        except BaseException as exc:  # handed to the awaiting task, which raises it
+            loop.call_soon_threadsafe(fail, exc)
+        else:
+            loop.call_soon_threadsafe(settle, result)
+
+    threading.Thread(target=work, name=f"human-{step_id}", daemon=True).start()
+    try:
+        return await done
+    except asyncio.CancelledError:
+        stop.set()
+        print(f"\ninterrupted at {step_id}: the run stays resumable; `stepline resume {run_id}` asks this step again",
+              file=sys.stderr, flush=True)
+        raise
+
+
+def terminal_input(text: str, *, stop: threading.Event) -> str:
+    """:func:`input` that gives up once ``stop`` is set (the run is interrupted): it waits for a line in
+    ``select``, not inside a read that holds stdin's lock (a daemon thread holding it aborts the interpreter's
+    shutdown)."""
+    if os.name != "posix" or not sys.stdin.isatty():
+        return input(text)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    while not stop.is_set():
+        if select.select([sys.stdin], [], [], 0.2)[0]:
+            line = sys.stdin.readline()
+            if not line:
+                raise EOFError
+            return line.rstrip("\n")
+    raise ExecutorError("interrupted at the prompt")
 
 
 class HumanExecutor(Executor):
@@ -61,8 +114,8 @@ class HumanExecutor(Executor):
         from rich.console import Console
 
         options = options or {}
-        self.prompt: Callable[[str], str] = options.get("prompt") or self._terminal_input
         self._stop = threading.Event()
+        self.prompt: Callable[[str], str] = options.get("prompt") or partial(terminal_input, stop=self._stop)
         self.console: Console = options.get("console") or Console(highlight=False)
         self.editor = str(options.get("editor") or os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi")
 
@@ -73,7 +126,8 @@ class HumanExecutor(Executor):
             await session.finish(None, "nothing for a person to do")
             return
         given = await session.memo("human", {"kind": request.kind, "step_id": request.step_id},
-                                   lambda: self._in_thread(request))
+                                   lambda: ask_in_thread(partial(self._interact, request), self._stop,
+                                                         run_id=request.run_id, step_id=request.step_id))
         if request.kind == "decide":
             await session.decide(bool(given["decision"]), str(given.get("reason") or "decided by a person"))
             return
@@ -84,37 +138,6 @@ class HumanExecutor(Executor):
             else:
                 await session.write_output(output)
         await session.finish(given.get("choice"), given.get("summary") or None)
-
-    async def _in_thread(self, request: StepRequest) -> dict[str, Any]:
-        """:meth:`_interact` in a daemon thread (input() blocks; a pool thread would keep a Ctrl-C'd process
-        waiting for Enter); cancelled (Ctrl-C), it says how to resume and leaves the thread to die with the process."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[dict[str, Any]] = loop.create_future()
-
-        def settle(result: dict[str, Any] | None, error: BaseException | None) -> None:
-            if done.done():
-                return
-            if error is not None:
-                done.set_exception(error)
-            else:
-                done.set_result(result or {})
-
-        def work() -> None:
-            try:
-                result = self._interact(request)
-            except BaseException as exc:  # handed to the awaiting task, which raises it
-                loop.call_soon_threadsafe(settle, None, exc)
-            else:
-                loop.call_soon_threadsafe(settle, result, None)
-
-        threading.Thread(target=work, name=f"human-{request.step_id}", daemon=True).start()
-        try:
-            return await done
-        except asyncio.CancelledError:
-            self._stop.set()  # the prompt's thread gives up its wait (see _terminal_input)
-            print(f"\ninterrupted at {request.step_id}: the run stays resumable; `stepline resume {request.run_id}`"
-                  " asks this step again", file=sys.stderr, flush=True)
-            raise
 
     # -- the conversation (runs in a daemon thread: input() blocks) ---------------------------------------------
     def _interact(self, request: StepRequest) -> dict[str, Any]:
@@ -157,21 +180,6 @@ class HumanExecutor(Executor):
                                   for o in request.menu))
         self.console.print(Panel(Group(*body), title=f"[bold]{request.step_id}[/bold] · {request.title}",
                                  subtitle=f"{request.kind} · run {request.run_id}"))
-
-    def _terminal_input(self, text: str) -> str:
-        """:func:`input` that gives up when the run is interrupted: it waits for a line in ``select``, not
-        inside a read that holds stdin's lock (a daemon thread holding it aborts the interpreter's shutdown)."""
-        if os.name != "posix" or not sys.stdin.isatty():
-            return input(text)
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        while not self._stop.is_set():
-            if select.select([sys.stdin], [], [], 0.2)[0]:
-                line = sys.stdin.readline()
-                if not line:
-                    raise EOFError
-                return line.rstrip("\n")
-        raise ExecutorError("interrupted at the prompt")
 
     def _ask(self, text: str) -> str:
         try:
