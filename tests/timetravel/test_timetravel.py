@@ -96,12 +96,21 @@ def test_fork_a_ccw_session_at_a_middle_task_with_a_new_variable(
     code, out = cli(capsys, ccw_project, "fork", parent, "--at", "IMPL-3", "--set", "reviewer=Ann")
     assert code == 0, out
     child = child_of(out)
-    assert "left alone .workflow/active/WFS-phased/.task/IMPL-3.json" in out  # CCW's task files are not recorded
     assert tree_bytes(run_path(ccw_project, parent)) == before
     cut = first_index(ccw_project, parent, "IMPL-3")
     assert records(ccw_project, child)[:cut] == records(ccw_project, parent)[:cut]
     asked = requested_steps(model, sent)
     assert asked and set(asked) <= {"IMPL-3", "IMPL-4", "IMPL-5"}, asked
+    # CCW's own files were put back as they were before IMPL-3 completed: the fork's agent is asked for a pending
+    # task, and completing it again records one pass pending -> completed
+    assert f"restored  {session}/.task/IMPL-3.json" in out
+    assert f"removed   {session}/.summaries/IMPL-3-summary.md" in out
+    request = json.dumps(model.requests[sent + asked.index("IMPL-3")]["messages"])
+    assert '\\"status\\": \\"pending\\"' in request and '\\"status\\": \\"completed\\"' not in request, request
+    task = json.loads((ccw_project / session / ".task" / "IMPL-3.json").read_text(encoding="utf-8"))
+    assert task["status"] == "completed"
+    assert [(h["from"], h["to"]) for h in task["status_history"]] == [("pending", "in_progress"),
+                                                                       ("in_progress", "completed")]
 
     code, out = cli(capsys, ccw_project, "diff", parent, child)
     assert code == 12, out

@@ -4,7 +4,8 @@ A completion touches three files: the task JSON (``status`` + ``status_history``
 box ticked, with a link to its summary) and ``.summaries/<id>-summary.md``. Three files cannot change at
 once, so a completion is a journaled change (write-ahead), in this order:
 
-1. its *intent* (``CallStarted`` holding the whole :class:`Completion`) is journaled and fsynced; intents
+1. its *intent* (``CallStarted`` holding the whole :class:`Completion`, and the sha256 of the task JSON's and
+   summary's content before it, kept in the run's blobs for ``stepline fork``) is journaled and fsynced; intents
    that arrive together share one fsync (group commit). Nothing of the session is touched before;
 2. the files are written, each replaced atomically and durably (:func:`write_files`: a temp file in the
    same folder made durable, ``os.replace``, fsync of the folder), so a crash leaves each one old or new;
@@ -40,6 +41,7 @@ from stepline.errors import JournalError, ReaderError
 from stepline.formats._files import FileVersion, file_version, read_file
 from stepline.model import EventType, Run, StepStatus
 from stepline.store import RunDir, datasync, fsync_path
+from stepline.store._blobs import keep_blob
 
 if TYPE_CHECKING:
     from stepline.engine._runner import Engine
@@ -357,13 +359,33 @@ class Committer:
         if self.error is not None:
             raise Stopped(self.error)
         self.engine.emit(EventType.CALL_STARTED, {"key": key, "op": "ccw_complete",
-                                                  "args": {"completion": completion.to_json()}}, step_id=step_id)
+                                                  "args": {"completion": completion.to_json(),
+                                                           "before": self._before(completion)}}, step_id=step_id)
         item = _Pending(step_id, key, completion)
         self.queue.append(item)
         self.unwritten[completion.task_id] = item
         _resolve(self._arrival)
         if self.worker is None:
             self.worker = asyncio.ensure_future(self._work())
+
+    def _before(self, completion: Completion) -> dict[str, str | None]:
+        """The sha256 of what the task JSON and summary hold before ``completion`` changes them (None: no file),
+        each content kept in the run's blobs, so that ``stepline fork`` can put them back."""
+        before: dict[str, str | None] = {}
+        for rel in (completion.task_json, completion.summary_path):
+            if rel is None:
+                continue
+            try:
+                data = (self.writer.session_dir / rel).read_bytes()
+            except FileNotFoundError:
+                before[rel] = None
+                continue
+            before[rel] = keep_blob(self.journal_path.parent, data, holds_secret=self._holds_secret)
+        return before
+
+    def _holds_secret(self, data: bytes) -> bool:
+        text = data.decode("utf-8", "replace")
+        return bool(self.engine.redact(text) != text)
 
     async def _work(self) -> None:
         """Batch after batch: the intents' fsync and files (:meth:`_write`), then TODO_LIST.md and the done

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from stepline.store._files import atomic_write_bytes
 
-__all__ = ["BLOBS_DIR", "blob_path", "keep_artifact", "link_blob", "read_blob"]
+__all__ = ["BLOBS_DIR", "blob_path", "keep_artifact", "keep_blob", "link_blob", "read_blob"]
 
 BLOBS_DIR = "blobs"
 
@@ -43,12 +43,22 @@ def keep_artifact(run_path: Path, project_root: Path, rel: str, sha256: str, *,
         data = source.read_bytes()
     except OSError:
         return
-    if hashlib.sha256(data).hexdigest() != sha256 or (holds_secret is not None and holds_secret(data)):
-        return
+    if hashlib.sha256(data).hexdigest() == sha256:
+        keep_blob(run_path, data, holds_secret=holds_secret)
+
+
+def keep_blob(run_path: Path, data: bytes, *, holds_secret: Callable[[bytes], bool] | None = None) -> str:
+    """Copy ``data`` into the run's blobs (unless it ``holds_secret``, see :func:`keep_artifact`); return its
+    sha256."""
+    sha256 = hashlib.sha256(data).hexdigest()
+    target = blob_path(run_path, sha256)
+    if target.exists() or (holds_secret is not None and holds_secret(data)):
+        return sha256
     target.parent.mkdir(parents=True, exist_ok=True)
     # Not fsync'd: a run's steps must not wait for a copy only time travel reads; one a power cut lost or left
     # empty fails its hash check in read_blob, and the reader names the record it cannot read.
     atomic_write_bytes(target, data, durable=False)
+    return sha256
 
 
 def read_blob(run_path: Path, sha256: str) -> bytes | None:

@@ -23,7 +23,7 @@ from stepline.engine._human import HumanChannel
 from stepline.errors import UsageError
 from stepline.model import Event, EventType
 from stepline.store import RunDir, atomic_write_bytes
-from stepline.store._blobs import link_blob
+from stepline.store._blobs import link_blob, read_blob
 from stepline.timetravel._record import RecordedRun
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def prepare_fork(engine: Engine, parent: RecordedRun, step_id: str, variables: d
         kept = [record for record in parent.run_dir.audit(name) if record.get("step_id") in before]
         if kept:
             child.write(name, kept)
-    for digest, _ in parent.artifacts(cut).values():
+    for digest in [digest for digest, _ in parent.artifacts(cut).values()] + _ccw_before(prefix):
         link_blob(parent.run_dir.path, child.path, digest)
     manifest = orjson.loads(parent.run_dir.manifest_path.read_bytes())
     for stale in ("error", "blocked_reason"):
@@ -147,21 +147,43 @@ def _plan(parent: RecordedRun, cut: int) -> _Plan:
         elif event.type == EventType.ARTIFACT_READY.value and isinstance(data.get("path"), str):
             later.setdefault(data["path"], None)
         elif event.type == EventType.CALL_STARTED.value and data.get("op") == "ccw_complete":
-            completion = _mapping(args.get("completion"))  # CCW's own files (relative to its session): named
+            # CCW's own files (relative to its session): the intent holds the sha256 of each one's content before
+            # the completion (None: no file; a run recorded before it was kept holds none: the file is named)
+            completion, before = _mapping(args.get("completion")), _mapping(args.get("before"))
             session = Path(str(_mapping(parent.run.workflow.meta.get("paths")).get("session_dir", "")))
             for name in ("task_json", "summary_path"):
-                if isinstance(completion.get(name), str):
-                    later.setdefault(parent.shown(session / completion[name]), None)
+                rel = completion.get(name)
+                if isinstance(rel, str):
+                    later.setdefault(parent.shown(session / rel),
+                                     {"before_sha256": before[rel]} if rel in before else None)
     for path, intent in later.items():
         if path in target:
             continue
-        if intent is not None and "pre_size" in intent and intent.get("pre_size") is None:
+        if intent is not None and "before_sha256" in intent:
+            digest = intent["before_sha256"]
+            kept = read_blob(parent.run_dir.path, digest) if isinstance(digest, str) else None
+            if digest is None:
+                plan.remove.append(path)
+            elif kept is not None:
+                plan.write[path] = kept
+            else:  # its content held a secret, or the copy was lost
+                plan.left_alone.append(path)
+        elif intent is not None and "pre_size" in intent and intent.get("pre_size") is None:
             plan.remove.append(path)  # the file did not exist before the run's first write to it
         elif intent is not None and intent.get("mode") == "append" and isinstance(intent.get("pre_size"), int):
             plan.truncate[path] = intent["pre_size"]  # appends only add: the first pre_size bytes are as they were
         else:
             plan.left_alone.append(path)
     return plan
+
+
+def _ccw_before(events: list[Event]) -> list[str]:
+    """The contents CCW completion intents among ``events`` kept of their files (a fork of the fork puts them
+    back)."""
+    return [digest for event in events
+            if event.type == EventType.CALL_STARTED.value and event.data.get("op") == "ccw_complete"
+            for digest in _mapping(_mapping(event.data.get("args")).get("before")).values()
+            if isinstance(digest, str)]
 
 
 def _mapping(value: Any) -> dict[str, Any]:
