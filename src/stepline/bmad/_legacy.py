@@ -38,9 +38,10 @@ from stepline.bmad._instructions import (
     parse_instructions,
     walk,
 )
+from stepline.bmad._microfile import LINK_LEAVES_PROJECT
 from stepline.errors import NotFoundError, ReaderError
 from stepline.formats._diagnostics import Diagnostic
-from stepline.formats._files import read_text
+from stepline.formats._files import link_out, read_text
 from stepline.model import SourceRef, StepSpec, WorkflowFormat, WorkflowSpec
 
 __all__ = ["is_bmad_legacy", "lint_bmad_legacy", "load_bmad_legacy"]
@@ -214,7 +215,8 @@ def lint_bmad_legacy(path: Path, project_root: Path) -> list[Diagnostic]:
 
 
 # Problems that make the workflow impossible to load (the rest are reported by lint only).
-_FATAL = {"yaml-syntax", "missing-config", "config-source", "variable-cycle", "missing-instructions", "not-utf8"}
+_FATAL = {"yaml-syntax", "missing-config", "config-source", "variable-cycle", "missing-instructions", "not-utf8",
+          LINK_LEAVES_PROJECT}
 
 
 @dataclass(slots=True)
@@ -233,6 +235,10 @@ def _read(path: Path, project_root: Path, variables: dict[str, Any] | None) -> _
                                parsed=_markdown_document(target) if markdown else None)
     where = str(target)
     read = _Read(spec=None, diagnostics=list(cfg.diagnostics))
+    _confined(target, project_root, "", where, 1, read.diagnostics)
+    if cfg.config_path is not None:
+        _confined(cfg.config_path, project_root, "config_source is ", where, cfg.line("config_source"),
+                  read.diagnostics)
     instructions_value = cfg.document.get("instructions")
     if instructions_value is None:
         read.diagnostics.append(
@@ -309,6 +315,8 @@ def _instructions_text(
             )
         )
         return None, None
+    if _confined(located, cfg.project_root, "instructions is ", where, line, diagnostics):
+        return None, None
     try:
         return read_text(located), located
     except OSError as exc:
@@ -366,7 +374,9 @@ def _check_component_files(cfg: WorkflowConfig, diagnostics: list[Diagnostic]) -
         inside_install = _is_within(located, bmad_root) or _is_within(located, cfg.path.parent)
         if not (component or inside_install):
             continue
-        if not _exists(located):
+        if _exists(located):
+            _confined(located, cfg.project_root, f"'{key}' names ", where, cfg.line(key), diagnostics)
+        else:
             diagnostics.append(
                 Diagnostic(
                     "error" if component else "warning",
@@ -376,6 +386,18 @@ def _check_component_files(cfg: WorkflowConfig, diagnostics: list[Diagnostic]) -
                     cfg.line(key),
                 )
             )
+
+
+def _confined(path: Path, root: Path, named: str, where: str, line: int | None, diagnostics: list[Diagnostic]) -> bool:
+    """Report ``path`` when symlinks lead it out of the project ``root`` (an error: the run would read the file
+    out there and send it to the model), at ``where``:``line``, which names it as ``named`` says; True if so."""
+    real = link_out(path, root)
+    if real is None:
+        return False
+    what = f"{named}{path}, a symlink" if named else f"{path} is a symlink"
+    diagnostics.append(Diagnostic("error", LINK_LEAVES_PROJECT, f"{what} to {real}, outside the project; copy the "
+                                  "file into the project", where, line))
+    return True
 
 
 def _looks_like_path(value: str) -> bool:
@@ -678,7 +700,9 @@ def _check_target(
                 )
             )
         return
-    if not _exists(target):
+    if _exists(target):
+        _confined(target, cfg.project_root, f"<{tag}> path {raw!r} is ", source, line, diagnostics)
+    else:
         diagnostics.append(
             Diagnostic(
                 "error",

@@ -21,7 +21,7 @@ def load_bmad_workflow(path: Path, *, project_root: Path, variables: dict[str, A
     if (legacy.name != "workflow.yaml" or not legacy.is_file()) and not holds_xml_steps(path):
         from stepline.bmad._microfile import load_bmad_microfile
 
-        return load_bmad_microfile(path, project_root=project_root, variables=variables, mode=mode)
+        return _confined(load_bmad_microfile(path, project_root=project_root, variables=variables, mode=mode))
     spec = load_bmad_legacy(legacy if legacy.is_file() else path, project_root=project_root, variables=variables)
     problems = spec.meta.get("structure_problems") or []
     if problems:  # refuse to run what the reader had to guess (stepline validate lists every problem)
@@ -34,7 +34,19 @@ def load_bmad_workflow(path: Path, *, project_root: Path, variables: dict[str, A
     # Hybrid (R-F4): config from the yaml, execution as a micro-file workflow.
     from stepline.bmad._microfile import load_bmad_microfile
 
-    hybrid = load_bmad_microfile(Path(spec.meta["workflow_md"]), project_root=project_root,
-                                 variables={**spec.variables, **variables}, mode=mode)
+    hybrid = _confined(load_bmad_microfile(Path(spec.meta["workflow_md"]), project_root=project_root,
+                                           variables={**spec.variables, **variables}, mode=mode))
     hybrid.meta["hybrid_yaml"] = str(path)
     return hybrid.model_copy(update={"id": spec.id or hybrid.id})
+
+
+def _confined(spec: WorkflowSpec) -> WorkflowSpec:
+    """``spec`` (a micro-file workflow), refused when symlinks lead one of its files out of the project: the run
+    would read that file and send it to the model (``stepline validate`` names every such file)."""
+    from stepline.bmad._microfile import LINK_LEAVES_PROJECT
+
+    escape = next((d for d in spec.meta.get("diagnostics", []) if d["code"] == LINK_LEAVES_PROJECT), None)
+    if escape is not None:
+        raise ReaderError(escape["message"], path=escape["path"], line=escape["line"],
+                          hint="`stepline validate` lists every such file")
+    return spec

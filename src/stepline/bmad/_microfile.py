@@ -56,7 +56,7 @@ from stepline._yaml import load_yaml_text
 from stepline.bmad._config import resolve_references, substitute, unresolved_names
 from stepline.errors import NotFoundError, ReaderError, UsageError
 from stepline.formats._diagnostics import Diagnostic, Severity
-from stepline.formats._files import decode_text, read_text
+from stepline.formats._files import decode_text, link_out, read_text
 from stepline.formats._frontmatter import Frontmatter, read_frontmatter_file
 from stepline.model import SourceRef, StepSpec, WorkflowSpec
 from stepline.stepchain._read import (
@@ -70,6 +70,7 @@ from stepline.stepchain._read import (
 )
 
 __all__ = [
+    "LINK_LEAVES_PROJECT",
     "Progress",
     "completed_step_index",
     "lint_bmad_microfile",
@@ -87,6 +88,8 @@ _MODE_EQ_RE = re.compile(r"mode\s*==\s*\**\s*([A-Za-z][\w\-]*)", re.IGNORECASE)
 _HEADING_RE = re.compile(r"^(#{1,6})\s+(.*)$")
 _CONFIG_REF_RE = re.compile(r"[^\s`'\"()]*config\.yaml")
 _NEXT_KEYS = ("nextStepFile", "nextStep")
+#: The diagnostic code of a file that symlinks lead out of the project: the loader refuses to run the workflow.
+LINK_LEAVES_PROJECT = "link-leaves-project"
 _NOT_BRANCH_KEYS = frozenset({"thisStepFile", "workflowFile", "altStepFile", *_NEXT_KEYS})
 
 
@@ -176,6 +179,7 @@ class _Workflow:
     steps: dict[Path, _Step] = field(default_factory=dict)
     order: list[Path] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    escapes: set[Path] = field(default_factory=set)  # real paths of files reported as symlinks out
 
     def report(self, severity: Severity, code: str, message: str, path: Path, line: int | None) -> None:
         diagnostic = Diagnostic(severity, code, message, str(path), line)
@@ -224,7 +228,20 @@ def _is_step_file(path: Path) -> bool:
     return path.suffix == ".md" and step_number(path.stem) is not None
 
 
+def _confined(path: Path, wf: _Workflow, source: Path, line: int | None, named: str = "") -> None:
+    """Report ``path`` when symlinks lead it out of the project (an error: the run would read the file out there
+    and send it to the model), once, where it is first named (``named`` says how ``source`` names it)."""
+    real = link_out(path, wf.project_root)
+    if real is None or real in wf.escapes:
+        return
+    wf.escapes.add(real)
+    what = f"{named}{path}, a symlink" if named else f"{path} is a symlink"
+    wf.report("error", LINK_LEAVES_PROJECT, f"{what} to {real}, outside the project; copy the file into the project",
+              source, line)
+
+
 def _read(path: Path, wf: _Workflow) -> Frontmatter:
+    _confined(path, wf, path, 1)
     fm = read_frontmatter_file(path)
     for diagnostic in fm.diagnostics:
         wf.report(diagnostic.severity, diagnostic.code, diagnostic.message, path, diagnostic.line)
@@ -301,6 +318,8 @@ def _check_exists(ref: _Ref, wf: _Workflow, source: Path, key: str | None, *, de
     values, the workflow's entry steps) that are missing are errors; other prose references, which are often
     examples, are warnings.
     """
+    if ref.path is not None and ref.path.exists():
+        _confined(ref.path, wf, source, ref.line, f"{key} {ref.raw!r} is " if key else f"{ref.raw!r} is ")
     if ref.path is None or ref.path.exists():
         return
     inside = [wf.folder, wf.project_root / "_bmad"]
@@ -363,6 +382,7 @@ def _load_config(wf_fm: Frontmatter, base: dict[str, Any], wf: _Workflow) -> tup
             line,
         )
         return path, {}
+    _confined(path, wf, wf.file, line, f"module config {raw!r} is ")
     try:
         loaded = load_yaml_text(read_text(path), path=str(path))
     except OSError as exc:

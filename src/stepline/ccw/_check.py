@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from stepline.ccw._graph import task_cycle
-from stepline.ccw._session import SESSION_FILE, natural_key, session_layout
+from stepline.ccw._session import SESSION_FILE, confined_session, natural_key, session_layout
 from stepline.ccw._task import TaskRef, TaskView, line_of, ref_from_data, validate_task_data
 from stepline.ccw._todo import TodoList, read_todo_list
 from stepline.errors import NotFoundError, ReaderError
@@ -213,7 +213,10 @@ def check_ccw_session(session_dir: Path, *, project_root: Path | None = None,
     Raises:
         NotFoundError: ``session_dir`` is not a folder.
     """
-    session_dir = Path(session_dir).resolve()
+    try:
+        session_dir = confined_session(session_dir)
+    except ReaderError as exc:
+        return [Diagnostic("error", "link-leaves-project", exc.detail, exc.path or str(session_dir), exc.line)]
     if not session_dir.is_dir():
         raise NotFoundError(f"no CCW session folder at {session_dir}")
     project_root = session_layout(session_dir)[1] or project_root

@@ -52,7 +52,7 @@ from stepline.ccw._todo import (
     summary_href_for,
 )
 from stepline.errors import NotFoundError, ReaderError, UsageError
-from stepline.formats._files import read_text
+from stepline.formats._files import link_out, read_text
 from stepline.model import WorkflowSpec
 
 __all__ = [
@@ -67,6 +67,7 @@ __all__ = [
     "TaskStatus",
     "TodoEntry",
     "TodoList",
+    "confined_session",
     "discover_sessions",
     "find_session",
     "infer_agent",
@@ -99,6 +100,20 @@ def session_layout(session_dir: Path) -> tuple[Layout, Path | None]:
     if parent.name == ".workflow":
         return "legacy", parent.parent
     return "detached", None
+
+
+def confined_session(session_dir: Path) -> Path:
+    """The real path of a session folder, refused (:class:`ReaderError`) when the folder sits in a project's
+    ``.workflow`` but symlinks lead it out of the project: its task files would be sent to agents and rewritten
+    out there, and the run would lose its project."""
+    written = Path(os.path.abspath(session_dir))
+    project_root = session_layout(written)[1]
+    real = link_out(written, project_root) if project_root is not None else None
+    if real is not None:
+        raise ReaderError(f"the session folder is a symlink to {real}, outside the project",
+                          path=str(written / SESSION_FILE), line=1,
+                          hint="move the session into the project's .workflow folder")
+    return written.resolve()
 
 
 def read_json_object(path: Path) -> dict[str, Any]:
@@ -295,7 +310,7 @@ def read_ccw_session(session_dir: Path) -> CcwSession:
         ReaderError: workflow-session.json missing or broken, a task JSON that does not parse, duplicate
             ids, a TODO_LIST.md line or a dependency naming a missing task, a dependency cycle, no tasks.
     """
-    session_dir = Path(session_dir).resolve()
+    session_dir = confined_session(session_dir)
     if not session_dir.is_dir():
         raise NotFoundError(f"no CCW session folder at {session_dir}", hint=CREATE_HINT)
     session_file = session_dir / SESSION_FILE

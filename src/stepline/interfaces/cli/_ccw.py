@@ -34,12 +34,12 @@ SessionArg = Annotated[str, typer.Argument(help="Session id (a unique part is en
 
 def _session_dir(at: Where, session: str) -> Path:
     """A session folder from an id, a unique part of one, or a path."""
-    from stepline.ccw._session import find_session
+    from stepline.ccw._session import confined_session, find_session
 
     as_path = at.path(Path(session))
     if (as_path / "workflow-session.json").is_file() or (as_path / "TODO_LIST.md").is_file():
-        return as_path.resolve()
-    return find_session(at.root, session).path.resolve()
+        return confined_session(as_path)
+    return confined_session(find_session(at.root, session).path)
 
 
 def _pending(at: Where, config: Path | None, session_dir: Path) -> PendingCompletions:
@@ -140,13 +140,13 @@ def execute(
 ) -> None:
     """Execute a session's tasks in dependency order, concurrently; resume it after an interruption."""
     from stepline.ccw._driver import complete_session, execute_session
-    from stepline.ccw._session import discover_sessions
+    from stepline.ccw._session import confined_session, discover_sessions
     from stepline.interfaces.cli._render import print_secrets_in_artifacts, run_exit_code, run_summary
     from stepline.interfaces.cli._runs import build_engine, use_backend
 
     at = where(directory, project_root)
     chosen = (_session_dir(at, resume_session) if resume_session
-              else _choose(discover_sessions(at.root), yes).path.resolve())
+              else confined_session(_choose(discover_sessions(at.root), yes).path))
     if not quiet and not as_json and not resume_session:
         err_console.print(f"✓ Selected session: {chosen.name}")
     engine = build_engine(at, config, executor, script, "yolo" if yes else "normal", quiet or as_json)
