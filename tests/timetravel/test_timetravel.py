@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from fakes import fake_openai
+from stepline.engine import Engine
+from stepline.timetravel import prepare_fork, read_run
 
 from .conftest import child_of, cli, first_index, record, records, requested_steps, run_path, tree_bytes, use_fake_model
 
@@ -115,6 +117,16 @@ def test_fork_a_ccw_session_at_a_middle_task_with_a_new_variable(
     code, out = cli(capsys, ccw_project, "diff", parent, child)
     assert code == 12, out
     assert "model requests changed: IMPL-3" in out
+
+    # put back (without running on): TODO_LIST.md as IMPL-3 found it, IMPL-1 and -2 ticked, then the later tasks
+    prepare_fork(Engine(project_root=ccw_project), read_run(Engine(project_root=ccw_project), child), "IMPL-3", {})
+    todo = (ccw_project / session / "TODO_LIST.md").read_text(encoding="utf-8")
+    assert re.findall(r"^- \[(.)\] \*\*(IMPL-\d)", todo, re.M) == [
+        ("x", "IMPL-1"), ("x", "IMPL-2"), (" ", "IMPL-3"), (" ", "IMPL-4"), (" ", "IMPL-5")], todo
+    for task, status in (("IMPL-2", "completed"), ("IMPL-3", "pending"), ("IMPL-4", "pending")):
+        found = json.loads((ccw_project / session / ".task" / f"{task}.json").read_text(encoding="utf-8"))
+        assert found["status"] == status, (task, found)
+    assert not (ccw_project / session / ".summaries" / "IMPL-3-summary.md").exists()
 
 
 @pytest.mark.parametrize(("project_fixture", "path", "step"), [

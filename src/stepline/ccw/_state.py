@@ -5,7 +5,8 @@ box ticked, with a link to its summary) and ``.summaries/<id>-summary.md``. Thre
 once, so a completion is a journaled change (write-ahead), in this order:
 
 1. its *intent* (``CallStarted`` holding the whole :class:`Completion`, and the sha256 of the task JSON's and
-   summary's content before it, kept in the run's blobs for ``stepline fork``) is journaled and fsynced; intents
+   summary's content before it, and of TODO_LIST.md's at a process's first completion, kept in the run's blobs
+   for ``stepline fork``) is journaled and fsynced; intents
    that arrive together share one fsync (group commit). Nothing of the session is touched before;
 2. the files are written, each replaced atomically and durably (:func:`write_files`: a temp file in the
    same folder made durable, ``os.replace``, fsync of the folder), so a crash leaves each one old or new;
@@ -335,6 +336,7 @@ class Committer:
         self.worker: asyncio.Task[None] | None = None
         self.error: BaseException | None = None
         self.session_marked = self.settling = False  # session_marked: see the driver's _mark_session
+        self.todo_kept = False  # whether an intent of this process holds TODO_LIST.md's earlier content
         self.tick_due = 0.0  # loop time from which TODO_LIST.md may be rewritten again
         self._change: asyncio.Future[None] | None = None  # resolved when files are written, or on a failure
         self._arrival: asyncio.Future[None] | None = None  # resolved by an intent, or when the run settles
@@ -369,10 +371,15 @@ class Committer:
             self.worker = asyncio.ensure_future(self._work())
 
     def _before(self, completion: Completion) -> dict[str, str | None]:
-        """The sha256 of what the task JSON and summary hold before ``completion`` changes them (None: no file),
-        each content kept in the run's blobs, so that ``stepline fork`` can put them back."""
+        """The sha256 of what the task JSON and summary (and, at this process's first completion, TODO_LIST.md)
+        hold before ``completion`` changes them (None: no file), each content kept in the run's blobs, so that
+        ``stepline fork`` can put them back."""
         before: dict[str, str | None] = {}
-        for rel in (completion.task_json, completion.summary_path):
+        rels = [completion.task_json, completion.summary_path]
+        if not self.todo_kept:  # TODO_LIST.md changes in batches: kept as this process first found it (the worker
+            self.todo_kept = True  # is not writing yet); a fork ticks the completions since again
+            rels.append(self.writer.todo_path.name)
+        for rel in rels:
             if rel is None:
                 continue
             try:

@@ -11,6 +11,7 @@ parent's content-addressed copies); the parent's directory is only read.
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from stepline import time
+from stepline.ccw._state import Completion, SessionWriter
 from stepline.engine import Engine
 from stepline.engine._human import HumanChannel
 from stepline.errors import UsageError
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
     from stepline.executors import MenuOption
 
 __all__ = ["Answers", "Restoration", "prepare_fork", "rewind"]
+
+#: CCW's task list, in its session folder.
+_TODO = "TODO_LIST.md"
 
 #: Audit files a fork takes the parent's records of (those of the steps before the fork point).
 _AUDIT = ("artifacts.json", "tool_results.json", "gates.json", "approvals.json", "evidence.json", "drr.json")
@@ -150,12 +155,18 @@ def _plan(parent: RecordedRun, cut: int) -> _Plan:
             # CCW's own files (relative to its session): the intent holds the sha256 of each one's content before
             # the completion (None: no file; a run recorded before it was kept holds none: the file is named)
             completion, before = _mapping(args.get("completion")), _mapping(args.get("before"))
-            session = Path(str(_mapping(parent.run.workflow.meta.get("paths")).get("session_dir", "")))
             for name in ("task_json", "summary_path"):
                 rel = completion.get(name)
                 if isinstance(rel, str):
-                    later.setdefault(parent.shown(session / rel),
+                    later.setdefault(parent.shown(_session(parent) / rel),
                                      {"before_sha256": before[rel]} if rel in before else None)
+    todo = _ccw_todo(parent, cut)
+    if todo is not None and todo[0] not in target:
+        later.pop(todo[0], None)
+        if todo[1] is None:
+            plan.left_alone.append(todo[0])
+        else:
+            plan.write[todo[0]] = todo[1]
     for path, intent in later.items():
         if path in target:
             continue
@@ -184,6 +195,45 @@ def _ccw_before(events: list[Event]) -> list[str]:
             if event.type == EventType.CALL_STARTED.value and event.data.get("op") == "ccw_complete"
             for digest in _mapping(_mapping(event.data.get("args")).get("before")).values()
             if isinstance(digest, str)]
+
+
+def _ccw_todo(parent: RecordedRun, cut: int) -> tuple[str, bytes | None] | None:
+    """A CCW run's TODO_LIST.md as it was at record ``cut`` (None as its content: the copy is missing): the copy the
+    last completion intent before ``cut`` that kept one holds (each process's first does), with the boxes of the
+    completions since ticked again, else the first copy after it. None when no intent kept one (not a CCW run, or
+    one recorded before they did)."""
+    base: tuple[int, str] | None = None
+    for index, event in enumerate(parent.events):
+        if event.type != EventType.CALL_STARTED.value or event.data.get("op") != "ccw_complete":
+            continue
+        kept = _mapping(_mapping(event.data.get("args")).get("before")).get(_TODO)
+        if isinstance(kept, str) and (base is None or index < cut):
+            base = (index, kept)
+        if index >= cut and base is not None:
+            break
+    if base is None:
+        return None
+    path = parent.shown(_session(parent) / _TODO)
+    data = read_blob(parent.run_dir.path, base[1])
+    completions: list[Completion] = []
+    for index in range(base[0], cut):
+        event = parent.events[index]
+        if event.type == EventType.CALL_STARTED.value and event.data.get("op") == "ccw_complete":
+            try:
+                completions.append(Completion.from_json(_mapping(event.data.get("args")).get("completion")))
+            except ValueError as exc:
+                raise parent.unreadable(index, str(exc)) from None
+    if data is None or not completions:
+        return path, data
+    with tempfile.TemporaryDirectory() as scratch:  # the session's own ticking, on a copy
+        atomic_write_bytes(Path(scratch) / _TODO, data)
+        SessionWriter(Path(scratch)).write(completions, files=False)
+        return path, (Path(scratch) / _TODO).read_bytes()
+
+
+def _session(run: RecordedRun) -> Path:
+    """A CCW run's session folder."""
+    return Path(str(_mapping(run.run.workflow.meta.get("paths")).get("session_dir", "")))
 
 
 def _mapping(value: Any) -> dict[str, Any]:
