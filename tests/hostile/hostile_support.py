@@ -6,6 +6,7 @@ import contextlib
 import io
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from stepline.interfaces.cli._app import run_cli
 
@@ -36,3 +37,16 @@ def cli(*argv: str) -> Outcome:
     outcome = Outcome(code, out.getvalue(), err.getvalue())
     assert "Traceback" not in outcome.out + outcome.err, outcome
     return outcome
+
+
+def refused(project: Path, workflow: Path, *needles: str) -> None:
+    """``run`` of ``workflow`` ends in one error line and exit 4 before a run starts, and ``validate`` reports it
+    (exit 10); both name every one of ``needles``."""
+    run = cli("run", str(workflow), "--executor", "dry-run", "--yolo", "-q", "-C", str(project))
+    assert run.code == 4 and len(run.errors) == 1, run
+    check = cli("validate", str(workflow), "-C", str(project))
+    assert check.code == 10, check
+    for needle in needles:
+        assert needle in run.err and needle in check.out, (run, check)
+    runs = project / ".stepline" / "runs"
+    assert not runs.exists() or not any(runs.iterdir())

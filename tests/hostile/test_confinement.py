@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile.hostile_support import cli
+from hostile.hostile_support import cli, refused
 from stepline.model import ToolCall
 from stepline.tools import ToolPipeline, ToolPolicy, default_registry
 
@@ -85,29 +85,19 @@ def test_a_ccw_grep_outside_the_project_does_not_run(project: Path, tmp_path: Pa
     assert "hunter2" not in journal and '"ToolStarted"' not in journal
 
 
-def _refused(project: Path, *needles: str) -> None:
-    run = cli("run", str(SKILL), "--executor", "dry-run", "--yolo", "-q", "-C", str(project))
-    assert run.code == 4 and len(run.errors) == 1, run
-    check = cli("validate", str(SKILL), "-C", str(project))
-    assert check.code == 10, check
-    for needle in needles:
-        assert needle in run.err and needle in check.out, (run, check)
-    assert not (project / ".stepline" / "runs").exists() or not any((project / ".stepline" / "runs").iterdir())
-
-
 def test_a_step_file_symlinked_out_of_the_skill_is_refused_and_validated(mini: Path, tmp_path: Path) -> None:
     (tmp_path / "outside.md").write_text("# Step 3\n\nSecret instructions.\n", encoding="utf-8")
     step = mini / SKILL / "step-03-do.md"
     step.unlink()
     step.symlink_to(tmp_path / "outside.md")
-    _refused(mini, f"{step}:1:", "outside the skill")
+    refused(mini, SKILL, f"{step}:1:", "outside the skill")
 
 
 def test_a_skill_folder_symlinked_from_outside_is_refused_and_validated(mini: Path, tmp_path: Path) -> None:
     real = tmp_path / "shared-skill"
     (mini / SKILL).rename(real)
     (mini / SKILL).symlink_to(real)
-    _refused(mini, "SKILL.md:1:", f"the skill folder is a symlink to {real}")
+    refused(mini, SKILL, "SKILL.md:1:", f"the skill folder is a symlink to {real}")
 
 
 def test_a_snapshot_link_that_leaves_the_skill_is_refused_before_the_run_starts(mini: Path) -> None:
@@ -116,4 +106,4 @@ def test_a_snapshot_link_that_leaves_the_skill_is_refused_before_the_run_starts(
     step = mini / SKILL / "step-02-plan.md"
     step.write_text(step.read_text(encoding="utf-8").replace("[[bmad-snapshot:step-03-do.md]]",
                                                              "[[bmad-snapshot:../../../../x.md]]"), encoding="utf-8")
-    _refused(mini, f"{step}:", "[[bmad-snapshot:../../../../x.md]] leaves the skill")
+    refused(mini, SKILL, f"{step}:", "[[bmad-snapshot:../../../../x.md]] leaves the skill")

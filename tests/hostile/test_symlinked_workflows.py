@@ -10,21 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from hostile.hostile_support import cli
+from hostile.hostile_support import cli, refused
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MENUS = Path("_bmad") / "demo" / "workflows" / "menus"
-
-
-def _refused(project: Path, workflow: Path, *needles: str) -> None:
-    run = cli("run", str(workflow), "--executor", "dry-run", "--yolo", "-q", "-C", str(project))
-    assert run.code == 4 and len(run.errors) == 1, run
-    check = cli("validate", str(workflow), "-C", str(project))
-    assert check.code == 10, check
-    for needle in needles:
-        assert needle in run.err and needle in check.out, (run, check)
-    runs = project / ".stepline" / "runs"
-    assert not runs.exists() or not any(runs.iterdir())
 
 
 def _link_out(file: Path, outside: Path) -> Path:
@@ -33,13 +22,6 @@ def _link_out(file: Path, outside: Path) -> Path:
     shutil.move(file, target)
     file.symlink_to(target)
     return target
-
-
-@pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    folder = tmp_path / "elsewhere"
-    folder.mkdir()
-    return folder
 
 
 @pytest.fixture
@@ -57,24 +39,24 @@ def test_the_microfile_fixture_runs_as_it_is(microfile: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["steps/step-02-draft.md", "steps/step-01-start.md", "menus.template.md"])
-def test_a_microfile_file_symlinked_out_of_the_project_is_refused(microfile: Path, outside: Path,
+def test_a_microfile_file_symlinked_out_of_the_project_is_refused(microfile: Path, tmp_path: Path,
                                                                   name: str) -> None:
-    target = _link_out(microfile / MENUS / name, outside)
-    _refused(microfile, MENUS, f"a symlink to {target}, outside the project")
+    target = _link_out(microfile / MENUS / name, tmp_path)
+    refused(microfile, MENUS, f"a symlink to {target}, outside the project")
 
 
-def test_a_microfile_step_named_where_it_is_linked_from(microfile: Path, outside: Path) -> None:
+def test_a_microfile_step_named_where_it_is_linked_from(microfile: Path, tmp_path: Path) -> None:
     """The escape is reported where the step file is named (file:line), not only as the file itself."""
-    _link_out(microfile / MENUS / "steps" / "step-02-draft.md", outside)
+    _link_out(microfile / MENUS / "steps" / "step-02-draft.md", tmp_path)
     check = cli("validate", str(MENUS), "-C", str(microfile))
     assert f"{microfile / MENUS / 'steps' / 'step-01-start.md'}:4:" in check.out, check
 
 
-def test_a_microfile_workflow_folder_symlinked_from_outside_is_refused(microfile: Path, outside: Path) -> None:
-    real = outside / "menus"
+def test_a_microfile_workflow_folder_symlinked_from_outside_is_refused(microfile: Path, tmp_path: Path) -> None:
+    real = tmp_path / "menus"
     shutil.move(microfile / MENUS, real)
     (microfile / MENUS).symlink_to(real)
-    _refused(microfile, MENUS, f"a symlink to {real / 'workflow.md'}, outside the project")
+    refused(microfile, MENUS, f"a symlink to {real / 'workflow.md'}, outside the project")
 
 
 @pytest.fixture
@@ -91,10 +73,10 @@ def test_the_legacy_fixture_runs_as_it_is(legacy: Path) -> None:
 
 
 @pytest.mark.parametrize(("name", "line"), [("instructions.xml", 4), ("template.md", 5), ("workflow.yaml", None)])
-def test_a_legacy_file_symlinked_out_of_the_project_is_refused(legacy: Path, outside: Path, name: str,
+def test_a_legacy_file_symlinked_out_of_the_project_is_refused(legacy: Path, tmp_path: Path, name: str,
                                                                line: int | None) -> None:
-    target = _link_out(legacy / "wf" / "tpl" / name, outside)
-    _refused(legacy, Path("wf/tpl"), f"a symlink to {target}, outside the project")
+    target = _link_out(legacy / "wf" / "tpl" / name, tmp_path)
+    refused(legacy, Path("wf/tpl"), f"a symlink to {target}, outside the project")
     if line is not None:
         check = cli("validate", "wf/tpl", "-C", str(legacy))
         assert f"{legacy / 'wf' / 'tpl' / 'workflow.yaml'}:{line}:" in check.out, check
@@ -108,12 +90,12 @@ def ccw(tmp_path: Path) -> Path:
     return project
 
 
-def test_a_ccw_session_folder_symlinked_from_outside_is_refused(ccw: Path, outside: Path) -> None:
+def test_a_ccw_session_folder_symlinked_from_outside_is_refused(ccw: Path, tmp_path: Path) -> None:
     session = Path(".workflow") / "active" / "WFS-phased"
     assert cli("validate", str(session), "-C", str(ccw)).code == 0
-    real = outside / "WFS-phased"
+    real = tmp_path / "WFS-phased"
     shutil.move(ccw / session, real)
     (ccw / session).symlink_to(real)
-    _refused(ccw, session, f"the session folder is a symlink to {real}, outside the project")
+    refused(ccw, session, f"the session folder is a symlink to {real}, outside the project")
     execute = cli("ccw", "execute", "--resume-session", "WFS-phased", "--executor", "dry-run", "-C", str(ccw))
     assert execute.code == 4 and f"a symlink to {real}" in execute.err, execute
