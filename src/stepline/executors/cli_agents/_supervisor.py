@@ -7,10 +7,16 @@ one line ``go`` on stdin (the driver journals this process first: see :mod:`._pr
 its own group with the rest of stdin (the prompt) and its stdout/stderr. When its parent goes away (it is
 re-parented: the driver died) or it is told to stop (SIGTERM, SIGINT, SIGHUP), it stops the whole group: SIGTERM,
 then SIGKILL after GRACE seconds. Otherwise it exits with the agent's status once the agent exits.
+
+Some agents start their commands in a session of their own (gemini's shell tool does): such a command is not in
+the group. The supervisor is therefore the agents' child subreaper (Linux), so a command whose agent died is
+re-parented to it rather than to init, and a stop signals every descendant as well as the group.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -32,13 +38,43 @@ def _wait_for_go(parent: int) -> bool:
     return line == b"go\n"
 
 
+#: prctl's PR_SET_CHILD_SUBREAPER.
+_SET_CHILD_SUBREAPER = 36
+
+
+def _descendants() -> list[int]:
+    """Every process below this one (read from /proc; empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{entry}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])  # the name may hold spaces and ')'
+                    children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _signal_all(sig: int) -> None:
+    for pid in _descendants():
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+
+
 def _stop_group(agent: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGTERM to the group (the agent and what it started), SIGKILL to what is left after ``grace`` (us too)."""
+    """SIGTERM to the group and every descendant (the agent and what it started, in its group or not), SIGKILL to
+    what is left after ``grace`` (us too)."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.killpg(0, signal.SIGTERM)
+    _signal_all(signal.SIGTERM)
     deadline = time.monotonic() + grace
     while agent.poll() is None and time.monotonic() < deadline:
         time.sleep(_TICK / 2)
+    _signal_all(signal.SIGKILL)
     os.killpg(0, signal.SIGKILL)
 
 
@@ -46,6 +82,8 @@ def main() -> int:
     """Supervise one agent run (see the module's doc)."""
     parent = os.getppid()
     grace, argv = float(sys.argv[1]), sys.argv[2:]
+    with contextlib.suppress(OSError, AttributeError):  # Linux only; elsewhere the group is what is stopped
+        ctypes.CDLL(None, use_errno=True).prctl(_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     if not _wait_for_go(parent):
         return 125
     stopping = False
