@@ -126,3 +126,53 @@ def test_validate_names_customized_activation_steps_an_xml_skill_does_not_run(tm
     assert counts == {"bmad-skill/sections": 1}, counts
     (unrun,) = [d for d in diagnostics if d.code == "customization-not-run"]
     assert "activation_steps_append" in unrun.message and unrun.path.endswith("bmad-next-story.toml"), unrun
+
+
+def test_a_config_path_given_in_the_workflow_md_frontmatter_is_loaded(tmp_path: Path) -> None:
+    """CIS module skills: workflow.md's frontmatter holds ``main_config: '{project-root}/…/config.yaml'`` and its
+    prose says "Load config from `{main_config}`" (validate said: not a file path; the config was never read)."""
+    skill = "_bmad/demo/skills/bmad-tell-story"
+    project = write(tmp_path, {**CONFIG,
+        f"{skill}/SKILL.md": front("bmad-tell-story", 'Tells a story. Use when the user says "tell a story"',
+                                   "Follow the instructions in [workflow.md](workflow.md).\n"),
+        f"{skill}/workflow.md": "---\nname: bmad-tell-story\ndescription: 'Tells a story.'\n"
+                                "main_config: '{project-root}/_bmad/demo/config.yaml'\n---\n\n"
+                                "# Story\n\nLoad config from `{main_config}` and resolve `output_folder`.\n\n"
+                                f"## EXECUTION\n\n{STORY_XML}",
+    })
+    diagnostics, _ = lint_tree(project / skill, project_root=project)
+    assert [d for d in diagnostics if d.severity == "error" or d.code == "unknown-variable"] == [], diagnostics
+    _, result = run(project, skill)
+    assert result.status.value == "blocked", result.status
+    assert result.workflow.variables["output_folder"] == f"{project}/out", result.workflow.variables
+
+
+def test_a_skill_handing_over_to_an_instructions_file_of_xml_steps_blocks_at_its_ask(tmp_path: Path) -> None:
+    """v6.2-v6.9 bmad-document-project: SKILL.md (or its workflow.md) loads the config, then "Read fully and
+    follow: `./instructions.md`", a file of <workflow> XML steps (it ran as one section and completed, asking
+    nothing)."""
+    skill = "_bmad/demo/bmad-scan-project"
+    project = write(tmp_path, {**CONFIG,
+        f"{skill}/SKILL.md": front("bmad-scan-project", 'Scans a project. Use when the user says "scan"', f"""
+            # Scan Project
+
+            ## On Activation
+
+            {LOAD_CONFIG} and resolve `output_folder`.
+
+            ## Execution
+
+            Read fully and follow: `./instructions.md`
+            """),
+        f"{skill}/instructions.md": f"# Scan Router\n\n{STORY_XML}",
+    })
+    _, counts = lint_tree(project / "_bmad", project_root=project)
+    assert sum(counts.values()) == 1, counts
+    engine, result = run(project, skill)
+    assert result.status.value == "blocked", result.status
+    assert result.workflow.name == "bmad-scan-project", result.workflow
+    assert result.workflow.variables["output_folder"] == f"{project}/out", result.workflow.variables
+    (asked,) = pending(engine)
+    assert asked.startswith("step-1") and "[q]" in asked, asked
+    _, done = run(project, skill, mode="yolo")
+    assert [s for s in done.steps if not s.startswith("workflow")] == ["step-1", "step-2"], list(done.steps)

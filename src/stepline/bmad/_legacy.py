@@ -73,6 +73,9 @@ _META_KEYS = (
 _XML_STEPS = re.compile(r"<workflow\b[^>]*>.*?<step\s+n=", re.DOTALL)
 _FRONTMATTER = re.compile(r"\A---\n(.*?)\n---\n", re.DOTALL)
 _LOAD_CONFIG = re.compile(r"Load config from `(?P<path>[^`]+)`")
+#: prose handing the run over to a file of the same folder: "Read fully and follow: `./instructions.md`"
+_HAND_OVER = re.compile(r"(?i)\b(?:follow|execute)\b:?\s+`(?:\./|\{skill-root\}/|\{installed_path\}/)?"
+                        r"(?P<name>[\w.-]+\.md)`")
 #: A ``### Paths`` item: ``- `name` = `value` `` (a note in parentheses may follow).
 _PATH_ITEM = re.compile(r"^\s*-\s+`(?P<key>[\w-]+)`\s*=\s*(?:`(?P<code>[^`]*)`|\"(?P<quoted>[^\"]*)\")",
                         re.MULTILINE)
@@ -85,64 +88,99 @@ _PATTERN = re.compile(r"(?P<kind>\w+):\s*`(?P<glob>[^`]+)`")
 def holds_xml_steps(path: Path) -> bool:
     """Whether ``path`` is a ``workflow*.md`` or ``SKILL.md`` whose body is ``<workflow>`` XML steps (v6.1-v6.10
     moved create-story, dev-story, code-review … from workflow.yaml + instructions.xml into one such file; a
-    skill's SKILL.md may point at it, and v6.5 and newer hold the steps in SKILL.md itself): run by the legacy
-    interpreter, step by step, its config read from the prose. A folder holds them when one of its files does."""
+    skill's SKILL.md may point at it, and v6.5 and newer hold the steps in SKILL.md itself), or that hands the
+    run over to a file of its folder holding them ("Read fully and follow: `./instructions.md`", v6.2-v6.9
+    document-project): run by the legacy interpreter, step by step, its config read from the prose. A folder
+    holds them when one of its files does."""
     if path.is_dir():
-        return any(holds_xml_steps(md) for md in _markdown_candidates(path))
+        return any(_has_xml_steps(md) for md in _markdown_candidates(path))
     if path.suffix != ".md" or not (path.name.startswith("workflow") or path.name == "SKILL.md"):
         return False
+    return any(_has_xml_steps(md) for md in [path, *_handed_over(path)])
+
+
+def _has_xml_steps(path: Path) -> bool:
     return path.is_file() and _XML_STEPS.search(read_text(path)) is not None
+
+
+def _prose(text: str) -> str:
+    """A markdown workflow's text before its ``<workflow>`` steps (all of it when it has none)."""
+    end = text.find("<workflow")
+    return text if end < 0 else text[:end]
+
+
+def _handed_over(path: Path) -> list[Path]:
+    """The files of ``path``'s folder its prose hands the run over to (``follow`` / ``execute`` `./x.md`)."""
+    if not path.is_file():
+        return []
+    names = dict.fromkeys(m["name"] for m in _HAND_OVER.finditer(_prose(read_text(path))))
+    return [path.parent / name for name in names if (path.parent / name) != path]
 
 
 def _markdown_candidates(folder: Path) -> list[Path]:
     """The files of ``folder`` that may hold XML steps: its SKILL.md first (a skill's own body wins over the
-    workflow.md it may also ship), then its ``workflow*.md``."""
-    return [folder / "SKILL.md", *sorted(folder.glob("workflow*.md"))]
+    workflow.md it may also ship), then its ``workflow*.md``, then the files those hand the run over to."""
+    leading = [folder / "SKILL.md", *sorted(folder.glob("workflow*.md"))]
+    handed = [md for lead in leading for md in _handed_over(lead) if md not in leading]
+    return [*leading, *dict.fromkeys(handed)]
 
 
 def markdown_workflow(path: Path) -> Path:
-    """The ``workflow*.md`` or ``SKILL.md`` with XML steps at ``path`` (the file, or the one in the folder)."""
-    return path if path.is_file() else next(md for md in _markdown_candidates(path) if holds_xml_steps(md))
+    """The file with XML steps at ``path`` (the file or the one it hands over to, or the one in the folder)."""
+    candidates = [path, *_handed_over(path)] if path.is_file() else _markdown_candidates(path)
+    return next(md for md in candidates if _has_xml_steps(md))
 
 
 def _markdown_document(path: Path) -> YamlDocument:
     """What a workflow.yaml would hold, read from a markdown workflow's prose: ``name``/``description`` from
     its frontmatter, ``config_source`` from "Load config from `…`", each ``- `key` = `value` `` item, the
-    ``Input Files`` table as ``input_file_patterns``; ``instructions`` is the file itself."""
+    ``Input Files`` table as ``input_file_patterns``; ``instructions`` is the file itself. The prose of the
+    SKILL.md or workflow.md that hands the run over to it is read first (its own prose wins)."""
     text = read_text(path)
-    body_end = text.find("<workflow")
     data: dict[str, Any] = {"installed_path": str(path.parent), "date": "system-generated"}
     lines: dict[str, int] = {}
-
-    def line_of(offset: int) -> int:
-        return text.count("\n", 0, offset) + 1
 
     # a skill's workflow.md may have no frontmatter: the skill's SKILL.md names it then
     for named in (path, path.parent / "SKILL.md"):
         front = _FRONTMATTER.match(text if named == path else read_text(named) if named.is_file() else "")
         parsed = parse_yaml(front.group(1), path=str(named), first_line=2) if front is not None else None
         if parsed is not None and isinstance(parsed.data, dict):
-            for key in ("name", "description"):
+            # the workflow's own frontmatter may define variables its prose uses (CIS: `main_config: '{project-
+            # root}/…/config.yaml'` for "Load config from `{main_config}`"); a SKILL.md lends only its name
+            own = [k for k, v in parsed.data.items() if isinstance(v, str | int | float | bool)] if named == path \
+                else []
+            for key in dict.fromkeys(["name", "description", *own]):
                 if key in parsed.data and key not in data:
                     data[key] = parsed.data[key]
                     if named == path and key in parsed.lines:
                         lines[key] = parsed.lines[key]
-    source = _LOAD_CONFIG.search(text, 0, body_end)
+    leading = [md for md in _markdown_candidates(path.parent) if md != path and path in _handed_over(md)]
+    for doc in [*leading, path]:
+        _read_prose(_prose(read_text(doc)), data, lines if doc == path else {})
+    data["instructions"] = str(path)
+    return YamlDocument(data=data, lines=lines)
+
+
+def _read_prose(prose: str, data: dict[str, Any], lines: dict[str, int]) -> None:
+    """Put the config source, path items and Input Files table of ``prose`` into ``data`` (their lines into
+    ``lines``)."""
+    def line_of(offset: int) -> int:
+        return prose.count("\n", 0, offset) + 1
+
+    source = _LOAD_CONFIG.search(prose)
     if source is not None:
         data["config_source"], lines["config_source"] = source.group("path"), line_of(source.start())
-    for item in _PATH_ITEM.finditer(text, 0, body_end):
+    for item in _PATH_ITEM.finditer(prose):
         value = item.group("code") if item.group("code") is not None else item.group("quoted")
         data[item.group("key")], lines[item.group("key")] = value, line_of(item.start())
     patterns: dict[str, Any] = {}
-    for row in _INPUT_ROW.finditer(text, 0, body_end):
+    for row in _INPUT_ROW.finditer(prose):
         group: dict[str, Any] = {"description": row.group("description").strip(),
                                  "load_strategy": row.group("strategy")}
         group.update({p.group("kind"): p.group("glob") for p in _PATTERN.finditer(row.group("patterns"))})
         patterns[row.group("name")] = group
     if patterns:
         data["input_file_patterns"] = patterns
-    data["instructions"] = str(path)
-    return YamlDocument(data=data, lines=lines)
 
 
 def is_bmad_legacy(path: Path) -> bool:
