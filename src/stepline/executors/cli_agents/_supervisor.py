@@ -9,8 +9,9 @@ re-parented: the driver died) or it is told to stop (SIGTERM, SIGINT, SIGHUP), i
 then SIGKILL after GRACE seconds. Otherwise it exits with the agent's status once the agent exits.
 
 Some agents start their commands in a session of their own (gemini's shell tool does): such a command is not in
-the group. The supervisor is therefore the agents' child subreaper (Linux), so a command whose agent died is
-re-parented to it rather than to init, and a stop signals every descendant as well as the group.
+the group. The supervisor is therefore the agents' child subreaper (Linux), so a command whose parent exited is
+re-parented to it rather than to init: it reaps those as they end, a stop signals every descendant as well as the
+group, and when the agent exits whatever it left running is stopped too (the step is over).
 """
 
 from __future__ import annotations
@@ -78,6 +79,35 @@ def _stop_group(agent: subprocess.Popen[bytes], grace: float) -> None:
     os.killpg(0, signal.SIGKILL)
 
 
+def _reap_orphans(agent: int) -> None:
+    """Reap the commands re-parented here that have ended, leaving the agent's own status to its Popen."""
+    while True:
+        try:
+            ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if ended is None or ended.si_pid == agent:
+            return
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(ended.si_pid, 0)
+
+
+def _stop_leftovers(grace: float) -> None:
+    """After the agent exited: SIGTERM what it left running, SIGKILL what is left after ``grace``."""
+    if not _descendants():
+        return
+    _signal_all(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        if not _descendants():
+            return
+        time.sleep(_TICK / 2)
+    _signal_all(signal.SIGKILL)
+
+
 def main() -> int:
     """Supervise one agent run (see the module's doc)."""
     parent = os.getppid()
@@ -102,7 +132,9 @@ def main() -> int:
     while agent.poll() is None:
         if stopping or os.getppid() != parent:
             _stop_group(agent, grace)
+        _reap_orphans(agent.pid)
         time.sleep(_TICK)
+    _stop_leftovers(grace)
     return agent.returncode if agent.returncode >= 0 else 128 - agent.returncode
 
 
