@@ -152,3 +152,19 @@ def test_fork_legacy_and_skill_runs(project_fixture: str, path: str, step: str, 
     assert next(r[3] for r in records(project, child)[cut:] if r[1] == "WorkflowStepStarted") == step
     code, out = cli(capsys, project, "diff", parent, child)
     assert code == 0 and re.search(r"^artifacts: \d+ the same, 0 differ$", out, re.M), out
+
+
+def test_replay_reads_the_changed_workflow_in_the_mode_the_run_was_started_with(
+        alpha23: Path, model: fake_openai.FakeOpenAI, capsys: pytest.CaptureFixture[str]) -> None:
+    """alpha.23 prd, a router (steps-c, steps-v, steps-e) run with ``--mode validate``: its replay takes the
+    validate steps again, every request answered from the record, nothing differs."""
+    use_fake_model(alpha23, model)
+    prd = "_bmad/bmm/workflows/2-plan-workflows/prd/workflow.md"
+    recorded = record(capsys, alpha23, prd, "--mode", "validate")
+    sent = len(model.requests)
+    assert requested_steps(model)[0].startswith("step-v-")
+
+    code, out = cli(capsys, alpha23, "replay", recorded, "--against", prd)
+    assert code == 0, out
+    assert len(model.requests) == sent, requested_steps(model, sent)
+    assert "model requests changed: none" in out

@@ -141,6 +141,13 @@ class RecordedRun:
         return {name: value for name, value in self.run.variables.items()
                 if name not in changed and name not in self.run.workflow.variables}
 
+    def workflow_mode(self) -> str | None:
+        """The ``--mode`` the run's workflow was read with (a router's ``validate``, a skill's intent), so that a
+        replay reads the changed workflow the same way."""
+        meta = self.run.workflow.meta
+        mode = meta.get("mode") or meta.get("intent")
+        return mode if isinstance(mode, str) else None
+
     def served_answers(self) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
         """The recorded model answers keyed by :func:`memo_digest`, in order (what a replay serves)."""
         table: dict[tuple[str, str, str], list[dict[str, Any]]] = {}

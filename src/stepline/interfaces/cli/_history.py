@@ -101,7 +101,7 @@ def replay(
         executor, options["script"] = executor or "scripted", str(script_path)
     runtime = load_runtime_config(at.root, at.option(config))
     workflow = load_workflow(at.path(against).absolute(), project_root=at.root,
-                             variables=recorded.given_variables())
+                             variables=recorded.given_variables(), mode=recorded.workflow_mode())
     register_drivers()
     served = serving(runtime, recorded, executor, options, strict=strict)
     engine = Engine(project_root=at.root, config=runtime, executor=served, mode=recorded.run.mode,
