@@ -176,3 +176,93 @@ def test_a_skill_handing_over_to_an_instructions_file_of_xml_steps_blocks_at_its
     assert asked.startswith("step-1") and "[q]" in asked, asked
     _, done = run(project, skill, mode="yolo")
     assert [s for s in done.steps if not s.startswith("workflow")] == ["step-1", "step-2"], list(done.steps)
+
+
+def test_step_files_in_references_chained_by_next_step_file_block_at_their_menu(tmp_path: Path) -> None:
+    """Skill Forge (community module): SKILL.md's activation says "Load, read the full file, and then execute
+    `references/init.md`"; each stage's frontmatter chains on (``nextStepFile: 'review.md'``), no file is named
+    step-*. A table names a stage bare (`step-auto.md`, which is in references/). The skill ran as one section and
+    completed, or was refused over that table's mention."""
+    skill = "_bmad/demo/forge-make"
+    project = write(tmp_path, {**CONFIG,
+        f"{skill}/SKILL.md": front("forge-make", 'Makes a thing. Use when the user says "make it"', f"""
+            # Make
+
+            ## Invocation Contract
+
+            | Aspect | Detail |
+            |--------|--------|
+            | **Auto flag** | init routes to `step-auto.md`, which skips the review |
+
+            ## On Activation
+
+            1. {LOAD_CONFIG} and resolve `output_folder`.
+            2. Load, read the full file, and then execute `references/init.md` to begin the workflow.
+            """),
+        f"{skill}/references/init.md": """
+            ---
+            nextStepFile: 'review.md'
+            autoStepFile: 'step-auto.md'
+            ---
+
+            # Step 1: Init
+
+            Gather the inputs. If auto mode, load and execute `{autoStepFile}`, else execute `{nextStepFile}`.
+            """,
+        f"{skill}/references/step-auto.md": "# Auto\n\nWrite the thing without asking.\n",
+        f"{skill}/references/review.md": """
+            ---
+            nextStepFile: 'finish.md'
+            ---
+
+            # Step 2: Review
+
+            Display: "**Summary — Select an Option:** [C] Continue to writing"
+
+            - IF C: Immediately load, read entire file, then execute `{nextStepFile}`
+            """,
+        f"{skill}/references/finish.md": "# Step 3: Finish\n\nWrite the thing to {output_folder}/thing.md.\n",
+        f"{skill}/references/rules.md": "# Rules (a reference, not a step)\n",
+    })
+    diagnostics, counts = lint_tree(project / skill, project_root=project)
+    assert counts == {"bmad-skill/step-files": 1}, counts
+    # the table's bare name resolves from the skill root (its convention), where there is no such file: validate
+    # says so, but the run, which never follows that line, is not refused for it
+    assert [(d.code, d.line) for d in diagnostics if d.severity == "error"] == [("missing-file", 12)], diagnostics
+    engine, result = run(project, skill)
+    assert result.status.value == "blocked", result.status
+    (asked,) = pending(engine)
+    assert asked.startswith("review") and "[C]" in asked, asked
+    _, done = run(project, skill, mode="yolo")
+    assert done.status.value == "completed", done.error
+    walked = sorted((step.started_at or "", s) for s, step in done.steps.items() if step.status.value == "completed")
+    assert [s for _, s in walked][-3:] == ["init", "review", "finish"], walked
+    assert done.steps["step-auto"].status.value == "skipped", done.steps["step-auto"]
+
+
+def test_a_next_step_in_the_modules_shared_folder_is_run_as_the_chains_last_step(tmp_path: Path) -> None:
+    """Skill Forge: a skill's last stage chains to `nextStepFile: 'shared/health.md'`, a file of the module's root
+    (outside the skill) that shares its name with the stage (the run was refused: "names no file of the skill")."""
+    skill = "_bmad/demo/forge-check"
+    project = write(tmp_path, {**CONFIG,
+        f"{skill}/SKILL.md": front("forge-check", 'Checks a thing. Use when the user says "check it"', """
+            # Check
+
+            ## On Activation
+
+            Load, read the full file, and then execute `references/check.md`.
+            """),
+        f"{skill}/references/check.md": "---\nnextStepFile: 'health.md'\n---\n\n# Step 1: Check\n\nCheck it.\n",
+        f"{skill}/references/health.md": "---\nnextStepFile: 'shared/health.md'\n---\n\n# Step 2\n\nChain on.\n",
+        "_bmad/demo/shared/health.md": "# Health Check\n\nList what went wrong.\n\n**HALT and wait for user input.**\n",
+    })
+    diagnostics, _ = lint_tree(project / skill, project_root=project)
+    assert [d for d in diagnostics if d.severity == "error"] == [], diagnostics
+    engine, result = run(project, skill)
+    assert result.status.value == "blocked", result.error
+    (asked,) = pending(engine)
+    assert asked.startswith("shared-health"), asked
+    _, done = run(project, skill, mode="yolo")
+    assert done.status.value == "completed", done.error
+    assert {s: done.steps[s].status.value for s in ("check", "health", "shared-health")} == dict.fromkeys(
+        ("check", "health", "shared-health"), "completed")

@@ -50,8 +50,11 @@ SKILL_FORMAT: Literal["bmad-skill"] = "bmad-skill"
 
 
 def step_id_of(name: str) -> str:
-    """The step id of a step file: its stem (``steps/step-01-init.md`` -> ``step-01-init``)."""
-    return re.sub(r"[^\w.-]+", "-", Path(name).stem) or "step"
+    """The step id of a step file: its stem (``steps/step-01-init.md`` -> ``step-01-init``); a module's file
+    outside the skill keeps its folders (``../shared/health-check.md`` -> ``shared-health-check``), so it is
+    not taken for a step of the skill with the same name."""
+    parts = [p for p in Path(name).with_suffix("").parts if p != ".."] if name.startswith("../") else [Path(name).stem]
+    return re.sub(r"[^\w.-]+", "-", "-".join(parts)) or "step"
 
 
 def module_of(skill_root: Path) -> str | None:

@@ -14,6 +14,7 @@ Pure: reads files, never imports the engine.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,7 @@ _MODE = re.compile(r"^\*\*([A-Z][\w -]*?)(?:\s*\(([^)]*)\))?\.?\*\*\.?\s*(.*)")
 _FORWARD = re.compile(r"forwards to\s+`?([a-z0-9][a-z0-9-]*)`?(?:\s*\(([\w -]+?) intent\))?", re.I)
 _STATUS_ROUTE = re.compile(r"((?:`[\w-]+`\s*/\s*)*`[\w-]+`)\s*(?:→|->)\s*(?:`?\[\[bmad-snapshot:([\w./-]+\.md)\]\]`?"
                            r"|`(\.{0,2}/?(?:[\w.-]+/)*step-[\w.-]+\.md)`)")
+_HAND_OVER = re.compile(r"(?i)\b(?:execute|follow)\b")
 _SCRIPT = re.compile(r"(?:uv run(?:\s+--[\w-]+)*|python3?)\s+\"?((?:\{project-root\}|\{skill-root\})?/?"
                      r"(?:[\w.-]+/)*[\w.-]+\.py)\"?")
 
@@ -73,6 +75,19 @@ class Link:
     text: str  # the whole line, for conditions and diagnostics
     snapshot: bool  # written as [[bmad-snapshot:…]]
     section: str  # the heading it sits under ("NEXT", "INSTRUCTIONS", …)
+    #: named by a next-step frontmatter key (``nextStepFile: 'compile.md'``): a step file, whatever its name
+    chained: bool = False
+
+    @property
+    def to_step(self) -> bool:
+        """Whether it leads to a step file: one named ``step-*.md``, or one a frontmatter key chains on to."""
+        return self.chained or _is_step_name(self.target)
+
+    @property
+    def hands_over(self) -> bool:
+        """Whether its line hands the run over to the file ("Load, read the full file, and then execute `…`",
+        "Read fully and follow: `…`"), rather than mentioning it."""
+        return _HAND_OVER.search(self.text) is not None
 
 
 @dataclass(slots=True)
@@ -198,6 +213,20 @@ def _resolve(root: Path, doc_dir: Path, raw: str) -> str | None:
         return None
 
 
+def _module_file(root: Path, raw: str) -> str | None:
+    """A file of the skill's module, outside the skill, that a step names as its next one (Skill Forge's
+    ``nextStepFile: 'shared/health-check.md'``, from the module's root): its path from the skill root
+    (``../shared/health-check.md``), else None. The module's root is the folder under ``_bmad`` (installed) or
+    the nearest one holding ``module.yaml`` (a source tree); nothing above it is reached."""
+    module = next((p for p in root.parents if p.parent.name == "_bmad" or (p / "module.yaml").is_file()), None)
+    if module is None or raw.startswith(("/", "{")):
+        return None
+    candidate = (module / raw).resolve()
+    if not candidate.is_file() or not candidate.is_relative_to(module.resolve()):
+        return None
+    return Path(os.path.relpath(candidate, root.resolve())).as_posix()
+
+
 def read_doc(root: Path, path: Path) -> SkillDoc:
     """Read one Markdown document of the skill and find its links and script calls (line by line)."""
     text = read_text(path)
@@ -208,9 +237,11 @@ def read_doc(root: Path, path: Path) -> SkillDoc:
         if isinstance(value, str) and value.endswith(".md") and "{" not in value.replace("{skill-root}", "") and (
                 key.endswith("StepFile") or Path(value).name.startswith("step-")):
             target = _resolve(root, path.parent, value if value.startswith(("./", "../", "{")) else "./" + value)
+            if target is not None and not (root / target).is_file():
+                target = _module_file(root, value) or target
             if target is not None:
                 doc.links.append(Link(target, fm.line_of(key) or 1, f"{key}: {value}", False,
-                                      "NEXT" if key == "nextStepFile" else "frontmatter"))
+                                      "NEXT" if key == "nextStepFile" else "frontmatter", chained=True))
     section = ""
     in_fence = False
     for number, line in enumerate(text.splitlines(), start=1):
@@ -329,7 +360,7 @@ def _sections(doc: SkillDoc) -> list[Section]:
 
 def _step_file(files: SkillFiles, name: str, doc: SkillDoc) -> StepFile:
     """Where a step file goes: its NEXT link (else its last forward link), and its other step links."""
-    links = [link for link in doc.links if _is_step_name(link.target) and link.target != name]
+    links = [link for link in doc.links if link.to_step and link.target != name]
     nexts = [link for link in links if link.section.upper().startswith("NEXT")]
     default: Link | None = nexts[0] if nexts else None
     if default is None:
@@ -391,7 +422,7 @@ def read_skill_files(path: Path) -> SkillFiles:
     entry = read_doc(root, root / "workflow.md") if (root / "workflow.md").is_file() else skill
     files = SkillFiles(root=root, name=name, description=description, skill=skill, entry=entry, kind="sections")
     files.docs[entry.path.relative_to(root).as_posix()] = entry
-    first = next((link for link in entry.links if _is_step_name(link.target)), None)
+    first = _first_step(root, entry)
     if first is not None:
         files.kind = "step-files"
         files.first_step = first.target
@@ -411,6 +442,22 @@ def read_skill_files(path: Path) -> SkillFiles:
         files.modes = _modes(files.sections)
     _find_shim_target(files)
     return files
+
+
+def _first_step(root: Path, entry: SkillDoc) -> Link | None:
+    """The link to the step file a run starts at: the first the entry document hands the run over to that is a
+    step file (named ``step-*``, or chaining on through its frontmatter: ``nextStepFile: 'review.md'``, the
+    chain some modules keep in ``references/``), else the first ``step-*`` file it names."""
+    for link in entry.links:
+        if link.hands_over and (link.to_step or _chains_on(root, link.target)):
+            return link
+    return next((link for link in entry.links if link.to_step), None)
+
+
+def _chains_on(root: Path, name: str) -> bool:
+    """Whether the Markdown file ``name`` of the skill names its next step in its frontmatter."""
+    path = root / name
+    return path.suffix == ".md" and path.is_file() and any(link.chained for link in read_doc(root, path).links)
 
 
 def _symlinks_out(folder: Path, root: Path) -> list[Diagnostic]:
@@ -468,9 +515,12 @@ def unrunnable(files: SkillFiles) -> list[Diagnostic]:
         found.extend(_snapshot_problems(files.root, doc.path, doc.text))
         step = files.steps.get(name)
         for link in doc.links:
-            # a later step's menu branch (its [V] to another skill's file) fails when chosen, not the whole skill
+            # a later step's menu branch (its [V] to another skill's file) fails when chosen, not the whole skill;
+            # the entry document's mention of a step (a table of them) is no link the run follows
             branch = step is not None and (link.target != step.next or _MENU_BRANCH.match(link.text) is not None)
-            if not link.snapshot and not branch and _is_step_name(link.target) and \
+            mention = step is None and not link.hands_over and link.target != files.first_step and \
+                link.target not in files.mode_entries.values()
+            if not link.snapshot and not branch and not mention and link.to_step and \
                     not (files.root / link.target).is_file():
                 found.append(Diagnostic("error", "missing-file", f"{link.target} names no file of the skill",
                                         str(doc.path), link.line))
