@@ -15,8 +15,6 @@ fields are joined into ``telis_query``; ``documents`` fields are project paths, 
 are sharded and searched for the step, ranked before the project's docs.
 """
 
-from __future__ import annotations
-
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field

@@ -4,8 +4,6 @@ An annotated example ships as ``examples/runtime.yaml``. Every key is optional; 
 typo does not silently change behaviour.
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Any, Literal
 

@@ -1,7 +1,5 @@
 """Guardrails on a step's inputs and outputs (R-S1): secrets, size limits, path confinement."""
 
-from __future__ import annotations
-
 import json
 import re
 from collections.abc import Iterable, Mapping

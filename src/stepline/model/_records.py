@@ -1,7 +1,5 @@
 """Audit records a run keeps beside its journal: artifacts, tool results, gates, approvals, evidence, DRRs."""
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field

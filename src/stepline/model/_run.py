@@ -1,7 +1,5 @@
 """What a run IS: RunStep with its transition table (seed 004), and Run."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal

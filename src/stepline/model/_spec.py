@@ -1,7 +1,5 @@
 """What a workflow IS: StepSpec (seed 004) and WorkflowSpec, the canonical model every reader produces."""
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
