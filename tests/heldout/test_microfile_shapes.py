@@ -147,3 +147,39 @@ def test_a_first_step_file_that_is_missing_is_named_by_validate(tmp_path: Path) 
     })
     diagnostics, _ = lint_tree(project / wf, project_root=project)
     assert any("step-01-assess.md" in d.message and d.severity == "error" for d in diagnostics), diagnostics
+
+
+def test_a_csv_file_under_a_variable_the_run_has_not_set_is_the_steps_to_write(tmp_path: Path) -> None:
+    """BMad Builder create-module: step-08's `moduleHelpCsvFile: '{build_tracking_targetLocation}/module-help.csv'`
+    names the file the step generates, in a folder an earlier step decides; the run failed before the step
+    ("CSV data file not found")."""
+    wf = "_bmad/demo/workflows/make-module"
+    project = write(tmp_path, {**CONFIG,
+        f"{wf}/workflow.md": entry("make-module", "./steps/step-01-build.md"),
+        f"{wf}/steps/step-01-build.md": """
+            ---
+            nextStepFile: './step-02-help.md'
+            rolesCsvFile: '../data/roles.csv'
+            ---
+
+            # Step 1: Build
+
+            Build the module where the brief says (record it as build_tracking_targetLocation). Then load, read the
+            full file and then execute `{nextStepFile}`.
+            """,
+        f"{wf}/data/roles.csv": "role,purpose\nbuilder,builds\n",
+        f"{wf}/steps/step-02-help.md": """
+            ---
+            moduleHelpCsvFile: '{build_tracking_targetLocation}/module-help.csv'
+            ---
+
+            # Step 2: Help
+
+            Generate `{moduleHelpCsvFile}` from the module's workflows.
+            """,
+    })
+    _, done = run(project, wf, mode="yolo")
+    assert done.status.value == "completed", done.error
+    (project / wf / "data/roles.csv").unlink()  # a CSV the workflow ships is still one that must exist
+    _, failed = run(project, wf, mode="yolo")
+    assert failed.status.value == "failed" and "roles.csv: CSV data file not found" in str(failed.error), failed.error

@@ -269,16 +269,20 @@ def _load_data(ctx: StepContext, path: Path, text: str) -> dict[str, list[dict[s
     """CSV data files the step's frontmatter references, loaded now for this step only.
 
     A CSV shipped with the workflow (under ``_bmad/`` or the workflow folder) must exist; one elsewhere (a
-    results file the workflow keeps in the project) is handed over when it exists and is the step's to create.
+    results file the workflow keeps in the project), or in a folder named by a variable the run has not set yet
+    (``{build_tracking_targetLocation}/module-help.csv``, which an earlier step decides), is handed over when it
+    exists and is the step's to create.
     """
     fm = read_frontmatter(text, path=str(path))
     data: dict[str, list[dict[str, str]]] = {}
     shipped = (ctx.project_root / "_bmad", Path(ctx.run.workflow.root or path.parent))
     for key, value in ctx.spec.meta["frontmatter"].items():
         if isinstance(value, str) and value.lower().endswith(".csv"):
-            rendered = Path(render_variables(value, ctx.variables))
+            text = render_variables(value, ctx.variables)
+            rendered = Path(text)
             csv_path = rendered if rendered.is_absolute() else path.parent / rendered
-            if csv_path.is_file() or any(csv_path.is_relative_to(root) for root in shipped):
+            if csv_path.is_file() or (not _PLACEHOLDER_RE.search(text)
+                                      and any(csv_path.is_relative_to(root) for root in shipped)):
                 data[key] = load_csv_data(csv_path, referenced_from=f"{path}:{fm.line_of(key) or 1} ({key})")
     return data
 
