@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.heldout.conftest import write
+import pytest
+from tests.heldout.conftest import pending, run, write
 
 from stepline.families import load_workflow
 from stepline.interfaces.cli._app import run_cli
@@ -38,3 +39,53 @@ def test_an_alpha_1x_source_naming_dot_bmad_runs_after_install(tmp_path: Path) -
     (path,) = (project / "_bmad").rglob("greet/workflow.yaml")
     workflow = load_workflow(path, project_root=project)
     assert workflow.variables["user_name"] == "Ada"
+
+
+GREET = """
+    name: greet
+    description: "Greet"
+    config_source: "{project-root}/FOLDER/demo/config.yaml"
+    user_name: "{config_source}:user_name"
+    installed_path: "{project-root}/FOLDER/demo/workflows/greet"
+    instructions: "{installed_path}/instructions.md"
+    """
+
+
+@pytest.mark.parametrize(("schema", "folder"), [
+    ("install-config.yaml", "{bmad_folder}"),  # alpha.5-alpha.14: the person chose the folder, '.bmad' by default
+    ("install-menu-config.yaml", "bmad"),  # alpha.0-alpha.4: installed into bmad/
+])
+def test_an_early_alpha_source_with_its_schema_in_the_module_installer_installs_and_runs(
+        tmp_path: Path, schema: str, folder: str) -> None:
+    """Before alpha.15 a module's variables are in `_module-installer/install-config.yaml` (alpha.0:
+    `install-menu-config.yaml`), and its files name the install folder as {bmad_folder} or bmad/ (install said:
+    no BMAD module found)."""
+    src = write(tmp_path / "BMAD", {
+        f"src/core/_module-installer/{schema}": """
+            header: "Core"
+            bmad_folder:
+              prompt: "Install folder?"
+              default: ".bmad"
+              result: "{value}"
+            user_name:
+              prompt: "Name?"
+              default: "Ada"
+              result: "{value}"
+            """,
+        f"src/modules/demo/_module-installer/{schema}": 'code: demo\nname: "Demo"\n',
+        "src/modules/demo/workflows/greet/workflow.yaml": GREET.replace("FOLDER", folder),
+        "src/modules/demo/workflows/greet/instructions.md": """
+            <workflow>
+            <step n="1" goal="Greet">
+            <ask>Greet {user_name} how?</ask>
+            </step>
+            </workflow>
+            """,
+    })
+    project = tmp_path / "project"
+    project.mkdir()
+    assert run_cli(["bmad", "install", str(src), "--project", str(project)]) == 0
+    assert sorted(p.name for p in (project / "_bmad").iterdir()) == ["core", "demo"]
+    engine, result = run(project, "_bmad/demo/workflows/greet")
+    assert result.workflow.variables["user_name"] == "Ada", result.workflow.variables
+    assert result.status.value == "blocked" and pending(engine)[0].startswith("step-1"), pending(engine)

@@ -77,8 +77,14 @@ class _Source:
     schema: dict[str, Any]
 
 
-#: ``{project-root}/.bmad`` (alpha.1x's install folder) in a text file of a module: rewritten to ``_bmad``.
-_DOT_BMAD = re.compile(rb"(\{project-root\}/)\.bmad(?=[/\"'`\s]|$)", re.MULTILINE)
+#: The install folder as a module's text file names it — ``{project-root}/.bmad`` (alpha.1x), ``{project-root}/
+#: bmad`` (alpha.0-alpha.4) or the ``{bmad_folder}`` placeholder (alpha.5-alpha.14, which BMAD's installer
+#: replaced with the folder chosen): rewritten to ``_bmad``, the folder stepline installs into.
+_DOT_BMAD = re.compile(rb"(\{project-root\}/)\.?bmad(?=[/\"'`\s]|$)|\{bmad_folder\}", re.MULTILINE)
+#: Where a module's schema is: ``module.yaml``; before alpha.15 ``_module-installer/install-config.yaml``
+#: (alpha.0-alpha.4: ``install-menu-config.yaml``).
+_SCHEMAS = ("module.yaml", "_module-installer/install-config.yaml", "_module-installer/install-menu-config.yaml")
+_INSTALL_FOLDER = "_bmad"
 _TEXT_SUFFIXES = frozenset({".md", ".yaml", ".yml", ".xml", ".csv", ".json", ".toml", ".txt"})
 
 
@@ -87,7 +93,8 @@ def install_bmad(src: Path, project: Path, settings: Mapping[str, str] | None = 
 
     Args:
         src: a BMAD repository root (holding ``src/``), its ``src/`` folder, ``src/modules/<m>``,
-            ``src/core`` or ``src/<m>`` (any folder with a ``module.yaml``).
+            ``src/core`` or ``src/<m>`` (any folder with a ``module.yaml``, or before alpha.15 a
+            ``_module-installer/install-config.yaml``).
         project: the project root; ``_bmad/`` is created inside it.
         settings: values for module variables, overriding their defaults (``user_name=Ada``); a key may be
             qualified by module (``bmm.project_name=Shop``).
@@ -108,7 +115,7 @@ def install_bmad(src: Path, project: Path, settings: Mapping[str, str] | None = 
             hint="expected src/core, src/modules/<m> or a folder with module.yaml",
         )
     project = project.resolve()
-    bmad = project / "_bmad"
+    bmad = project / _INSTALL_FOLDER
     existing_core = _existing_config(bmad / "core" / "config.yaml")
     core_source = next((s for s in sources if s.name == "core"), None)
     if core_source is None:
@@ -163,7 +170,7 @@ def install_bmad(src: Path, project: Path, settings: Mapping[str, str] | None = 
 def _find_modules(src: Path) -> list[_Source]:
     """Find the module folders under any accepted kind of ``src``."""
     src = src.resolve()
-    if (src / "module.yaml").is_file():
+    if _schema(src) is not None:
         return [_source(src)]
     roots = [src / "src", src] if (src / "src").is_dir() else [src]
     found: list[_Source] = []
@@ -171,7 +178,7 @@ def _find_modules(src: Path) -> list[_Source]:
         candidates = [root / "core", *sorted((root / "modules").glob("*/"))] if (root / "modules").is_dir() else []
         candidates += sorted(p for p in root.glob("*/") if p.name not in ("modules",))
         for folder in candidates:
-            if (folder / "module.yaml").is_file() and all(s.folder != folder for s in found):
+            if _schema(folder) is not None and all(s.folder != folder for s in found):
                 found.append(_source(folder))
         if found:
             break
@@ -183,9 +190,8 @@ def _sibling_core(src: Path) -> _Source | None:
     ``src/bmm-skills`` -> ``src/core-skills``)."""
     for parent in src.resolve().parents:
         for name in ("core", "core-skills"):
-            candidate = parent / name / "module.yaml"
-            if candidate.is_file():
-                return _source(candidate.parent)
+            if _schema(parent / name) is not None:
+                return _source(parent / name)
     return None
 
 
@@ -289,11 +295,16 @@ def _write_central_config(bmad: Path, sources: list[_Source], collected: Mapping
     return tuple(written)
 
 
+def _schema(folder: Path) -> Path | None:
+    """The file holding the module schema of ``folder``, if it is a module."""
+    return next((folder / name for name in _SCHEMAS if (folder / name).is_file()), None)
+
+
 def _source(folder: Path) -> _Source:
-    schema_path = folder / "module.yaml"
+    schema_path = _schema(folder) or folder / "module.yaml"
     data = load_yaml(schema_path).data
     if not isinstance(data, dict):
-        raise ReaderError("module.yaml must be a mapping", path=str(schema_path), line=1)
+        raise ReaderError(f"{schema_path.name} must be a mapping", path=str(schema_path), line=1)
     name = str(data.get("code") or folder.name)
     return _Source(name=name, folder=folder, schema=data)
 
@@ -319,6 +330,9 @@ def _module_config(
         if key in _META_KEYS or not isinstance(item, dict) or not ("prompt" in item or "result" in item):
             continue
         qualified = f"{source.name}.{key}"
+        if key == "bmad_folder":  # its files were rewritten to name the folder stepline installs into
+            answers[key] = config[key] = _INSTALL_FOLDER
+            continue
         if qualified in settings or key in settings:
             setting_key = qualified if qualified in settings else key
             used.add(setting_key)
@@ -416,7 +430,7 @@ def _copy_file(source: str, target: str) -> str:
     if Path(source).suffix.lower() in _TEXT_SUFFIXES:
         data = Path(source).read_bytes()
         if _DOT_BMAD.search(data):
-            Path(target).write_bytes(_DOT_BMAD.sub(rb"\1_bmad", data))
+            Path(target).write_bytes(_DOT_BMAD.sub(lambda m: (m[1] or b"") + _INSTALL_FOLDER.encode(), data))
             shutil.copymode(source, target)
             return target
     return str(shutil.copy2(source, target))
@@ -424,7 +438,7 @@ def _copy_file(source: str, target: str) -> str:
 
 def _write_config(path: Path, source: _Source, config: Mapping[str, Any]) -> None:
     header = (
-        f"# {source.name} module configuration, written by stepline install from {source.folder / 'module.yaml'}\n"
+        f"# {source.name} module configuration, written by stepline install from {_schema(source.folder)}\n"
         "# {project-root} is kept literal: the runtime replaces it with the project folder.\n"
     )
     body = yaml.safe_dump(dict(config), sort_keys=False, allow_unicode=True, default_flow_style=False)
