@@ -3,7 +3,9 @@
 A caller (the sprint loop, with an ``enforce`` budget) puts the budget in the request's hints under
 ``"budget"``; an executor that learns its usage while it runs (the ``cli-agent`` executor reads the usage a
 coding-agent CLI streams) stops the call once the usage crosses it. Calls that share a ``pool`` (the parallel
-review layers of one stage) share what is left: their usages are summed.
+review layers of one stage) share what is left: their usages are summed. A budget may sit ``within`` another
+that calls of other pools share too (the sprint loop's, shared by the stories running at once): a call is
+stopped when either is crossed, and when the enclosing one is, every call within it is.
 
 Usage is counted the way the executors record it: ``input_tokens`` billed in full, ``cached_input_tokens``
 (cache reads) apart, ``output_tokens``, and ``cost_usd`` when the CLI reports a price; without one, the tokens
@@ -13,13 +15,14 @@ are weighed by the budget's prices (dollars per million tokens, cache reads at t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from stepline.errors import UsageError
 
-__all__ = ["BUDGET_HINT", "CallBudget", "Prices", "SharedMeter", "Usage", "weigh"]
+__all__ = ["BUDGET_HINT", "CallBudget", "Meters", "Prices", "SharedMeter", "Usage", "weigh"]
 
 #: The hint a caller puts a :class:`CallBudget` under (as :meth:`CallBudget.to_hint`).
 BUDGET_HINT = "budget"
@@ -97,12 +100,15 @@ class CallBudget:
     prices: Prices = field(default_factory=Prices)
     what: str = "the budget"
     pool: str | None = None
+    #: The budget enclosing this one, shared with the calls of other pools (None: none).
+    within: CallBudget | None = None
 
     def to_hint(self) -> dict[str, Any]:
         """Plain JSON, for ``hints["budget"]``."""
         return {"tokens": self.tokens, "cost_usd": self.cost_usd, "what": self.what, "pool": self.pool,
                 "prices": {"input": self.prices.input, "output": self.prices.output,
-                           "cache_read": self.prices.cache_read}}
+                           "cache_read": self.prices.cache_read},
+                "within": None if self.within is None else self.within.to_hint()}
 
     @classmethod
     def from_hints(cls, hints: Mapping[str, Any]) -> CallBudget | None:
@@ -117,7 +123,8 @@ class CallBudget:
             return cls(tokens=None if raw.get("tokens") is None else float(raw["tokens"]),
                        cost_usd=None if raw.get("cost_usd") is None else float(raw["cost_usd"]),
                        prices=Prices(**{k: float(v) for k, v in prices.items()}),
-                       what=str(raw.get("what") or "the budget"), pool=raw.get("pool"))
+                       what=str(raw.get("what") or "the budget"), pool=raw.get("pool"),
+                       within=cls.from_hints({BUDGET_HINT: raw["within"]}) if raw.get("within") else None)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"the request's budget hint is not understood: {exc}") from None
 
@@ -139,22 +146,67 @@ class CallBudget:
 
 
 class SharedMeter:
-    """The usage of the live calls of one pool, against their budget; ``crossed`` is set once it is past."""
+    """The usage of the live calls of one pool, against their budget; ``crossed`` is set once it is past, or once
+    the meter it is ``within`` is."""
 
-    def __init__(self, budget: CallBudget) -> None:
+    def __init__(self, budget: CallBudget, within: SharedMeter | None = None) -> None:
         self.budget = budget
-        self.spent: dict[int, Usage] = {}
+        self.within = within
+        self.spent: dict[object, Usage] = {}
         self.crossed = asyncio.Event()
-        self.reason: str | None = budget.spent_before()
+        self.reason: str | None = budget.spent_before() or (within.reason if within is not None else None)
         self.users = 0
+        self.inner: list[SharedMeter] = []  # the live meters within this one
+        if within is not None:
+            within.inner.append(self)
         if self.reason is not None:
             self.crossed.set()
 
-    def report(self, call: int, usage: Mapping[str, Any]) -> None:
-        """Call ``call`` has used ``usage`` so far (its total, not an increment)."""
+    def report(self, call: object, usage: Mapping[str, Any]) -> None:
+        """Call ``call`` (a key no other call shares) has used ``usage`` so far (its total, not an increment);
+        the meter this one is within is told too."""
         self.spent[call] = weigh(usage, self.budget.prices)
-        if self.reason is None:
-            total = sum(self.spent.values(), Usage())
-            self.reason = self.budget.crossed(total)
-            if self.reason is not None:
-                self.crossed.set()
+        if self.reason is None and (reason := self.budget.crossed(sum(self.spent.values(), Usage()))):
+            self._stop(reason)
+        if self.within is not None:
+            self.within.report(call, usage)
+
+    def _stop(self, reason: str) -> None:
+        """Past the budget: this pool's calls, and those of every pool within it, are stopped for ``reason``."""
+        self.reason = self.reason or reason
+        self.crossed.set()
+        for inner in self.inner:
+            if inner.reason is None:
+                inner._stop(reason)
+
+
+class Meters:
+    """The live meters of one executor's calls, by pool."""
+
+    def __init__(self) -> None:
+        self._live: dict[str, SharedMeter] = {}
+
+    @contextlib.contextmanager
+    def join(self, budget: CallBudget | None) -> Iterator[SharedMeter | None]:
+        """The meter a call under ``budget`` reports its usage to while it runs (None without a budget): its pool's,
+        made with ``budget`` by the pool's first live call (the later ones share what it had left), within the
+        meter of the budget enclosing it."""
+        if budget is None:
+            yield None
+            return
+        with self.join(budget.within) as outer:
+            meter = self._live.get(budget.pool) if budget.pool else None
+            if meter is None:
+                meter = SharedMeter(budget, outer)
+                if budget.pool:
+                    self._live[budget.pool] = meter
+            meter.users += 1
+            try:
+                yield meter
+            finally:
+                meter.users -= 1
+                if meter.users == 0:
+                    if budget.pool:
+                        self._live.pop(budget.pool, None)
+                    if outer is not None:
+                        outer.inner.remove(meter)

@@ -39,6 +39,7 @@ from stepline.executors._budget import BUDGET_HINT, CallBudget, Prices
 from stepline.model import EventType, Run, WorkflowSpec
 from stepline.sprint._board import read_board, set_status, status_rank
 from stepline.sprint._flow import CHECKPOINTS, STAGES, Budget, SprintFlow
+from stepline.sprint._parallel import loop_spend
 from stepline.sprint._project import ReviewLayer, find_project
 from stepline.sprint._usage import Usage, over_limit, usage_of_calls
 from stepline.tools._git import find_commit, git, git_ok, is_ancestor, with_trailers
@@ -55,6 +56,8 @@ _DEFAULT_LAYER = ReviewLayer(
     instruction="Review this change against its story as a skeptical senior engineer. Look for what is wrong "
                 "and what is missing: acceptance criteria not met, untested paths, edge cases, broken behaviour."
                 "\n\nStory:\n{verbatim_intent}\n\nDiff:\n{diff_output}\n")
+#: Whose budget a reason names when it is the loop's (a call's budget says so, see :func:`_call_budget`).
+_LOOP_BUDGET = "the loop's budget"
 _FINDING = re.compile(r"^\s*(?:[-*]\s*)?\[?(patch|defer|escalate|intent_gap|bad_spec)\]?\s*[:\-–]\s*(.+)$",
                       re.IGNORECASE)
 
@@ -195,12 +198,11 @@ def _over_budget(ctx: StepContext) -> str | None:
     budgets = _config(ctx).get("budgets") or {}
     story = budgets.get("story") or {}
     used = _usage(ctx)
-    spent = _vars(ctx).get("sprint_spent_before") or {}
     run_limit = budgets.get("run") or {}
     problem = over_limit(used, story.get("tokens"), story.get("cost_usd"))
     if problem is None:
-        problem = over_limit(used + Usage.from_dict(spent), run_limit.get("tokens"), run_limit.get("cost_usd"))
-        problem = f"the loop's budget: {problem}" if problem else None
+        problem = over_limit(used + _spent_by_others(ctx), run_limit.get("tokens"), run_limit.get("cost_usd"))
+        problem = f"{_LOOP_BUDGET}: {problem}" if problem else None
     else:
         problem = f"the story's budget: {problem}"
     if problem and _enforced(ctx):
@@ -210,30 +212,40 @@ def _over_budget(ctx: StepContext) -> str | None:
     return None
 
 
+def _spent_by_others(ctx: StepContext) -> Usage:
+    """What the loop's other stories have spent: in a parallel loop, the stories that ended and what each running
+    one's journal holds now; else what the loop had spent when this story started."""
+    key = str(_vars(ctx)["sprint_story"])
+    if (spend := loop_spend(ctx.project_root)) is not None and key in spend.running:
+        return spend.spent(but=key)
+    return Usage.from_dict(_vars(ctx).get("sprint_spent_before") or {})
+
+
 def _call_budget(ctx: StepContext) -> dict[str, Any] | None:
-    """The budget hint of an agent call of this stage: what the story's and the loop's enforced limits leave
-    (the stage's calls that run at once share it), so a CLI agent that runs past it is stopped mid-call; None
-    when nothing is enforced."""
+    """The budget hint of an agent call of this stage, None when nothing is enforced: what the story's limit leaves
+    (the stage's calls that run at once share it), within what the loop's limit leaves (shared by every live call
+    of the loop's stories, each one's usage counted as it streams in) — a CLI agent past either is stopped
+    mid-call, and once the loop's is crossed, every running story's agent is."""
     if not _enforced(ctx):
         return None
     budgets = _config(ctx).get("budgets") or {}
     story_used = _usage(ctx) + _stage_usage(ctx)
-    loop_used = story_used + Usage.from_dict(_vars(ctx).get("sprint_spent_before") or {})
-    left: dict[str, list[tuple[float, str]]] = {"tokens": [], "cost_usd": []}
-    for limits, used, whose in ((budgets.get("story") or {}, story_used, "the story's budget"),
-                                (budgets.get("run") or {}, loop_used, "the loop's budget")):
-        if limits.get("tokens") is not None:
-            left["tokens"].append((float(limits["tokens"]) - used.tokens, whose))
-        if limits.get("cost_usd") is not None:
-            left["cost_usd"].append((float(limits["cost_usd"]) - used.cost_usd, whose))
-    tightest = {kind: min(found) for kind, found in left.items() if found}
-    if not tightest:
+
+    def left(limits: dict[str, Any], used: Usage, what: str, pool: str, within: CallBudget | None = None
+             ) -> CallBudget:
+        tokens, cost = limits.get("tokens"), limits.get("cost_usd")
+        return CallBudget(tokens=None if tokens is None else float(tokens) - used.tokens,
+                          cost_usd=None if cost is None else float(cost) - used.cost_usd,
+                          prices=_prices(ctx), what=what, pool=pool, within=within)
+
+    run_limits = budgets.get("run") or {}
+    loop = (left(run_limits, story_used + _spent_by_others(ctx), _LOOP_BUDGET, f"sprint-loop:{ctx.project_root}")
+            if run_limits.get("tokens") is not None or run_limits.get("cost_usd") is not None else None)
+    story = left(budgets.get("story") or {}, story_used, "the story's budget",
+                 f"{ctx.run.run_id}/{ctx.spec.id}/{ctx.attempt}", loop)
+    if loop is None and story.tokens is None and story.cost_usd is None:
         return None
-    owners = {owner for _, owner in tightest.values()}
-    return CallBudget(tokens=tightest["tokens"][0] if "tokens" in tightest else None,
-                      cost_usd=tightest["cost_usd"][0] if "cost_usd" in tightest else None, prices=_prices(ctx),
-                      what=owners.pop() if len(owners) == 1 else "the story's and the loop's budgets",
-                      pool=f"{ctx.run.run_id}/{ctx.spec.id}/{ctx.attempt}").to_hint()
+    return story.to_hint()
 
 
 def _gate_key(ctx: StepContext, question: str) -> str:
@@ -248,6 +260,10 @@ async def _budget_spent(ctx: StepContext, why: str) -> bool:
     ask a person (``stepline answer RUN defer|continue``). True when the stage must stop (the story is deferred);
     False when the person let the story go on (its budgets then only warn)."""
     key = str(_vars(ctx)["sprint_story"])
+    if f"{_LOOP_BUDGET}: " in why and (spend := loop_spend(ctx.project_root)) is not None:
+        # The parallel loop admits no story after this: the other running stories' calls, stopped with this one,
+        # may not be journaled yet.
+        spend.crossed = spend.crossed or why.split(f"{_LOOP_BUDGET}: ", 1)[1]
     if (_config(ctx).get("budgets") or {}).get("on_exceeded") == "escalate":
         question = (f"Story {key} went past its budget ({why}). Answer defer (set the story aside) or continue "
                     "(let it go on; its budgets then only warn).")

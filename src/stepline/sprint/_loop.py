@@ -27,10 +27,11 @@ from stepline.sprint._usage import Usage, over_limit
 if TYPE_CHECKING:
     from stepline.engine import Engine
     from stepline.model import WorkflowSpec
+    from stepline.sprint._parallel import LoopSpend
     from stepline.store import RunStore
 
-__all__ = ["LoopOptions", "StoryResult", "StoryRun", "latest_story_runs", "load_loop", "loop_driver", "loop_log_path",
-           "loop_outcome", "run_loop", "save_loop", "story_usage"]
+__all__ = ["LoopOptions", "StoryResult", "StoryRun", "Waiting", "latest_story_runs", "load_loop", "loop_driver",
+           "loop_log_path", "loop_outcome", "run_loop", "save_loop", "story_usage", "waiting", "waiting_on_board"]
 
 _PREFIX = "sprint-story:"
 
@@ -147,6 +148,46 @@ def board_rows(project: SprintProject, store: RunStore) -> list[dict[str, Any]]:
                        last_event=f"{events[-1].type} {events[-1].time[11:19]}" if events else None)
         rows.append(row)
     return rows
+
+
+def waiting_on_board(project: SprintProject, store: RunStore) -> list[Waiting]:
+    """What the board's blocked stories wait on (their latest runs), in board order."""
+    runs = latest_story_runs(store)
+    return waiting(store, [(entry.key, runs[entry.key].run_id) for entry in read_board(project.board_path).entries
+                           if entry.key in runs and runs[entry.key].status == "blocked"])
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A question or gate a blocked story waits on, and the command that settles it."""
+
+    key: str
+    run_id: str
+    gate_id: str
+    kind: str
+    question: str
+
+    @property
+    def command(self) -> str:
+        """What a person types to settle it (``ANSWER`` stands for their answer)."""
+        if self.kind == "question":
+            return f"stepline answer {self.run_id} ANSWER --gate {self.gate_id}"
+        return f"stepline approve {self.run_id} {self.gate_id} --by NAME (or reject)"
+
+    def line(self) -> str:
+        """One line: the story, the command, the question (cut short)."""
+        question = " ".join(self.question.split())
+        return f"story {self.key}: `{self.command}` — {question[:400]}"
+
+
+def waiting(store: RunStore, blocked: list[tuple[str, str]]) -> list[Waiting]:
+    """Every question and gate the stories ``blocked`` (story key, run id) wait on, in that order."""
+    found: list[Waiting] = []
+    for key, run_id in blocked:
+        gates = store.open(run_id).read("gates.json", []) or []
+        found += [Waiting(key, run_id, str(gate.get("gate_id")), str(gate.get("kind")), str(gate.get("reason") or ""))
+                  for gate in gates if isinstance(gate, dict) and gate.get("status") == "pending"]
+    return found
 
 
 def loop_outcome(results: list[StoryResult]) -> str:
@@ -383,7 +424,21 @@ async def _parallel_stories(engine: Engine, project: SprintProject, config: Spri
                             report: Any) -> list[StoryResult]:
     """Up to ``width`` stories at once, each in its own worktree, admitted in sprint order: the interrupted ones
     first, then each whose dependencies are committed and whose files no running story declares or has touched
-    (see :mod:`stepline.sprint._parallel`); their merges one at a time, in sprint order."""
+    (see :mod:`stepline.sprint._parallel`); their merges one at a time, in sprint order. The loop's budget is what
+    they spend together, the running ones' calls included (:class:`~stepline.sprint._parallel.LoopSpend`)."""
+    from stepline.executors._budget import Prices
+    from stepline.sprint._parallel import LoopSpend, spending
+
+    budgets = config.budgets
+    spend = LoopSpend(_spent_before(engine, options, keys),
+                      Prices(budgets.input_per_mtok, budgets.output_per_mtok, budgets.cache_read_per_mtok))
+    with spending(project.root, spend):
+        return await _admit_stories(engine, project, config, options, width, keys, to_resume, log, report, spend)
+
+
+async def _admit_stories(engine: Engine, project: SprintProject, config: SprintConfig, options: LoopOptions,
+                         width: int, keys: list[str], to_resume: dict[str, str], log: _LoopLog, report: Any,
+                         spend: LoopSpend) -> list[StoryResult]:
     import asyncio
 
     from stepline.sprint._parallel import merge_queue, story_needs, touched_files
@@ -392,7 +447,6 @@ async def _parallel_stories(engine: Engine, project: SprintProject, config: Spri
     needs = story_needs(project, keys, [s.key for s in board.stories])
     merge_queue(project.root, keys)
     results: list[StoryResult] = []
-    spent = _spent_before(engine, options, keys)
     limit = config.budgets.run
     waiting = list(keys)
     running: dict[asyncio.Task[Run], str] = {}
@@ -407,10 +461,12 @@ async def _parallel_stories(engine: Engine, project: SprintProject, config: Spri
                 log.write("story-run", key=key, run_id=event.run_id)
 
         story_engine.listeners.append(announce)
+        spend.running[key] = story_engine
         if key in to_resume:
             reconcile_first(to_resume[key])
             return await story_engine.resume(to_resume[key])
-        return await story_engine.start(_workflow(key, config), {**_variables(project, config, key, options, spent),
+        return await story_engine.start(_workflow(key, config), {**_variables(project, config, key, options,
+                                                                              spend.spent(but=key)),
                                                    "sprint_parallel": True})
 
     async def may_start(key: str) -> str | None:
@@ -433,7 +489,7 @@ async def _parallel_stories(engine: Engine, project: SprintProject, config: Spri
             if len(running) >= width:
                 break
             if key not in to_resume:
-                problem = over_limit(spent, limit.tokens, limit.cost_usd)
+                problem = over_limit(spend.spent(), limit.tokens, limit.cost_usd) or spend.crossed
                 if problem and config.budgets.mode == "enforce":
                     results.append(StoryResult(key, "", "stopped", f"the loop's budget is spent: {problem}", Usage()))
                     log.write("story-ended", key=key, run_id="", outcome="stopped", summary=results[-1].summary)
@@ -460,8 +516,9 @@ async def _parallel_stories(engine: Engine, project: SprintProject, config: Spri
         done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             key = running.pop(task)
-            result = _story_ended(task.result(), spent, limit, log, report)
-            spent = spent + result.usage
+            spend.running.pop(key, None)
+            result = _story_ended(task.result(), spend.spent(), limit, log, report)
+            spend.ended = spend.ended + result.usage
             ended[key] = result.outcome
             results.append(result)
     return results

@@ -4,22 +4,30 @@ A story waits while a story it depends on is unfinished — a dependency written
 document (``Depends on Story 1.2``, ``Prerequisites: 2-1``, ``Epic 3 depends on Epic 1``: BMAD's stories build
 only on earlier ones, and say so in those words) — or while a running story declares or has touched a file it
 declares (the story's ``File List``; a running story's diff so far). Each story builds in its own worktree;
-finished stories merge one at a time, the earliest in sprint order first (:class:`MergeQueue`).
+finished stories merge one at a time, the earliest in sprint order first (:class:`MergeQueue`). What the stories
+running at once have spent so far adds up to the loop's spend (:class:`LoopSpend`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from stepline.executors._budget import Prices
 from stepline.sprint._project import SprintProject
+from stepline.sprint._usage import Usage, usage_of_calls
 from stepline.tools._git import git
 
-__all__ = ["MergeQueue", "Needs", "merge_queue", "story_needs", "touched_files"]
+if TYPE_CHECKING:
+    from stepline.engine import Engine
+
+__all__ = ["LoopSpend", "MergeQueue", "Needs", "loop_spend", "merge_queue", "spending", "story_needs",
+           "touched_files"]
 
 #: A sentence naming what a story or epic needs first.
 _NEEDS = re.compile(r"(?:depends? on|dependenc(?:y|ies)|prerequisites?|requires|blocked by|after)\b[^\n]*",
@@ -137,3 +145,43 @@ def merge_queue(root: Path, order: list[str] | None = None) -> MergeQueue:
     if order is not None or root not in _QUEUES:
         _QUEUES[root] = MergeQueue(order or [])
     return _QUEUES[root]
+
+
+class LoopSpend:
+    """What a parallel loop's stories have spent: the ones that ended (and those settled before a resume), and each
+    running one's calls so far, as its journal holds them (a call's usage is journaled as it ends; while it runs,
+    the executor shares the loop's budget among the live calls — see :func:`stepline.sprint._driver._call_budget`)."""
+
+    def __init__(self, ended: Usage, prices: Prices) -> None:
+        self.ended = ended
+        self.prices = prices
+        #: The running stories' engines, by story key.
+        self.running: dict[str, Engine] = {}
+        #: Why the loop's budget is spent, as a running story's call was stopped for it (None: it was not).
+        self.crossed: str | None = None
+
+    def spent(self, but: str | None = None) -> Usage:
+        """What the loop has spent so far, the running story ``but``'s own calls left out."""
+        total = self.ended
+        for key, engine in self.running.items():
+            if key != but:
+                total = total + usage_of_calls(engine.calls.recorded.values(), self.prices)
+        return total
+
+
+_SPENDS: dict[Path, LoopSpend] = {}
+
+
+@contextmanager
+def spending(root: Path, spend: LoopSpend) -> Iterator[LoopSpend]:
+    """``spend`` is what the loop driving ``root`` has spent, while it runs (:func:`loop_spend`)."""
+    _SPENDS[root.resolve()] = spend
+    try:
+        yield spend
+    finally:
+        _SPENDS.pop(root.resolve(), None)
+
+
+def loop_spend(root: Path) -> LoopSpend | None:
+    """What the parallel loop driving ``root`` now has spent, or None (no parallel loop runs here)."""
+    return _SPENDS.get(root.resolve())

@@ -45,18 +45,16 @@ Options:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from stepline.errors import AgentStalled, BudgetExceeded, ExecutorError, UsageError
 from stepline.executors._base import Executor
-from stepline.executors._budget import CallBudget, SharedMeter
+from stepline.executors._budget import CallBudget, Meters
 from stepline.executors._protocol import StepRequest, StepSession
 from stepline.executors.cli_agents._classify import classify
 from stepline.executors.cli_agents._process import OutputLog, Ran, run_process, stop_left_over
@@ -93,7 +91,7 @@ class CliAgentExecutor(Executor):
         if agent not in AGENTS:
             raise UsageError(f"unknown agent CLI {agent!r}", hint="use one of " + ", ".join(AGENTS))
         self.cli = AGENTS[agent]
-        self._meters: dict[str, SharedMeter] = {}  # live budget pools (parallel calls sharing what is left)
+        self._meters = Meters()  # live budget pools (parallel calls sharing what is left)
 
     def _executable(self) -> str:
         wanted = str(self.options.get("command") or self.cli.name)
@@ -199,9 +197,9 @@ class CliAgentExecutor(Executor):
         streamed = StreamedUsage(self.cli.streamed_usage)
         label = f"{self.cli.name}#{request.hints.get('invocation', 0)}"
         # A private folder (0700) for what a CLI reads only from files; removed with the run.
-        with (tempfile.TemporaryDirectory(prefix="stepline-agent-") as tmp, self._metered(request) as meter,
-              OutputLog(session.output_log(), label) as log):
-            call = id(streamed)
+        with (tempfile.TemporaryDirectory(prefix="stepline-agent-") as tmp,
+              self._meters.join(self._budget(request)) as meter, OutputLog(session.output_log(), label) as log):
+            call = object()  # its key in the meters: an id() could be a finished call's again
             if meter is not None and meter.reason is not None:  # spent before it starts (or by its pool): not run
                 log.line("---", f"not started: {meter.reason}")
                 return {"final": None, "calls": [], "session_id": None, "text": "", "usage": {}, "exit_status": None,
@@ -301,23 +299,3 @@ class CliAgentExecutor(Executor):
             budget = CallBudget(tokens=float(tokens) if tokens else None, cost_usd=float(cost) if cost else None,
                                 what=f"the {self.cli.name} call's limit")
         return budget
-
-    @contextlib.contextmanager
-    def _metered(self, request: StepRequest) -> Iterator[SharedMeter | None]:
-        """The meter this call reports its streamed usage to: its pool's, shared by the pool's live calls."""
-        budget = self._budget(request)
-        if budget is None:
-            yield None
-            return
-        meter = self._meters.get(budget.pool) if budget.pool else None
-        if meter is None:
-            meter = SharedMeter(budget)
-            if budget.pool:
-                self._meters[budget.pool] = meter
-        meter.users += 1
-        try:
-            yield meter
-        finally:
-            meter.users -= 1
-            if budget.pool and meter.users == 0:
-                self._meters.pop(budget.pool, None)

@@ -24,7 +24,7 @@ from stepline.interfaces.cli._runs import BackendOption, ConcurrencyOption, RayA
 if TYPE_CHECKING:
     from stepline.executors._budget import Usage
     from stepline.sprint._config import SprintConfig
-    from stepline.sprint._loop import LoopOptions, StoryResult
+    from stepline.sprint._loop import LoopOptions, StoryResult, Waiting
     from stepline.sprint._project import SprintProject
 
 sprint_app = typer.Typer(name="sprint", help="Run BMAD stories from sprint-status.yaml: build, verify, review, "
@@ -111,7 +111,7 @@ def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, opti
 
     from stepline.errors import UsageError
     from stepline.interfaces.cli._runs import build_engine, use_backend
-    from stepline.sprint._loop import loop_outcome, run_loop, save_loop
+    from stepline.sprint._loop import loop_outcome, run_loop, save_loop, waiting
 
     project, config = _project(at, sprint_config)
     executor = options.executor or config.executor
@@ -143,14 +143,20 @@ def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, opti
         console.print("no story is ready-for-dev")
     outcome = loop_outcome(results)
     if outcome == "blocked":
-        blocked = next(r for r in results if r.outcome == "blocked")
-        err_console.print(f"story {blocked.key} waits for a person: answer with `stepline answer {blocked.run_id} "
-                          f"...` (or approve), then `stepline sprint resume`", markup=False, soft_wrap=True)
+        _print_waiting(waiting(engine.store, [(r.key, r.run_id) for r in results if r.outcome == "blocked"]))
     elif outcome == "failed":
         failed = next(r for r in results if r.outcome == "failed")
         err_console.print(f"story {failed.key} failed (see `stepline logs {failed.run_id}`); fix the cause, then "
                           "`stepline sprint resume`", markup=False, soft_wrap=True)
     raise typer.Exit(_EXIT[outcome])
+
+
+def _print_waiting(found: list[Waiting]) -> None:
+    """Every question the loop's stories wait on, one line each with its story and the command that settles it."""
+    many = f"{len(found)} questions wait" if len(found) > 1 else "a question waits"
+    err_console.print(f"{many} for a person; settle each, then `stepline sprint resume`:", markup=False)
+    for found_one in found:
+        err_console.print(f"  {found_one.line()}", markup=False, soft_wrap=True)
 
 
 @sprint_app.command("run")
@@ -228,13 +234,17 @@ def status(
     from rich.table import Table
 
     from stepline.interfaces.cli._runs import open_store
-    from stepline.sprint._loop import board_rows
+    from stepline.sprint._loop import board_rows, waiting_on_board
 
     at = where(directory, project_root)
     project, _ = _project(at, sprint_config)
-    rows = board_rows(project, open_store(at, config))
+    store = open_store(at, config)
+    rows = board_rows(project, store)
+    asked = waiting_on_board(project, store)
     if as_json:
-        print_json({"board": str(project.board_path), "entries": rows})
+        print_json({"board": str(project.board_path), "entries": rows,
+                    "waiting": [{"key": w.key, "run_id": w.run_id, "gate_id": w.gate_id, "kind": w.kind,
+                                 "question": w.question, "command": w.command} for w in asked]})
         return
     table = Table("key", "status", "loop", "stage", "builds", "tokens", "cost $", "last event", box=None)
     for row in rows:
@@ -242,6 +252,10 @@ def status(
                       str(row["attempts"] or ""), str(row["tokens"] or ""),
                       f"{row['cost_usd']:.4f}" if row["cost_usd"] else "", row["last_event"] or "")
     console.print(table)
+    if asked:
+        console.print()
+        for found in asked:
+            console.print(found.line(), markup=False, soft_wrap=True)
 
 
 def _money(usage: Usage) -> str:
