@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tests.heldout.conftest import CONFIG, LOAD_CONFIG, STORY_XML, front, pending, run, write
 
-from stepline.families import lint_tree
+from stepline.families import lint_tree, load_workflow
 
 WF = "_bmad/demo/workflows/scan"
 YAML = """
@@ -105,3 +105,29 @@ def test_a_workflow_md_holding_xml_steps_runs_them_and_blocks_at_the_ask(tmp_pat
     _, done = run(project, wf, mode="yolo")
     assert done.status.value == "completed", done.error
     assert [s for s in done.steps if not s.startswith("workflow")] == ["step-1", "step-2"], list(done.steps)
+
+
+def test_a_check_holding_only_its_condition_governs_what_follows_it(tmp_path: Path) -> None:
+    """alpha.0-alpha.4: `<check>If the trigger is unclear:</check>` then `<action>HALT: "…"</action>`: the check's
+    text is its condition and the elements after it, up to the next such check, its body (the HALT ran always,
+    so correct-course failed at step 1 in every mode)."""
+    project = write(tmp_path, {**CONFIG, f"{WF}/workflow.yaml": YAML, f"{WF}/instructions.md": """
+        <workflow>
+        <step n="1" goal="Understand the change">
+        <action>Ask what triggered the change</action>
+        <check>If the change trigger is unclear:</check>
+        <action>HALT: "Cannot go on without the trigger."</action>
+        <check>If the documents are missing:</check>
+        <action>HALT: "Need the documents."</action>
+        </step>
+        <step n="2" goal="Assess">
+        <action>Assess the impact</action>
+        </step>
+        </workflow>
+        """})
+    spec = load_workflow(project / WF, project_root=project)
+    checks = [n for n in spec.steps[0].meta["nodes"] if n["type"] == "check"]
+    assert [(c["condition"], [k["type"] for k in c["children"]]) for c in checks] == [
+        ("If the change trigger is unclear", ["action"]), ("If the documents are missing", ["action"])], checks
+    _, done = run(project, WF, mode="yolo")
+    assert done.status.value == "completed", done.error

@@ -379,6 +379,8 @@ _PROSE_GOTO = re.compile(
     r"(?P<n>\d+(?:\.\d+)?[a-z]?)\b",
     re.IGNORECASE,
 )
+#: the whole text of a check that holds only its condition: ``If the trigger is unclear:`` (one line, a colon)
+_PROSE_CONDITION = re.compile(r"(?:if|when|unless)\b[^\n]*:", re.IGNORECASE)
 _PROSE_ONWARD = re.compile(r"^(?:continue|proceed)\s+to\s+step\b", re.IGNORECASE)
 _TASK_PATH = re.compile(r"[^\s`'\"()]+\.(?:xml|md|yaml)\b")
 _TASK_PATH_XML = re.compile(r"[^\s`'\"()]+\.xml\b")
@@ -641,7 +643,7 @@ class _Parser:
                     tag=get("tag"),
                     id=get("id"),
                     attrs={k: v for k, v in attrs.items() if k not in known},
-                    children=children,
+                    children=_prose_checks(children),
                     end_line=self.line_at(end),
                 )
             ]
@@ -653,7 +655,7 @@ class _Parser:
                     title=get("title"),
                     if_=get("if"),
                     attrs={k: v for k, v in attrs.items() if k not in ("n", "title", "if")},
-                    children=children,
+                    children=_prose_checks(children),
                 )
             ]
         if tag == "action":
@@ -672,7 +674,7 @@ class _Parser:
                     condition=get(attribute) if attribute else None,
                     attribute=attribute,
                     tag=tag,
-                    children=children,
+                    children=_prose_checks(children),
                 )
             ]
         if tag == "ask":
@@ -756,6 +758,25 @@ def _clean(chunk: str) -> str:
 
 def _text_of(children: list[Node]) -> str:
     return "\n".join(child.text for child in children if isinstance(child, Text))
+
+
+def _prose_checks(children: list[Node]) -> list[Node]:
+    """Give a check that holds only its condition (``<check>If the trigger is unclear:</check>``, alpha.0-alpha.4)
+    that condition and, as its body, the elements after it up to the next such check or the end of the
+    enclosing element: what the text says is conditional, not run always."""
+    out: list[Node] = []
+    current: Check | None = None
+    for child in children:
+        text = _text_of(child.children).strip() if isinstance(child, Check) else ""
+        if isinstance(child, Check) and child.condition is None and len(child.children) == 1 and \
+                _PROSE_CONDITION.fullmatch(text):
+            current = Check(line=child.line, condition=text.rstrip(":").strip(), attribute="if", tag=child.tag)
+            out.append(current)
+        elif current is not None and not isinstance(child, Step):
+            current.children.append(child)
+        else:
+            out.append(child)
+    return out
 
 
 def _merge_text(children: list[Node]) -> list[Node]:
