@@ -131,3 +131,15 @@ def test_a_check_holding_only_its_condition_governs_what_follows_it(tmp_path: Pa
         ("If the change trigger is unclear", ["action"]), ("If the documents are missing", ["action"])], checks
     _, done = run(project, WF, mode="yolo")
     assert done.status.value == "completed", done.error
+
+
+def test_a_guide_named_workflow_whose_xml_is_in_code_fences_is_no_workflow(tmp_path: Path) -> None:
+    """alpha.0-alpha.20 bmb create-workflow ships workflow-creation-guide.md, whose <workflow>/<step> examples sit
+    in ```xml fences: it was counted and run as a workflow (its examples' <invoke-workflow> failed the run)."""
+    guide = "# Guide\n\nWrite steps like this:\n\n```xml\n<workflow>\n  <step n=\"1\" goal=\"Example\">\n" \
+            "    <invoke-workflow>product-brief</invoke-workflow>\n  </step>\n</workflow>\n```\n"
+    project = write(tmp_path, {**CONFIG, f"{WF}/workflow.yaml": YAML,
+                               f"{WF}/instructions.md": '<workflow><step n="1" goal="a"/></workflow>\n',
+                               f"{WF}/workflow-creation-guide.md": guide})
+    _, counts = lint_tree(project / "_bmad", project_root=project)
+    assert counts == {"bmad-legacy": 1}, counts

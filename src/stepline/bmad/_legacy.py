@@ -43,6 +43,7 @@ from stepline.errors import NotFoundError, ReaderError
 from stepline.formats._diagnostics import Diagnostic
 from stepline.formats._files import link_out, read_text
 from stepline.model import SourceRef, StepSpec, WorkflowFormat, WorkflowSpec
+from stepline.stepchain._read import prose_lines
 
 __all__ = ["is_bmad_legacy", "lint_bmad_legacy", "load_bmad_legacy"]
 
@@ -100,7 +101,9 @@ def holds_xml_steps(path: Path) -> bool:
 
 
 def _has_xml_steps(path: Path) -> bool:
-    return path.is_file() and _XML_STEPS.search(read_text(path)) is not None
+    """Whether ``path`` holds ``<workflow>`` XML steps outside code fences (a guide's examples are no steps)."""
+    return path.is_file() and _XML_STEPS.search("\n".join(line for _, line in prose_lines(read_text(path), 1))) \
+        is not None
 
 
 def _prose(text: str) -> str:
