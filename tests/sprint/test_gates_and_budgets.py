@@ -54,8 +54,10 @@ def test_checkpoints_wait_before_the_build_and_after_the_commit_and_a_rejection_
     add_config(root, "checkpoints: {before_build: true, after_commit: true}\n", "checkpoints")
     start = git(root, "rev-parse", "HEAD").strip()
     assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 9
-    [blocked] = json.loads(capsys.readouterr().out)
+    out = capsys.readouterr()
+    [blocked] = json.loads(out.out)
     assert "step:checkpoint-plan" in blocked["summary"] and agent_env.read_text() == ""  # no code before approval
+    assert f"`stepline approve {blocked['run_id']} step:checkpoint-plan --by NAME (or reject)`" in out.err
     assert run_cli(["approve", blocked["run_id"], "--by", "lead", "-C", str(root)]) == 0
     capsys.readouterr()
     assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q"]) == 9

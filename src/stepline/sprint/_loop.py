@@ -172,7 +172,9 @@ class Waiting:
         """What a person types to settle it (``ANSWER`` stands for their answer)."""
         if self.kind == "question":
             return f"stepline answer {self.run_id} ANSWER --gate {self.gate_id}"
-        return f"stepline approve {self.run_id} {self.gate_id} --by NAME (or reject)"
+        if self.gate_id:
+            return f"stepline approve {self.run_id} {self.gate_id} --by NAME (or reject)"
+        return f"stepline gates {self.run_id}"
 
     def line(self) -> str:
         """One line: the story, the command, the question (cut short)."""
@@ -185,8 +187,9 @@ def waiting(store: RunStore, blocked: list[tuple[str, str]]) -> list[Waiting]:
     found: list[Waiting] = []
     for key, run_id in blocked:
         gates = store.open(run_id).read("gates.json", []) or []
-        found += [Waiting(key, run_id, str(gate.get("gate_id")), str(gate.get("kind")), str(gate.get("reason") or ""))
-                  for gate in gates if isinstance(gate, dict) and gate.get("status") == "pending"]
+        pending = [Waiting(key, run_id, str(gate.get("gate_id")), str(gate.get("kind")), str(gate.get("reason") or ""))
+                   for gate in gates if isinstance(gate, dict) and gate.get("status") == "pending"]
+        found += pending or [Waiting(key, run_id, "", "", "blocked, with no pending gate found in its gates.json")]
     return found
 
 
