@@ -41,6 +41,11 @@ def register_drivers(fmt: str | None = None) -> None:
     own = _SELF_CONTAINED.get(fmt or "")
     for module in (own,) if own else _DRIVERS:
         importlib.import_module(module)
+    if not own:
+        from stepline.bmad._legacy_driver import LegacyFlow
+        from stepline.engine import register_driver
+
+        register_driver("bmad-legacy", _run_bmad_legacy_step, LegacyFlow)
 
 
 def _refuse_skill_without_skill_md(path: Path) -> None:
@@ -103,11 +108,7 @@ def load_workflow(path: Path | str, *, project_root: Path | str | None = None,
 def _load_other(fmt: str, path: Path, root: Path, variables: dict[str, Any], mode: str | None) -> WorkflowSpec:
     folder = path if path.is_dir() else path.parent
     if fmt == "bmad-skill" and _holds_xml_steps(folder):
-        # its steps are the runner's XML (in SKILL.md, v6.5 and newer, or in the workflow.md it follows): the
-        # legacy interpreter runs them step by step, so each <ask> and HALT reaches the person; the skill's
-        # own variables are set as its activation sets them, and it keeps its name (its folder's)
-        fmt, variables = "bmad-legacy", {"skill-root": str(folder), "skill-name": folder.name, **variables}
-        path = folder
+        return _load_xml_skill(folder, root, variables, mode)
     if fmt == "bmad-skill":
         from stepline.skills import load_skill
 
@@ -121,6 +122,31 @@ def _load_other(fmt: str, path: Path, root: Path, variables: dict[str, Any], mod
     return load_ccw_session(path)
 
 
+def _load_xml_skill(folder: Path, root: Path, variables: dict[str, Any], mode: str | None) -> WorkflowSpec:
+    """A skill whose steps are the runner's XML (in SKILL.md, v6.5 and newer, or in the file it hands over to):
+    the legacy interpreter runs them step by step, so each <ask> and HALT reaches the person; around them the
+    skill driver runs the skill's activation and ``on_complete`` as for any skill (:func:`_run_bmad_legacy_step`),
+    and the run keeps the skill's name (its folder's)."""
+    from stepline.bmad._legacy import markdown_workflow
+    from stepline.bmad._load import load_bmad_workflow
+    from stepline.formats._files import read_text
+    from stepline.skills import skill_frame
+
+    text = read_text(markdown_workflow(folder))
+    frame = skill_frame(folder, project_root=root, mode=mode, instructions=text[text.find("<workflow"):])
+    spec = load_bmad_workflow(folder, project_root=root, variables={**frame.variables, **variables})
+    return spec.model_copy(update={"steps": frame.around(spec.steps), "meta": {**spec.meta, **frame.meta}})
+
+
+async def _run_bmad_legacy_step(ctx: Any) -> None:
+    """The ``bmad-legacy`` driver: the legacy interpreter's, but a step with a ``role`` (an XML-step skill's
+    activation and on-complete steps, see :func:`_load_xml_skill`) is the skill driver's."""
+    from stepline.bmad._legacy_driver import run_legacy_step
+    from stepline.skills._driver import run_skill_step
+
+    await (run_skill_step if "role" in ctx.spec.meta else run_legacy_step)(ctx)
+
+
 def _lint_one(fmt: str, path: Path, root: Path) -> list[Diagnostic]:
     if fmt == "native":
         return lint_native(path / "workflow.yaml" if path.is_dir() else path)
@@ -131,7 +157,7 @@ def _lint_one(fmt: str, path: Path, root: Path) -> list[Diagnostic]:
         # a skill whose steps are <workflow> XML is also checked as the legacy workflow it runs as
         if not _holds_xml_steps(folder):
             return lint_skill(path, root)
-        return [*lint_skill(path, root), *_lint_one("bmad-legacy", folder, root), *_unrun_customization(folder, root)]
+        return [*lint_skill(path, root), *_lint_one("bmad-legacy", folder, root)]
     if fmt == "bmad-legacy":
         from stepline.bmad._legacy import lint_bmad_legacy
 
@@ -143,21 +169,6 @@ def _lint_one(fmt: str, path: Path, root: Path) -> list[Diagnostic]:
     from stepline.ccw._check import check_ccw_session
 
     return check_ccw_session(path)
-
-
-def _unrun_customization(folder: Path, root: Path) -> list[Diagnostic]:
-    """A skill run by the legacy interpreter runs none of its activation prose: customized activation steps and
-    ``on_complete`` would be dropped without a word, so validate names them."""
-    from stepline.skills._customize import resolve_customization
-
-    custom = resolve_customization(folder, root)
-    block = custom.block()
-    values = custom.values.get(block, {}) if block else {}
-    where = custom.layers[-1] if custom.layers else str(folder / "customize.toml")
-    return [Diagnostic("warning", "customization-not-run", f"{block}.{key} is set, but this skill's steps are "
-                       "<workflow> XML, run by the legacy interpreter without the skill's activation: it is not "
-                       "run; put it in the workflow's steps instead", where)
-            for key in ("activation_steps_prepend", "activation_steps_append", "on_complete") if values.get(key)]
 
 
 def lint_path(path: Path, *, project_root: Path | None = None) -> list[Diagnostic]:

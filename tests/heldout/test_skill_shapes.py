@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from tests.heldout.conftest import CONFIG, LOAD_CONFIG, STORY_XML, front, pending, run, write
 
-from stepline.families import lint_tree
+from stepline.errors import UsageError
+from stepline.families import lint_tree, load_workflow
 
 SKILL = "_bmad/demo/bmad-make-story"
 
@@ -114,18 +116,64 @@ def test_a_skill_md_holding_xml_steps_blocks_at_its_ask(tmp_path: Path) -> None:
     assert run(project, skill, mode="yolo")[1].status.value == "completed"
 
 
-def test_validate_names_customized_activation_steps_an_xml_skill_does_not_run(tmp_path: Path) -> None:
+XML_SKILL = front("bmad-next-story", 'Creates the next story. Use when the user says "next story"', f"""
+    # Next Story
+
+    ## On Activation
+
+    {LOAD_CONFIG}. Greet the user.
+
+    ## EXECUTION
+
+    {{xml}}""")
+CUSTOMIZED = """
+    [workflow]
+    activation_steps_prepend = ["Check the board"]
+    persistent_facts = ["Stories are small."]
+    on_complete = ""
+    """
+
+
+def test_an_xml_skill_runs_its_activation_steps_facts_and_on_complete(tmp_path: Path) -> None:
+    """v6.5+ create-story, dev-story …: a skill whose steps are <workflow> XML runs on the legacy interpreter, framed
+    by its skill's activation as a step-file skill is (customization, persistent facts, prepend/append steps, the
+    activation's greeting) and, when set, on_complete after its last step (all were dropped; validate warned)."""
     skill = "_bmad/demo/bmad-next-story"
     project = write(tmp_path, {**CONFIG,
-        f"{skill}/SKILL.md": front("bmad-next-story", 'Creates the next story. Use when the user says "next story"',
-                                   f"# Next Story\n\n{LOAD_CONFIG}.\n\n## EXECUTION\n\n{STORY_XML}"),
-        f"{skill}/customize.toml": "[workflow]\nactivation_steps_append = []\n",
-        "_bmad/custom/bmad-next-story.toml": '[workflow]\nactivation_steps_append = ["Greet the team"]\n',
+        f"{skill}/SKILL.md": XML_SKILL.replace("{xml}", STORY_XML),
+        f"{skill}/customize.toml": CUSTOMIZED,
+        "_bmad/custom/bmad-next-story.toml": '[workflow]\non_complete = "Tell the team the story is ready"\n',
     })
-    diagnostics, counts = lint_tree(project / skill, project_root=project)
-    assert counts == {"bmad-skill/sections": 1}, counts
-    (unrun,) = [d for d in diagnostics if d.code == "customization-not-run"]
-    assert "activation_steps_append" in unrun.message and unrun.path.endswith("bmad-next-story.toml"), unrun
+    diagnostics, _ = lint_tree(project / skill, project_root=project)
+    assert [d for d in diagnostics if d.severity != "info"] == [], diagnostics
+    engine, blocked = run(project, skill)
+    assert blocked.status.value == "blocked", blocked.error
+    assert [p.split(":")[0] for p in pending(engine)] == ["step-1"], pending(engine)
+    _, done = run(project, skill, mode="yolo")
+    assert done.status.value == "completed", done.error
+    walked = [s for _, s in sorted((step.started_at or "", s) for s, step in done.steps.items())]
+    assert walked == ["activate", "prepend-1", "on-activation", "step-1", "step-2", "on-complete"], walked
+    assert done.variables["persistent_facts"] == [{"fact": "Stories are small."}], done.variables
+    assert done.workflow.step("on-complete").meta["text"] == "Tell the team the story is ready"
+
+
+def test_an_xml_skill_whose_steps_run_on_complete_themselves_gets_no_second_one(tmp_path: Path) -> None:
+    """v6.11 dev-story's last step runs `resolve_customization.py … --key workflow.on_complete` itself."""
+    skill = "_bmad/demo/bmad-next-story"
+    own = STORY_XML.replace("</workflow>", '<step n="3" goal="Finish">\n  <action>Run: `uv run resolve_customization.py'
+                            ' --key workflow.on_complete` and follow it</action>\n</step>\n</workflow>')
+    project = write(tmp_path, {**CONFIG, f"{skill}/SKILL.md": XML_SKILL.replace("{xml}", own),
+                               f"{skill}/customize.toml": CUSTOMIZED.replace('""', '"Tell the team"')})
+    steps = [s.id for s in load_workflow(project / skill, project_root=project).steps]
+    assert steps == ["activate", "prepend-1", "on-activation", "step-1", "step-2", "step-3"], steps
+
+
+def test_mode_on_an_xml_skill_is_checked_as_on_any_skill(tmp_path: Path) -> None:
+    """--mode was ignored for an XML-step skill; a skill without intent modes refuses it (exit 2), naming why."""
+    skill = "_bmad/demo/bmad-next-story"
+    project = write(tmp_path, {**CONFIG, f"{skill}/SKILL.md": XML_SKILL.replace("{xml}", STORY_XML)})
+    with pytest.raises(UsageError, match="has no intent modes"):
+        load_workflow(project / skill, project_root=project, mode="validate")
 
 
 def test_a_config_path_given_in_the_workflow_md_frontmatter_is_loaded(tmp_path: Path) -> None:
@@ -175,7 +223,7 @@ def test_a_skill_handing_over_to_an_instructions_file_of_xml_steps_blocks_at_its
     (asked,) = pending(engine)
     assert asked.startswith("step-1") and "[q]" in asked, asked
     _, done = run(project, skill, mode="yolo")
-    assert [s for s in done.steps if not s.startswith("workflow")] == ["step-1", "step-2"], list(done.steps)
+    assert [s for s in done.steps if s.startswith("step-")] == ["step-1", "step-2"], list(done.steps)
 
 
 def test_step_files_in_references_chained_by_next_step_file_block_at_their_menu(tmp_path: Path) -> None:

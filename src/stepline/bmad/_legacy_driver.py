@@ -220,7 +220,7 @@ class _Interpreter:
                 raise StepFailed(f"stopped by the user after step {self.label}", retryable=False,
                                  hint=f"`stepline resume {self.run.run_id}` runs step {self.label} again")
         advanced = await self._op("advance", lambda key: self._advance(start["visits"], following), key="advance")
-        if advanced["next"] is None:
+        if following is None:
             await self._finalize_output()
         totals = f"conditions: {self.decided['runtime']} by the runtime, {self.decided['model']} by the model"
         self.ctx.step.summary = "; ".join(
@@ -234,9 +234,20 @@ class _Interpreter:
         return {"path": path, "visits": visits, "last_answer": cursor.get("last_answer")}
 
     def _following(self) -> _Place | None:
-        order = [spec.id for spec in self.workflow.steps]
+        order = self._instruction_steps()
         index = order.index(self.base) + 1
         return _Place(order[index], ()) if index < len(order) else None
+
+    def _instruction_steps(self) -> list[str]:
+        """The steps of the instructions, in document order: not those another driver runs around them (an
+        XML-step skill's activation and on-complete, which have a ``role``)."""
+        return [spec.id for spec in self.workflow.steps if "role" not in spec.meta]
+
+    def _after_instructions(self) -> str | None:
+        """Where the run goes on once the instructions end: the step after them (an XML-step skill's on-complete)."""
+        ids = [spec.id for spec in self.workflow.steps]
+        last = ids.index(self._instruction_steps()[-1])
+        return ids[last + 1] if last + 1 < len(ids) else None
 
     async def _advance(self, visits: dict[str, int], place: _Place | None) -> dict[str, Any]:
         visits = dict(visits)
@@ -252,7 +263,7 @@ class _Interpreter:
                                  retryable=False)
             visits[place.step] = count
             next_id = self._visit_id(place.step, count)
-        data: dict[str, Any] = {"from": self.spec.id, "next": next_id,
+        data: dict[str, Any] = {"from": self.spec.id, "next": next_id if place else self._after_instructions(),
                                 "start": list(place.path) if place and place.path else None, "visits": visits,
                                 "last_answer": self.last_answer,
                                 f"decided:{self.spec.id}": [self.decided["runtime"], self.decided["model"]]}

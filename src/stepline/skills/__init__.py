@@ -23,6 +23,7 @@ _EXPORTS = {
     "load_skill": "._load",
     "render_skill_text": "._render",
     "resolve_customization": "._customize",
+    "skill_frame": "._load",
     "skill_kind": "._lint",
     "skill_md_missing": "._skill",
     "structural_merge": "._customize",
@@ -38,6 +39,7 @@ __all__ = [
     "load_skill",
     "render_skill_text",
     "resolve_customization",
+    "skill_frame",
     "skill_kind",
     "skill_md_missing",
     "structural_merge",
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
         structural_merge,
     )
     from stepline.skills._lint import lint_skill, skill_kind
-    from stepline.skills._load import SKILL_FORMAT, load_skill
+    from stepline.skills._load import SKILL_FORMAT, load_skill, skill_frame
     from stepline.skills._render import RenderEnv, render_skill_text
     from stepline.skills._skill import is_skill, skill_md_missing
 

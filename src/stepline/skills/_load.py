@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,7 +44,7 @@ from stepline.skills._skill import (
 )
 from stepline.stepchain._read import halts_in, parse_menu, prose_lines
 
-__all__ = ["SKILL_FORMAT", "find_skill", "load_skill", "module_of", "step_id_of"]
+__all__ = ["SKILL_FORMAT", "SkillFrame", "find_skill", "load_skill", "module_of", "skill_frame", "step_id_of"]
 
 #: The WorkflowSpec format of an Agent Skill (one driver runs all three kinds).
 SKILL_FORMAT: Literal["bmad-skill"] = "bmad-skill"
@@ -122,6 +123,20 @@ def _instructions(custom: Customization, key: str) -> list[str]:
 
 def _skill_steps(files: SkillFiles, custom: Customization) -> list[StepSpec]:
     """The steps of one skill (see the module doc), every one naming its skill in ``meta``."""
+    steps = _activation_steps(files, custom)
+    if files.kind == "step-files":
+        if files.mode_entries:
+            steps.append(_router_spec(files))
+        steps.extend(_step_file_specs(files))
+    elif files.kind == "sections":
+        steps.extend(_section_specs(files))
+    for before, after in itertools.pairwise(steps):
+        before.meta.setdefault("next", after.id)
+    return steps
+
+
+def _activation_steps(files: SkillFiles, custom: Customization) -> list[StepSpec]:
+    """``activate``, a step per ``activation_steps_prepend`` entry, ``on-activation``, one per ``_append`` entry."""
     skill = files.name
     source = SourceRef(path=str(files.entry.path), line=1)
     steps = [StepSpec(id="activate", name="activate the skill", source=source,
@@ -135,14 +150,6 @@ def _skill_steps(files: SkillFiles, custom: Customization) -> list[StepSpec]:
     for number, text in enumerate(_instructions(custom, "activation_steps_append"), start=1):
         steps.append(StepSpec(id=f"append-{number}", name=f"activation step (append) {number}", body=text,
                               meta={"role": "instruction", "skill": skill, "text": text}))
-    if files.kind == "step-files":
-        if files.mode_entries:
-            steps.append(_router_spec(files))
-        steps.extend(_step_file_specs(files))
-    elif files.kind == "sections":
-        steps.extend(_section_specs(files))
-    for before, after in itertools.pairwise(steps):
-        before.meta.setdefault("next", after.id)
     return steps
 
 
@@ -270,6 +277,51 @@ def _check_mode(files: SkillFiles, mode: str, given_as: str) -> None:
     if mode.lower() not in {n.lower() for n in names}:
         raise UsageError(f"{given_as}: skill {files.name!r} has no intent mode {mode!r}",
                          hint="use --mode " + " or --mode ".join(n.lower() for n in names))
+
+
+@dataclass(frozen=True, slots=True)
+class SkillFrame:
+    """What the runtime runs of a skill around steps another family's driver runs (an XML-step skill's
+    ``<workflow>``, on the legacy interpreter): its activation steps, each naming the step after them as in a
+    step-file skill, ``on-complete`` when the customization sets ``on_complete`` and the steps do not run it
+    themselves, the ``meta`` the skill driver reads, and the variables the skill sets (``intent`` from
+    ``--mode``)."""
+
+    before: list[StepSpec]
+    after: list[StepSpec]
+    meta: dict[str, Any]
+    variables: dict[str, Any]
+
+    def around(self, steps: list[StepSpec]) -> list[StepSpec]:
+        """``steps`` framed: the activation steps lead to the first of them."""
+        self.before[-1].meta["next"] = steps[0].id if steps else (self.after[0].id if self.after else None)
+        return [*self.before, *steps, *self.after]
+
+
+def skill_frame(path: Path, *, project_root: Path, mode: str | None, instructions: str) -> SkillFrame:
+    """The frame of the skill at ``path`` whose steps, written in ``instructions``, another driver runs (see
+    :class:`SkillFrame`); ``--mode`` is checked as for any skill."""
+    root = Path(project_root).resolve()
+    files = read_skill_files(path)
+    if mode:
+        _check_mode(files, mode, f"--mode {mode}")
+    module = module_of(files.root)
+    central, config_files = load_central_config(root, module)
+    custom = resolve_customization(files.root, root)
+    before = _activation_steps(files, custom)
+    for step, following in itertools.pairwise(before):
+        step.meta["next"] = following.id
+    on_complete = _instructions(custom, "on_complete")
+    runs_it = "on_complete" in instructions  # v6.11: `resolve_customization.py --key workflow.on_complete`
+    after = [StepSpec(id="on-complete", name="on complete (customization)", body=on_complete[0],
+                      meta={"role": "instruction", "skill": files.name, "text": on_complete[0], "next": None})
+             ] if on_complete and not runs_it else []
+    record = _skill_record(files, root, custom, module, central, config_files)
+    variables: dict[str, Any] = {"skill-root": str(files.root), "skill-name": files.name}
+    if mode:
+        variables["intent"] = mode.lower()
+    return SkillFrame(before=before, after=after, meta={"skills": {files.name: record}, "skill": files.name},
+                      variables=variables)
 
 
 def load_skill(path: Path | str, *, project_root: Path | str, variables: dict[str, Any] | None = None,
