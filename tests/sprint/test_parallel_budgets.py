@@ -58,24 +58,24 @@ def test_two_runaway_stories_share_the_loops_budget_and_are_both_stopped_mid_cal
     results = {r["key"]: r for r in json.loads(capsys.readouterr().out)}
     assert {k: r["outcome"] for k, r in results.items()} == {
         "1-1-add": "deferred", "1-2-sub": "deferred", "1-3-mul": "stopped"}
-    # Both were running (each streamed usage) when the loop's total crossed its budget: both stopped mid-call,
-    # each for the loop's budget, with what the loop had left when their pool began.
+    # Both were running (each streamed usage) when the loop's total crossed its budget: both stopped mid-call for
+    # the loop's budget, once their sum was one usage report past it.
     spent = 0.0
     for key in ("1-1-add", "1-2-sub"):
         [stop] = _stopped_calls(root, results[key]["run_id"])
-        assert str(stop["stopped"]).startswith("the loop's budget: ") and stop["final"] is None
-        assert f"the {limit} left" in str(stop["stopped"])
+        assert stop["stopped"] == f"the loop's budget: {limit + REPORT} tokens > the {limit} left"
+        assert stop["final"] is None
         assert "the agent was stopped mid-build: claude was stopped in step 'build': the loop's budget: " in \
             results[key]["summary"]
         used = results[key]["usage"]
         assert used["input_tokens"] > 0  # it ran, and what it used is counted
         spent += used["input_tokens"] + used["output_tokens"] + used["cache_read_tokens"]
     printed = REPORT * len((tmp_path / "times").read_text().splitlines())  # what the two agents streamed in all
-    # The loop's total: past its budget by the report that crossed it, plus what each agent still streamed in
-    # the moment before its stop landed — never a second budget's worth (each alone would have been let run to
-    # the whole budget before).
-    assert limit < spent <= limit + 2 * REPORT, (spent, printed)
-    assert spent <= printed <= limit + 3 * REPORT
+    # The loop's total: past its budget by the report that crossed it, plus what the agents had streamed before
+    # their stop landed (none or one report on an idle machine, two with its cores saturated) — never a second
+    # budget's worth (each alone was let run to the whole budget before: 62,000-66,000 tokens in all).
+    assert limit < spent <= limit + REPORT + 2 * 2 * REPORT, (spent, printed)
+    assert spent <= printed <= spent + 2 * REPORT  # all it printed is counted, but a line cut off by the stop
     assert results["1-3-mul"]["summary"].startswith("the loop's budget is spent: ")
     assert sorted(json.loads(line)["story"] for line in agent_env.read_text().splitlines()) == ["1-1-add", "1-2-sub"]
     assert _all_stopped(runaways)  # each agent and the child it started
