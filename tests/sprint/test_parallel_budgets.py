@@ -211,3 +211,27 @@ def test_a_deferred_story_does_not_stop_the_others_commit(
     checks = subprocess.run([sys.executable, "-m", "unittest", "discover", "-q", "-s", "tests"], cwd=root,
                             capture_output=True, text=True)
     assert checks.returncode == 0, checks.stderr
+
+
+def test_a_loop_meter_stops_the_calls_of_every_story_within_it_and_leaves_with_its_last_call() -> None:
+    """executors/_budget's sharing, as the loop uses it: each story's stage pool within the loop's pool."""
+    from stepline.executors._budget import CallBudget, Meters
+
+    loop = CallBudget(tokens=3000, what="the loop's budget", pool="sprint-loop:/p")
+    first = CallBudget(tokens=10000, what="the story's budget", pool="run-1/build/1", within=loop)
+    second = CallBudget(tokens=10000, what="the story's budget", pool="run-2/build/1", within=loop)
+    meters = Meters()
+    one, two = object(), object()
+    with meters.join(first) as a, meters.join(second) as b:
+        assert a is not None and b is not None and a.within is b.within
+        a.report(one, {"input_tokens": 1500})
+        b.report(two, {"input_tokens": 1400})
+        assert not a.crossed.is_set() and not b.crossed.is_set()  # 2,900 of 3,000 together; each far from its own
+        b.report(two, {"input_tokens": 1600})  # a running total: 3,100 together
+        assert a.crossed.is_set() and b.crossed.is_set()
+        assert a.reason == b.reason == "the loop's budget: 3100 tokens > the 3000 left"
+        with meters.join(first) as late:  # a call joining a stopped pool is not started
+            assert late is a and late.reason is not None
+    assert meters._live == {}  # the pools, the loop's too, are gone with their last calls
+    with meters.join(second) as fresh:  # a later call: the loop's pool made again with what it is given
+        assert fresh is not None and fresh.reason is None and fresh.within is not None
