@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.heldout.conftest import pending, run, write
+from tests.heldout.conftest import front, pending, run, write
 
 from stepline.families import load_workflow
 from stepline.interfaces.cli._app import run_cli
@@ -89,3 +89,28 @@ def test_an_early_alpha_source_with_its_schema_in_the_module_installer_installs_
     engine, result = run(project, "_bmad/demo/workflows/greet")
     assert result.workflow.variables["user_name"] == "Ada", result.workflow.variables
     assert result.status.value == "blocked" and pending(engine)[0].startswith("step-1"), pending(engine)
+
+
+def test_a_module_shipped_as_a_plugin_installs_its_listed_skills(tmp_path: Path) -> None:
+    """v6.6+ community modules (Vault, UltraCode Goal): no src/module.yaml, but `.claude-plugin/marketplace.json`
+    lists the plugin's skills and its module.yaml is in the `-setup` skill's assets/, as BMAD's installer reads
+    it (install said: no BMAD module found)."""
+    halt = "## On Activation\n\nGreet {user_name}.\n\n## Review\n\nShow the notes. HALT and wait for user input.\n"
+    src = write(tmp_path / "vault", {
+        ".claude-plugin/marketplace.json": '{"name": "demo", "plugins": [{"name": "demo", "source": "./", "skills": '
+                                           '["./skills/demo-setup", "./skills/demo-review"]}]}',
+        "skills/demo-setup/SKILL.md": front("demo-setup", "Sets the module up.", "Write the config.\n"),
+        "skills/demo-setup/assets/module.yaml": 'code: demo\nname: "Demo"\nnotes_folder:\n  prompt: "Where?"\n'
+                                                '  default: "notes"\n  result: "{project-root}/{value}"\n',
+        "skills/demo-review/SKILL.md": front("demo-review", "Reviews the notes.", halt),
+        "skills/demo-draft/SKILL.md": front("demo-draft", "Not listed: not installed.", "Draft.\n"),
+    })
+    project = tmp_path / "project"
+    project.mkdir()
+    assert run_cli(["bmad", "install", str(src), "--project", str(project), "--set", "user_name=Ada"]) == 0
+    installed = project / "_bmad" / "demo"
+    assert sorted(p.name for p in installed.iterdir() if p.is_dir()) == ["demo-review", "demo-setup"]
+    assert "notes_folder: '{project-root}/notes'" in (installed / "config.yaml").read_text()
+    engine, result = run(project, "_bmad/demo/demo-review")
+    assert result.status.value == "blocked", result.error
+    assert [p.split(":")[0] for p in pending(engine)] == ["section-review"], pending(engine)

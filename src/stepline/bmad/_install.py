@@ -17,6 +17,7 @@ person's overrides (``*.user.toml`` git-ignored); existing files there are never
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from collections.abc import Mapping
@@ -75,6 +76,8 @@ class _Source:
     name: str
     folder: Path
     schema: dict[str, Any]
+    #: a plugin's listed skill folders: only these are installed (into ``_bmad/<module>/<skill>``)
+    skills: tuple[Path, ...] = ()
 
 
 #: The install folder as a module's text file names it — ``{project-root}/.bmad`` (alpha.1x), ``{project-root}/
@@ -112,7 +115,8 @@ def install_bmad(src: Path, project: Path, settings: Mapping[str, str] | None = 
         raise ReaderError(
             "no BMAD module found",
             path=str(src),
-            hint="expected src/core, src/modules/<m> or a folder with module.yaml",
+            hint="expected src/core, src/modules/<m>, a folder with module.yaml, or a .claude-plugin/marketplace.json "
+                 "listing skills",
         )
     project = project.resolve()
     bmad = project / _INSTALL_FOLDER
@@ -149,7 +153,8 @@ def install_bmad(src: Path, project: Path, settings: Mapping[str, str] | None = 
             dict(own) if source.name == "core" else {**own, **{k: v for k, v in core_config.items() if k not in own}}
         )
         target = bmad / source.name
-        files = _copy_tree(source.folder, target)
+        files = sum(_copy_tree(skill, target / skill.name) for skill in source.skills) if source.skills else \
+            _copy_tree(source.folder, target)
         config_path = target / "config.yaml"
         _write_config(config_path, source, config)
         written[source.name] = config
@@ -182,6 +187,34 @@ def _find_modules(src: Path) -> list[_Source]:
                 found.append(_source(folder))
         if found:
             break
+    return found or _plugin_modules(src)
+
+
+def _plugin_modules(src: Path) -> list[_Source]:
+    """The modules a ``.claude-plugin/marketplace.json`` lists (v6.6+ modules shipped as plugins), found as
+    BMAD's installer finds them: each plugin's listed skills; its schema the ``module.yaml`` at their common
+    folder, else in a ``-setup`` skill's ``assets/``, else in the one skill's ``assets/``, else only the
+    plugin's name as its code."""
+    market = src / ".claude-plugin" / "marketplace.json"
+    if not market.is_file():
+        return []
+    try:
+        data = json.loads(market.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ReaderError(f"marketplace.json is not JSON: {exc}", path=str(market)) from exc
+    found: list[_Source] = []
+    plugins = data.get("plugins") if isinstance(data, dict) else None
+    for plugin in [p for p in plugins or [] if isinstance(p, dict)]:
+        skills = [(src / rel).resolve() for rel in plugin.get("skills") or [] if isinstance(rel, str)]
+        skills = [s for s in skills if s.is_relative_to(src) and (s / "SKILL.md").is_file()]
+        if not skills:
+            continue
+        common = Path(os.path.commonpath(skills)) if len(skills) > 1 else skills[0].parent
+        candidates = [common / "module.yaml", *(s / "assets/module.yaml" for s in skills if s.name.endswith("-setup")),
+                      *([skills[0] / "assets/module.yaml"] if len(skills) == 1 else [])]
+        schema = next((c for c in candidates if c.is_file()), None)
+        source = _source(schema.parent, schema) if schema else _Source(str(plugin.get("name")), common, {})
+        found.append(_Source(source.name, common, source.schema, tuple(skills)))
     return found
 
 
@@ -300,8 +333,8 @@ def _schema(folder: Path) -> Path | None:
     return next((folder / name for name in _SCHEMAS if (folder / name).is_file()), None)
 
 
-def _source(folder: Path) -> _Source:
-    schema_path = _schema(folder) or folder / "module.yaml"
+def _source(folder: Path, schema_path: Path | None = None) -> _Source:
+    schema_path = schema_path or _schema(folder) or folder / "module.yaml"
     data = load_yaml(schema_path).data
     if not isinstance(data, dict):
         raise ReaderError(f"{schema_path.name} must be a mapping", path=str(schema_path), line=1)
@@ -437,8 +470,9 @@ def _copy_file(source: str, target: str) -> str:
 
 
 def _write_config(path: Path, source: _Source, config: Mapping[str, Any]) -> None:
+    origin = _schema(source.folder) or source.folder
     header = (
-        f"# {source.name} module configuration, written by stepline install from {_schema(source.folder)}\n"
+        f"# {source.name} module configuration, written by stepline install from {origin}\n"
         "# {project-root} is kept literal: the runtime replaces it with the project folder.\n"
     )
     body = yaml.safe_dump(dict(config), sort_keys=False, allow_unicode=True, default_flow_style=False)
