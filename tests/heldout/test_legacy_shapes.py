@@ -143,3 +143,15 @@ def test_a_guide_named_workflow_whose_xml_is_in_code_fences_is_no_workflow(tmp_p
                                f"{WF}/workflow-creation-guide.md": guide})
     _, counts = lint_tree(project / "_bmad", project_root=project)
     assert counts == {"bmad-legacy": 1}, counts
+
+
+def test_a_config_source_naming_a_variable_nothing_defines_says_how_to_give_it(tmp_path: Path) -> None:
+    """GDS (community fork): "Load config from `{module_config}`", defined nowhere: the refusal named no fix."""
+    wf = "_bmad/demo/workflows/make-story"
+    project = write(tmp_path, {**CONFIG, f"{wf}/workflow.md": MD_XML.replace(LOAD_CONFIG, "Load config from "
+                                                                             "`{module_config}`")})
+    (problem,) = [d for d in lint_tree(project / wf, project_root=project)[0] if d.code == "config-source"]
+    assert "--var module_config=" in problem.message, problem
+    spec = load_workflow(project / wf, project_root=project, variables={
+        "module_config": "{project-root}/_bmad/demo/config.yaml"})
+    assert spec.variables["story_file"] == f"{project}/out/story.md", spec.variables

@@ -314,3 +314,28 @@ def test_a_next_step_in_the_modules_shared_folder_is_run_as_the_chains_last_step
     assert done.status.value == "completed", done.error
     assert {s: done.steps[s].status.value for s in ("check", "health", "shared-health")} == dict.fromkeys(
         ("check", "health", "shared-health"), "completed")
+
+
+def test_a_sub_workflow_named_in_frontmatter_is_not_a_step_chain(tmp_path: Path) -> None:
+    """WDS: workflow.md routes by argument ("validate" → execute `./workflow-validate.md`, whose frontmatter holds
+    `validateWorkflow: './steps-v/step-01-check.md'`; default → `./steps-c/step-01-overview.md`). Only a next-step
+    key (`nextStepFile`) makes a file a step of the chain: the run started in validate mode and completed."""
+    skill = "_bmad/demo/workflows/wds-map"
+    project = write(tmp_path, {**CONFIG,
+        f"{skill}/SKILL.md": front("wds-map", "Maps triggers.", "Follow the instructions in ./workflow.md.\n"),
+        f"{skill}/workflow.md": front("wds-map", "Maps triggers.", """
+            # Map
+
+            ## Routing
+
+            - "validate" / -v → Load and execute `./workflow-validate.md`
+            - Default → Load and execute `./steps-c/step-01-overview.md`
+            """),
+        f"{skill}/workflow-validate.md": "---\nvalidateWorkflow: './steps-v/step-01-check.md'\n---\n\n# Validate\n\n"
+                                         "Load, read completely, and execute `{validateWorkflow}`.\n",
+        f"{skill}/steps-v/step-01-check.md": "# Check\n\nCheck the map.\n",
+        f"{skill}/steps-c/step-01-overview.md": "# Overview\n\nDescribe the goal, then HALT and wait for user input.\n",
+    })
+    engine, result = run(project, skill)
+    assert result.status.value == "blocked", result.status
+    assert [p.split(":")[0] for p in pending(engine)] == ["step-01-overview"], pending(engine)

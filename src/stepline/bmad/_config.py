@@ -399,7 +399,9 @@ def load_workflow_config(
                 Diagnostic(
                     "error",
                     "config-source",
-                    f"config_source {source_value!r} is not a file path",
+                    f"config_source {source_value!r} is not a file path"
+                    + "".join(f"; nothing defines {{{name}}}: give it with --var {name}=PATH"
+                              for name in re.findall(r"\{([A-Za-z_][\w-]*)\}", str(resolved_source))[:1]),
                     where,
                     doc.lines.get("config_source"),
                 )

@@ -241,7 +241,8 @@ def read_doc(root: Path, path: Path) -> SkillDoc:
                 target = _module_file(root, value) or target
             if target is not None:
                 doc.links.append(Link(target, fm.line_of(key) or 1, f"{key}: {value}", False,
-                                      "NEXT" if key == "nextStepFile" else "frontmatter", chained=True))
+                                      "NEXT" if key == "nextStepFile" else "frontmatter",
+                                      chained=key.endswith("StepFile")))
     section = ""
     in_fence = False
     for number, line in enumerate(text.splitlines(), start=1):
