@@ -339,3 +339,18 @@ def test_a_sub_workflow_named_in_frontmatter_is_not_a_step_chain(tmp_path: Path)
     engine, result = run(project, skill)
     assert result.status.value == "blocked", result.status
     assert [p.split(":")[0] for p in pending(engine)] == ["step-01-overview"], pending(engine)
+
+
+def test_a_first_step_linked_beside_the_workflow_but_kept_in_steps_is_found(tmp_path: Path) -> None:
+    """GDS quick-spec: workflow.md says "Read fully and follow: `./step-01-understand.md`", the file is in steps/
+    (the run was refused: "names no file of the skill")."""
+    skill = "_bmad/demo/workflows/quick-spec"
+    project = write(tmp_path, {**CONFIG,
+        f"{skill}/SKILL.md": front("quick-spec", "Specs it.", "Follow the instructions in ./workflow.md.\n"),
+        f"{skill}/workflow.md": front("quick-spec", "Specs it.", "# Spec\n\nRead fully and follow: "
+                                                                "`./step-01-understand.md` to begin the workflow.\n"),
+        f"{skill}/steps/step-01-understand.md": "# Understand\n\nAsk what to build. HALT and wait for user input.\n",
+    })
+    engine, result = run(project, skill)
+    assert result.status.value == "blocked", result.error
+    assert [p.split(":")[0] for p in pending(engine)] == ["step-01-understand"], pending(engine)

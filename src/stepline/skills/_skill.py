@@ -207,6 +207,9 @@ def _resolve(root: Path, doc_dir: Path, raw: str) -> str | None:
         candidate = root / raw
         if not candidate.exists() and (doc_dir / raw).exists():
             candidate = doc_dir / raw
+    if not candidate.exists() and _is_step_name(raw):  # `./step-01.md` from workflow.md, kept in steps/
+        kept = [p for p in root.glob(f"steps*/{Path(raw).name}") if p.is_file()]
+        candidate = kept[0] if len(kept) == 1 else candidate
     try:
         return candidate.resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
