@@ -45,6 +45,15 @@ def _stopped_calls(root: Path, run_id: str) -> list[dict[str, Any]]:
             and str(e["data"].get("op")).startswith("memo:cli-agent") and e["data"]["result"].get("stopped")]
 
 
+def _sprint(root: Path, capsys: pytest.CaptureFixture[str], code: int, *args: str) -> tuple[dict[str, Any], str]:
+    """`stepline sprint ARGS --json -q` in ``root``, its exit ``code`` checked (what it printed shown when not): each
+    story's result by key, and what it said on stderr."""
+    got = run_cli(["sprint", *args, "-C", str(root), "--json", "-q"])
+    out = capsys.readouterr()
+    assert got == code, (out.out[-3000:], out.err[-3000:])
+    return {r["key"]: r for r in json.loads(out.out)}, out.err
+
+
 def _all_stopped(pids: Path) -> bool:
     return not any(alive(int(pid)) for pid in pids.read_text().split())
 
@@ -54,8 +63,7 @@ def test_two_runaway_stories_share_the_loops_budget_and_are_both_stopped_mid_cal
     root = make_project(tmp_path / "calc", isolation="worktree")
     limit = 30000
     add_config(root, f"budgets: {{mode: enforce, run: {{tokens: {limit}}}}}\n", "a loop budget")
-    assert run_cli(["sprint", "run", "-j", "2", "--max-stories", "3", "-C", str(root), "--json", "-q"]) == 11
-    results = {r["key"]: r for r in json.loads(capsys.readouterr().out)}
+    results, _ = _sprint(root, capsys, 11, "run", "-j", "2", "--max-stories", "3")
     assert {k: r["outcome"] for k, r in results.items()} == {
         "1-1-add": "deferred", "1-2-sub": "deferred", "1-3-mul": "stopped"}
     # Both were running (each streamed usage) when the loop's total crossed its budget: both stopped mid-call for
@@ -92,17 +100,15 @@ def test_two_stories_past_the_loops_budget_at_once_each_ask_their_own_question(
     both questions, each with its story and the command that answers it."""
     root = make_project(tmp_path / "calc", isolation="worktree")
     add_config(root, "budgets: {mode: enforce, on_exceeded: escalate, run: {tokens: 30000}}\n", "a loop budget")
-    assert run_cli(["sprint", "run", "-j", "2", "--max-stories", "2", "-C", str(root), "--json", "-q"]) == 9
-    out = capsys.readouterr()
-    results = {r["key"]: r for r in json.loads(out.out)}
+    results, err = _sprint(root, capsys, 9, "run", "-j", "2", "--max-stories", "2")
     assert {k: r["outcome"] for k, r in results.items()} == {"1-1-add": "blocked", "1-2-sub": "blocked"}
     assert _all_stopped(runaways)
     for key in results:
         run_id = results[key]["run_id"]
         assert f"Story {key} went past its budget (the agent was stopped mid-build" in results[key]["summary"]
         assert "the loop's budget: " in results[key]["summary"]
-        line = next(line for line in out.err.splitlines() if f"ask:build-budget:{key}:1" in line)
-        assert f"stepline answer {run_id} ANSWER --gate ask:build-budget:{key}:1" in line, out.err
+        line = next(line for line in err.splitlines() if f"ask:build-budget:{key}:1" in line)
+        assert f"stepline answer {run_id} ANSWER --gate ask:build-budget:{key}:1" in line, err
     assert run_cli(["sprint", "status", "-C", str(root)]) == 0
     shown = capsys.readouterr().out
     for key in results:
@@ -114,13 +120,12 @@ def test_two_stories_escalating_at_once_are_answered_in_reverse_order_each_answe
     root = make_project(tmp_path / "calc", isolation="worktree")
     monkeypatch.setenv("FAKE_REVIEW", json.dumps({"1-1:layer-1:review": "escalate: should add() accept strings?",
                                                   "1-2:layer-1:review": "escalate: should sub() go below zero?"}))
-    assert run_cli(["sprint", "run", "-j", "2", "--max-stories", "2", "-C", str(root), "--json", "-q"]) == 9
-    out = capsys.readouterr()
-    runs = {r["key"]: r["run_id"] for r in json.loads(out.out)}
-    assert {r["key"]: r["outcome"] for r in json.loads(out.out)} == {"1-1-add": "blocked", "1-2-sub": "blocked"}
+    results, err = _sprint(root, capsys, 9, "run", "-j", "2", "--max-stories", "2")
+    runs = {key: r["run_id"] for key, r in results.items()}
+    assert {key: r["outcome"] for key, r in results.items()} == {"1-1-add": "blocked", "1-2-sub": "blocked"}
     # Every waiting question, one line each, with its story and the command that answers it (not the first only).
-    asked = [line for line in out.err.splitlines() if "ask:review-escalation:" in line]
-    assert len(asked) == 2, out.err
+    asked = [line for line in err.splitlines() if "ask:review-escalation:" in line]
+    assert len(asked) == 2, err
     assert any(f"stepline answer {runs['1-1-add']} ANSWER --gate ask:review-escalation:1-1-add:1" in line
                and "should add() accept strings?" in line for line in asked)
     assert any(f"stepline answer {runs['1-2-sub']} ANSWER --gate ask:review-escalation:1-2-sub:1" in line
@@ -135,11 +140,10 @@ def test_two_stories_escalating_at_once_are_answered_in_reverse_order_each_answe
     assert run_cli(["answer", runs["1-2-sub"], "accept", "--gate", "ask:review-escalation:1-2-sub:1",
                     "-C", str(root)]) == 0
     capsys.readouterr()
-    assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q"]) == 9
-    out = capsys.readouterr()
-    assert {r["key"]: r["outcome"] for r in json.loads(out.out)} == {"1-1-add": "blocked", "1-2-sub": "committed"}
-    assert [line for line in out.err.splitlines() if "ask:" in line and "--gate" in line] == [
-        line for line in out.err.splitlines() if "ask:review-escalation:1-1-add:1" in line and "--gate" in line]
+    results, err = _sprint(root, capsys, 9, "resume")
+    assert {key: r["outcome"] for key, r in results.items()} == {"1-1-add": "blocked", "1-2-sub": "committed"}
+    assert [line for line in err.splitlines() if "ask:" in line and "--gate" in line] == [
+        line for line in err.splitlines() if "ask:review-escalation:1-1-add:1" in line and "--gate" in line]
     assert _story_commits(root) == Counter({"1-2-sub": 1})
     gates = json.loads((root / ".stepline" / "runs" / runs["1-1-add"] / "gates.json").read_text())
     assert [(g["gate_id"], g["status"]) for g in gates] == [("ask:review-escalation:1-1-add:1", "pending")]
@@ -148,8 +152,8 @@ def test_two_stories_escalating_at_once_are_answered_in_reverse_order_each_answe
     # Then the first's: "fix" sends only it back to its builder.
     assert run_cli(["answer", runs["1-1-add"], "fix", "-C", str(root)]) == 0
     capsys.readouterr()
-    assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q"]) == 0
-    assert [(r["key"], r["outcome"]) for r in json.loads(capsys.readouterr().out)] == [("1-1-add", "committed")]
+    results, _ = _sprint(root, capsys, 0, "resume")
+    assert [(key, r["outcome"]) for key, r in results.items()] == [("1-1-add", "committed")]
     assert _story_commits(root) == Counter({"1-1-add": 1, "1-2-sub": 1})
     steps = Counter((c["story"], c["step"]) for c in map(json.loads, agent_env.read_text().splitlines()))
     assert steps == Counter({("1-1-add", "build"): 1, ("1-1-add", "review"): 1, ("1-1-add", "build@2"): 1,
@@ -171,12 +175,10 @@ def test_one_story_stalls_while_the_other_commits(
     monkeypatch.setenv("FAKE_ONCE_DIR", str(tmp_path / "once"))
     monkeypatch.setenv("FAKE_PIDS", str(tmp_path / "pids"))
     monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-1": "staller"}))
-    assert run_cli(["sprint", "run", "-j", "2", "--max-stories", "2", "-C", str(root), "--json", "-q"]) == 9
-    out = capsys.readouterr()
-    results = {r["key"]: r for r in json.loads(out.out)}
+    results, err = _sprint(root, capsys, 9, "run", "-j", "2", "--max-stories", "2")
     assert (results["1-1-add"]["outcome"], results["1-2-sub"]["outcome"]) == ("blocked", "committed")
     assert "the agent failed in build, not for the work's sake [stall]" in results["1-1-add"]["summary"]
-    assert f"stepline answer {results['1-1-add']['run_id']} ANSWER --gate ask:build-agent:1-1-add:1:1" in out.err
+    assert f"stepline answer {results['1-1-add']['run_id']} ANSWER --gate ask:build-agent:1-1-add:1:1" in err
     assert _story_commits(root) == Counter({"1-2-sub": 1})
     assert _all_stopped(tmp_path / "pids")
     # The stall is the stalled story's alone: journaled in its run, none in the other's.
@@ -186,8 +188,8 @@ def test_one_story_stalls_while_the_other_commits(
     assert failures == {"1-1-add": ["stall"], "1-2-sub": []}
     assert run_cli(["answer", results["1-1-add"]["run_id"], "retry", "-C", str(root)]) == 0
     capsys.readouterr()
-    assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q"]) == 0
-    assert [(r["key"], r["outcome"]) for r in json.loads(capsys.readouterr().out)] == [("1-1-add", "committed")]
+    resumed, _ = _sprint(root, capsys, 0, "resume")
+    assert [(key, r["outcome"]) for key, r in resumed.items()] == [("1-1-add", "committed")]
     assert _story_commits(root) == Counter({"1-1-add": 1, "1-2-sub": 1})
 
 
@@ -198,8 +200,7 @@ def test_a_deferred_story_does_not_stop_the_others_commit(
 
     root = make_project(tmp_path / "calc", isolation="worktree", builds=1)
     monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-1": "stubborn"}))
-    assert run_cli(["sprint", "run", "-j", "2", "--max-stories", "2", "-C", str(root), "--json", "-q"]) == 11
-    results = {r["key"]: r for r in json.loads(capsys.readouterr().out)}
+    results, _ = _sprint(root, capsys, 11, "run", "-j", "2", "--max-stories", "2")
     assert (results["1-1-add"]["outcome"], results["1-2-sub"]["outcome"]) == ("deferred", "committed")
     assert "verification failed" in results["1-1-add"]["summary"]
     assert _story_commits(root) == Counter({"1-2-sub": 1})
