@@ -163,6 +163,11 @@ class StorageError(SteplineError):
     #: The errnos of a disk that refuses to store more (full, over quota, read-only): not a step's failure.
     REFUSALS: ClassVar[frozenset[int]] = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        #: What removes the cause (free some space), before any caller adds how its work goes on.
+        self.remedy = hint or "fix the cause"
+
     @classmethod
     def from_os(cls, exc: OSError, path: object, doing: str = "write") -> StorageError:
         """The one line for ``exc``, raised while doing ``doing`` (a verb: write, create, lock) to ``path``."""

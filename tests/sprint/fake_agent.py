@@ -13,12 +13,15 @@ behaviour) says:
             killed mid-build (``FAKE_KILL``), goes on editing a second later as an orphaned agent would;
 ``staller`` / ``quota`` / ``login`` the first time hangs silently / prints a 429 / a login prompt; then honest
             (``quota-reviewer``: an honest build, a review refused with a 429 the first time);
+``filler``  builds honestly, the first time then fills the disk ``FAKE_FILL`` is on (a file there), as a build
+            whose output takes the last free byte would;
 ``runaway`` the first time never ends: it starts a child, writes both pids to ``FAKE_PIDS``, and streams claude's
             per-message usage (1,000 tokens every 50 ms, each running total and its time in ``FAKE_TIMES``);
             then honest. ``runaway-reviewer``: an honest build, a review that runs away so.
 
 Reviews answer ``none``, except that ``FAKE_REVIEW`` (JSON: ``<story prefix>:<layer>[:<step>]`` -> report)
 gives a layer's report (of one review round, when the step is named).
+``FAKE_BUILD_DELAY`` (JSON: story prefix -> seconds) makes that story's builds take so much longer.
 Every call is appended to ``FAKE_LOG`` (JSON lines: story, stage, step, run). ``FAKE_KILL`` =
 ``<story prefix>:<stage>`` with ``FAKE_KILL_MARKER``: the first such call SIGKILLs its parent (the stepline
 process) halfway through its work, once.
@@ -26,6 +29,7 @@ process) halfway through its work, once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -186,6 +190,18 @@ def _fail_once(prefix: str, behaviour: str) -> None:
     sys.exit(1)
 
 
+def _fill_disk(prefix: str) -> None:
+    """``filler``: once (a marker in ``FAKE_ONCE_DIR``), write ``FAKE_FILL`` until its disk has no room left."""
+    marker = Path(os.environ["FAKE_ONCE_DIR"]) / f"{prefix}-filler"
+    if marker.exists():
+        return
+    marker.write_text("filled once")
+    with contextlib.suppress(OSError), open(os.environ["FAKE_FILL"], "wb") as fill:
+        while True:
+            fill.write(b"\0" * (1 << 20))
+            fill.flush()
+
+
 def build(prefix: str, behaviour: str, retry: bool) -> str:
     if behaviour in ("staller", "quota", "login"):
         _fail_once(prefix, behaviour)
@@ -215,6 +231,8 @@ def build(prefix: str, behaviour: str, retry: bool) -> str:
     _mark_review(prefix)
     _git("add", "-A")
     _git("commit", "-q", "-m", f"feat: story {prefix}")
+    if behaviour == "filler":
+        _fill_disk(prefix)
     return f"Implemented story {prefix} with its test."
 
 
@@ -243,6 +261,7 @@ def main() -> int:
                               if "## What failed last time" in prompt else None})
                   + "\n")
     if stage == "build":
+        time.sleep(float(json.loads(os.environ.get("FAKE_BUILD_DELAY", "{}")).get(prefix, 0)))
         behaviour = json.loads(os.environ.get("FAKE_SPRINT", "{}")).get(prefix, "honest")
         summary = build(prefix, behaviour, retry="What failed last time" in prompt)
     else:

@@ -11,58 +11,25 @@ Mounting needs root (CAP_SYS_ADMIN); where it is not allowed the tests are skipp
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
+from fakes.disks import Disk, mount, mount_tmpfs, unmount
 from stepline.interfaces.cli._app import run_cli
 
 STEPS = 60
 
 
-def _mount(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["mount", *args], capture_output=True, text=True, check=False)
-
-
-def _umount(path: Path) -> None:
-    if subprocess.run(["umount", str(path)], capture_output=True, check=False).returncode:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)  # busy: detach it anyway
-
-
-class Disk:
-    """A tmpfs mounted at :attr:`path`, resized at will."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def resize(self, size: str) -> None:
-        done = _mount("-o", f"remount,size={size}", str(self.path))
-        assert done.returncode == 0, done.stderr
-
-
 @pytest.fixture
 def mount_point(tmp_path: Path) -> Iterator[Path]:
     """An empty folder that is unmounted again, whatever the test mounted on it."""
-    if shutil.which("mount") is None:
-        pytest.skip("no mount command: the full- and read-only-disk tests need to mount a small tmpfs")
     path = tmp_path / "disk"
     path.mkdir()
     yield path
-    while os.path.ismount(path):
-        _umount(path)
-
-
-def _mount_tmpfs(path: Path, size: str) -> Disk:
-    done = _mount("-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path))
-    if done.returncode:
-        pytest.skip(f"mounting a tmpfs is not allowed here ({done.stderr.strip()}): run as root (or with "
-                    "CAP_SYS_ADMIN) to test full and read-only disks")
-    return Disk(path)
+    unmount(path)
 
 
 @pytest.fixture
@@ -71,15 +38,14 @@ def read_only_view(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "read-only"
     path.mkdir()
     yield path
-    while os.path.ismount(path):
-        _umount(path)
+    unmount(path)
 
 
 def _bind_read_only(source: Path, target: Path) -> None:
-    done = _mount("--bind", str(source), str(target))
+    done = mount("--bind", str(source), str(target))
     if done.returncode:
         pytest.skip(f"a bind mount is not allowed here ({done.stderr.strip()})")
-    done = _mount("-o", "remount,bind,ro", str(target))
+    done = mount("-o", "remount,bind,ro", str(target))
     assert done.returncode == 0, done.stderr
 
 
@@ -164,7 +130,7 @@ def test_a_run_that_fills_its_disk_stops_in_one_line_and_resume_completes_it(
     leaves no folder, and runs again once there is room."""
     stopped_at: set[str] = set()
     for size in range(16, 136, 8):  # KiB: where the disk fills moves with its size
-        disk = _mount_tmpfs(mount_point, f"{size}k")
+        disk = mount_tmpfs(mount_point, f"{size}k")
         project = mount_point / "project"
         project.mkdir()
         _workflow(project)
@@ -187,7 +153,7 @@ def test_a_run_that_fills_its_disk_stops_in_one_line_and_resume_completes_it(
             stopped_at.add(path.name if path.parent == run_dir else "a step's output")
             _resumes_once_there_is_room(disk, project, run_dir, line, STEPS, capsys)
         assert _outputs(project) == reference
-        _umount(mount_point)
+        unmount(mount_point)
     assert "before the first record" in stopped_at and len(stopped_at) >= 3, stopped_at
 
 
@@ -212,7 +178,7 @@ def test_the_write_that_fills_the_disk_is_named_and_redone_on_resume(
         capsys: pytest.CaptureFixture[str]) -> None:
     """A step whose output (written whole, or appended) or whose journal record does not fit stops the run at
     that write: one line naming that file, exit 1, the step not failed; the resume redoes the write whole."""
-    disk = _mount_tmpfs(mount_point, "160k")
+    disk = mount_tmpfs(mount_point, "160k")
     project = mount_point / "project"
     project.mkdir()
     _scripted(project, tmp_path / "script.yaml", call)
@@ -234,7 +200,7 @@ def test_a_read_only_disk_is_one_line_and_reading_a_run_still_works(
     """Through a read-only bind mount: a new run is refused before it creates anything, a resume is refused
     before it changes anything (exit 1, one line, 'remount it read-write'); status, show, list, doctor and
     export read the run as usual; once writable again the run is resumed to completion."""
-    _mount_tmpfs(mount_point, "8m")
+    mount_tmpfs(mount_point, "8m")
     project = mount_point / "project"
     project.mkdir()
     _workflow(project)
@@ -261,7 +227,7 @@ def test_a_read_only_disk_is_one_line_and_reading_a_run_still_works(
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
     assert not _temp_files(mount_point)
 
-    _umount(read_only_view)
+    unmount(read_only_view)
     assert _cli(capsys, "resume", run_dir.name, "-C", str(project), "-q")[0] == 0
     assert _completions(run_dir) == {f"s{i:03}": 1 for i in range(STEPS)}
 
@@ -271,7 +237,7 @@ def test_outputs_on_a_read_only_disk_stop_the_run_at_the_step_that_writes(
     """The run's folder is writable but the project is read-only: steps that write nothing complete, the first
     that writes stops the run (one line naming the file, exit 1, no step failed); once the project is writable
     the resume completes every step once."""
-    _mount_tmpfs(mount_point, "8m")
+    mount_tmpfs(mount_point, "8m")
     project = mount_point / "project"
     (project / "config").mkdir(parents=True)
     storage = tmp_path / "runs"
@@ -291,9 +257,9 @@ def test_outputs_on_a_read_only_disk_stop_the_run_at_the_step_that_writes(
     status = json.loads(out)
     assert status["status"] == "running" and not [s for s in status["steps"] if s.get("status") == "failed"]
 
-    _umount(read_only_view)
-    mount = _mount("--bind", str(mount_point), str(read_only_view))  # the same path, writable again
-    assert mount.returncode == 0, mount.stderr
+    unmount(read_only_view)
+    done = mount("--bind", str(mount_point), str(read_only_view))  # the same path, writable again
+    assert done.returncode == 0, done.stderr
     assert _cli(capsys, "resume", run_dir.name, "-C", str(view), "-q")[0] == 0
     assert _completions(run_dir) == {f"s{i:03}": 1 for i in range(STEPS)}
     assert len(list((project / "out").glob("*.md"))) == STEPS - 10

@@ -277,7 +277,7 @@ class Engine:
             if not isinstance(exc, StorageError):
                 error = closing
         if isinstance(error, StorageError):
-            cause = error.hint or "fix the cause"
+            cause = error.remedy
             if new and self._manifest_due:
                 error.hint = f"{cause}; run {run_dir.run_id} recorded nothing (its folder is removed): start it again"
             elif self._completed_on_disk:

@@ -109,7 +109,7 @@ def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, opti
            *, resumed: bool = False) -> None:
     import asyncio
 
-    from stepline.errors import UsageError
+    from stepline.errors import StorageError, UsageError
     from stepline.interfaces.cli._runs import build_engine, use_backend
     from stepline.sprint._loop import loop_outcome, run_loop, save_loop, waiting
 
@@ -136,6 +136,9 @@ def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, opti
     except KeyboardInterrupt:  # the story's run is journaled as far as it went
         err_console.print("interrupted; the loop goes on with `stepline sprint resume`", markup=False)
         raise typer.Exit(130) from None
+    except StorageError as exc:  # the loop goes on, not only the story's run (its resume also lands the story)
+        exc.hint = f"{exc.remedy}; then `stepline sprint resume` continues the loop"
+        raise
     if as_json:
         print_json([{"key": r.key, "run_id": r.run_id, "outcome": r.outcome, "summary": r.summary,
                      "usage": r.usage.to_dict()} for r in results])
