@@ -183,3 +183,35 @@ def test_a_csv_file_under_a_variable_the_run_has_not_set_is_the_steps_to_write(t
     (project / wf / "data/roles.csv").unlink()  # a CSV the workflow ships is still one that must exist
     _, failed = run(project, wf, mode="yolo")
     assert failed.status.value == "failed" and "roles.csv: CSV data file not found" in str(failed.error), failed.error
+
+
+def test_a_menu_presented_in_a_code_fence_is_the_steps_menu(tmp_path: Path) -> None:
+    """alpha.20-alpha.23 quick-dev step-06: "Present choice to user:" then a ``` block of `**[1] Walk through**`
+    options: the run completed past it (fences hold examples, but this one is what the step presents)."""
+    wf = "_bmad/demo/workflows/quick-dev"
+    project = write(tmp_path, {**CONFIG,
+        f"{wf}/workflow.md": entry("quick-dev", "./steps/step-01-resolve.md"),
+        f"{wf}/steps/step-01-resolve.md": """
+            # Step 1: Resolve findings
+
+            An example of a finding, not a menu:
+
+            ```
+            [1] F1 (high): the cache is never cleared
+            [2] F2 (low): a typo
+            ```
+
+            Present choice to user:
+
+            ```
+            How would you like to handle these findings?
+
+            **[1] Walk through** - Discuss each finding individually
+            **[2] Auto-fix** - Fix the real ones
+            ```
+            """,
+    })
+    engine, result = run(project, wf)
+    assert result.status.value == "blocked", result.status
+    (asked,) = pending(engine)
+    assert "Walk through" in asked and "Auto-fix" in asked and "F1" not in asked, asked

@@ -354,3 +354,26 @@ def test_a_first_step_linked_beside_the_workflow_but_kept_in_steps_is_found(tmp_
     engine, result = run(project, skill)
     assert result.status.value == "blocked", result.error
     assert [p.split(":")[0] for p in pending(engine)] == ["step-01-understand"], pending(engine)
+
+
+def test_a_skill_whose_whole_text_presents_an_activity_menu_blocks_at_it(tmp_path: Path) -> None:
+    """WDS phases: workflow.md has no activation section, so its whole text is one step; its `### 3. Activity
+    Menu` is a ``` block of `[P] Prototyping — …` options (the run completed without asking)."""
+    skill = "_bmad/demo/workflows/wds-build"
+    project = write(tmp_path, {**CONFIG,
+        f"{skill}/SKILL.md": front("wds-build", "Builds it.", "Follow the instructions in ./workflow.md.\n"),
+        f"{skill}/workflow.md": front("wds-build", "Builds it.", """
+            # Build
+
+            ### 3. Activity Menu
+
+            ```
+            [P] Prototyping            — Build a prototype from specs
+            [D] Development            — Write production code
+            ```
+            """),
+    })
+    engine, result = run(project, skill)
+    assert result.status.value == "blocked", result.status
+    (asked,) = pending(engine)
+    assert "[P] Prototyping" in asked and "[D] Development" in asked, asked

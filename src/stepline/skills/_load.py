@@ -209,9 +209,12 @@ def _section_specs(files: SkillFiles) -> list[StepSpec]:
     sections = step_sections(files)
     if not sections and files.activation:
         return []  # activation is the whole skill (an agent's persona and menu): on-activation does it
-    if not sections:  # no "On Activation": the skill's whole text is one step
+    if not sections:  # no "On Activation": the skill's whole text is one step, presenting its menu or halt
+        doc = files.entry
+        prose = prose_lines("\n".join(doc.text.splitlines()[doc.body_line - 1:]), doc.body_line)
         return [StepSpec(id="skill", name=files.name, source=SourceRef(path=str(files.skill.path), line=1),
-                         meta={"role": "body", "skill": files.name})]
+                         meta={"role": "body", "skill": files.name, "menu": parse_menu(prose),
+                               "halts": [h.as_meta() for h in halts_in(prose)]})]
     by_title = {s.title: s for s in sections}
     specs: list[StepSpec] = []
     if files.modes:

@@ -46,6 +46,11 @@ _BOLD_BULLET_RE = re.compile(r"^\s*[-*+]\s+\*\*([^*]+?)\*\*")
 #: A code span holding a YAML list (```stepsCompleted: [1]```): no option, unlike ```[E] Exit``` or
 #: ```**Confirm … to [C] continue:**```.
 _CODE_SPAN_RE = re.compile(r"`[^`]*?[\w\"']:\s*\[[^`]*`")
+#: the line before a fenced block the step presents: "Present choice to user:", "Display:", "### 3. Activity Menu"
+_PRESENTS_RE = re.compile(r"(?i)^(?:.*\b(?:present|display|show)\b[^:]*:\**"
+                          r"|#{1,6}\s.*\b(?:menu|options|choices?)\b.*)$")
+#: a line of such a block offering an option: `[P] Prototyping — …`, `**[1] Walk through** - …`
+_OPTION_LINE_RE = re.compile(r"^\s*(?:[-*]\s+)?\**\[([A-Z][A-Z0-9]{0,3}|\d{1,2})\]\**\s*\S")
 _FOLDER_MODES = {"c": "create", "e": "edit", "v": "validate", "b": "brief"}
 _STEP_NUMBER_RE = re.compile(r"(?:^|-)(\d+)([a-z]?)(?=-|$)")
 _STEP_ONLY_RE = re.compile(r"step-0*(\d+)([a-z]?)")
@@ -60,15 +65,33 @@ def prose_lines(body: str, first_line: int, *, include_fenced: bool = False) -> 
     """
     prose = []
     fence = ""
-    for offset, line in enumerate(body.splitlines()):
+    lines = body.splitlines()
+    presented = False
+    for offset, line in enumerate(lines):
         match = _FENCE_RE.match(line)
         if match and not fence:
             fence = match[1]
+            presented = _presented(lines, offset)
         elif match and match[1][0] == fence[0] and len(match[1]) >= len(fence) and not line.strip()[len(match[1]):]:
             fence = ""
-        elif not fence or include_fenced:
+        elif not fence or include_fenced or presented:
             prose.append((first_line + offset, line))
     return prose
+
+
+def _presented(lines: list[str], start: int) -> bool:
+    """Whether the fenced block opening at ``lines[start]`` is a menu the step presents, not an example: the
+    line before it says to present it (``Present choice to user:``, ``Display:``) or is a heading naming a menu
+    (``### 3. Activity Menu``), and two or more of its lines offer ``[K] Label`` options."""
+    before = next((line.strip() for line in reversed(lines[:start]) if line.strip()), "")
+    if not _PRESENTS_RE.search(before):
+        return False
+    inside = []
+    for line in lines[start + 1:]:
+        if _FENCE_RE.match(line):
+            break
+        inside.append(line)
+    return sum(1 for line in inside if _OPTION_LINE_RE.match(line)) >= 2
 
 
 def folder_mode(name: str) -> str:
