@@ -128,26 +128,34 @@ def test_an_agent_that_runs_past_its_budget_is_stopped_with_everything_it_starte
 def test_parallel_calls_of_one_pool_share_what_is_left(tmp_path: Path, spender: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Two reviewers sharing 3,000 tokens are both stopped once their sum crosses it (each alone is under it)."""
-    monkeypatch.setenv("WATCH_PIDS", str(tmp_path / "pids-1"))
+    pids = [tmp_path / "pids-1", tmp_path / "pids-2"]
+    gate = tmp_path / "spend"  # both agents wait for it before they spend: neither is ahead by the machine's load
+    monkeypatch.setenv("WATCH_GATE", str(gate))
     monkeypatch.setenv("WATCH_TOKENS", "100")
     executor = create_executor("cli-agent", {"agent": "claude", "command": str(BIN / "claude"), "cd": str(tmp_path),
                                              "stop_grace_seconds": 1})
     budget = CallBudget(tokens=3000, what="the story's budget", pool="run-x/review")
     logs = tmp_path / "review.log"
 
+    async def started(agent: Path) -> None:
+        while not agent.exists():
+            await asyncio.sleep(0.02)
+
     async def both() -> list[Any]:
-        first = asyncio.ensure_future(executor.perform(_request(budget, "review"), LoggedSession(logs)))
-        await asyncio.sleep(0.5)  # the second starts later: its own total alone never reaches the limit
-        os.environ["WATCH_PIDS"] = str(tmp_path / "pids-2")
-        second = asyncio.ensure_future(executor.perform(_request(budget, "review"), LoggedSession(logs)))
-        return await asyncio.gather(first, second, return_exceptions=True)
+        calls = []
+        for agent in pids:  # each agent reads its pids file from the environment as it starts
+            os.environ["WATCH_PIDS"] = str(agent)
+            calls.append(asyncio.ensure_future(executor.perform(_request(budget, "review"), LoggedSession(logs))))
+            await started(agent)
+        gate.touch()
+        return await asyncio.gather(*calls, return_exceptions=True)
 
     results = asyncio.run(asyncio.wait_for(both(), timeout=60))
     assert all(isinstance(r, BudgetExceeded) for r in results), results
     usages = [r.usage["input_tokens"] + r.usage["output_tokens"] for r in results]
     assert sum(usages) > 3000 and all(u < 3000 for u in usages)
-    for name in ("pids-1", "pids-2"):
-        assert not any(alive(int(pid)) for pid in (tmp_path / name).read_text().split())
+    for agent in pids:
+        assert not any(alive(int(pid)) for pid in agent.read_text().split())
     assert executor._meters._live == {}  # type: ignore[attr-defined]  # the pool is gone with its last call
 
 

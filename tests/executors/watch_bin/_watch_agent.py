@@ -4,7 +4,8 @@
 
 ``spend``  streams stream-json ``assistant`` messages, each with its usage (``WATCH_TOKENS`` tokens, default 300),
            every 50 ms, forever; it starts a child that runs forever too and writes both pids to ``WATCH_PIDS``,
-           and each message's running total and time (just before it prints it) to ``WATCH_TIMES``.
+           and each message's running total and time (just before it prints it) to ``WATCH_TIMES``; with
+           ``WATCH_GATE`` set, it starts streaming only once that file exists.
            ``WATCH_IGNORE_TERM=1``: both ignore SIGTERM (only SIGKILL stops them).
 ``slow``   prints ``WATCH_LINES`` lines (default 3) on stdout and one on stderr, then waits until the file
            ``WATCH_GATE`` exists, then finishes the step over MCP and prints claude's result line.
@@ -42,6 +43,9 @@ def _spend() -> int:
                   + "time.sleep(600)\n")
     child = subprocess.Popen([sys.executable, "-c", child_code])
     Path(os.environ["WATCH_PIDS"]).write_text(f"{os.getpid()} {child.pid}", encoding="utf-8")
+    gate = os.environ.get("WATCH_GATE")
+    while gate and not Path(gate).exists():
+        time.sleep(0.02)
     tokens = int(os.environ.get("WATCH_TOKENS", "300"))
     print(json.dumps({"type": "system", "subtype": "init", "session_id": "spender"}), flush=True)
     total = 0
