@@ -72,6 +72,42 @@ def test_a_change_that_conflicts_with_an_earlier_merge_is_built_again_on_it_and_
     assert '"step_id":"build@2"' in rebuilt[0] and '"step_id":"merge@2"' in rebuilt[0]
 
 
+def test_a_story_that_finishes_first_waits_for_an_earlier_one_still_building_and_lands_after_it(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """-j 2: 1-1 builds slower than 1-2; 1-2 finishes first and waits, so the merges land in sprint order."""
+    root = make_project(tmp_path / "calc", isolation="worktree")
+    monkeypatch.setenv("FAKE_BUILD_DELAY", json.dumps({"1-1": 3}))
+    code = run_cli(["sprint", "run", "-j", "2", "--max-stories", "2", "-C", str(root), "--json", "-q"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert [r["outcome"] for r in json.loads(out.out)] == ["committed"] * 2
+    assert git(root, "log", "--format=%s", "-2").splitlines() == ["story 1-2-sub: Story 1-2: sub",
+                                                                 "story 1-1-add: Story 1-1: add"]
+    reviewed = [json.loads(line)["story"] for line in agent_env.read_text().splitlines() if '"review"' in line]
+    assert reviewed == ["1-2-sub", "1-1-add"]  # 1-2 was ready to merge first: it waited for 1-1
+
+
+def test_a_story_that_blocks_on_a_question_does_not_hold_up_a_later_one_s_merge(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """1-1 builds slower, then blocks on a person's answer: it leaves the merge order, 1-2 lands meanwhile; once
+    answered, the resume lands 1-1 on top of it."""
+    root = make_project(tmp_path / "calc", isolation="worktree")
+    monkeypatch.setenv("FAKE_BUILD_DELAY", json.dumps({"1-1": 2}))
+    monkeypatch.setenv("FAKE_REVIEW", json.dumps({"1-1:layer-1": "escalate: should add() accept strings?"}))
+    code = run_cli(["sprint", "run", "-j", "2", "--max-stories", "2", "-C", str(root), "--json", "-q"])
+    out = capsys.readouterr()
+    assert code == 9, out.err
+    results = {r["key"]: r for r in json.loads(out.out)}
+    assert {k: r["outcome"] for k, r in results.items()} == {"1-1-add": "blocked", "1-2-sub": "committed"}
+    assert _story_commits(root) == Counter({"1-2-sub": 1})
+    assert run_cli(["answer", results["1-1-add"]["run_id"], "accept", "-C", str(root)]) == 0
+    capsys.readouterr()
+    assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q"]) == 0
+    assert [r["outcome"] for r in json.loads(capsys.readouterr().out)] == ["committed"]
+    assert git(root, "log", "--format=%s", "-2").splitlines() == ["story 1-1-add: Story 1-1: add",
+                                                                 "story 1-2-sub: Story 1-2: sub"]
+
+
 def test_more_than_one_story_at_once_needs_worktrees(tmp_path: Path, agent_env: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     root = make_project(tmp_path / "calc")
@@ -167,3 +203,34 @@ def test_dependencies_are_read_from_story_files_and_the_epics_document(tmp_path:
     assert {k: sorted(n.after) for k, n in needs.items()} == {
         "1-1-a": [], "1-2-b": ["1-1-a"], "2-1-r": ["1-1-a", "1-2-b"], "2-2-s": ["1-1-a", "1-2-b", "2-1-r"]}
     assert needs["1-2-b"].files == {"src/b.py", "src/c.py"}
+
+
+def test_a_merge_waits_for_every_earlier_story_in_flight_and_one_sent_back_to_build_keeps_its_place() -> None:
+    import asyncio
+
+    from stepline.sprint._parallel import MergeQueue
+
+    async def scenario() -> list[str]:
+        queue, landed = MergeQueue(["1-0", "1-1", "1-2", "1-3"]), []
+        for key in ("1-1", "1-2", "1-3"):  # 1-0 is not started (it waits on a file): it holds no one
+            queue.started(key)
+
+        async def merge(key: str, lands: bool = True) -> None:
+            async with queue.turn(key):
+                landed.append(key if lands else f"{key} sent back")
+                if lands:
+                    await queue.left(key)
+
+        last = asyncio.ensure_future(merge("1-3"))
+        second = asyncio.ensure_future(merge("1-2", lands=False))
+        await asyncio.sleep(0.05)
+        assert landed == []  # both finished first: they wait for 1-1, still building
+        await merge("1-1")
+        await second
+        await asyncio.sleep(0.05)
+        assert landed == ["1-1", "1-2 sent back"]  # 1-3 waits for 1-2, built again
+        await queue.left("1-2")  # its run ended (deferred, say): 1-3 goes
+        await last
+        return landed
+
+    assert asyncio.run(scenario()) == ["1-1", "1-2 sent back", "1-3"]

@@ -919,10 +919,11 @@ async def _merge(ctx: StepContext) -> None:
 
 
 async def _merge_in_turn(ctx: StepContext) -> None:
-    """A parallel loop's merge: in its turn (one at a time, sprint order), the story's commit is rebased onto the
-    integration branch as it is now, the verify commands run again on that result, and only then does the branch
-    move (fast-forward). A conflict or a failing check lands nothing: the story is built again on the new base
-    (``rebuild``), the reason in its record, a conflicting attempt kept on ``refs/stepline/preserve/…``."""
+    """A parallel loop's merge: in its turn (one at a time, in sprint order among the stories in flight), the story's
+    commit is rebased onto the integration branch as it is now, the verify commands run again on that result, and
+    only then does the branch move (fast-forward). A conflict or a failing check lands nothing: the story is built
+    again on the new base (``rebuild``), the reason in its record, a conflicting attempt kept on
+    ``refs/stepline/preserve/…``; it keeps its place in the merge order."""
     from stepline.sprint._parallel import merge_queue
 
     root, workspace = ctx.project_root, _workspace(ctx)
@@ -967,8 +968,11 @@ async def _merge_in_turn(ctx: StepContext) -> None:
                              "; the branch is kept, merge it by hand", retryable=False)
         return {**await land(), "onto": onto, "checks": checks}
 
-    async with merge_queue(root).turn(key):
+    queue = merge_queue(root)
+    async with queue.turn(key):
         result = await _effect(ctx, "merge", {"branch": branch, "commit": str(_vars(ctx)["sprint_commit"])}, merge)
+        if "rebuild" not in result:
+            await queue.left(key)  # landed: the later stories' merges need not wait for its closeout
     if "rebuild" in result:
         ctx.step.choice, ctx.step.summary = "rebuild", result["rebuild"]
         _set(ctx, "sprint_baseline", result["onto"])

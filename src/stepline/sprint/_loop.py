@@ -27,7 +27,7 @@ from stepline.sprint._usage import Usage, over_limit
 if TYPE_CHECKING:
     from stepline.engine import Engine
     from stepline.model import WorkflowSpec
-    from stepline.sprint._parallel import LoopSpend
+    from stepline.sprint._parallel import LoopSpend, MergeQueue
     from stepline.store import RunStore
 
 __all__ = ["LoopOptions", "StoryResult", "StoryRun", "Waiting", "latest_story_runs", "load_loop", "loop_driver",
@@ -427,28 +427,29 @@ async def _parallel_stories(engine: Engine, project: SprintProject, config: Spri
                             report: Any) -> list[StoryResult]:
     """Up to ``width`` stories at once, each in its own worktree, admitted in sprint order: the interrupted ones
     first, then each whose dependencies are committed and whose files no running story declares or has touched
-    (see :mod:`stepline.sprint._parallel`); their merges one at a time, in sprint order. The loop's budget is what
-    they spend together, the running ones' calls included (:class:`~stepline.sprint._parallel.LoopSpend`)."""
+    (see :mod:`stepline.sprint._parallel`); their merges one at a time, in sprint order among the stories in flight
+    (:class:`~stepline.sprint._parallel.MergeQueue`). The loop's budget is what they spend together, the running
+    ones' calls included (:class:`~stepline.sprint._parallel.LoopSpend`)."""
     from stepline.executors._budget import Prices
-    from stepline.sprint._parallel import LoopSpend, spending
+    from stepline.sprint._parallel import LoopSpend, merging, spending
 
     budgets = config.budgets
     spend = LoopSpend(_spent_before(engine, options, keys),
                       Prices(budgets.input_per_mtok, budgets.output_per_mtok, budgets.cache_read_per_mtok))
-    with spending(project.root, spend):
-        return await _admit_stories(engine, project, config, options, width, keys, to_resume, log, report, spend)
+    with spending(project.root, spend), merging(project.root, keys) as queue:
+        return await _admit_stories(engine, project, config, options, width, keys, to_resume, log, report, spend,
+                                    queue)
 
 
 async def _admit_stories(engine: Engine, project: SprintProject, config: SprintConfig, options: LoopOptions,
                          width: int, keys: list[str], to_resume: dict[str, str], log: _LoopLog, report: Any,
-                         spend: LoopSpend) -> list[StoryResult]:
+                         spend: LoopSpend, queue: MergeQueue) -> list[StoryResult]:
     import asyncio
 
-    from stepline.sprint._parallel import merge_queue, story_needs, touched_files
+    from stepline.sprint._parallel import story_needs, touched_files
 
     board = read_board(project.board_path)
     needs = story_needs(project, keys, [s.key for s in board.stories])
-    merge_queue(project.root, keys)
     results: list[StoryResult] = []
     limit = config.budgets.run
     waiting = list(keys)
@@ -511,6 +512,7 @@ async def _admit_stories(engine: Engine, project: SprintProject, config: SprintC
                 save_loop(project.root, options)
             waiting.remove(key)
             log.write("story-started", key=key, run_id=to_resume.get(key))
+            queue.started(key)
             running[asyncio.ensure_future(start(key))] = key
         if not running:
             for key in waiting:  # nothing runs and nothing can start: what they wait for will not come this loop
@@ -520,6 +522,7 @@ async def _admit_stories(engine: Engine, project: SprintProject, config: SprintC
         for task in done:
             key = running.pop(task)
             spend.running.pop(key, None)
+            await queue.left(key)
             result = _story_ended(task.result(), spend.spent(), limit, log, report)
             spend.ended = spend.ended + result.usage
             ended[key] = result.outcome

@@ -4,8 +4,10 @@ A story waits while a story it depends on is unfinished — a dependency written
 document (``Depends on Story 1.2``, ``Prerequisites: 2-1``, ``Epic 3 depends on Epic 1``: BMAD's stories build
 only on earlier ones, and say so in those words) — or while a running story declares or has touched a file it
 declares (the story's ``File List``; a running story's diff so far). Each story builds in its own worktree;
-finished stories merge one at a time, the earliest in sprint order first (:class:`MergeQueue`). What the stories
-running at once have spent so far adds up to the loop's spend (:class:`LoopSpend`).
+merges land one at a time, in sprint order among the stories in flight (:class:`MergeQueue`): a finished story
+waits until every earlier story the loop started whose run goes on has landed or its run has ended (committed,
+deferred, failed, blocked on a person, stopped). A story not started yet (it waits on a dependency or a file)
+holds no one. What the stories running at once have spent so far adds up to the loop's spend (:class:`LoopSpend`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from stepline.tools._git import git
 if TYPE_CHECKING:
     from stepline.engine import Engine
 
-__all__ = ["LoopSpend", "MergeQueue", "Needs", "loop_spend", "merge_queue", "spending", "story_needs",
+__all__ = ["LoopSpend", "MergeQueue", "Needs", "loop_spend", "merge_queue", "merging", "spending", "story_needs",
            "touched_files"]
 
 #: A sentence naming what a story or epic needs first.
@@ -111,22 +113,35 @@ async def touched_files(worktree: Path, integration: str) -> set[str]:
 
 
 class MergeQueue:
-    """One merge at a time; of the stories waiting, the earliest in sprint order goes first."""
+    """One merge at a time, in sprint order among the stories in flight: a story's turn comes once no story before
+    it in ``order`` is in flight (started by the loop, neither landed nor ended). A story sent back to build after
+    its merge failed stays in flight, in its place. A lone run's queue has no story in flight: its turn is at once."""
 
     def __init__(self, order: list[str]) -> None:
         self._rank = {key: index for index, key in enumerate(order)}
-        self._waiting: set[str] = set()
+        self._in_flight: set[str] = set()
         self._busy = False
         self._changed = asyncio.Condition()
+
+    def _first(self, key: str) -> bool:
+        rank = self._rank.get(key, len(self._rank))
+        return not self._busy and all(self._rank.get(other, len(self._rank)) >= rank for other in self._in_flight)
+
+    def started(self, key: str) -> None:
+        """``key``'s run starts (or is resumed): the later stories' merges wait for it."""
+        self._in_flight.add(key)
+
+    async def left(self, key: str) -> None:
+        """``key`` has landed, or its run has ended: no merge waits for it any more."""
+        async with self._changed:
+            self._in_flight.discard(key)
+            self._changed.notify_all()
 
     @asynccontextmanager
     async def turn(self, key: str) -> AsyncIterator[None]:
         """Wait for ``key``'s turn to merge, and hold it."""
         async with self._changed:
-            self._waiting.add(key)
-            await self._changed.wait_for(lambda: not self._busy and min(
-                self._waiting, key=lambda k: self._rank.get(k, len(self._rank))) == key)
-            self._waiting.discard(key)
+            await self._changed.wait_for(lambda: self._first(key))
             self._busy = True
         try:
             yield
@@ -139,12 +154,19 @@ class MergeQueue:
 _QUEUES: dict[Path, MergeQueue] = {}
 
 
-def merge_queue(root: Path, order: list[str] | None = None) -> MergeQueue:
-    """The merge queue of the loop driving ``root`` (made with ``order`` by the loop; a lone run gets its own)."""
-    root = root.resolve()
-    if order is not None or root not in _QUEUES:
-        _QUEUES[root] = MergeQueue(order or [])
-    return _QUEUES[root]
+@contextmanager
+def merging(root: Path, order: list[str]) -> Iterator[MergeQueue]:
+    """The merge queue of the loop driving ``root``, its stories in ``order``, while it runs (:func:`merge_queue`)."""
+    queue = _QUEUES[root.resolve()] = MergeQueue(order)
+    try:
+        yield queue
+    finally:
+        _QUEUES.pop(root.resolve(), None)
+
+
+def merge_queue(root: Path) -> MergeQueue:
+    """The merge queue of the loop driving ``root`` (a run outside a loop gets one of its own)."""
+    return _QUEUES.setdefault(root.resolve(), MergeQueue([]))
 
 
 class LoopSpend:
