@@ -245,11 +245,13 @@ def test_analysis_mode_keeps_the_real_cli_from_writing(project: Path, cli: Cli) 
     assert not (project / "hello.txt").exists()
 
 
-@pytest.mark.parametrize("cli", ["claude", "codex"], indirect=True)
 @pytest.mark.parametrize("strategy", ["resume", "fork"])
 def test_a_later_step_resumes_or_forks_the_real_agents_session(strategy: str, project: Path, cli: Cli) -> None:
-    """A step with a CCW execution id records the CLI's session; a later step resuming (``--resume`` / ``exec
-    resume``) or forking it (``--fork-session`` / ``exec fork``) is accepted by the real CLI and finishes."""
+    """A step with a CCW execution id records the CLI's session; a later step resuming it (claude, qwen and gemini
+    ``--resume ID``, codex ``exec resume``, opencode ``run --session ID``) or forking it (claude and qwen
+    ``--fork-session``, codex ``exec fork``, opencode ``--fork``, gemini ``--session-file`` of the session's file) is
+    accepted by the real CLI and finishes: the model is sent the first step's conversation, a resume records the
+    same session id and a fork a new one, and the usage recorded is this call's alone."""
     cli.script([(FINISH, {"summary": "first"})])
     first = RecordingSession()
     _perform(cli.name, cli.binary, _request(project, cli_execution={"id": "E1"}), first, **cli.options)
@@ -272,5 +274,12 @@ def test_a_later_step_resumes_or_forks_the_real_agents_session(strategy: str, pr
     assert second.calls[-1] == ("finish", None, "second")
     resumed = [json.dumps(r) for r in cli.serve.requests[before:] if r.get("tools")]
     assert resumed and "Write hello.txt" in resumed[0]  # the first step's conversation came along
-    session_id = second.memos[f"cli-agent:{cli.name}"]["session_id"]
-    assert (session_id == recorded["session_id"]) == (strategy == "resume"), (session_id, recorded)
+    record = second.memos[f"cli-agent:{cli.name}"]
+    assert (record["session_id"] == recorded["session_id"]) == (strategy == "resume"), (record, recorded)
+    assert ("set_var", "cli_session:E2", {"agent": cli.name, "session_id": record["session_id"]}) in second.calls
+    # each model answer reports USAGE: a total of the whole session would count the first step's answers too
+    used = record["usage"]["output_tokens"] / USAGE[1]
+    if cli.name == "codex" and used > len(resumed):
+        pytest.xfail("codex exec's turn.completed usage is the thread's total: a resumed or forked thread's counts "
+                     "the first step's turns too")
+    assert used == len(resumed), record["usage"]

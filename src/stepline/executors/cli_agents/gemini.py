@@ -6,10 +6,15 @@ a home of its own for the run (``GEMINI_CLI_HOME``, documented): a ``.gemini`` f
 stepline's server added and links to the user's other files there (credentials, sessions). The run's folder is
 trusted for the session (``--skip-trust``), so write mode's ``--approval-mode yolo`` holds; analysis mode is
 ``default`` with stepline's server trusted (its tools need no confirmation, the editing tools are refused).
+
+A later step resumes a session with ``--resume ID``: gemini keeps it in the user's ``.gemini/tmp/<project>/chats``,
+linked into the run's home (made there first if missing, so a session outlives the run). Gemini has no fork: a fork
+starts from a copy, ``--session-file`` of the session's file, which gemini imports under a new session id.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from pathlib import Path
@@ -21,12 +26,19 @@ from stepline.executors.cli_agents._spec import SERVER, TOTAL, AgentCli, AgentRe
 __all__ = ["GEMINI"]
 
 
+def _user() -> Path:
+    """The user's ``.gemini`` folder."""
+    return Path(os.environ.get("GEMINI_CLI_HOME") or Path.home()) / ".gemini"
+
+
 def _home(inv: Invocation) -> Path:
     """A home for this run whose ``.gemini`` is the user's, with stepline's MCP server added to its settings."""
-    user = Path(os.environ.get("GEMINI_CLI_HOME") or Path.home()) / ".gemini"
+    user = _user()
     home = inv.config_dir / "gemini-home"
     mine = home / ".gemini"
     mine.mkdir(parents=True)
+    # its sessions (tmp/<project>/chats) must outlive this home, for a later step to resume one
+    (user / "tmp").mkdir(parents=True, exist_ok=True)
     settings: dict[str, Any] = {}
     if (user / "settings.json").is_file():
         try:
@@ -44,6 +56,18 @@ def _home(inv: Invocation) -> Path:
     return home
 
 
+def _session_file(session_id: str) -> Path:
+    """The file gemini keeps session ``session_id`` in: ``tmp/<project>/chats/session-<time>-<id[:8]>.jsonl`` of the
+    user's ``.gemini``, its ``sessionId`` near the start."""
+    chats = _user() / "tmp"
+    for path in sorted(chats.glob(f"*/chats/session-*-{glob.escape(session_id[:8])}.json*")):
+        with path.open(encoding="utf-8", errors="replace") as file:
+            if f'"{session_id}"' in file.read(4096):
+                return path
+    raise ExecutorError(f"no gemini session {session_id} is kept under {chats}/*/chats, so it cannot be forked",
+                        hint="resume it in the gemini home it was made in (GEMINI_CLI_HOME), or start a new session")
+
+
 def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
     argv = ["--output-format", "stream-json", "--skip-trust",
             "--approval-mode", "yolo" if inv.mode == "write" else "default", "--allowed-mcp-server-names", SERVER]
@@ -52,7 +76,7 @@ def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
     if inv.model:
         argv += ["-m", inv.model]
     if inv.resume:
-        argv += ["--resume", inv.resume]
+        argv += ["--session-file", str(_session_file(inv.resume))] if inv.fork else ["--resume", inv.resume]
     return argv + inv.extra_args, {"GEMINI_CLI_HOME": str(_home(inv))}
 
 

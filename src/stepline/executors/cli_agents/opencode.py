@@ -4,7 +4,9 @@ stepline's MCP server comes in ``OPENCODE_CONFIG_CONTENT`` (inline configuration
 user gives in that variable is kept, the server added to it). Write mode
 is the ``build`` agent with ``--auto`` (its permission asks are approved: nobody is there to answer them), analysis
 mode the read-only ``plan`` agent. The provider and model are the user's opencode configuration (``--model
-provider/model`` through the executor's ``model`` option).
+provider/model`` through the executor's ``model`` option). A later step continues a session with ``--session ID``,
+or forks it with ``--session ID --fork`` (a new session from a copy); its sessions are in opencode's data folder
+(``$XDG_DATA_HOME/opencode``).
 """
 
 from __future__ import annotations
