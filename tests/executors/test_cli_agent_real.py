@@ -283,3 +283,20 @@ def test_a_later_step_resumes_or_forks_the_real_agents_session(strategy: str, pr
         pytest.xfail("codex exec's turn.completed usage is the thread's total: a resumed or forked thread's counts "
                      "the first step's turns too")
     assert used == len(resumed), record["usage"]
+
+
+def test_a_gemini_fork_of_a_session_it_does_not_keep_is_refused_before_it_starts(
+        project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """gemini forks by importing the parent session's file: with no file of that session in the user's gemini home,
+    the fork is one line naming the session and what to do instead, and gemini is not started."""
+    binary = agents.binary("gemini")
+    _use_env(monkeypatch, agents.gemini_env(tmp_path / "home", request.getfixturevalue("fake_gemini").base_url))
+    parent = {"agent": "gemini", "session_id": "0badc0de-0000-4000-8000-000000000000"}
+    later = StepRequest(kind="work", run_id="run-real", step_id="next", title="Next", content="Go on.",
+                        context={"project_root": str(project)}, variables={"cli_session:E1": parent},
+                        hints={"cli_execution": {"id": "E2", "strategy": "fork", "resume_from": "E1"}})
+    session = RecordingSession()
+    with pytest.raises(ExecutorError, match=r"^no gemini session 0badc0de-\S+ is kept under \S+/\.gemini/tmp/\*/chats, "
+                                            r"so it cannot be forked \(resume it .*or start a new session\)$"):
+        _perform("gemini", binary, later, session, model="fake-gemini")
+    assert not session.processes

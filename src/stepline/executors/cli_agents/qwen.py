@@ -15,7 +15,6 @@ from typing import Any
 from stepline.executors.cli_agents._spec import (
     SERVER,
     TOOLS,
-    TOTAL,
     AgentCli,
     AgentReport,
     Invocation,
@@ -43,8 +42,7 @@ def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
 def _streamed(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
     """An assistant message's usage. The ``result`` line's total is the session's: a resumed or forked session's
     counts the earlier calls' usage too."""
-    found = streamed_usage(event)
-    return None if found is None or found[0] == TOTAL else found
+    return streamed_usage(event) if event.get("type") == "assistant" else None
 
 
 def _parse(stdout: str) -> AgentReport:
