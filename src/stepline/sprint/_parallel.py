@@ -5,9 +5,11 @@ document (``Depends on Story 1.2``, ``Prerequisites: 2-1``, ``Epic 3 depends on 
 only on earlier ones, and say so in those words) — or while a running story declares or has touched a file it
 declares (the story's ``File List``; a running story's diff so far). Each story builds in its own worktree;
 merges land one at a time, in sprint order among the stories in flight (:class:`MergeQueue`): a finished story
-waits until every earlier story the loop started whose run goes on has landed or its run has ended (committed,
-deferred, failed, blocked on a person, stopped). A story not started yet (it waits on a dependency or a file)
-holds no one. What the stories running at once have spent so far adds up to the loop's spend (:class:`LoopSpend`).
+waits until every story before it in sprint order that was already in flight when it started has landed or its
+run has ended (deferred, failed, blocked on a person). A story not started yet (it waits on a dependency or a
+file) holds no one, nor does one started after it (an earlier story whose dependency has just landed: waiting
+for it would chain the independent stories' merges one after another's build). What the stories running at once
+have spent so far adds up to the loop's spend (:class:`LoopSpend`).
 """
 
 from __future__ import annotations
@@ -113,22 +115,23 @@ async def touched_files(worktree: Path, integration: str) -> set[str]:
 
 
 class MergeQueue:
-    """One merge at a time, in sprint order among the stories in flight: a story's turn comes once no story before
-    it in ``order`` is in flight (started by the loop, neither landed nor ended). A story sent back to build after
-    its merge failed stays in flight, in its place. A lone run's queue has no story in flight: its turn is at once."""
+    """One merge at a time, in sprint order among the stories in flight: a story's turn comes once each story before
+    it in ``order`` that was in flight when it started (started by the loop, neither landed nor ended) has landed or
+    ended. A story sent back to build after its merge failed stays in flight, in its place. A lone run's queue has
+    no story in flight: its turn is at once."""
 
     def __init__(self, order: list[str]) -> None:
         self._rank = {key: index for index, key in enumerate(order)}
         self._in_flight: set[str] = set()
+        #: The stories each story's merge waits for: those before it in order, in flight when it started.
+        self._after: dict[str, set[str]] = {}
         self._busy = False
         self._changed = asyncio.Condition()
 
-    def _first(self, key: str) -> bool:
-        rank = self._rank.get(key, len(self._rank))
-        return not self._busy and all(self._rank.get(other, len(self._rank)) >= rank for other in self._in_flight)
-
     def started(self, key: str) -> None:
-        """``key``'s run starts (or is resumed): the later stories' merges wait for it."""
+        """``key``'s run starts (or is resumed): its merge waits for the earlier stories in flight now."""
+        rank = self._rank.get(key, len(self._rank))
+        self._after[key] = {other for other in self._in_flight if self._rank.get(other, len(self._rank)) < rank}
         self._in_flight.add(key)
 
     async def left(self, key: str) -> None:
@@ -141,7 +144,7 @@ class MergeQueue:
     async def turn(self, key: str) -> AsyncIterator[None]:
         """Wait for ``key``'s turn to merge, and hold it."""
         async with self._changed:
-            await self._changed.wait_for(lambda: self._first(key))
+            await self._changed.wait_for(lambda: not self._busy and not self._after.get(key, set()) & self._in_flight)
             self._busy = True
         try:
             yield
