@@ -124,9 +124,11 @@ def test_other_agents_report_their_session_and_usage(agent: str, agent_log: Path
 
 
 def test_fork_and_resume_continue_the_recorded_sessions(agent_log: Path) -> None:
-    """A fork resumes the parent's native session with --fork-session; codex resume uses `exec … resume ID -`."""
+    """A fork resumes the parent's native session with --fork-session; codex resume uses `exec … resume ID -`, and
+    as codex reports the thread's running usage, its recorded total is taken off and the new total recorded."""
+    before = {"input_tokens": 70.0, "output_tokens": 15.0, "cached_input_tokens": 0.0}  # fake codex reports 100/20
     variables = {"cli_session:A": {"agent": "claude", "session_id": "claude-native-A"},
-                 "cli_session:C": {"agent": "codex", "session_id": "codex-native-C"}}
+                 "cli_session:C": {"agent": "codex", "session_id": "codex-native-C", "usage": before}}
     forked = RecordingSession()
     _perform("claude", _request(variables=variables, hints={"cli_execution": {
         "id": "B", "strategy": "fork", "resume_from": "A"}}), forked)
@@ -137,7 +139,10 @@ def test_fork_and_resume_continue_the_recorded_sessions(agent_log: Path) -> None
     assert claude_argv[-3:] == ["--resume", "claude-native-A", "--fork-session"]
     assert ("set_var", "cli_session:B", {"agent": "claude", "session_id": "claude-session-s1"}) in forked.calls
     assert codex_argv[-3:] == ["resume", "codex-native-C", "-"]
-    assert ("set_var", "cli_session:C", {"agent": "codex", "session_id": "codex-native-C"}) in resumed.calls
+    assert resumed.memos["cli-agent:codex"]["usage"] == {"input_tokens": 30, "output_tokens": 5,
+                                                         "cached_input_tokens": 0}
+    assert ("set_var", "cli_session:C", {"agent": "codex", "session_id": "codex-native-C", "usage": {
+        "input_tokens": 100, "output_tokens": 20, "cached_input_tokens": 0}}) in resumed.calls
 
 
 def test_unknown_parent_execution_is_a_clear_error(agent_log: Path) -> None:

@@ -7,7 +7,9 @@ the agent's conversation so a later step can resume it or fork it (CCW's ``--id`
 shows them — goes on stdin. The agent reports through stepline's MCP server, served on a free 127.0.0.1 port for
 this one request (the ``mcp-bridge`` machinery), so every ``write_output``/``finish`` it makes is checked and
 journaled like any other executor's. Its stdout (JSON / stream-JSON) gives the session id, the final text and
-token usage. How each CLI is called: one module per agent in this package.
+token usage. How each CLI is called: one module per agent in this package. A CLI whose usage in a continued
+session is the session's running total (``usage_is_cumulative``: codex) has that total recorded with the session,
+so a call resuming or forking it records and meters only what it used itself.
 
 The agent runs under a supervisor (:mod:`._process`): it dies with the driver that started it, however that ends,
 and it is journaled (pid, start time, process group) before it starts, so a resumed step first stops an agent a
@@ -59,7 +61,15 @@ from stepline.executors._protocol import StepRequest, StepSession
 from stepline.executors.cli_agents._classify import classify
 from stepline.executors.cli_agents._process import OutputLog, Ran, run_process, stop_left_over
 from stepline.executors.cli_agents._prompt import build_prompt, describe_output
-from stepline.executors.cli_agents._spec import SERVER, AgentCli, Invocation, Mode, StreamedUsage, mcp_servers
+from stepline.executors.cli_agents._spec import (
+    SERVER,
+    AgentCli,
+    Invocation,
+    Mode,
+    StreamedUsage,
+    mcp_servers,
+    usage_since,
+)
 from stepline.executors.cli_agents.claude import CLAUDE
 from stepline.executors.cli_agents.codex import CODEX
 from stepline.executors.cli_agents.gemini import GEMINI
@@ -117,8 +127,9 @@ class CliAgentExecutor(Executor):
             raise ExecutorError(f"the agent's working folder {cwd} does not exist", hint="check the cd option")
         return cwd.resolve()
 
-    def _execution(self, request: StepRequest) -> tuple[str | None, str | None, bool]:
-        """(id to record this conversation under, native session id to continue, whether to fork it)."""
+    def _execution(self, request: StepRequest) -> tuple[str | None, str | None, bool, dict[str, float]]:
+        """(id to record this conversation under, native session id to continue, whether to fork it, the session's
+        recorded running usage for a CLI that counts it in a continued session's usage)."""
         hinted = request.hints.get("cli_execution")
         if isinstance(hinted, dict):  # a CCW task's cli_execution block, per step
             merge_from = hinted.get("merge_from") or [None]
@@ -130,14 +141,15 @@ class CliAgentExecutor(Executor):
         strategy = spec.get("strategy") or ("resume" if parent else "new")
         record_as = spec.get("execution_id") or (parent if strategy == "resume" else None)
         if not parent or strategy == "new":
-            return record_as, None, False
+            return record_as, None, False, {}
         known = request.variables.get(f"cli_session:{parent}")
         if not isinstance(known, dict) or not known.get("session_id"):
             raise ExecutorError(f"no {self.cli.name} session is recorded for execution id {parent!r}",
                                 hint="the step that starts it must run first with that execution_id")
         if known.get("agent") != self.cli.name:
             raise ExecutorError(f"execution {parent!r} was a {known.get('agent')} session, not {self.cli.name}")
-        return record_as, str(known["session_id"]), strategy in ("fork", "merge_fork")
+        since = dict(known.get("usage") or {}) if self.cli.usage_is_cumulative else {}
+        return record_as, str(known["session_id"]), strategy in ("fork", "merge_fork"), since
 
     async def perform(self, request: StepRequest, session: StepSession) -> None:
         """Run the agent once for ``request`` (or replay its journaled run) and end the request as it did."""
@@ -146,7 +158,7 @@ class CliAgentExecutor(Executor):
         executable = self._executable()
         mode = self._mode(request)
         cwd = self._cwd(request)
-        record_as, resume, fork = self._execution(request)
+        record_as, resume, fork, since = self._execution(request)
         prompt = build_prompt(request, mode, self.cli)
         live = False
 
@@ -154,7 +166,7 @@ class CliAgentExecutor(Executor):
             nonlocal live
             live = True
             return await self._run(executable, request, session, prompt,
-                                   mode=mode, cwd=cwd, resume=resume, fork=fork)
+                                   mode=mode, cwd=cwd, resume=resume, fork=fork, since=since)
 
         payload = {"agent": self.cli.name, "mode": mode, "cwd": str(cwd), "resume": resume, "fork": fork,
                    "prompt_sha256": hashlib.sha256(prompt.encode("utf-8")).hexdigest()}
@@ -165,8 +177,11 @@ class CliAgentExecutor(Executor):
             raise BudgetExceeded(f"{self.cli.name} was stopped in step {request.step_id!r}: {record['stopped']}",
                                  usage=record.get("usage") or {})
         if record_as and record.get("session_id"):
-            await session.set_var(f"cli_session:{record_as}",
-                                  {"agent": self.cli.name, "session_id": record["session_id"]})
+            known: dict[str, Any] = {"agent": self.cli.name, "session_id": record["session_id"]}
+            if self.cli.usage_is_cumulative:  # what the next call on this session subtracts from its reports
+                used = record.get("usage") or {}
+                known["usage"] = {name: since.get(name, 0.0) + used.get(name, 0.0) for name in {**since, **used}}
+            await session.set_var(f"cli_session:{record_as}", known)
         final = record["final"]
         if final["method"] == "decide":
             await session.decide(bool(final["args"]["value"]), str(final["args"].get("reason") or ""))
@@ -174,8 +189,10 @@ class CliAgentExecutor(Executor):
             await session.finish(final["args"].get("choice"), final["args"].get("summary"))
 
     async def _run(self, executable: str, request: StepRequest, session: StepSession, prompt: str, *,
-                   mode: Mode, cwd: Path, resume: str | None, fork: bool) -> dict[str, Any]:
-        """One agent run with a per-request MCP server; returns what the memo journals."""
+                   mode: Mode, cwd: Path, resume: str | None, fork: bool,
+                   since: dict[str, float]) -> dict[str, Any]:
+        """One agent run with a per-request MCP server; returns what the memo journals: the usage is the call's
+        own, ``since`` (the session's running usage before it) taken off what the CLI reports."""
         from mcp.server.mcpserver import MCPServer
 
         from stepline.executors._mcp_bridge import StepBridge, add_step_tools, serve_http, step_payload
@@ -194,7 +211,7 @@ class CliAgentExecutor(Executor):
         grace = float(self.options.get("exit_grace_seconds", 30))
         stop_grace = float(self.options.get("stop_grace_seconds", 3))
         stall = float(self.options.get("stall_seconds", STALL_SECONDS) or 0) or None
-        streamed = StreamedUsage(self.cli.streamed_usage)
+        streamed = StreamedUsage(self.cli.streamed_usage, since)
         label = f"{self.cli.name}#{request.hints.get('invocation', 0)}"
         # A private folder (0700) for what a CLI reads only from files; removed with the run.
         with (tempfile.TemporaryDirectory(prefix="stepline-agent-") as tmp,
@@ -254,7 +271,7 @@ class CliAgentExecutor(Executor):
                          else f"stopped: no output and no file change for {stall:g}s" if ran.stopped == "stall"
                          else f"exited {ran.status}")
         report = self.cli.parse(ran.stdout)
-        usage = streamed.usage or report.usage
+        usage = streamed.usage or usage_since(report.usage, since)
         if stopped is not None:  # no final text: what it was saying last, said short
             said = report.text or " | ".join(describe_output(line) for line in ran.stdout.splitlines()[-3:])
             return {"final": None, "calls": bridge.calls, "session_id": report.session_id,

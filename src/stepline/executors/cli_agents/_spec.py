@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 __all__ = ["SERVER", "TOOLS", "TOTAL", "AgentCli", "AgentReport", "Invocation", "Mode", "StreamedUsage",
-           "json_lines", "mcp_servers", "tokens"]
+           "json_lines", "mcp_servers", "tokens", "usage_since"]
 
 Mode = Literal["analysis", "write"]
 
@@ -69,6 +69,9 @@ class AgentCli:
     #: Known lines of its output that mean it cannot go on unattended, with the setting the user must give:
     #: (a lowercase fragment of the line, the one-line fix).
     setup_problems: tuple[tuple[str, str], ...] = ()
+    #: Whether the usage it reports in a resumed or forked session is the session's running total, the earlier
+    #: calls' included (codex): the executor records that total with the session and subtracts it next time.
+    usage_is_cumulative: bool = False
 
 
 def mcp_servers(server: dict[str, Any]) -> str:
@@ -94,16 +97,24 @@ def json_lines(stdout: str) -> Iterator[dict[str, Any]]:
                     yield item
 
 
+def usage_since(total: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
+    """What a running ``total`` adds to the ``before`` it started from."""
+    return {name: max(0.0, value - float(before.get(name) or 0)) for name, value in total.items()}
+
+
 def tokens(raw: dict[str, Any], *, inp: str = "input_tokens", out: str = "output_tokens") -> dict[str, float]:
     """Input and output tokens under the names the executors record."""
     return {"input_tokens": float(raw.get(inp) or 0), "output_tokens": float(raw.get(out) or 0)}
 
 
 class StreamedUsage:
-    """What an agent has used so far, from the usage lines it streams while it runs."""
+    """What an agent has used so far, from the usage lines it streams while it runs; ``since``: the session's
+    running total before this call, for a CLI whose usage counts the earlier calls of a continued session too."""
 
-    def __init__(self, read: Callable[[dict[str, Any]], tuple[str, dict[str, float]] | None]) -> None:
+    def __init__(self, read: Callable[[dict[str, Any]], tuple[str, dict[str, float]] | None],
+                 since: Mapping[str, float] | None = None) -> None:
         self._read = read
+        self._since = since or {}
         self._parts: dict[str, dict[str, float]] = {}
         self._total: dict[str, float] | None = None
 
@@ -128,11 +139,11 @@ class StreamedUsage:
 
     @property
     def usage(self) -> dict[str, float]:
-        """The call's usage so far: its reported total, else the sum of its messages'."""
+        """The call's own usage so far: its reported total, else the sum of its messages'."""
         if self._total is not None:
-            return dict(self._total)
+            return usage_since(self._total, self._since)
         summed: dict[str, float] = {}
         for part in self._parts.values():
             for name, value in part.items():
                 summed[name] = summed.get(name, 0.0) + value
-        return summed
+        return usage_since(summed, self._since)

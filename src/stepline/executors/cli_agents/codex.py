@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stepline.executors.cli_agents._spec import SERVER, AgentCli, AgentReport, Invocation, json_lines
+from stepline.executors.cli_agents._spec import SERVER, TOTAL, AgentCli, AgentReport, Invocation, json_lines
 
 __all__ = ["CODEX"]
 
@@ -41,7 +41,7 @@ def _tokens(raw: dict[str, Any]) -> dict[str, float]:
 
 def _streamed(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
     if event.get("type") == "turn.completed" and isinstance(event.get("usage"), dict):
-        return "", _tokens(event["usage"])  # one turn each: summed
+        return TOTAL, _tokens(event["usage"])  # the thread's running total, the resumed turns' included
     return None
 
 
@@ -65,4 +65,5 @@ CODEX = AgentCli(
     tool_note=f"They are in the `mcp__{SERVER}` tool namespace.",
     setup_problems=(("not logged in", "log in with `codex login`, or set the provider's env_key in "
                                       "~/.codex/config.toml"),),
+    usage_is_cumulative=True,
 )
