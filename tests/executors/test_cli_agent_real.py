@@ -139,6 +139,16 @@ def _hung(project: Path) -> bool:
     return python_running_with(str(project))
 
 
+def _recorded_session(cli: Cli, record: dict[str, Any], parent: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``cli_session:ID`` variable a call recording ``record`` sets: with a CLI that reports a thread's running
+    usage (codex), that total (the ``parent`` session's and this call's), for the next call to take off."""
+    known = {"agent": cli.name, "session_id": record["session_id"]}
+    if AGENTS[cli.name].usage_is_cumulative:
+        before = (parent or {}).get("usage") or {}
+        known["usage"] = {name: before.get(name, 0.0) + used for name, used in record["usage"].items()}
+    return known
+
+
 def test_the_real_cli_does_a_step_with_its_own_tool_and_finishes_over_mcp(project: Path, cli: Cli) -> None:
     """The real CLI writes the file with its own tool and calls stepline's finish (claude loads the deferred tool
     with ToolSearch first); stepline reads its session id and its usage from the real stream."""
@@ -151,7 +161,7 @@ def test_the_real_cli_does_a_step_with_its_own_tool_and_finishes_over_mcp(projec
     answers = record["usage"]["input_tokens"] / USAGE[0]  # each fake answer reports USAGE
     assert answers >= 2 and answers == int(answers), record["usage"]
     assert record["usage"]["output_tokens"] == USAGE[1] * answers
-    assert ("set_var", "cli_session:E1", {"agent": cli.name, "session_id": record["session_id"]}) in session.calls
+    assert ("set_var", "cli_session:E1", _recorded_session(cli, record)) in session.calls
     assert record["session_id"] and record["exit_status"] == 0
     assert [p["agent"] for p in session.processes] == [cli.name] and _gone(session.processes[0]["pgid"])
 
@@ -277,10 +287,7 @@ def test_a_later_step_resumes_or_forks_the_real_agents_session(strategy: str, pr
     assert resumed and "Write hello.txt" in resumed[0]  # the first step's conversation came along
     record = second.memos[f"cli-agent:{cli.name}"]
     assert (record["session_id"] == recorded["session_id"]) == (strategy == "resume"), (record, recorded)
-    known = {"agent": cli.name, "session_id": record["session_id"]}
-    if AGENTS[cli.name].usage_is_cumulative:  # the thread's running total, for the next call to take off
-        known["usage"] = {name: recorded["usage"][name] + record["usage"][name] for name in record["usage"]}
-    assert ("set_var", "cli_session:E2", known) in second.calls
+    assert ("set_var", "cli_session:E2", _recorded_session(cli, record, recorded)) in second.calls
     # each model answer reports USAGE: a total of the whole session would count the first step's answers too
     assert record["usage"]["output_tokens"] == USAGE[1] * len(resumed), record["usage"]
 

@@ -235,7 +235,8 @@ def _wait_for(probe: Callable[[], Any], timeout: float = 30) -> Any:
 
 
 def test_the_agents_streamed_usage_is_read_per_cli() -> None:
-    """Claude's repeated message usage counts once; codex's cached tokens are recorded apart; opencode sums steps."""
+    """Claude's repeated message usage counts once; codex's cached tokens are recorded apart, and a resumed codex
+    thread's running total counts only past the total it had; opencode sums steps."""
     from stepline.executors.cli_agents import AGENTS, StreamedUsage
 
     claude = StreamedUsage(AGENTS["claude"].streamed_usage)
@@ -251,6 +252,13 @@ def test_the_agents_streamed_usage_is_read_per_cli() -> None:
     codex.feed(json.dumps({"type": "turn.completed",
                            "usage": {"input_tokens": 100, "cached_input_tokens": 40, "output_tokens": 7}}))
     assert codex.usage == {"input_tokens": 60, "output_tokens": 7, "cached_input_tokens": 40}
+    # a resumed thread's turn.completed is its running total: the latest one counts, less the total before the call
+    resumed = StreamedUsage(AGENTS["codex"].streamed_usage, since={"input_tokens": 60, "output_tokens": 7,
+                                                                    "cached_input_tokens": 40})
+    for total in (150, 180):
+        resumed.feed(json.dumps({"type": "turn.completed",
+                                 "usage": {"input_tokens": total, "cached_input_tokens": 50, "output_tokens": 9}}))
+    assert resumed.usage == {"input_tokens": 70, "output_tokens": 2, "cached_input_tokens": 10}
     opencode = StreamedUsage(AGENTS["opencode"].streamed_usage)
     for n in (1, 2):
         opencode.feed(json.dumps({"type": "step_finish", "part": {"id": f"p{n}", "cost": 0.25, "tokens": {
