@@ -357,6 +357,36 @@ async def _shim(ctx: StepContext) -> None:
     _move(ctx, ctx.spec.meta.get("next"))
 
 
+async def _agent_menu(ctx: StepContext) -> None:
+    """An agent's menu (its customization's ``agent.menu``): the person picks an item (in #yolo the executor, as
+    the user; journaled with who chose). An item's ``prompt`` is one request; an item's ``skill`` is another run,
+    which the runtime does not start inside this one: the run ends naming the command that runs it."""
+    items: list[dict[str, str]] = ctx.spec.meta["items"]
+    options = [Option(i["code"], i["description"], Route("goto", None)) for i in items]
+    picked = await choose(ctx, options, hints=_standing(ctx), name="agent-menu", note="The agent's menu:")
+    item = items[options.index(picked)]
+    by = "executor" if ctx.run.mode == "yolo" else "person"
+    ctx.step.choice = picked.key
+    chosen = f"[{picked.key}] {picked.label}"
+    command = None
+    if "skill" in item:
+        found = find_skill(item["skill"], Path(_skill(ctx)["root"]), ctx.project_root)
+        where = os.path.relpath(found, ctx.project_root) if found and found.is_relative_to(ctx.project_root) \
+            else found
+        command = f"stepline run {where}" if where is not None else None
+    dispatched = {"skill": item["skill"], "command": command} if "skill" in item else {"prompt": item.get("prompt")}
+    record(ctx, "agent-menu", "agent-menu", {"items": [f"[{o.key}] {o.label}" for o in options]},
+           {"choice": picked.key, **dispatched, "by": by})
+    if "skill" not in item:
+        outcome = await ctx.invoke("work", title=chosen, content=_render(ctx, item.get("prompt", "")),
+                                   context=_base_context(ctx), hints=_standing(ctx))
+        ctx.step.summary = f"{chosen}: {outcome.summary or 'done'}"
+    else:  # the command leads: a progress line is cut short, and the command is what the person needs from it
+        ctx.step.summary = (f"next: `{command}` ({chosen})" if command else
+                            f"skill {item['skill']} is not installed (install its module) ({chosen})")
+    _move(ctx, ctx.spec.meta.get("next"), reason=f"{chosen} chosen at the agent's menu", by=by)
+
+
 # ------------------------------------------------------------------------------------------------- step files
 
 
@@ -1051,7 +1081,8 @@ async def _section(ctx: StepContext) -> None:
 # ------------------------------------------------------------------------------------------------------ entry
 
 _ROLES = {"activate": _activate, "on-activation": _on_activation, "instruction": _instruction, "shim": _shim,
-          "step-file": _step_file, "mode": _router, "intent": _intent, "section": _section, "body": _section}
+          "step-file": _step_file, "mode": _router,
+          "agent-menu": _agent_menu, "intent": _intent, "section": _section, "body": _section}
 
 
 async def run_skill_step(ctx: StepContext) -> None:

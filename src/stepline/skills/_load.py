@@ -150,7 +150,20 @@ def _activation_steps(files: SkillFiles, custom: Customization) -> list[StepSpec
     for number, text in enumerate(_instructions(custom, "activation_steps_append"), start=1):
         steps.append(StepSpec(id=f"append-{number}", name=f"activation step (append) {number}", body=text,
                               meta={"role": "instruction", "skill": skill, "text": text}))
+    items = _agent_menu(custom)
+    if items:  # an agent's activation ends presenting its menu and waiting for the person's choice
+        steps.append(StepSpec(id="agent-menu", name="the agent's menu", source=source,
+                              description="present the agent's menu, wait for a choice, dispatch it",
+                              meta={"role": "agent-menu", "skill": skill, "items": items}))
     return steps
+
+
+def _agent_menu(custom: Customization) -> list[dict[str, str]]:
+    """The merged ``[[agent.menu]]`` items (code, description, and its ``skill`` or its ``prompt``)."""
+    agent = custom.values.get("agent")
+    menu = agent.get("menu") if isinstance(agent, dict) else None
+    return [{k: str(item[k]) for k in ("code", "description", "skill", "prompt") if item.get(k) is not None}
+            for item in menu or [] if isinstance(item, dict) and item.get("code")]
 
 
 def _step_file_specs(files: SkillFiles) -> list[StepSpec]:
