@@ -8,7 +8,7 @@ agent that does each step's work but does not answer its menu) each such run's q
 What a step presents is what the reader found in the step file (or a sections skill's section): an authored menu
 (``[K] Label`` options in a menu section or a "Select an Option" line), else its last halt that waits for the
 person outside any ``If …`` (``HALT and wait for user confirmation``), else an unconditional ``HALT and ask
-human:`` checkpoint.
+human:`` checkpoint; an agent skill presents its menu (customize.toml's ``[[agent.menu]]``) after its activation.
 """
 
 from __future__ import annotations
@@ -82,6 +82,8 @@ def _presents(workflow: WorkflowSpec, step_id: str) -> list[str]:
         router = workflow.meta.get("router")
         asked = router and not workflow.meta.get("first_step") and not workflow.meta.get("mode")
         return [f"[{o['key'] or i}] {o['label']}" for i, o in enumerate(router["options"], start=1)] if asked else []
+    if spec.meta.get("role") == "agent-menu":  # an agent's customize.toml menu, after its activation
+        return [f"[{i['code']}] {i['description']}" for i in spec.meta["items"]]
     if spec.meta.get("role") not in (None, "step-file", "section"):
         return []
     if spec.meta.get("menu"):
