@@ -35,6 +35,7 @@ import errno
 from typing import ClassVar
 
 __all__ = [
+    "EXIT_CODES",
     "AgentEnvironmentError",
     "AgentNeedsPermission",
     "AgentRateLimited",
@@ -55,6 +56,26 @@ __all__ = [
     "ToolError",
     "UsageError",
 ]
+
+
+#: Every exit code of the ``stepline`` command and what it means: the errors' ``exit_code`` values and the
+#: outcomes of a run (failed, blocked, deferred, different) that are not errors. The docs' table is made from it.
+EXIT_CODES: dict[int, str] = {
+    0: "success: the run completed, validation found no error",
+    1: "another error a user can cause (one line naming the thing and the fix)",
+    2: "usage: a bad flag, a malformed --var, a wrong combination",
+    3: "not found: a path, run, gate, session or executor",
+    4: "a workflow or config file that cannot be read (the message names file:line)",
+    5: "the run's state does not allow it (already completed, locked by another process)",
+    6: "a damaged run directory (`stepline doctor RUN` explains it)",
+    7: "an executor or tool failure outside a step",
+    8: "the run failed: a step failed after its retries",
+    9: "the run is blocked, waiting for a person (approve, reject or answer; then resume)",
+    10: "`validate` found errors",
+    11: "`sprint run` / `resume`: a story was deferred (the others committed), or the loop's budget stopped it",
+    12: "`replay` / `diff`: the two runs' artifacts differ",
+    130: "interrupted (Ctrl-C); the run can be resumed",
+}
 
 
 class SteplineError(Exception):

@@ -1,4 +1,4 @@
-"""An agent written from the README's contract alone (tests/sprint/bin/readme_agent.py) builds and reviews."""
+"""An agent written from the sprint guide's contract alone (tests/sprint/bin/readme_agent.py) builds and reviews."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ process drives appear and advance live, approve its gate by clicking, and check 
 
 The browser comes from ``scripts/browser.sh`` (run by ``scripts/test.sh``); where none could be installed, the
 test skips saying so. A screenshot of each page is saved in the test's tmp folder, or in ``STEPLINE_SCREENSHOTS``
-when it names a folder (``STEPLINE_SCREENSHOTS=docs/dashboard`` makes the README's pictures).
+when it names a folder (``STEPLINE_SCREENSHOTS=docs/dashboard`` makes the docs' pictures).
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ Faults:
   cluster (``ray.cancel``), so an agent process it runs is stopped too.
 
 Files a CLI agent edits on a worker reach the project only if the worker sees the project at the same path
-(one machine, or a shared filesystem such as NFS mounted at the same path on every node): see README
-"Running on a cluster". Everything that goes through the protocol (``write_output``, file tools) is done here.
+(one machine, or a shared filesystem such as NFS mounted at the same path on every node): see
+docs/guides/cluster.md. Everything that goes through the protocol (``write_output``, file tools) is done here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``config/sprint.yaml``: how the sprint loop verifies, reviews, retries, isolates and budgets a story.
 
 Every key is optional; an unknown key is an error naming file:line (a typo must not silently change what
-"verified" means). An annotated example is in the README's "The sprint loop".
+"verified" means). An annotated example is in docs/guides/sprint.md.
 """
 
 from __future__ import annotations

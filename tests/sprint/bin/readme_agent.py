@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A custom agent written from the README's "Your own agent" contract alone (nothing of stepline imported): it
+"""A custom agent written from the sprint guide's "Your own agent" contract alone (nothing of stepline imported): it
 reads the prompt on stdin, asks the step's MCP server (STEPLINE_MCP_URL) for the request with get_step(), does a
 build (the story's function and its test, the story file set to review) or a review (no finding), ends with
 finish(summary=...), prints a claude-style stream-JSON result line with its usage, and exits 0."""

@@ -239,7 +239,7 @@ class CliAgentExecutor(Executor):
                                  model=self.options.get("model"), resume=resume, fork=fork,
                                  extra_args=[str(a) for a in self.options.get("extra_args") or []])
                 args, extra_env = self.cli.command(inv)
-                config = Path(tmp) / "mcp.json"  # for a custom agent (the ``command`` option): see the README
+                config = Path(tmp) / "mcp.json"  # for a custom agent (the ``command`` option): docs/guides/sprint.md
                 config.write_text(mcp_servers({"type": "http", "url": url}), encoding="utf-8")
                 env = {**os.environ, **extra_env, "STEPLINE_MCP_URL": url, "STEPLINE_MCP_CONFIG": str(config)}
                 log.line("---", f"started {executable} ({mode} mode) in {cwd}")

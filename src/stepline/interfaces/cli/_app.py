@@ -1,22 +1,6 @@
 """The ``stepline`` application object, shared options, error reporting and the one ``sys.exit``.
 
-Exit codes (also in the README):
-
-====  =========================================================================
-0     success (a run completed; a validation found no error)
-1     an error a user can cause that has no more specific code
-2     usage: a bad flag, a malformed ``--var``
-3     not found: a path, run, gate, session or executor that does not exist
-4     a workflow or config file that cannot be read (the message names file:line)
-5     the run's state does not allow it (completed, locked by another process)
-6     a damaged run directory
-7     an executor or tool failure outside a step
-8     the run failed (a step failed after its retries)
-9     the run is blocked, waiting for a person (approve / answer, then resume)
-10    ``validate`` found errors
-12    ``replay`` / ``diff``: the two runs' artifacts differ
-130   interrupted (Ctrl-C); the run stays resumable
-====  =========================================================================
+Exit codes: :data:`stepline.errors.EXIT_CODES` (the docs' exit-code reference is made from it).
 """
 
 from __future__ import annotations

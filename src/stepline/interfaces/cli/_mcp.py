@@ -8,7 +8,7 @@ from stepline.interfaces.cli._app import ConfigOption, Directory, ProjectRoot, a
 @app.command()
 def mcp(directory: Directory = None, project_root: ProjectRoot = None, config: ConfigOption = None) -> None:
     """Serve runs over MCP on stdin/stdout: an agent gets the requests a run waits on and does them through the
-    step protocol (Claude Code, Cursor, Codex: see README "IDE agents over MCP")."""
+    step protocol (Claude Code, Cursor, Codex: see docs/guides/mcp.md)."""
     import asyncio
 
     from stepline.engine import load_runtime_config

@@ -74,7 +74,7 @@ def _print_plan(project: SprintProject, config: SprintConfig, keys: list[str], r
                       f"[{story['story_file'] or 'no story file yet'}]", markup=False)
 
 
-#: ``sprint run`` / ``resume`` / ``watch`` exit codes by how the loop ended (README's exit-code table): failed 8 and
+#: ``sprint run`` / ``resume`` / ``watch`` exit codes by how the loop ended (stepline.errors.EXIT_CODES): failed 8 and
 #: blocked on a person 9 as for any run; a story deferred (or the loop's budget spent) 11; all done 0.
 EXIT_DEFERRED = 11
 _EXIT = {"done": 0, "deferred": EXIT_DEFERRED, "blocked": EXIT_BLOCKED, "failed": EXIT_FAILED}
