@@ -26,7 +26,7 @@ DRIVERS = {
 #: The step-chain mechanism both BMAD families share (issue 25): between the families and the engine. Its
 #: reader (``_read``) is the families' readers' too, so it never imports the engine; the rest runs steps.
 STEPCHAIN = "stepline.stepchain"
-STEPCHAIN_READERS = {"stepline.stepchain._read"}
+STEPCHAIN_READERS = {"stepline.stepchain._read", "stepline.stepchain._plan"}
 
 
 def _module_name(path: Path) -> str:

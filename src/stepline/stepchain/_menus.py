@@ -25,42 +25,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from stepline.engine._context import render_variables
-from stepline.executors import MenuOption
-from stepline.stepchain._read import halt_menu
+from stepline.stepchain._read import Option, Route, halt_menu
 
 __all__ = ["Option", "Route", "build_menu", "match_answer", "menu_text"]
 
-RouteKind = Literal["goto", "elicit", "party", "exit", "local"]
 _ENDS_RE = re.compile(r"\b(exit|done|end (?:the )?workflow|finish(?:es)? (?:the )?workflow|complete (?:the )?workflow|"
                       r"workflow (?:is )?complete)\b", re.IGNORECASE)
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """Where choosing an option leads (see the module docstring)."""
-
-    kind: RouteKind
-    target: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Option:
-    """One option of a step's menu and its route."""
-
-    key: str
-    label: str
-    route: Route
-    handler: str = ""
-    default: bool = False
-
-    def as_menu_option(self) -> MenuOption:
-        """The protocol's form, sent to executors."""
-        return MenuOption(key=self.key, label=self.label, default=self.default)
 
 
 def _targets(meta: dict[str, Any]) -> list[str]:

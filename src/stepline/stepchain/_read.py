@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-__all__ = ["Halt", "folder_mode", "halt_menu", "halts_in", "is_continuation", "marks", "parse_menu", "prose_lines",
-           "step_number"]
+if TYPE_CHECKING:
+    from stepline.executors import MenuOption
+
+__all__ = ["Halt", "Listed", "Menu", "Option", "Route", "bulleted_choices", "condition_of", "folder_mode", "halt_menu",
+           "halts_in", "is_continuation", "marks", "menus_in", "parse_menu", "prose_lines", "step_number"]
 
 _FENCE_RE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _HEADING_RE = re.compile(r"^(#{1,6})\s+(.*)$")
@@ -54,6 +57,36 @@ _OPTION_LINE_RE = re.compile(r"^\s*(?:[-*]\s+)?\**\[([A-Z][A-Z0-9]{0,3}|\d{1,2})
 _FOLDER_MODES = {"c": "create", "e": "edit", "v": "validate", "b": "brief"}
 _STEP_NUMBER_RE = re.compile(r"(?:^|-)(\d+)([a-z]?)(?=-|$)")
 _STEP_ONLY_RE = re.compile(r"step-0*(\d+)([a-z]?)")
+
+
+RouteKind = Literal["goto", "elicit", "party", "exit", "local"]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where choosing an option leads: ``goto`` a step (``target``; None ends the workflow), ``elicit`` / ``party``
+    (advanced elicitation, party mode, then the menu again), ``exit`` (stop, resumable), ``local`` (the executor
+    acts on it inside the step); see :mod:`stepline.stepchain._menus`."""
+
+    kind: RouteKind
+    target: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One option of a step's menu (or of a choice its prose offers) and its route."""
+
+    key: str
+    label: str
+    route: Route
+    handler: str = ""
+    default: bool = False
+
+    def as_menu_option(self) -> MenuOption:
+        """The protocol's form, sent to executors."""
+        from stepline.executors._protocol import MenuOption  # here: reading a step needs no executor
+
+        return MenuOption(key=self.key, label=self.label, default=self.default)
 
 
 def prose_lines(body: str, first_line: int, *, include_fenced: bool = False) -> list[tuple[int, str]]:
@@ -155,14 +188,10 @@ def _options_on(line: str) -> list[tuple[str, str]]:
     return found
 
 
-def parse_menu(prose: list[tuple[int, str]]) -> list[dict[str, Any]]:
-    """Parse the ``[K] Label`` options a step (or a router) presents and their ``IF K:`` handlers.
-
-    Options indented under a condition (``If existing session files are found:``) are a menu only some runs
-    present: the step's menu when it has no other.
-    """
-    options: dict[str, dict[str, Any]] = {}
-    conditional: dict[str, dict[str, Any]] = {}
+def _menu_lines(prose: list[tuple[int, str]]) -> tuple[list[tuple[int, str, str, bool]], dict[str, tuple[str, int]]]:
+    """The ``[K] Label`` options a step presents, each as ``(prose index, key, label, under a condition)``, and
+    the ``IF K:`` handlers, by key (see :func:`parse_menu`)."""
+    found: list[tuple[int, str, str, bool]] = []
     handlers: dict[str, tuple[str, int]] = {}
     in_menu = False
     for index, (line_no, line) in enumerate(prose):
@@ -181,7 +210,21 @@ def parse_menu(prose: list[tuple[int, str]]) -> list[dict[str, Any]]:
             continue
         under = _indent(line) > 0 and _condition(prose, index, "")[1] is not None
         for key, label in _options_on(_CODE_SPAN_RE.sub("", line)):
-            (conditional if under else options).setdefault(key, {"key": key, "label": label, "line": line_no})
+            found.append((index, key, label, under))
+    return found, handlers
+
+
+def parse_menu(prose: list[tuple[int, str]]) -> list[dict[str, Any]]:
+    """Parse the ``[K] Label`` options a step (or a router) presents and their ``IF K:`` handlers, as one menu.
+
+    Options indented under a condition (``If existing session files are found:``) are a menu only some runs
+    present: the step's menu when it has no other. :func:`menus_in` keeps each menu apart.
+    """
+    options: dict[str, dict[str, Any]] = {}
+    conditional: dict[str, dict[str, Any]] = {}
+    lines, handlers = _menu_lines(prose)
+    for index, key, label, under in lines:
+        (conditional if under else options).setdefault(key, {"key": key, "label": label, "line": prose[index][0]})
     menu = []
     options = options or conditional
     for key, option in options.items():
@@ -190,6 +233,103 @@ def parse_menu(prose: list[tuple[int, str]]) -> list[dict[str, Any]]:
         option["kind"] = _menu_kind(key, option["label"], handler_text)
         menu.append(option)
     return menu
+
+
+@dataclass(frozen=True, slots=True)
+class Menu:
+    """One menu a step presents: where, the line it starts on as written, its options (key, label, kind,
+    handler), the condition it is under (None: every run presents it) and the lines it spans."""
+
+    line: int
+    text: str
+    options: tuple[dict[str, Any], ...]
+    condition: str | None
+    lines: tuple[int, ...]
+
+
+_MENU_GAP = 8
+_RANGE_RE = re.compile(r"\[(\d{1,2})\s*[-–]\s*(\d{1,2})\]"
+                       r"|\b(?:enter|choose|pick|select|type)\s+(\d{1,2})\s*[-–]\s*(\d{1,2})\b", re.IGNORECASE)
+
+
+def menus_in(prose: list[tuple[int, str]]) -> list[Menu]:
+    """Every menu of a step's prose, each apart: options on nearby lines under the same condition are one menu;
+    a heading, another condition, a key shown again or a gap of more than a few lines starts another. A range
+    (``[1-7]``, ``Enter 1-7``) stands for its numbers: the numbered options it spans, else one option each."""
+    lines, handlers = _menu_lines(prose)
+    groups: list[list[tuple[int, str, str, str | None]]] = []
+    for index, key, label, _ in lines:
+        condition = condition_of(prose, index)
+        last = groups[-1][-1] if groups else None
+        heading_between = last is not None and any(_HEADING_RE.match(text) for _, text in prose[last[0] + 1:index])
+        if (last is None or heading_between or condition != last[3] or index - last[0] > _MENU_GAP
+                or any(key == k for _, k, _, _ in groups[-1])):
+            groups.append([])
+        groups[-1].append((index, key, label, condition))
+    menus = [_menu(prose, group, handlers) for group in groups]
+    return _ranges(prose, menus, handlers)
+
+
+def _menu(prose: list[tuple[int, str]], group: list[tuple[int, str, str, str | None]],
+          handlers: dict[str, tuple[str, int]]) -> Menu:
+    options = []
+    for _, key, label, _ in group:
+        handler = handlers.get(key, ("", 0))[0]
+        options.append({"key": key, "label": label, "handler": handler, "kind": _menu_kind(key, label, handler)})
+    first = group[0][0]
+    indices = sorted({index for index, *_ in group})
+    return Menu(prose[first][0], prose[first][1].strip(), tuple(options), group[0][3],
+                tuple(prose[i][0] for i in indices))
+
+
+def _ranges(prose: list[tuple[int, str]], menus: list[Menu], handlers: dict[str, tuple[str, int]]) -> list[Menu]:
+    """Menus with each written range (``[1-7]``, ``Enter 1-7``) expanded: a range whose numbers a menu above it
+    already offers adds nothing; otherwise each number is an option, labelled from a numbered list above it."""
+    out = list(menus)
+    for index, (line_no, line) in enumerate(prose):
+        for match in _RANGE_RE.finditer(line):
+            low, high = (int(match[1]), int(match[2])) if match[1] else (int(match[3]), int(match[4]))
+            if not 1 < high - low + 2 <= 21 or _CODE_SPAN_RE.search(line):
+                continue
+            keys = [str(n) for n in range(low, high + 1)]
+            if any({o["key"] for o in m.options} >= set(keys) and m.line <= line_no for m in out):
+                continue
+            labels = _numbered_labels(prose[:index])
+            options = tuple({"key": k, "label": labels.get(k, f"{k}"), "handler": handlers.get(k, ("", 0))[0],
+                             "kind": "custom"} for k in keys)
+            out.append(Menu(line_no, line.strip(), options, condition_of(prose, index), (line_no,)))
+    return sorted(out, key=lambda m: m.line)
+
+
+_NUMBERED_RE = re.compile(r"^\s*(?:\*\*)?(\d{1,2})[.)]\s+(?:\*\*)?([^*\n]+?)(?:\*\*)?(?:\s+[-—–:(].*)?$")
+
+
+def _numbered_labels(above: list[tuple[int, str]]) -> dict[str, str]:
+    """The labels of the numbered list closest above (``1. **Structured Thinking** — …``), by number."""
+    labels: dict[str, str] = {}
+    for _, line in reversed(above):
+        match = _NUMBERED_RE.match(line)
+        if match and match[1] not in labels:
+            labels[match[1]] = match[2].strip(" *:")
+        elif labels and _HEADING_RE.match(line):
+            break
+    return labels
+
+
+def condition_of(prose: list[tuple[int, str]], index: int) -> str | None:
+    """The condition the line ``prose[index]`` is under: the line it is nested under when that states one, or
+    for a line at the margin the lead-in right above it (``If existing work is found:``) or the heading over it
+    (``### If the user chose Resume``); None when it is under none."""
+    _, condition = _condition(prose, index, "")
+    if condition is not None:
+        return condition
+    if _indent(prose[index][1]) == 0:
+        for _, above in reversed(prose[:index]):
+            heading = _HEADING_RE.match(above)
+            if heading:
+                title = heading[2].strip(" *#")
+                return title if re.match(r"(?i)(?:\d+\.\s*)?(?:if|when|unless|otherwise)\b", title) else None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,30 +392,88 @@ def halts_in(prose: list[tuple[int, str]]) -> list[Halt]:
                 break
             options = _options_on(_CODE_SPAN_RE.sub("", near))
         if not options and line.rstrip(" *").endswith(":"):
-            options = _bulleted_choices(prose[index + 1:])
+            options = list(bulleted_choices(prose[index + 1:], bold_only=True).options)
         runtime, condition = _condition(prose, index, line[:match.start()])
         if runtime:
             found.append(Halt(line_no, line.strip(), tuple(options), condition))
     return found
 
 
-def _bulleted_choices(following: list[tuple[int, str]]) -> list[tuple[str, str]]:
-    """The choices a halt lists below it as bold bullets (``- **Proceed** — no further elicitation``), keyed by
-    their initials (by number when two share one); a list without bold labels is none."""
-    labels: list[str] = []
-    for _, line in following:
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """The choices a list under a lead-in offers: ``(key, label)`` each, and the lines of the list."""
+
+    options: tuple[tuple[str, str], ...]
+    lines: tuple[int, ...]
+
+
+_ITEM_RE = re.compile(r"^(?P<mark>[-*+]|(?P<n>\d{1,2})[.)])\s+(?P<text>.*)$")
+_ITEM_KEY_RE = re.compile(r"^\**\s*\[(?P<k>[A-Za-z0-9]{1,4})\]\**\s*")
+
+
+def bulleted_choices(following: list[tuple[int, str]], *, depth: int = 0, bold_only: bool = False) -> Listed:
+    """The choices listed right below a lead-in (``Offer the choice:``, a halt ending in ``:``): the items of the
+    list that follows, at its own indentation (items nested deeper are their details). An item's label is its
+    bold text (``- **Fast path** — …``), its ``[K]`` key and text, or its text up to a dash, colon or parenthesis;
+    with ``bold_only`` only bold labels count. Keyed by ``[K]``, by number for a numbered list, else by initials
+    (by position when two share one). A paragraph ends the list."""
+    labels: list[tuple[str | None, str]] = []
+    lines: list[int] = []
+    level: int | None = None
+    for line_no, line in following:
         if not line.strip():
-            if labels:
+            if labels and level is not None and not _continues(following, line_no, level):
                 break
             continue
-        bullet = _BOLD_BULLET_RE.match(line)
-        if _LIST_MARK.match(line.lstrip()) is None:
+        item = _ITEM_RE.match(line.strip())
+        indent = _indent(line)
+        if item is None or (level is None and indent < depth):
+            if level is not None and indent > level:
+                continue  # a paragraph of an item
             break
-        if bullet is not None:
-            labels.append(bullet[1].strip(" :"))
-    initials = [label[:1].upper() for label in labels]
-    unique = len(set(initials)) == len(initials)
-    return [(initials[i] if unique else str(i + 1), label) for i, label in enumerate(labels)]
+        if level is None:
+            level = indent
+        if indent > level:
+            continue
+        if indent < level:
+            break
+        text = item["text"].strip()
+        bold = _BOLD_BULLET_RE.match(line)
+        keyed = _ITEM_KEY_RE.match(text)
+        if bold_only and bold is None:
+            continue
+        if keyed:
+            label = _label(text[keyed.end():])
+            labels.append((keyed["k"].upper(), label))
+        elif bold is not None:
+            labels.append((item["n"], bold[1].strip(" :.")))
+        else:
+            labels.append((item["n"], _label(text)))
+        lines.append(line_no)
+    labels = [(key, label) for key, label in labels if label]
+    initials = [label[:1].upper() for _, label in labels]
+    unique = len(set(initials)) == len(initials) and all(i.isalnum() for i in initials)
+    keyed_all = all(key for key, _ in labels)
+    options = tuple((key if keyed_all and key else initials[i] if unique else str(i + 1), label)
+                    for i, (key, label) in enumerate(labels))
+    return Listed(options, tuple(lines))
+
+
+def _continues(following: list[tuple[int, str]], after: int, level: int) -> bool:
+    """Whether the list goes on after a blank line (its next non-blank line is an item at its level)."""
+    for line_no, line in following:
+        if line_no <= after or not line.strip():
+            continue
+        return _ITEM_RE.match(line.strip()) is not None and _indent(line) == level
+    return False
+
+
+def _label(text: str) -> str:
+    text = text.replace("`", "")
+    bold = re.match(r"^\*\*([^*]+)\*\*", text)
+    if bold:
+        return bold[1].strip(" :.")
+    return re.split(r"\s+[-—–]\s+|:\s|\s\(|\.\s", text.replace("*", ""), maxsplit=1)[0].strip(" :.")[:80]
 
 
 def halt_menu(halts: list[dict[str, Any]]) -> list[dict[str, Any]]:

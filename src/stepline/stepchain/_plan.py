@@ -1,0 +1,673 @@
+"""A skill's or a step's prose read into its plan: every point where the text hands the turn to the person, every
+file it routes to and every skill it hands over to, in text order.
+
+Pure (never imports the engine), so the families' readers use it; :func:`stepline.families.read_plan` composes a
+workflow's :class:`Plan` from its steps. A :class:`Point` is one of:
+
+* ``question`` (a free-text answer), ``choice`` (options the text presents: a ``[K]`` menu, a numbered, bulleted
+  or bold list after a line that offers it, an ``AskUserQuestion`` block; never options parsed from other prose),
+  ``confirm`` (yes / no / adjust), ``loop`` (a conversation that ends when the person says so);
+* ``route`` (a file the text says to load, route to, read and follow, resolved against the skill's folder; or a
+  section of the same document it jumps to), ``handover`` (another skill invoked or forwarded to);
+* ``unclassified``: a sentence that speaks of the person's turn but fits none of the above, kept, never dropped.
+
+A point under a condition (``If ambiguous, ask.``, an item nested under ``If …:``, a menu only some runs present)
+carries it. CCW v7 skills write their choices as ``AskUserQuestion({...})`` blocks and their phases as an
+execution flow naming ``phases/*.md``; ``-y`` (auto mode) answers with the default, noted on each point.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from stepline.formats._diagnostics import Diagnostic
+from stepline.stepchain._read import (
+    Option,
+    Route,
+    bulleted_choices,
+    condition_of,
+    halts_in,
+    menus_in,
+    prose_lines,
+)
+
+__all__ = ["Plan", "PlanStep", "Point", "PointKind", "auto_mode_of", "read_points"]
+
+
+class PointKind(StrEnum):
+    """What a point of a plan is (see the module doc)."""
+
+    QUESTION = "question"
+    CHOICE = "choice"
+    CONFIRM = "confirm"
+    LOOP = "loop"
+    ROUTE = "route"
+    HANDOVER = "handover"
+    UNCLASSIFIED = "unclassified"
+
+
+#: the kinds that hand the turn to the person
+PERSON_KINDS = frozenset({PointKind.QUESTION, PointKind.CHOICE, PointKind.CONFIRM, PointKind.LOOP,
+                          PointKind.UNCLASSIFIED})
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One point of a step's text (see the module doc): ``text`` as written, where it is, and by kind its options
+    (a choice), the condition it is under, its ``target`` as written (a route's file, a hand-over's skill) and
+    where that resolves (None: not found, flagged), what ends a loop, the default option, and what the auto
+    mode (``-y``) does there."""
+
+    kind: PointKind
+    text: str
+    file: Path
+    line: int
+    options: tuple[Option, ...] = ()
+    condition: str | None = None
+    target: str | None = None
+    resolved: Path | None = None
+    ends_when: str | None = None
+    default: str | None = None
+    #: a route to a section of the same document (``jump to Step 3``, ``Run `## Reviewer Gate```): its title
+    section: str | None = None
+    #: the person may pick several options (``multiSelect: true``)
+    multi: bool = False
+    #: what the auto mode (``-y``) does here, when the text says
+    auto: str | None = None
+
+    @property
+    def unresolved(self) -> bool:
+        """A route or hand-over whose target was not found."""
+        return self.kind in (PointKind.ROUTE, PointKind.HANDOVER) and self.resolved is None and self.section is None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data (for ``stepline plan --json`` and a step's ``meta``); empty fields left out."""
+        out: dict[str, Any] = {"kind": self.kind.value, "text": self.text, "file": str(self.file), "line": self.line}
+        if self.options:
+            out["options"] = [{"key": o.key, "label": o.label, **({"route": o.route.target} if o.route.target
+                                                                  else {})} for o in self.options]
+        for name in ("condition", "target", "ends_when", "default", "section", "auto"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        if self.resolved is not None:
+            out["resolved"] = str(self.resolved)
+        if self.unresolved:
+            out["unresolved"] = True
+        if self.multi:
+            out["multi"] = True
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Point:
+        """The point :meth:`to_json` wrote."""
+        options = tuple(Option(str(o["key"]), str(o["label"]),
+                               Route("goto", o["route"]) if o.get("route") else Route("local"))
+                        for o in data.get("options") or [])
+        return cls(kind=PointKind(data["kind"]), text=str(data["text"]), file=Path(data["file"]),
+                   line=int(data["line"]), options=options, condition=data.get("condition"),
+                   target=data.get("target"), resolved=Path(data["resolved"]) if data.get("resolved") else None,
+                   ends_when=data.get("ends_when"), default=data.get("default"), section=data.get("section"),
+                   multi=bool(data.get("multi")), auto=data.get("auto"))
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStep:
+    """One step of a workflow's plan: the same ``id`` the family's driver runs it under (``section-discovery``,
+    ``step-02-plan``, a legacy step's label), its title, kind (``section``, ``step-file``, ``route``, …), where its
+    text starts, and its points in text order."""
+
+    id: str
+    title: str
+    kind: str
+    file: Path
+    line: int
+    points: tuple[Point, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data."""
+        return {"id": self.id, "title": self.title, "kind": self.kind, "file": str(self.file), "line": self.line,
+                "points": [p.to_json() for p in self.points]}
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A workflow's plan: its steps in order, each with its points, and what reading it found wrong."""
+
+    path: Path
+    kind: str
+    steps: tuple[PlanStep, ...]
+    diagnostics: tuple[Diagnostic, ...] = ()
+    #: how the text says its auto mode is asked for (``-y``, ``--yes``), None when it has none
+    auto_mode: str | None = None
+    name: str = ""
+
+    def points(self) -> Iterable[Point]:
+        """Every point of every step, in order."""
+        return (p for step in self.steps for p in step.points)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data (``stepline plan --json``)."""
+        return {"path": str(self.path), "name": self.name, "kind": self.kind, "auto_mode": self.auto_mode,
+                "steps": [s.to_json() for s in self.steps],
+                "diagnostics": [{"severity": d.severity, "code": d.code, "message": d.message, "path": d.path,
+                                 "line": d.line} for d in self.diagnostics]}
+
+
+# ------------------------------------------------------------------------------------------------ sentences
+
+_ABBREV = re.compile(r"\b(e\.g|i\.e|etc|vs|cf)\.", re.I)
+_SENTENCE_END = re.compile(r"(?<=[.!?])[*_\"”')\]]*\s+(?=[A-Z*`\"“(\[_])")
+_LIST_MARK = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+_TABLE = re.compile(r"^\s*\|")
+_QUOTE = re.compile(r"^\s*>\s?")
+
+#: a leading clause that is a condition: ``If ambiguous,``, ``When the user …:``, ``Otherwise``
+_LEADING_CONDITION = re.compile(
+    r"^(?P<cond>(?:if|when|whenever|once|unless|otherwise|where|in case|after (?:the )?user|on \w+ intent|"
+    r"(?:for|under) (?:the )?\w+ (?:intent|mode))\b[^.;:]*?)(?:[,:;—–]\s+|\s+(?:-|→|->)\s+|(?=\s+(?:ask|offer|"
+    r"present|wait|halt|confirm|route|load|invoke)\b))", re.I)
+#: a bold lead-in ending with a colon: ``**Resolver missing or fails:**``, ``**Template swap** (…):``
+_BOLD_CONDITION = re.compile(r"^\*\*(?P<cond>[^*]{2,120}?)[:.]?\*\*(?:\s*\([^)]*\))?\s*:")
+
+# what the person is, in the text's words
+_PERSON = r"(?:the\s+)?(?:user|human|person|people|them|they|caller|operator|stakeholders?|you)"
+
+_LOOP = re.compile(r"\b(?:until|till)\s+(?P<end>(?:the\s+)?(?:user|human|person|they)\b[^.;]*?"
+                   r"\b(?:says?|said|is|are|signals?|indicates?|asks?|chooses?|selects?|types?|declares?|"
+                   r"calls?|wants?|requests?|decides?|confirms?|ready|done|satisf|stops?|ends?|moves?)\b[^.;]*)",
+                   re.I)
+_CONFIRM = re.compile(
+    r"\bwait\s+for\s+(?:an?\s+)?(?:explicit\s+|the\s+user'?s?\s+|their\s+)?(?:yes|approval|confirmation|go-ahead|"
+    r"consent|sign-?off|ok)\b"
+    r"|\b(?:ask|prompt)\s+(?:the\s+)?(?:user|human|person|them)\s+(?:for\s+|to\s+)(?:confirm|approv|sign)"
+    r"|\b(?:get|obtain|seek|request|require|needs?)\s+(?:the\s+user'?s\s+|explicit\s+|their\s+)?(?:user\s+)?"
+    r"(?:approval|confirmation|sign-?off|consent)\b"
+    r"|\b(?:only\s+)?after\s+(?:the\s+)?(?:user|human|person|they)\s+(?:explicitly\s+)?(?:approves?|confirms?|"
+    r"agrees?|says?\s+yes)"
+    r"|\bafter\s+explicit\s+(?:user\s+)?(?:approval|confirmation)"
+    r"|\b(?:y/n|yes/no)\b"
+    r"|\boffer\s+to\s+\w+", re.I)
+#: a confirmation a sentence ends on after other work (``… structure the answer and confirm.``): weaker than a
+#: question in the same sentence
+_WEAK_CONFIRM = re.compile(
+    r"\bconfirm(?:s|ed|ing)?\b[^.;]{0,80}?\bwith\s+" + _PERSON + r"\b"
+    r"|(?:^|[,;]\s*|\band\s+)confirm\s+(?:before|with|first|it\b|them\b|this\b|that\b|the\s+\w+\s+with)"
+    r"|\band\s+confirm\s*[.)]?$"
+    r"|\bconfirm\s+before\b", re.I)
+_QUESTION = re.compile(
+    r"\bask(?:s|ing)?\b(?!\s+(?:yourself|the\s+(?:model|agent|subagent|reviewer)|subagents?)\b)"
+    r"|\bprompt\s+(?:the\s+)?(?:user|human|person|them)\b"
+    r"|\bprobe\b"
+    r"|\bwait\s+for\s+(?:the\s+)?(?:user|human|person|their)(?:'s)?\s*(?:input|response|answer|reply|selection|"
+    r"choice|feedback)"
+    r"|\blet\s+(?:the\s+)?(?:user|human|person|them)\s+(?:decide|choose|pick|select)\b"
+    r"|\b(?:request|solicit|gather|collect|elicit)\s+(?:the\s+)?(?:user'?s?\s+)?(?:input|feedback|answers?)\s+"
+    r"(?:from\s+)?" + _PERSON, re.I)
+#: a sentence that presents a choice whose options follow it (a list, or bold spans after a colon)
+_CHOICE_LEAD = re.compile(
+    r"\b(?:offer|present|show|display|give|list)\b[^.]*?\b(?:choices?|options?|menu|paths?|modes?|alternatives?)\b"
+    r"|\b(?:ask|let)\b[^.]*?\b(?:which|choose|pick|select|one of)\b"
+    r"|\b(?:choose|pick|select)\b[^.]*?\b(?:one|between|from|of the following|an? (?:option|path|mode))\b",
+    re.I)
+#: speaks of the person's turn but may fit no kind above: kept as ``unclassified``
+_TURN = re.compile(
+    r"\b(?:ask|answer|respond|reply|choose|choice|select|pick|decide|approv\w*|confirm\w*|wait|halt|offer|"
+    r"input|feedback|agree|sign-?off)\b", re.I)
+_PERSON_RE = re.compile(r"\b(?:user|human|person|they|them|their)\b", re.I)
+#: not the person's turn: the model's own checks ("confirm every entry was executed"), what an agent asks
+_NOT_TURN = re.compile(r"\b(?:subagents?|sub-agents?|the (?:model|agent|llm)|reviewers?)\b.*\b(?:ask|confirm)",
+                       re.I)
+
+# routes: a verb, then a file of the skill or a section of the document
+_PATH = r"(?:\{skill-root\}/|\{installed_path\}/|\./|\.\./)?(?:[\w.-]+/)*[\w.-]+\.(?:md|xml|yaml|yml|csv|json|txt)"
+_ROUTE_VERB = re.compile(
+    r"\b(?:load(?:s|ing)?|read(?:s|ing)?(?:\s+(?:fully|completely|and\s+follow))?|follow(?:s|ing)?|route(?:s|d)?\s+"
+    r"(?:to|into)|proceed\s+(?:to|with)|go(?:es)?\s+to|jump\s+to|continue\s+(?:to|with|at|in)|execute|"
+    r"switch\s+to|hand(?:s)?\s+off\s+to|re-?enter|return\s+to|back\s+to)\b|→|->", re.I)
+_PATH_RE = re.compile(r"`(?P<a>" + _PATH + r")`|(?<![\w/{.])(?P<b>\.{1,2}/(?:[\w.-]+/)*[\w.-]+\.(?:md|xml))"
+                      r"|(?<![\w/{.`])(?P<c>(?:[\w-]+/)+[\w.-]+\.md)\b|\[\[bmad-snapshot:(?P<d>[\w./-]+)\]\]"
+                      r"|Read\(\s*[\"'](?P<e>[^\"']+\.md)[\"']\s*\)")
+#: a file named only as a thing to write, template or example, never a route
+_NOT_ROUTE = re.compile(r"\b(?:write|writes|written|save|saves|append|create|creates|update|output|template|"
+                        r"templates|e\.g|example|format in|prompt and output|emit|copy|rename)\b", re.I)
+_STRONG_ROUTE = re.compile(r"\b(?:load|read(?:\s+fully)?\s+and\s+follow|follow|route(?:s|d)?\s+(?:to|into)|"
+                           r"proceed\s+to|go\s+to|jump\s+to|switch\s+to|hand(?:s)?\s+off\s+to|read\s+fully|"
+                           r"execute|Read\()\b|Read\(|→|->", re.I)
+_SECTION_JUMP = re.compile(r"\b(?:jump|go|proceed|skip|return|back|loop\s+back|continue|re-?enter|route)\s*(?:to|"
+                           r"with|at)?\s+(?P<s>(?:step|phase|section)\s+\d+[a-z]?)\b|(?:→|->)\s*(?P<t>(?:step|phase)"
+                           r"\s+\d+[a-z]?)\b|\bre-?enter\s+(?P<u>step\s+\d+[a-z]?)\b", re.I)
+_SECTION_REF = re.compile(r"`##\s+(?P<title>[^`]+)`")
+
+# hand-overs: a verb, then a skill's name
+_SKILL_NAME = r"[a-z][a-z0-9]*(?:[-:][a-z0-9]+)+"
+_HANDOVER = re.compile(
+    r"\b(?:invoke[sd]?|invoking|forwards?\s+to|forwarding\s+to|forwarded\s+to|hand(?:s|ing)?\s+(?:off|over|it|"
+    r"this)\s+to|consolidated\s+into|merged\s+into|redirect(?:s|ing)?\s+to|redirecting\s+to|delegates?\s+to|"
+    r"launch(?:es)?|continue\s+(?:in|with)|switch\s+to|run\s+the|use\s+the|call|start)\s+(?:the\s+)?"
+    r"(?:`(?P<a>" + _SKILL_NAME + r")`|(?P<b>bmad-[a-z0-9-]+)|(?P<c>" + _SKILL_NAME + r")(?=\s+skill))"
+    r"|`(?P<d>" + _SKILL_NAME + r")`\s+takes\s+(?:the\s+workflow\s+|it\s+|over)"
+    r"|\bSkill\(\s*(?:skill\s*=\s*|\{\s*skill\s*:\s*)?[\"'](?P<e>[\w:-]+)[\"']", re.I)
+#: a skill named as advice or an aside, not a hand-over
+_NOT_HANDOVER = re.compile(r"\b(?:can|could|may|might|should|would)\s+(?:also\s+)?(?:invoke|use|run)\b|"
+                           r"\bdirectly\b|\bnext\s+time\b|\bsuggest|\brecommend|\bcommon\s+next\b|\bnext\s+steps?\s*:|"
+                           r"\bat\s+any\s+point\b|\bif\s+(?:they|the\s+user)\s+(?:want|prefer)", re.I)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sentence:
+    line: int
+    text: str
+    index: int  # the prose line it is on (for conditions from the lines above)
+    start: int  # where it starts in that line (the first sentence of a line takes the line's lead-in)
+
+
+def _sentences(prose: list[tuple[int, str]]) -> list[_Sentence]:
+    found = []
+    for index, (line_no, line) in enumerate(prose):
+        if not line.strip() or _HEADING.match(line) or _TABLE.match(line):
+            continue
+        body = _QUOTE.sub("", _LIST_MARK.sub("", line)).strip()
+        protected = _ABBREV.sub(lambda m: m[0].replace(".", "\x00"), body)
+        position = 0
+        for part in _SENTENCE_END.split(protected):
+            text = part.replace("\x00", ".").strip()
+            if text:
+                found.append(_Sentence(line_no, text, index, position))
+            position += len(part) + 1
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------- reader
+
+
+@dataclass
+class _Reader:
+    text: str
+    file: Path
+    first_line: int
+    base: Path
+    find_skill: Callable[[str], Path | None] | None
+    sections: tuple[str, ...]
+    prose: list[tuple[int, str]] = field(default_factory=list)
+    points: list[Point] = field(default_factory=list)
+    claimed: set[int] = field(default_factory=set)  # lines a menu, halt or choice's lead-in took
+    listed: set[int] = field(default_factory=set)  # the items of a listed choice (an item may offer a choice too)
+
+    def point(self, kind: PointKind, line: int, text: str, **fields: Any) -> None:
+        self.points.append(Point(kind=kind, text=text.strip(), file=self.file, line=line, **fields))
+
+    def run(self) -> tuple[Point, ...]:
+        self.prose = prose_lines(self.text, self.first_line)
+        self.menus()
+        self.halts()
+        self.listed_choices()
+        for sentence in _sentences(self.prose):
+            self.sentence(sentence)
+        self.code()
+        return _ordered(self.points)
+
+    # ---- [K] menus and halts, read by stepchain._read
+    def menus(self) -> None:
+        for menu in menus_in(self.prose):
+            options = tuple(Option(o["key"], o["label"], _option_route(o, self.base), handler=o.get("handler", ""))
+                            for o in menu.options)
+            self.point(PointKind.CHOICE, menu.line, menu.text, options=options, condition=menu.condition)
+            self.claimed.update(menu.lines)
+
+    def halts(self) -> None:
+        menu_lines = sorted(self.claimed)
+        for halt in halts_in(self.prose):
+            near_menu = any(0 <= halt.line - line <= 12 for line in menu_lines) or "menu" in halt.text.lower()
+            if near_menu:  # the halt that waits at a menu already read
+                self.claimed.add(halt.line)
+                continue
+            kind = PointKind.CONFIRM if _CONFIRM.search(halt.text) else PointKind.QUESTION
+            options = tuple(Option(k, label, Route("local")) for k, label in halt.options)
+            if options:
+                kind = PointKind.CHOICE
+            self.point(kind, halt.line, halt.text, options=options, condition=halt.condition)
+            self.claimed.add(halt.line)
+
+    # ---- choices whose options are a list under the line that offers them
+    def listed_choices(self) -> None:
+        for index, (line_no, line) in enumerate(self.prose):
+            if line_no in self.claimed or not _ends_lead_in(line):
+                continue
+            lead = _QUOTE.sub("", _LIST_MARK.sub("", line)).strip()
+            if not _CHOICE_LEAD.search(lead):
+                continue
+            choices = bulleted_choices(self.prose[index + 1:], depth=_indent(line))
+            if len(choices.options) < 2:
+                continue
+            options = tuple(Option(k, label, Route("local")) for k, label in choices.options)
+            self.point(PointKind.CHOICE, line_no, lead, options=options,
+                       condition=self.condition(index, lead))
+            self.claimed.add(line_no)
+            self.listed.update(choices.lines)
+
+    def condition(self, index: int, sentence: str, start: int = 0) -> str | None:
+        match = _LEADING_CONDITION.match(sentence)
+        if match:
+            return match["cond"].strip(" *,")
+        line = self.prose[index][1]
+        lead = _BOLD_CONDITION.match(_LIST_MARK.sub("", line).strip())
+        if lead and start == 0:
+            return lead["cond"].strip()
+        return condition_of(self.prose, index)
+
+    # ---- one sentence of prose
+    def sentence(self, s: _Sentence) -> None:
+        self.routes(s)
+        self.handovers(s)
+        if s.line in self.claimed:
+            return
+        kind = self.classify(s.text)
+        if kind is None:
+            return
+        condition = self.condition(s.index, s.text, s.start)
+        if kind is PointKind.LOOP:
+            loop = _LOOP.search(s.text)
+            self.point(kind, s.line, s.text, condition=condition, ends_when=loop["end"].strip() if loop else None)
+        elif kind is PointKind.CHOICE:
+            options = _inline_options(s.text)
+            if len(options) < 2:
+                kind = PointKind.QUESTION
+            self.point(kind, s.line, s.text, condition=condition, options=options if kind is PointKind.CHOICE else ())
+        else:
+            self.point(kind, s.line, s.text, condition=condition)
+
+    @staticmethod
+    def classify(text: str) -> PointKind | None:
+        if _NOT_TURN.search(text):
+            return None
+        if _LOOP.search(text):
+            return PointKind.LOOP
+        if _CONFIRM.search(text):
+            return PointKind.CONFIRM
+        if _CHOICE_LEAD.search(text) and len(_inline_options(text)) >= 2:
+            return PointKind.CHOICE
+        if _QUESTION.search(text):
+            return PointKind.QUESTION
+        if _WEAK_CONFIRM.search(text):
+            return PointKind.CONFIRM
+        if _TURN.search(text) and _PERSON_RE.search(text) and _speaks_to_person(text):
+            return PointKind.UNCLASSIFIED
+        return None
+
+    def routes(self, s: _Sentence) -> None:
+        for match in _PATH_RE.finditer(s.text):
+            raw = next(g for g in match.groups() if g)
+            before = s.text[:match.start()]
+            if not _ROUTE_VERB.search(before[-80:]) and "Read(" not in match[0]:
+                continue
+            if _NOT_ROUTE.search(before[-60:]) and not _STRONG_ROUTE.search(before[-40:]):
+                continue
+            if raw.startswith(("{project-root}", "/")) or "{" in raw.replace("{skill-root}", "").replace(
+                    "{installed_path}", ""):
+                continue
+            if not raw.endswith((".md", ".xml")):
+                continue
+            resolved = _resolve(self.base, self.file, raw)
+            if resolved is None and "/" not in raw:
+                continue  # a bare name found nowhere in the skill: a document of the run (prd.md), not a route
+            self.point(PointKind.ROUTE, s.line, s.text, target=raw, resolved=resolved,
+                       condition=self.condition(s.index, s.text, s.start))
+        for match in _SECTION_JUMP.finditer(s.text):
+            title = next(g for g in match.groups() if g)
+            section = _section_named(title, self.sections)
+            if section is not None:
+                self.point(PointKind.ROUTE, s.line, s.text, target=title, section=section,
+                           condition=self.condition(s.index, s.text, s.start))
+        for match in _SECTION_REF.finditer(s.text):
+            section = _section_named(match["title"], self.sections)
+            if section is not None and re.search(r"\b(?:run|follow|see|use|apply|go|jump|return|per)\b",
+                                                 s.text[:match.start()], re.I):
+                self.point(PointKind.ROUTE, s.line, s.text, target=f"## {match['title']}", section=section,
+                           condition=self.condition(s.index, s.text, s.start))
+
+    def handovers(self, s: _Sentence) -> None:
+        if _NOT_HANDOVER.search(s.text):
+            return
+        for match in _HANDOVER.finditer(s.text):
+            name = next(g for g in match.groups() if g)
+            if name.lower() in ("the", "skill") or name == _own_name(self.base):
+                continue
+            resolved = self.find_skill(name) if self.find_skill else None
+            self.point(PointKind.HANDOVER, s.line, s.text, target=name, resolved=resolved,
+                       condition=self.condition(s.index, s.text, s.start))
+
+    # ---- CCW: AskUserQuestion blocks, Read("phases/…") routes and Skill(…) hand-overs in code
+    def code(self) -> None:
+        lines = self.text.splitlines()
+        prose = {line for line, _ in self.prose}
+        for offset, line in enumerate(lines):
+            number = self.first_line + offset
+            if number in prose:
+                continue  # read as prose above
+            if "AskUserQuestion(" in line and "AskUserQuestion()" not in line:
+                block = _call_block(lines, offset)
+                self.ask_user_question(block, number, lines, offset)
+            for match in re.finditer(r"Read\(\s*[\"']([^\"']+\.md)[\"']\s*\)|\bRef:\s*`?((?:[\w.-]+/)*[\w.-]+\.md)",
+                                     line):
+                raw = match[1] or match[2]
+                self.point(PointKind.ROUTE, number, line.strip(" │├└─"), target=raw,
+                           resolved=_resolve(self.base, self.file, raw),
+                           condition=_flow_condition(lines, offset))
+            for match in re.finditer(r"\bSkill\(\s*(?:skill\s*=\s*|\{\s*skill\s*:\s*)?[\"']([\w:-]+)[\"']", line):
+                if line.lstrip().startswith(("//", "#")):
+                    continue
+                resolved = self.find_skill(match[1]) if self.find_skill else None
+                self.point(PointKind.HANDOVER, number, line.strip(" │├└─"), target=match[1], resolved=resolved,
+                           condition=_flow_condition(lines, offset))
+
+    def ask_user_question(self, block: str, number: int, lines: list[str], offset: int) -> None:
+        questions = _questions_of(block)
+        condition = _code_condition(lines, offset)
+        auto = "skipped in auto mode (-y): the default is taken" if _auto_guarded(lines, offset) else None
+        for question, header, multi, labels in questions or [("", "", False, [])]:
+            options = tuple(Option(str(i), label, Route("local")) for i, label in enumerate(labels, start=1))
+            default = next((o.key for o in options if "recommended" in o.label.lower()), None)
+            text = question or (header or "AskUserQuestion")
+            kind = PointKind.CHOICE if options else PointKind.QUESTION
+            self.point(kind, number, text, options=options, condition=condition, multi=multi, default=default,
+                       auto=auto)
+
+
+def _ordered(points: list[Point]) -> tuple[Point, ...]:
+    """Points in text order, each route or hand-over once (its first mention), a person's point once per line."""
+    seen: set[tuple[Any, ...]] = set()
+    kept = []
+    for point in sorted(points, key=lambda p: p.line):
+        if point.kind in (PointKind.ROUTE, PointKind.HANDOVER):
+            key: tuple[Any, ...] = (point.kind, point.section or point.resolved or point.target)
+        else:
+            key = ("person", point.line, point.text)
+        if key in seen:
+            continue
+        seen.add(key)
+        kept.append(point)
+    return tuple(kept)
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _ends_lead_in(line: str) -> bool:
+    stripped = line.rstrip().rstrip("*_\"'").rstrip()
+    return stripped.endswith(":")
+
+
+def _speaks_to_person(text: str) -> bool:
+    """A sentence that addresses the person's turn (not a statement about a user of the product)."""
+    return bool(re.search(r"\b(?:with|from|ask|to|let|tell|wait\s+for|until|offer|for)\s+(?:the\s+)?"
+                          r"(?:user|human|person|them)\b|\b(?:user|they)\s+(?:choose|chooses|select|selects|pick|"
+                          r"picks|decide|decides|approve|approves|confirm|confirms|answer|answers|respond|responds|"
+                          r"reply|replies|agree|agrees)\b", text, re.I))
+
+
+_SPAN = re.compile(r"\*\*([^*]{1,60}?)\*\*|(?<![*\w])\*([^*]{1,60}?)\*(?![*\w])")
+
+
+def _inline_options(text: str) -> tuple[Option, ...]:
+    """The options a choice sentence lists after its colon as bold or italic spans (``**Vision + Features** (…),
+    **Journey-led** (…), or *let me suggest*``); none from any other prose."""
+    colon = text.find(":")
+    if colon < 0:
+        return ()
+    labels = [(m[1] or m[2]).strip(" .:") for m in _SPAN.finditer(text[colon + 1:])]
+    labels = [label for label in labels if label]
+    if len(labels) < 2:
+        return ()
+    return tuple(Option(k, label, Route("local")) for k, label in _keyed(labels))
+
+
+def _keyed(labels: list[str]) -> list[tuple[str, str]]:
+    initials = [label[:1].upper() for label in labels]
+    unique = len(set(initials)) == len(initials) and all(i.isalnum() for i in initials)
+    return [(initials[i] if unique else str(i + 1), label) for i, label in enumerate(labels)]
+
+
+def _option_route(option: dict[str, Any], base: Path) -> Route:
+    kind = option.get("kind")
+    if kind == "advanced-elicitation":
+        return Route("elicit")
+    if kind == "party-mode":
+        return Route("party")
+    if kind == "exit":
+        return Route("exit")
+    found = _PATH_RE.search(str(option.get("handler") or ""))
+    if found:
+        return Route("goto", next(g for g in found.groups() if g))
+    return Route("goto") if kind == "continue" else Route("local")
+
+
+def _resolve(base: Path, file: Path, raw: str) -> Path | None:
+    """A route's file: from the skill's folder (``{skill-root}/``, a bare path) or from the document (``./``)."""
+    name = raw
+    for prefix in ("{skill-root}/", "{installed_path}/"):
+        name = name.removeprefix(prefix)
+    candidates = [file.parent / name, base / name] if raw.startswith(("./", "../")) else [base / name,
+                                                                                          file.parent / name]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate.resolve()
+    return None
+
+
+def _section_named(title: str, sections: tuple[str, ...]) -> str | None:
+    """The section of the document a jump names: ``Step 3`` is the section titled ``Step 3: …``."""
+    wanted = title.strip().lower()
+    for section in sections:
+        lowered = section.lower()
+        if lowered == wanted or re.match(re.escape(wanted) + r"\b(?![.\d])", lowered):
+            return section
+    return None
+
+
+def _own_name(base: Path) -> str:
+    return base.name
+
+
+# ------------------------------------------------------------------------------------------------- CCW code
+
+_STRING = r"[\"'`]((?:[^\"'`\\]|\\.)*)[\"'`]"
+
+
+def _call_block(lines: list[str], offset: int) -> str:
+    """The text of the ``AskUserQuestion(`` call starting on ``lines[offset]``, to its closing parenthesis."""
+    depth = 0
+    started = False
+    out = []
+    for line in lines[offset:offset + 200]:
+        out.append(line)
+        for char in line[line.find("AskUserQuestion(") if not started else 0:]:
+            if char == "(":
+                depth += 1
+                started = True
+            elif char == ")":
+                depth -= 1
+        if started and depth <= 0:
+            break
+    return "\n".join(out)
+
+
+def _questions_of(block: str) -> list[tuple[str, str, bool, list[str]]]:
+    """``(question, header, multiSelect, option labels)`` of each question of an ``AskUserQuestion`` block."""
+    found = []
+    parts = re.split(r"(?=\bquestion\s*:)", block)
+    for part in parts[1:]:
+        question = re.search(r"\bquestion\s*:\s*" + _STRING, part)
+        header = re.search(r"\bheader\s*:\s*" + _STRING, part)
+        multi = re.search(r"\bmultiSelect\s*:\s*true", part) is not None
+        labels = [m[1] for m in re.finditer(r"\blabel\s*:\s*" + _STRING, part)]
+        found.append((question[1] if question else "", header[1] if header else "", multi, labels))
+    return found
+
+
+def _code_condition(lines: list[str], offset: int) -> str | None:
+    """The ``if (…)`` a call in code sits in (the nearest open block above it), else None."""
+    depth = 0
+    for line in reversed(lines[max(0, offset - 60):offset]):
+        depth += line.count("}") - line.count("{")
+        if depth < 0:
+            match = re.search(r"\b(?:if|else\s+if)\s*\((.*)\)\s*\{", line)
+            if match and "autoYes" not in match[1]:
+                return match[1].strip()
+            if match or re.search(r"\belse\b|\bfunction\b|=>", line):
+                return None
+            depth = 0
+        if line.startswith("```"):
+            break
+    return None
+
+
+def _auto_guarded(lines: list[str], offset: int) -> bool:
+    """Whether the auto mode (``autoYes``) skips the call: it sits in the ``else`` of ``if (autoYes)`` or under
+    ``if (!autoYes)``."""
+    window = "\n".join(lines[max(0, offset - 40):offset + 1])
+    fence = window.rfind("```")
+    window = window[fence:] if fence >= 0 else window
+    return bool(re.search(r"!\s*autoYes|autoYes\b[^\n]*\)\s*\{[^}]*\}\s*else|if\s*\(\s*autoYes", window))
+
+
+def _flow_condition(lines: list[str], offset: int) -> str | None:
+    """The condition of an execution-flow line: ``conflictRisk ≥ medium → Ref: …`` on the line itself."""
+    line = lines[offset].strip(" │├└─")
+    match = re.match(r"(?P<cond>[^→\"]+?)\s*(?:→|->)", line)
+    if match and not re.match(r"(?i)^(?:ref|phase)\b", match["cond"]):
+        return match["cond"].strip()
+    return None
+
+
+def auto_mode_of(text: str) -> str | None:
+    """How a CCW skill's text asks for its auto mode (``-y``, ``--yes``), None when it has none."""
+    flags = sorted(set(re.findall(r"(?<![\w-])(-y|--yes)\b", text)), key=len)
+    return ", ".join(flags) if flags else None
+
+
+def read_points(text: str, *, file: Path, first_line: int = 1, base: Path,
+                find_skill: Callable[[str], Path | None] | None = None,
+                sections: Iterable[str] = ()) -> tuple[Point, ...]:
+    """The points of one section's or step's ``text`` (which starts on ``first_line`` of ``file``), in text order.
+
+    ``base`` is the skill's folder: routes resolve against it (a ``./`` path against ``file``'s folder first).
+    ``find_skill`` names the folder of an installed skill (a hand-over's target); ``sections`` are the titles of
+    the document's sections a jump may name (``jump to Step 3``).
+    """
+    reader = _Reader(text, file, first_line, base, find_skill, tuple(sections))
+    return reader.run()
+
+
+def with_condition(points: Iterable[Point], condition: str | None) -> tuple[Point, ...]:
+    """``points`` each under ``condition`` too (a routed file's points under the condition of the route)."""
+    if not condition:
+        return tuple(points)
+    return tuple(replace(p, condition=f"{condition}; {p.condition}" if p.condition else condition) for p in points)

@@ -1,0 +1,129 @@
+"""The shapes a skill's prose hands the turn to the person in, each read into its point (stepchain._plan)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stepline.stepchain._plan import Point, PointKind, read_points
+
+
+def _points(text: str, tmp_path: Path, **kw: object) -> tuple[Point, ...]:
+    doc = tmp_path / "SKILL.md"
+    doc.write_text(text, encoding="utf-8")
+    return read_points(text, file=doc, base=tmp_path, **kw)  # type: ignore[arg-type]
+
+
+def _kinds(points: tuple[Point, ...]) -> list[str]:
+    return [p.kind.value for p in points]
+
+
+def test_conditional_menus_are_kept_apart_each_with_its_condition(tmp_path: Path) -> None:
+    """Two menus under two conditions are two choices, never one merged menu."""
+    text = ("## 4. Menu\n\n"
+            "If existing session files are found:\n"
+            "  [1] Continue the session\n"
+            "  [2] Start over\n\n"
+            "Otherwise:\n"
+            "  [A] Advanced Elicitation\n"
+            "  [C] Continue\n")
+    points = _points(text, tmp_path)
+    choices = [p for p in points if p.kind is PointKind.CHOICE]
+    assert [[o.key for o in p.options] for p in choices] == [["1", "2"], ["A", "C"]]
+    assert choices[0].condition == "If existing session files are found:"
+    assert choices[1].condition == "Otherwise:"
+
+
+def test_a_range_stands_for_each_number(tmp_path: Path) -> None:
+    """``Enter 1-4`` after a numbered list offers the four, labelled from the list."""
+    text = ("Pick a category:\n\n1. Structured\n2. Creative\n3. Deep\n4. Wild\n\n"
+            "**Which category interests you most? Enter 1-4.**\n\nHALT — wait for user selection.\n")
+    choices = [p for p in _points(text, tmp_path) if p.kind is PointKind.CHOICE]
+    assert [(o.key, o.label) for o in choices[-1].options] == [("1", "Structured"), ("2", "Creative"),
+                                                              ("3", "Deep"), ("4", "Wild")]
+
+
+def test_prose_with_brackets_yields_no_options(tmp_path: Path) -> None:
+    """A YAML list or an index in prose is no menu: ``[1] and documentCounts`` offers nothing."""
+    text = "Update `stepsCompleted: [1]` and documentCounts in the frontmatter, then continue.\n"
+    assert [p for p in _points(text, tmp_path) if p.options] == []
+
+
+def test_free_text_question_with_its_condition(tmp_path: Path) -> None:
+    points = _points("Detect intent: create, update or validate. If ambiguous, ask.\n", tmp_path)
+    assert _kinds(points) == ["question"]
+    assert points[0].condition == "If ambiguous"
+
+
+def test_a_conversation_loop_records_what_ends_it(tmp_path: Path) -> None:
+    points = _points("Keep asking follow-up questions until the user says they're done.\n", tmp_path)
+    assert _kinds(points) == ["loop"]
+    assert points[0].ends_when == "the user says they're done"
+
+
+def test_offered_choice_lists_its_bold_options(tmp_path: Path) -> None:
+    text = ("**Working mode.** Offer the choice in the user's language:\n\n"
+            "- **Fast path** — I batch the gaps.\n- **Coaching path** — we walk the sections.\n")
+    points = _points(text, tmp_path)
+    assert _kinds(points) == ["choice"]
+    assert [(o.key, o.label) for o in points[0].options] == [("F", "Fast path"), ("C", "Coaching path")]
+
+
+def test_confirmation(tmp_path: Path) -> None:
+    assert _kinds(_points("1. Show the full TOML.\n2. Wait for explicit yes.\n3. Write.\n", tmp_path)) == ["confirm"]
+
+
+def test_forwarding_shims_in_several_wordings(tmp_path: Path) -> None:
+    """Every wording a release has used to hand over to another skill."""
+    for text in ("This skill was consolidated into `bmad-prd`.\n",
+                 "Invoke `bmad-prd` with the following context.\n",
+                 "Merged into `bmad-review`. Invoke the `bmad-review` skill on the same content.\n",
+                 "Then invoke `bmad-project-context` with **setup** intent. It takes the workflow from here.\n",
+                 "`bmad-sprint-planning` takes the workflow from here.\n",
+                 "This skill now forwards to bmad-build-auto.\n"):
+        points = _points(text, tmp_path)
+        assert [p.kind for p in points] == [PointKind.HANDOVER], text
+        assert points[0].target and points[0].target.startswith("bmad-")
+
+
+def test_advice_naming_a_skill_is_no_handover(tmp_path: Path) -> None:
+    text = ("Let the user know that at any point they can invoke `bmad-party-mode`. "
+            "New work should invoke `bmad-prd` directly.\n")
+    assert _kinds(_points(text, tmp_path)) == []
+
+
+def test_route_resolved_and_unresolved(tmp_path: Path) -> None:
+    (tmp_path / "references").mkdir()
+    (tmp_path / "references" / "press-release.md").write_text("# PR\n", encoding="utf-8")
+    points = _points("Then route to `./references/press-release.md`. Load `prompts/missing.md` next.\n", tmp_path)
+    assert [(p.kind.value, p.target, p.unresolved) for p in points] == [
+        ("route", "./references/press-release.md", False), ("route", "prompts/missing.md", True)]
+
+
+def test_ask_user_question_block_is_a_choice_with_its_options(tmp_path: Path) -> None:
+    text = ("```javascript\nconst autoYes = /\\b(-y|--yes)\\b/.test($ARGUMENTS)\n"
+            "if (autoYes) {\n  prefs = {}\n} else {\n"
+            "  const r = AskUserQuestion({\n    questions: [{\n      question: \"Skip confirmations?\",\n"
+            "      header: \"Auto Mode\",\n      multiSelect: false,\n      options: [\n"
+            "        { label: \"Interactive (Recommended)\", description: \"ask\" },\n"
+            "        { label: \"Auto\", description: \"skip\" }\n      ]\n    }]\n  })\n}\n```\n")
+    points = _points(text, tmp_path)
+    assert _kinds(points) == ["choice"]
+    assert [o.label for o in points[0].options] == ["Interactive (Recommended)", "Auto"]
+    assert points[0].default == "1" and points[0].auto is not None
+
+
+def test_execution_flow_phases_are_routes(tmp_path: Path) -> None:
+    (tmp_path / "phases").mkdir()
+    for name in ("01-discovery.md", "02-context.md"):
+        (tmp_path / "phases" / name).write_text("# phase\n", encoding="utf-8")
+    text = ("## Execution Flow\n\n```\nPhase 1: Discovery\n   └─ Ref: Read(\"phases/01-discovery.md\")\n"
+            "Phase 2: Context\n   └─ Ref: Read(\"phases/02-context.md\")\n```\n")
+    points = _points(text, tmp_path)
+    assert [(p.kind.value, p.target) for p in points] == [("route", "phases/01-discovery.md"),
+                                                         ("route", "phases/02-context.md")]
+    assert all(p.resolved is not None for p in points)
+
+
+def test_a_point_survives_json(tmp_path: Path) -> None:
+    points = _points("**Working mode.** Offer the choice:\n\n- **Fast** — a\n- **Slow** — b\n", tmp_path)
+    assert Point.from_json(points[0].to_json()) == points[0]
