@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,45 @@ def test_an_alpha_1x_module_naming_dot_bmad_names_the_folder_it_is_installed_int
     assert (greet / "workflow.yaml").read_text(encoding="utf-8") == (
         'config_source: "{project-root}/_bmad/demo/config.yaml"\nnote: "a .bmad file, .bmadrc"\n')
     assert (greet / "logo.png").read_bytes() == b"\x89PNG{project-root}/.bmad/x"
+
+
+def test_a_setting_given_with_the_project_root_placeholder_is_kept_once(tmp_path: Path) -> None:
+    """``--set output_folder='{project-root}/build'`` is the answer ``build``: the config says
+    ``{project-root}/build/…`` once, never ``{project-root}/{project-root}/build``."""
+    project = tmp_path / "p"
+    install_bmad(FIXTURE, project, {"output_folder": "{project-root}/build"})
+    demo = config(project, "demo")
+    assert demo["reports_folder"] == "{project-root}/build/reports"
+    assert "{project-root}/{project-root}" not in (project / "_bmad" / "demo" / "config.yaml").read_text()
+
+
+@pytest.mark.skipif(not V611.is_dir(), reason="shared/corpus/bmad/v6.11.0 is not available")
+def test_v611_output_folder_with_the_placeholder_reaches_artifacts_and_the_board(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's install line: a skill's run gets ``<project>/docs/…`` as its artifact folders, the sprint
+    board is found there, and no folder named ``{project-root}`` is made."""
+    import tomllib
+
+    from stepline.interfaces.cli._app import run_cli
+
+    project = tmp_path / "p"
+    project.mkdir()
+    assert run_cli(["bmad", "install", str(V611), "--project", str(project), "--set", "user_name=Ada",
+                    "--set", "output_folder={project-root}/docs"]) == 0
+    central = tomllib.loads((project / "_bmad" / "config.toml").read_text(encoding="utf-8"))
+    assert central["core"]["output_folder"] == "{project-root}/docs"
+    assert central["modules"]["bmm"]["planning_artifacts"] == "{project-root}/docs/planning-artifacts"
+    assert central["modules"]["bmm"]["implementation_artifacts"] == "{project-root}/docs/implementation-artifacts"
+    assert run_cli(["run", "_bmad/bmm/plan/bmad-sprint-planning", "--executor", "dry-run", "--yolo", "-q",
+                    "-C", str(project)]) == 0
+    manifest = json.loads(next((project / ".stepline" / "runs").glob("*/manifest.json")).read_text())
+    variables = manifest["variables"]
+    assert variables["planning_artifacts"] == str(project / "docs" / "planning-artifacts")
+    assert variables["implementation_artifacts"] == str(project / "docs" / "implementation-artifacts")
+    board = project / "docs" / "implementation-artifacts" / "sprint-status.yaml"
+    board.parent.mkdir(parents=True)
+    board.write_text("development_status:\n  epic-1: in-progress\n  1-1-login: ready-for-dev\n", encoding="utf-8")
+    capsys.readouterr()
+    assert run_cli(["sprint", "status", "--json", "-C", str(project)]) == 0
+    assert json.loads(capsys.readouterr().out)["board"] == str(board)
+    assert not list(project.rglob("{project-root}")), "a folder named {project-root} was made"

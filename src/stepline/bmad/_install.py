@@ -4,7 +4,8 @@ A module's ``module.yaml`` lists its config variables, each with a ``prompt``, a
 template. The installed ``config.yaml`` holds, for every variable, the result template filled with the chosen
 value (``settings`` first, else the default): ``{value}`` is the value, ``{other_key}`` another variable's
 value (without its ``{project-root}/`` prefix), ``{directory_name}`` the project folder's name, and
-``{project-root}`` stays literal so the project can move. Every module's config also carries the core keys.
+``{project-root}`` stays literal so the project can move (a setting given as ``{project-root}/docs`` is the
+answer ``docs`` where the result adds the placeholder itself). Every module's config also carries the core keys.
 
 A skill-era tree (BMAD v6.5+: modules of ``SKILL.md`` folders such as ``src/core-skills`` and
 ``src/bmm-skills``, with the shared helpers in ``src/scripts``) is laid out as BMAD's own installer does:
@@ -370,6 +371,11 @@ def _module_config(
             setting_key = qualified if qualified in settings else key
             used.add(setting_key)
             value: Any = _coerce(settings[setting_key], item.get("default"), setting_key)
+            if _adds_project_root(item.get("result")):
+                # BMAD asks for a path inside the project and its result puts {project-root}/ before it: a value
+                # given with the placeholder already (as a config file shows it) is the same answer, not a
+                # path under a folder named "{project-root}".
+                value = _answer(value)
         else:
             value = item.get("default")
             if isinstance(value, str):
@@ -385,6 +391,11 @@ def _module_config(
 def _answer(value: Any) -> Any:
     """The answer behind a config result: ``{project-root}/_bmad-output`` was answered ``_bmad-output``."""
     return value.removeprefix(_PROJECT_ROOT + "/") if isinstance(value, str) else value
+
+
+def _adds_project_root(template: Any) -> bool:
+    """Whether a ``result`` template puts ``{project-root}`` before the answer (``{project-root}/{value}``)."""
+    return isinstance(template, str) and _PROJECT_ROOT in template.replace("{value}", "")
 
 
 def _unfilled(value: Any) -> list[str]:

@@ -9,6 +9,7 @@ from stepline.store._files import (
     fsync_path,
     read_json,
     stale_temp_files,
+    state_folder,
     sweep_temp_files,
 )
 from stepline.store._flusher import datasync
@@ -52,6 +53,7 @@ __all__ = [
     "read_summary",
     "save_summary",
     "stale_temp_files",
+    "state_folder",
     "sweep_temp_files",
     "truncate_to_last_good",
 ]

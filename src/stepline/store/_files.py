@@ -135,3 +135,27 @@ def read_json(path: Path, default: Any = None) -> Any:
     except orjson.JSONDecodeError as exc:
         raise JournalError(f"not valid JSON ({exc})", path=str(path),
                            hint="restore the file or delete the run") from exc
+
+
+#: The folder of a project that holds stepline's own state (runs, the sprint loop's, the dashboard's token).
+STATE_FOLDER = ".stepline"
+
+
+def state_folder(path: Path) -> Path | None:
+    """Make git ignore the ``.stepline`` folder ``path`` lies in (``path`` itself or an ancestor): a ``.gitignore``
+    holding ``*``, written when it is missing, so ``git status`` never lists stepline's state. A storage root
+    the user put elsewhere is theirs to commit or ignore: None, nothing written."""
+    folder = next((p for p in (path, *path.parents) if p.name == STATE_FOLDER), None)
+    if folder is None:
+        return None
+    ignore = folder / ".gitignore"
+    if not ignore.exists():
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with ignore.open("x", encoding="utf-8") as file:
+                file.write("# stepline's run state: never committed\n*\n")
+        except FileExistsError:
+            pass  # another process wrote it first
+        except OSError as exc:
+            raise StorageError.from_os(exc, ignore, "create") from exc
+    return folder

@@ -17,7 +17,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from stepline import time
 from stepline.errors import JournalError, NotFoundError, RunStateError, StorageError, UsageError
 from stepline.model import Approval, Artifact, DesignRationale, Event, Evidence, Gate, Run, RunStatus, ToolResult
-from stepline.store._files import atomic_write_bytes, atomic_write_json, read_json
+from stepline.store._files import atomic_write_bytes, atomic_write_json, read_json, state_folder
 from stepline.store._journal import Journal, read_journal
 from stepline.store._lock import RunLock, lock_holder
 from stepline.store._scan import json_problem as _json_problem
@@ -265,6 +265,7 @@ class RunStore:
         """Create the directory of a new run."""
         run_id = run_id or new_run_id()
         path = self.root / run_id
+        state_folder(self.root)
         try:
             path.mkdir(parents=True, exist_ok=False)
         except FileExistsError:

@@ -24,11 +24,27 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+def _print_version(value: bool) -> None:
+    if value:
+        from stepline import __version__
+
+        print(f"stepline {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True, help="Print stepline's version and exit.")] = False,
+) -> None:
+    """Run BMAD and Claude-Code-Workflow agent workflows deterministically, durably and auditably."""
+
+
 #: What a bare ``stepline`` prints: the commands to start with, not the whole help.
 USAGE = """usage: stepline COMMAND [OPTIONS] [ARGS]...
   stepline run PATH         run a workflow (native, BMAD, Agent Skill, CCW session)
   stepline status [RUN]     a run's status; `stepline list` lists every run
-  stepline --help           every command; `stepline COMMAND --help` its options"""
+  stepline --help           every command; `stepline COMMAND --help` its options
+  stepline --version        the version"""
 
 EXIT_FAILED = 8
 EXIT_BLOCKED = 9

@@ -35,6 +35,10 @@ __all__ = [
 ]
 
 
+#: The width of a console that writes to a pipe or a file: no line is ever wrapped or cut.
+_UNBOUNDED = 1_000_000
+
+
 class _LazyConsole:
     """A rich Console created on first use: importing rich costs more than `stepline --help` may take."""
 
@@ -45,9 +49,17 @@ class _LazyConsole:
     def get(self) -> Console:
         """The console itself (what rich's Live must be given)."""
         if self._console is None:
+            import os
+
             from rich.console import Console
 
-            self._console = Console(**self._options)
+            options = dict(self._options)
+            stream = sys.stderr if options.get("stderr") else sys.stdout
+            if not stream.isatty() and not os.environ.get("COLUMNS", "").isdigit():
+                # A pipe or a file has no width: rich would wrap and cut at 80 columns. Lines go out whole;
+                # tables take the width of their cells.
+                options.update(width=_UNBOUNDED, soft_wrap=True)
+            self._console = Console(**options)
         return self._console
 
     def __getattr__(self, name: str) -> Any:

@@ -38,6 +38,7 @@ def serve(
     from stepline.interfaces.cli._render import err_console
     from stepline.interfaces.web import LOOPBACK_HOSTS, create_app, new_token, write_token_file
     from stepline.interfaces.web._limits import HeaderTimeoutH11
+    from stepline.store import state_folder
 
     at = where(directory, project_root)
     runtime = load_runtime_config(at.root, at.option(config))
@@ -47,6 +48,7 @@ def serve(
     if token is None:
         token = new_token()
         stored = at.root / TOKEN_FILE
+        state_folder(stored.parent)  # git-ignored before the token is in it
         write_token_file(stored, token)
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
