@@ -507,6 +507,6 @@ def _resolve(future: asyncio.Future[None] | None) -> None:
 def _sync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
-        datasync(fd)  # the journal grows ahead in fsync'd blocks: its data is all there is to sync
+        datasync(fd)
     finally:
         os.close(fd)

@@ -292,9 +292,9 @@ class Engine:
     def _finish_closing(self, run_dir: RunDir, run: Run) -> bool:
         """Do what the process that completed ``run`` may have been killed (or stopped by a full disk) before
         doing (the caller holds the lock): its journal's last record was on disk, but the final manifest, the
-        timeline or the journal's closing cut (of the zeros it was grown by) may not be. The journal says what
+        timeline or the journal's torn tail may not be. The journal says what
         the snapshot must say. Returns whether the snapshot had to be written (the run's end was unfinished)."""
-        run_dir.open_journal().close()  # opening cuts the zeros off (and a torn record after the last one)
+        run_dir.open_journal().close()  # opening cuts a torn record after the last one off
         manifest = run_dir.read("manifest.json") or {}
         if manifest.get("status") == run.status.value and manifest.get("journal_seq") == run.journal_seq:
             return False
@@ -500,13 +500,10 @@ class Engine:
                 lock.release()
 
     async def _drive_and_close(self, lock: RunLock) -> Run:
-        run, run_dir, journal = self._run, self._dir, self._journal
-        assert run is not None and run_dir is not None and journal is not None
+        run, run_dir = self._run, self._dir
+        assert run is not None and run_dir is not None and self._journal is not None
         failure: BaseException | None = None
         try:
-            if self.executor.pure and run.workflow.format not in _self_durable and \
-                    len(run.workflow.steps) >= Journal.HELPER_AFTER:
-                journal.start_helper()  # many background syncs ahead: its start-up overlaps the run's
             await self._drive(run)
         except BaseException as exc:
             failure = exc
@@ -790,7 +787,7 @@ class Engine:
             self._dir.write("artifacts.json", self._artifacts)
         ctx.emit(EventType.STEP_COMPLETED, {"outputs": outputs, "summary": ctx.step.summary,
                                             "choice": ctx.step.choice, "guardrails": ctx.guardrails},
-                 sync="background" if ctx.run.workflow.format not in _self_durable else False)
+                 sync=ctx.run.workflow.format not in _self_durable)
 
     # -- executor and tools ---------------------------------------------------------------------------------
     @staticmethod

@@ -12,8 +12,7 @@ from stepline.store._files import (
     state_folder,
     sweep_temp_files,
 )
-from stepline.store._flusher import datasync
-from stepline.store._journal import Durability, Journal, read_journal
+from stepline.store._journal import Durability, Journal, datasync, read_journal
 from stepline.store._lock import RunLock, lock_holder
 from stepline.store._rundir import (
     DEFAULT_STORAGE_ROOT,

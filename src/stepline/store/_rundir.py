@@ -169,7 +169,7 @@ class RunDir:
         return run
 
     def recorded(self) -> bool:
-        """Whether the run recorded anything: a manifest, or a journal holding more than the zeros it grew by.
+        """Whether the run recorded anything: a manifest, or a journal holding more than zeros.
         A run that did not stopped before its first record: a new run whose first write failed."""
         if self.manifest_path.exists() or self.manifest_path.is_symlink():
             return True

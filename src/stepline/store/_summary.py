@@ -3,7 +3,7 @@
 Derived data, like ``timeline.json``: made from the journal, the manifest and the audit files, and valid only
 for the very files it was made from. It carries their fingerprint (each file's size and modification time, the
 journal's last bytes hashed); a reader compares it with the files on disk and uses the digest only when they
-agree and no process drives the run (a live run's journal is grown ahead in zeros, so its size says nothing).
+agree and no process drives the run (a live run's journal changes under the reader).
 Otherwise the caller rebuilds it from the journal and saves it again. It is written without fsync and without
 the run's lock: a lost or half-replaced digest is simply rebuilt, and one saved for files that changed since
 never matches them.

@@ -1,8 +1,8 @@
 """Following a journal as another process appends to it: only the bytes after the last complete record are read.
 
-The journal's writer grows the file ahead in zero-filled blocks and may be in the middle of a line, so a read
-takes the complete lines only (up to the last newline) and keeps its offset there; the rest (a line being
-written, the zeros) is read again next time, once the file's size or modification time says it changed. The
+The journal's writer may be in the middle of a line (and an older version's grew the file ahead in zeros), so
+a read takes the complete lines only (up to the last newline) and keeps its offset there; the rest (a line
+being written, the zeros) is read again next time, once the file's size or modification time says it changed. The
 reader never takes the run's lock and never writes.
 
 Each line is checked as :func:`stepline.store.read_journal` checks it (the model of a record, ``seq`` one more
