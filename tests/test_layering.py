@@ -150,3 +150,35 @@ def test_the_architecture_file_names_every_package() -> None:
     assert not missing, f"ARCHITECTURE.md's layout does not name {missing}"
     for gone in ("install/", "engine/_ccw", "formats/_ccw", "formats/_bmad"):
         assert gone not in text, f"ARCHITECTURE.md still names {gone}, which no longer exists"
+
+
+def _imports_opentelemetry(path: Path) -> bool:
+    """Whether ``path`` imports OpenTelemetry at run time (type-only imports left out)."""
+    def visit(node: ast.AST) -> bool:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                if any(visit(other) for other in child.orelse):
+                    return True
+                continue
+            names = ([child.module or ""] if isinstance(child, ast.ImportFrom) and not child.level
+                     else [a.name for a in child.names] if isinstance(child, ast.Import) else [])
+            if any(name.split(".")[0] == "opentelemetry" for name in names) or visit(child):
+                return True
+        return False
+
+    return visit(ast.parse(path.read_text(encoding="utf-8")))
+
+
+def test_telemetry_stands_apart() -> None:
+    """Only the telemetry package imports OpenTelemetry (the engine observes through register_observer); only
+    families (where every driving process registers) imports telemetry; telemetry knows no family or interface."""
+    knowing = sorted(_module_name(p) for p in SRC.rglob("*.py") if _imports_opentelemetry(p))
+    assert knowing and all(_in(m, "stepline.telemetry") for m in knowing), knowing
+    users = sorted(m for m, deps in GRAPH.items() if not _in(m, "stepline.telemetry")
+                   and any(_in(d, "stepline.telemetry") for d in deps))
+    assert users == ["stepline.families"], users
+    for module, deps in GRAPH.items():
+        if _in(module, "stepline.telemetry"):
+            bad = sorted(d for d in deps if any(_in(d, f) for f in (*FAMILIES, STEPCHAIN, "stepline.families",
+                                                                    "stepline.interfaces", "stepline._api")))
+            assert not bad, f"{module} imports {bad}: telemetry reads what the engine journals, nothing more"

@@ -37,7 +37,11 @@ _SELF_CONTAINED = {"native": "stepline.native._driver"}
 def register_drivers(fmt: str | None = None) -> None:
     """Register the step drivers a run of format ``fmt`` needs with the engine: its own family's when that
     family starts no runs of others, else every family's (also with no ``fmt``). Idempotent: a module
-    registers once."""
+    registers once. Every process that drives runs comes here first, so the runs' traces are set up here too
+    (:func:`stepline.telemetry.observe_from_env`: nothing unless the ``OTEL_*`` variables ask for them)."""
+    from stepline.telemetry import observe_from_env
+
+    observe_from_env()
     own = _SELF_CONTAINED.get(fmt or "")
     for module in (own,) if own else _DRIVERS:
         importlib.import_module(module)

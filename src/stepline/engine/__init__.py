@@ -10,7 +10,7 @@ from stepline.engine._config import RuntimeConfig, load_runtime_config
 from stepline.engine._context import StepContext, render_variables
 from stepline.engine._gates import GateBook, gate_reason
 from stepline.engine._human import HumanChannel, Prompt, terminal_prompt
-from stepline.engine._runner import Engine, EventListener, StepDriver, register_driver
+from stepline.engine._runner import Engine, EventListener, RunObserver, StepDriver, register_driver, register_observer
 from stepline.engine._session import Outcome
 from stepline.engine._signals import StepBlocked
 from stepline.engine._timeline import build_timeline
@@ -22,6 +22,7 @@ __all__ = [
     "HumanChannel",
     "Outcome",
     "Prompt",
+    "RunObserver",
     "RuntimeConfig",
     "StepBlocked",
     "StepContext",
@@ -30,6 +31,7 @@ __all__ = [
     "gate_reason",
     "load_runtime_config",
     "register_driver",
+    "register_observer",
     "render_variables",
     "terminal_prompt",
 ]

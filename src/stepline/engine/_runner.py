@@ -16,7 +16,7 @@ import random
 import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from stepline import time
 from stepline.engine._checks import check_step_inputs, check_step_outputs, run_validation_gates
@@ -72,7 +72,7 @@ from stepline.store._blobs import keep_artifact
 if TYPE_CHECKING:
     from stepline.context import ContextResolver
 
-__all__ = ["Engine", "EventListener", "StepDriver", "register_driver"]
+__all__ = ["Engine", "EventListener", "RunObserver", "StepDriver", "register_driver", "register_observer"]
 
 #: Called with every event the engine journals (progress displays, the web dashboard's live feed).
 EventListener = Callable[[Event], None]
@@ -87,6 +87,7 @@ _drivers: dict[str, StepDriver] = {}
 _flows: dict[str, FlowFactory] = {}
 _settles: dict[str, Settle] = {}
 _self_durable: set[str] = set()
+_observers: list[RunObserver] = []
 #: Texts at least this long have their redaction kept, the last this many (see Engine.redact).
 _REDACTED_MIN, _REDACTED_KEPT = 512, 64
 
@@ -109,6 +110,37 @@ def register_driver(fmt: str, driver: StepDriver, flow: FlowFactory | None = Non
         _settles[fmt] = settle
     if completion_durable:
         _self_durable.add(fmt)
+
+
+class RunObserver(Protocol):
+    """Told of every record any engine of the process journals, every kind (what telemetry is built from).
+
+    Unlike a listener it sees the journal-only records too (calls, their results, usage), and each run's
+    lifetime in this process: ``opened`` as a process starts (``history`` empty) or resumes a run (``history``
+    its journal so far), returning data journaled with that WorkflowStarted or WorkflowResumed record (read
+    back from ``history`` on a later resume) or None; ``journaled`` for each record; ``closed`` when the
+    process stops driving the run, however it stops (it may be told more than once).
+    """
+
+    def opened(self, run: Run, history: list[Event]) -> dict[str, Any] | None: ...
+
+    def journaled(self, run: Run, event: Event) -> None: ...
+
+    def closed(self, run: Run) -> None: ...
+
+
+def register_observer(observer: RunObserver) -> None:
+    """Tell ``observer`` of every run this process drives from now on (idempotent)."""
+    if observer not in _observers:
+        _observers.append(observer)
+
+
+def _observed(run: Run, history: list[Event]) -> dict[str, Any]:
+    """What the observers add to the record that opens ``run`` in this process."""
+    added: dict[str, Any] = {}
+    for observer in _observers:
+        added.update(observer.opened(run, history) or {})
+    return added
 
 
 _PUBLIC = frozenset(e.value for e in EventType) - {
@@ -222,7 +254,8 @@ class Engine:
             # writes the manifest first, so no record is on disk in a run that could not be loaded.
             self._manifest_due = True
             self.emit(EventType.WORKFLOW_STARTED, {"workflow": workflow.id, "format": workflow.format,
-                                                   "mode": self.mode, "executor": self.executor_name},
+                                                   "mode": self.mode, "executor": self.executor_name,
+                                                   **(_observed(run, []) if _observers else {})},
                       sync="deferred")
             return await self._drive_and_close(lock)
         except BaseException as exc:
@@ -255,7 +288,8 @@ class Engine:
                 raise JournalError(f"a recorded file append cannot be checked ({type(exc).__name__}: {exc})",
                                    path=str(run_dir.journal_path), hint=run_dir.doctor_hint()) from None
             self._open(run_dir, run)
-            self.emit(EventType.WORKFLOW_RESUMED, {"from_status": run.status.value}, sync=True)
+            self.emit(EventType.WORKFLOW_RESUMED, {"from_status": run.status.value,
+                                                   **(_observed(run, self._events) if _observers else {})}, sync=True)
             return await self._drive_and_close(lock)
         except BaseException as exc:
             error = self._stopped(exc, lock, run_dir, new=False)
@@ -388,6 +422,8 @@ class Engine:
         if self.listeners and event.type in _PUBLIC:
             for listener in self.listeners:
                 listener(event)
+        for observer in _observers:
+            observer.journaled(run, event)
         return event
 
     def _snapshot(self, run_dir: RunDir, run: Run) -> None:
@@ -486,6 +522,9 @@ class Engine:
         self._random = random.Random(int(hashlib.sha256(run.run_id.encode()).hexdigest()[:8], 16))
 
     def _close(self, lock: RunLock) -> None:
+        for observer in _observers:
+            if self._run is not None:
+                observer.closed(self._run)
         try:
             if self._manifest_due:  # a run that stopped before its first step waited
                 self._write_first_manifest()

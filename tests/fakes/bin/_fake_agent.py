@@ -1,11 +1,12 @@
 """Shared body of the fake agent CLIs: parse argv like the real CLI, do the step over MCP, print its JSON.
 
 Behaviour is picked by ``FAKE_AGENT_BEHAVIOR``: ``work`` (default) reads the step with ``get_step``, writes its
-output and finishes; ``no-finish`` exits without finishing (saying ``FAKE_AGENT_SAYS`` on stderr); ``hang`` starts
-a child process, records both pids in ``FAKE_AGENT_PIDS`` and sleeps; ``slow-edit`` appends its pid to
-``FAKE_AGENT_PIDS``, waits for the file ``FAKE_AGENT_RELEASE``, appends a line to ``edits.txt`` in its folder, then
-works. Every invocation is appended to ``FAKE_AGENT_LOG`` (JSON lines: the agent, argv, cwd, prompt and MCP url),
-so tests can check the command shape and the prompt.
+output and finishes (calling the stepline tool ``FAKE_AGENT_TOOL`` first, when set); ``no-finish`` exits without
+finishing (saying ``FAKE_AGENT_SAYS`` on stderr); ``hang`` starts a child process, records both pids in
+``FAKE_AGENT_PIDS`` and sleeps; ``slow-edit`` appends its pid to ``FAKE_AGENT_PIDS``, waits for the file
+``FAKE_AGENT_RELEASE``, appends a line to ``edits.txt`` in its folder, then works. Every invocation is appended
+to ``FAKE_AGENT_LOG`` (JSON lines: the agent, argv, cwd, prompt and MCP url), so tests can check the command shape
+and the prompt.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ async def _work(agent: str, url: str) -> dict[str, Any]:
         if step["kind"] == "decide":
             await call(client, "decide", {"value": True, "reason": f"fake says yes to {step['condition']}"})
             return step
+        if os.environ.get("FAKE_AGENT_TOOL"):
+            await call(client, "call_tool", {"name": os.environ["FAKE_AGENT_TOOL"], "args": {}})
         if step["hints"].get("output"):
             first = step["content"].strip().splitlines()[0] if step["content"].strip() else ""
             await call(client, "write_output", {"content": f"{agent} did {step['step_id']}: {first}\n"})
