@@ -1,12 +1,15 @@
-"""The Quick start demo: run the release-notes workflow end to end in a scratch project.
+"""The Quick start demo: a BMAD skill run offline in a scratch project, end to end.
 
-It shows the three things stepline is for: the runtime (not the model) owns the order of steps, a
-required human gate stops the run until a person approves it from the command line, and the run's
-journal, artifacts and approvals are left behind as an audit trail.
+BMAD v6.11's ``bmad-build`` skill (from ``../shared/corpus/bmad/v6.11.0`` beside the checkout, else the small
+skill in ``examples/demo-skill/greeting``) runs on the scripted executor: it writes a spec, stops at its
+``[A] Approve | [E] Edit`` menu (nobody at the terminal: the run is blocked, exit 9), takes the answer from
+``stepline answer``, and goes on to write the code. Then the skill is changed and ``stepline replay`` runs it
+again with the recorded answers, and ``stepline diff`` reports what changed.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import sys
@@ -16,32 +19,52 @@ from pathlib import Path
 from stepline.interfaces.cli._app import run_cli
 
 HERE = Path(__file__).resolve().parent
+#: Where BMAD v6.11.0 is looked for (STEPLINE_DEMO_BMAD names another folder: the tests use it for the fallback).
+BMAD = Path(os.environ.get("STEPLINE_DEMO_BMAD") or HERE.parent.parent / "shared" / "corpus" / "bmad" / "v6.11.0")
 
 
-def stepline(*args: str) -> int:
+def stepline(*args: str, expect: int = 0) -> None:
+    """Run one command as a user would type it in the scratch project, and stop the demo if it surprises."""
     print(f"\n$ {shlex.join(['stepline', *args])}", flush=True)  # quoted: each command can be pasted as printed
-    return run_cli(list(args))
+    code = run_cli(list(args))
+    sys.stdout.flush()
+    if code != expect:
+        raise SystemExit(f"demo: expected exit code {expect}, got {code}")
+
+
+def latest_run(project: Path) -> str:
+    return max((project / ".stepline" / "runs").iterdir(), key=lambda p: p.stat().st_mtime).name
 
 
 def main() -> int:
     project = Path(tempfile.mkdtemp(prefix="stepline-demo-"))
-    (project / "CHANGES.md").write_text("## 1.4.0\n- resume is faster\n- errors are clearer\n", encoding="utf-8")
-    workflow = shutil.copytree(HERE / "release-notes", project / "release-notes")
+    os.chdir(project)  # the commands below read as typed in the project
     print(f"scratch project: {project}")
-    code = stepline("run", str(workflow), "--script", str(workflow / "script.yaml"), "--non-interactive",
-                    "-C", str(project))
-    if code != 9:  # 9 = blocked: the announce step waits for a person
-        print(f"expected the run to block at the human gate, got exit code {code}", file=sys.stderr)
-        return 1
-    run_id = next((project / ".stepline" / "runs").iterdir()).name
-    stepline("gates", run_id, "-C", str(project))
-    stepline("approve", run_id, "step:announce", "--by", "demo-user", "--notes", "notes read, ship it",
-             "-C", str(project))
-    if stepline("resume", run_id, "-C", str(project)) != 0:
-        return 1
-    stepline("show", run_id, "-C", str(project))
-    for output in sorted((project / "docs").iterdir()):
-        print(f"\n--- {output.relative_to(project)}\n{output.read_text(encoding='utf-8')}", end="")
+    if BMAD.is_dir():
+        stepline("bmad", "install", str(BMAD), "--project", ".", "--set", "user_name=Ada",
+                 "--set", "output_folder={project-root}/docs")
+        skill, steps, implement = "_bmad/bmm/ship/bmad-build", "bmad-build.yaml", "step-03-implement.md"
+    else:
+        print(f"BMAD v6.11.0 is not at {BMAD}: running the small skill in examples/demo-skill/greeting instead")
+        shutil.copytree(HERE / "demo-skill" / "greeting", project / "greeting")
+        skill, steps, implement = "greeting", "greeting.yaml", "step-02-implement.md"
+    script = shutil.copy(HERE / "demo-skill" / steps, project / "script.yaml")
+
+    stepline("run", skill, "--script", "script.yaml", "--non-interactive", expect=9)  # blocked at its menu
+    run_id = latest_run(project)
+    stepline("gates", run_id)
+    stepline("answer", run_id, "A", "--by", "ada")
+    stepline("resume", run_id, "--script", "script.yaml")
+    for document in (project / "docs").rglob("spec-*.md"):
+        print(f"\n--- {document.relative_to(project)}\n{document.read_text(encoding='utf-8')}", end="")
+
+    print("\n# A change: the implement step now asks for French, and the model (the script) answers in French.")
+    with (project / skill / implement).open("a", encoding="utf-8") as step_file:
+        step_file.write("\nGreetings are in French.\n")
+    french = Path(script).read_text(encoding="utf-8").replace("Hello, {name}!", "Bonjour, {name} !")
+    (project / "script-fr.yaml").write_text(french, encoding="utf-8")
+    stepline("replay", run_id, "--against", skill, "--script", "script-fr.yaml", "-q", expect=12)  # 12: differ
+    stepline("diff", run_id, latest_run(project), expect=12)
     print(f"\nrun directory: {project / '.stepline' / 'runs' / run_id}")
     return 0
 

@@ -156,6 +156,8 @@ class JournaledSession(StepSession):
             self.outcome.written.append(written)
             if section:
                 self.outcome.sections[section] = content
+            # a step resumed after it wrote (and then waited for a person) still records the file at completion
+            self.ctx.note_output(written, confine(self.ctx.project_root, written))
             return written
         rel = path or self.ctx.default_output
         if not rel:
