@@ -20,7 +20,10 @@ DRIVERS = {
     "stepline.bmad._template_output", "stepline.bmad._microfile_driver",
     "stepline.ccw._driver", "stepline.ccw._state", "stepline.ccw._prompt",
     "stepline.skills._driver",
-    "stepline.sprint._driver", "stepline.sprint._loop",
+    "stepline.sprint._driver", "stepline.sprint._loop", "stepline.sprint._link", "stepline.sprint._stage",
+    "stepline.sprint._budgets", "stepline.sprint._restore", "stepline.sprint._baseline", "stepline.sprint._reconcile",
+    "stepline.sprint._build", "stepline.sprint._verify", "stepline.sprint._review", "stepline.sprint._commit",
+    "stepline.sprint._merge", "stepline.sprint._defer", "stepline.sprint._closeout",
 }
 
 #: The step-chain mechanism both BMAD families share (issue 25): between the families and the engine. Its

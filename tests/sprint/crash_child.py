@@ -12,10 +12,10 @@ import sys
 from typing import Any
 
 from stepline.interfaces.cli._app import main
-from stepline.sprint import _driver
+from stepline.sprint import _commit, _merge
 
 kind = os.environ.get("SPRINT_KILL")
-real_git, real_git_ok, real_set_status = _driver.git, _driver.git_ok, _driver.set_status
+real_git, real_git_ok, real_set_status = _merge.git, _commit.git_ok, _commit.set_status
 merges = [0]
 
 
@@ -42,7 +42,7 @@ def set_status(*args: Any, **kwargs: Any) -> bool:
 
 
 os.environ["FAKE_STEPLINE_PID"] = str(os.getpid())  # the process a fake agent's FAKE_KILL kills
-_driver.git_ok = git_ok  # type: ignore[assignment]
-_driver.git = git  # type: ignore[assignment]
-_driver.set_status = set_status
+_commit.git_ok = git_ok  # type: ignore[assignment]
+_merge.git = git  # type: ignore[assignment]
+_commit.set_status = set_status
 main(sys.argv[1:])

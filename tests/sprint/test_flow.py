@@ -6,8 +6,9 @@ import pytest
 
 from stepline.executors._budget import Prices
 from stepline.model import Run, RunStatus, StepStatus, WorkflowSpec
-from stepline.sprint._driver import parse_findings, story_workflow
+from stepline.sprint._driver import story_workflow
 from stepline.sprint._flow import Budget, SprintFlow, next_stage
+from stepline.sprint._review import parse_findings
 from stepline.sprint._usage import Usage, over_limit, usage_of_calls
 
 

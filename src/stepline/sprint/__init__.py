@@ -2,9 +2,10 @@
 
 Readers (``_board``: sprint-status.yaml; ``_project``: where a BMAD project keeps its artifacts, dev workflow,
 stories and review layers; ``_config``: config/sprint.yaml; ``_plan``: which stories, in sprint order;
-``_usage``: what the agents' calls cost; ``_flow``: which stage comes next) never import the engine. The
-driver (``_driver``: the stages of one story's run) registers with the engine when
-:func:`stepline.families.register_drivers` imports it; ``_loop`` runs stories one after another.
+``_usage``: what the agents' calls cost; ``_flow``: which stage comes next; ``_parallel``: what may build at once)
+never import the engine. The driver (``_driver``: the stages of one story's run, one module per stage) registers
+with the engine when :func:`stepline.families.register_drivers` imports it; ``_loop`` runs the stories, each on an
+engine of its own that carries what the loop hands it (``_link``).
 Names below are imported on first use.
 """
 

@@ -19,7 +19,9 @@ from stepline.errors import NotFoundError, RunStateError
 from stepline.model import Run, RunStatus
 from stepline.sprint._board import Board, read_board
 from stepline.sprint._config import BudgetLimit, SprintConfig
-from stepline.sprint._driver import reconcile_first, story_workflow
+from stepline.sprint._driver import story_workflow
+from stepline.sprint._link import LoopLedger, StoryEngine, StoryLink
+from stepline.sprint._parallel import MergeQueue
 from stepline.sprint._plan import plan_stories
 from stepline.sprint._project import SprintProject
 from stepline.sprint._usage import Usage, over_limit
@@ -27,7 +29,6 @@ from stepline.sprint._usage import Usage, over_limit
 if TYPE_CHECKING:
     from stepline.engine import Engine
     from stepline.model import WorkflowSpec
-    from stepline.sprint._parallel import LoopSpend, MergeQueue
     from stepline.store import RunStore
 
 __all__ = ["LoopOptions", "StoryResult", "StoryRun", "Waiting", "latest_story_runs", "load_loop", "loop_driver",
@@ -336,21 +337,11 @@ async def run_loop(engine: Engine, project: SprintProject, config: SprintConfig,
     try:
         _, keys, to_resume = plan(project, engine.store, options)
         log.write("loop-started", sprint_id=options.sprint_id, pid=os.getpid(), resumed=resumed, stories=keys)
-        current: dict[str, str] = {}
-
-        def announce(event: Any) -> None:  # the story's run id, as soon as its run has one
-            if event.type in ("WorkflowStarted", "WorkflowResumed") and current:
-                log.write("story-run", key=current["key"], run_id=event.run_id)
-
         width = options.jobs or config.max_parallel
         if width > 1:
             results = await _parallel_stories(engine, project, config, options, width, keys, to_resume, log, report)
         else:
-            engine.listeners.append(announce)
-            try:
-                results = await _stories(engine, project, config, options, keys, to_resume, log, current, report)
-            finally:
-                engine.listeners.remove(announce)
+            results = await _stories(engine, project, config, options, keys, to_resume, log, report)
         log.write("loop-ended", outcome=loop_outcome(results))  # before the lock goes: a watcher sees one or the other
     except BaseException as exc:
         log.write("loop-ended", outcome="error", error=str(exc) or type(exc).__name__)
@@ -383,9 +374,21 @@ def _story_ended(run: Run, spent: Usage, limit: BudgetLimit, log: _LoopLog, repo
     return result
 
 
+def _story_engine(engine: Engine, key: str, link: StoryLink, log: _LoopLog) -> StoryEngine:
+    """The engine of one story's run (see :class:`~stepline.sprint._link.StoryEngine`), which writes the story's run
+    id to loop.jsonl as soon as its run has one."""
+    story_engine = StoryEngine(engine, link)
+
+    def announce(event: Any) -> None:
+        if event.type in ("WorkflowStarted", "WorkflowResumed"):
+            log.write("story-run", key=key, run_id=event.run_id)
+
+    story_engine.listeners.append(announce)
+    return story_engine
+
+
 async def _stories(engine: Engine, project: SprintProject, config: SprintConfig, options: LoopOptions,
-                   keys: list[str], to_resume: dict[str, str], log: _LoopLog, current: dict[str, str],
-                   report: Any) -> list[StoryResult]:
+                   keys: list[str], to_resume: dict[str, str], log: _LoopLog, report: Any) -> list[StoryResult]:
     results: list[StoryResult] = []
     spent = _spent_before(engine, options, keys)
     limit = config.budgets.run
@@ -395,31 +398,20 @@ async def _stories(engine: Engine, project: SprintProject, config: SprintConfig,
             results.append(StoryResult(key, "", "stopped", f"the loop's budget is spent: {problem}", Usage()))
             log.write("story-ended", key=key, run_id="", outcome="stopped", summary=results[-1].summary)
             break
-        current["key"] = key
         log.write("story-started", key=key, run_id=to_resume.get(key))
+        story_engine = _story_engine(engine, key, StoryLink(MergeQueue([]), reconcile=key in to_resume), log)
         if key in to_resume:
-            reconcile_first(to_resume[key])
-            run = await engine.resume(to_resume[key])
+            run = await story_engine.resume(to_resume[key])
         else:
             options.taken.append(key)
             save_loop(project.root, options)
-            run = await engine.start(_workflow(key, config), _variables(project, config, key, options, spent))
+            run = await story_engine.start(_workflow(key, config), _variables(project, config, key, options, spent))
         result = _story_ended(run, spent, limit, log, report)
         spent = spent + result.usage
         results.append(result)
         if result.outcome in ("blocked", "failed"):
             break  # the checkout holds this story's work: the next story waits for it (resume)
     return results
-
-
-def _story_engine(engine: Engine) -> Engine:
-    """An engine of its own for one story of a parallel loop (an engine drives one run at a time), sharing the
-    loop engine's executor, people, listeners and settings."""
-    from stepline.engine import Engine
-
-    return Engine(project_root=engine.project_root, config=engine.config, executor=engine.executor, mode=engine.mode,
-                  human=engine.human, sleep=engine.sleep, listeners=list(engine.listeners),
-                  concurrency=engine.concurrency)
 
 
 async def _parallel_stories(engine: Engine, project: SprintProject, config: SprintConfig, options: LoopOptions,
@@ -429,21 +421,15 @@ async def _parallel_stories(engine: Engine, project: SprintProject, config: Spri
     first, then each whose dependencies are committed and whose files no running story declares or has touched
     (see :mod:`stepline.sprint._parallel`); their merges one at a time, in sprint order among the stories in flight
     (:class:`~stepline.sprint._parallel.MergeQueue`). The loop's budget is what they spend together, the running
-    ones' calls included (:class:`~stepline.sprint._parallel.LoopSpend`)."""
-    from stepline.executors._budget import Prices
-    from stepline.sprint._parallel import LoopSpend, merging, spending
-
-    budgets = config.budgets
-    spend = LoopSpend(_spent_before(engine, options, keys),
-                      Prices(budgets.input_per_mtok, budgets.output_per_mtok, budgets.cache_read_per_mtok))
-    with spending(project.root, spend), merging(project.root, keys) as queue:
-        return await _admit_stories(engine, project, config, options, width, keys, to_resume, log, report, spend,
-                                    queue)
+    ones' calls included (:class:`~stepline.sprint._link.LoopLedger`)."""
+    ledger = LoopLedger(_spent_before(engine, options, keys))
+    return await _admit_stories(engine, project, config, options, width, keys, to_resume, log, report, ledger,
+                                MergeQueue(keys))
 
 
 async def _admit_stories(engine: Engine, project: SprintProject, config: SprintConfig, options: LoopOptions,
                          width: int, keys: list[str], to_resume: dict[str, str], log: _LoopLog, report: Any,
-                         spend: LoopSpend, queue: MergeQueue) -> list[StoryResult]:
+                         ledger: LoopLedger, queue: MergeQueue) -> list[StoryResult]:
     import asyncio
 
     from stepline.sprint._parallel import story_needs, touched_files
@@ -458,20 +444,13 @@ async def _admit_stories(engine: Engine, project: SprintProject, config: SprintC
     worktrees = project.root / ".stepline" / "sprint" / "worktrees"
 
     async def start(key: str) -> Run:
-        story_engine = _story_engine(engine)
-
-        def announce(event: Any) -> None:
-            if event.type in ("WorkflowStarted", "WorkflowResumed"):
-                log.write("story-run", key=key, run_id=event.run_id)
-
-        story_engine.listeners.append(announce)
-        spend.running[key] = story_engine
+        story_engine = _story_engine(engine, key, StoryLink(queue, ledger, reconcile=key in to_resume), log)
+        ledger.started(key)
         if key in to_resume:
-            reconcile_first(to_resume[key])
             return await story_engine.resume(to_resume[key])
         return await story_engine.start(_workflow(key, config), {**_variables(project, config, key, options,
-                                                                              spend.spent(but=key)),
-                                                   "sprint_parallel": True})
+                                                                              ledger.spent(but=key)),
+                                                                 "sprint_parallel": True})
 
     async def may_start(key: str) -> str | None:
         """Why ``key`` cannot start now (None: it may)."""
@@ -493,7 +472,7 @@ async def _admit_stories(engine: Engine, project: SprintProject, config: SprintC
             if len(running) >= width:
                 break
             if key not in to_resume:
-                problem = over_limit(spend.spent(), limit.tokens, limit.cost_usd) or spend.crossed
+                problem = over_limit(ledger.spent(), limit.tokens, limit.cost_usd) or ledger.crossed
                 if problem and config.budgets.mode == "enforce":
                     results.append(StoryResult(key, "", "stopped", f"the loop's budget is spent: {problem}", Usage()))
                     log.write("story-ended", key=key, run_id="", outcome="stopped", summary=results[-1].summary)
@@ -521,10 +500,9 @@ async def _admit_stories(engine: Engine, project: SprintProject, config: SprintC
         done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             key = running.pop(task)
-            spend.running.pop(key, None)
             await queue.left(key)
-            result = _story_ended(task.result(), spend.spent(), limit, log, report)
-            spend.ended = spend.ended + result.usage
+            result = _story_ended(task.result(), ledger.spent(but=key), limit, log, report)
+            ledger.ended_with(key, result.usage)
             ended[key] = result.outcome
             results.append(result)
     return results

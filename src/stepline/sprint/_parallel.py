@@ -8,30 +8,22 @@ merges land one at a time, in sprint order among the stories in flight (:class:`
 waits until every story before it in sprint order that was already in flight when it started has landed or its
 run has ended (deferred, failed, blocked on a person). A story not started yet (it waits on a dependency or a
 file) holds no one, nor does one started after it (an earlier story whose dependency has just landed: waiting
-for it would chain the independent stories' merges one after another's build). What the stories running at once
-have spent so far adds up to the loop's spend (:class:`LoopSpend`).
+for it would chain the independent stories' merges one after another's build).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from stepline.executors._budget import Prices
 from stepline.sprint._project import SprintProject
-from stepline.sprint._usage import Usage, usage_of_calls
 from stepline.tools._git import git
 
-if TYPE_CHECKING:
-    from stepline.engine import Engine
-
-__all__ = ["LoopSpend", "MergeQueue", "Needs", "loop_spend", "merge_queue", "merging", "spending", "story_needs",
-           "touched_files"]
+__all__ = ["MergeQueue", "Needs", "story_needs", "touched_files"]
 
 #: A sentence naming what a story or epic needs first.
 _NEEDS = re.compile(r"(?:depends? on|dependenc(?:y|ies)|prerequisites?|requires|blocked by|after)\b[^\n]*",
@@ -152,61 +144,3 @@ class MergeQueue:
             async with self._changed:
                 self._busy = False
                 self._changed.notify_all()
-
-
-_QUEUES: dict[Path, MergeQueue] = {}
-
-
-@contextmanager
-def merging(root: Path, order: list[str]) -> Iterator[MergeQueue]:
-    """The merge queue of the loop driving ``root``, its stories in ``order``, while it runs (:func:`merge_queue`)."""
-    queue = _QUEUES[root.resolve()] = MergeQueue(order)
-    try:
-        yield queue
-    finally:
-        _QUEUES.pop(root.resolve(), None)
-
-
-def merge_queue(root: Path) -> MergeQueue:
-    """The merge queue of the loop driving ``root`` (a run outside a loop gets one of its own)."""
-    return _QUEUES.setdefault(root.resolve(), MergeQueue([]))
-
-
-class LoopSpend:
-    """What a parallel loop's stories have spent: the ones that ended (and those settled before a resume), and each
-    running one's calls so far, as its journal holds them (a call's usage is journaled as it ends; while it runs,
-    the executor shares the loop's budget among the live calls — see :func:`stepline.sprint._driver._call_budget`)."""
-
-    def __init__(self, ended: Usage, prices: Prices) -> None:
-        self.ended = ended
-        self.prices = prices
-        #: The running stories' engines, by story key.
-        self.running: dict[str, Engine] = {}
-        #: Why the loop's budget is spent, as a running story's call was stopped for it (None: it was not).
-        self.crossed: str | None = None
-
-    def spent(self, but: str | None = None) -> Usage:
-        """What the loop has spent so far, the running story ``but``'s own calls left out."""
-        total = self.ended
-        for key, engine in self.running.items():
-            if key != but:
-                total = total + usage_of_calls(engine.calls.recorded.values(), self.prices)
-        return total
-
-
-_SPENDS: dict[Path, LoopSpend] = {}
-
-
-@contextmanager
-def spending(root: Path, spend: LoopSpend) -> Iterator[LoopSpend]:
-    """``spend`` is what the loop driving ``root`` has spent, while it runs (:func:`loop_spend`)."""
-    _SPENDS[root.resolve()] = spend
-    try:
-        yield spend
-    finally:
-        _SPENDS.pop(root.resolve(), None)
-
-
-def loop_spend(root: Path) -> LoopSpend | None:
-    """What the parallel loop driving ``root`` now has spent, or None (no parallel loop runs here)."""
-    return _SPENDS.get(root.resolve())
