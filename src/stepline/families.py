@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stepline.errors import NotFoundError, ReaderError
 from stepline.formats import Diagnostic
 from stepline.model import WorkflowSpec
 from stepline.native import is_native_workflow, lint_native, load_native
 
-__all__ = ["detect_format", "lint_path", "lint_tree", "load_workflow", "register_drivers"]
+if TYPE_CHECKING:
+    from stepline.stepchain._plan import Plan, PlanStep, Point
+
+__all__ = ["detect_format", "lint_path", "lint_tree", "load_workflow", "read_plan", "read_plans", "register_drivers"]
 
 #: The modules that register each family's step drivers (and flows) with the engine when imported.
 _DRIVERS = (
@@ -262,3 +265,96 @@ def _workflows_under(folder: Path) -> list[Path]:
         if is_bmad or is_native:
             found.append(candidate)
     return found
+
+
+
+def _home_of(path: Path) -> Path | None:
+    """The project a path inside an installed ``_bmad`` tree belongs to (the folder holding that ``_bmad``)."""
+    parts = path.absolute().parts
+    if "_bmad" not in parts:
+        return None
+    return Path(*parts[:len(parts) - 1 - parts[::-1].index("_bmad")])
+
+
+def read_plan(path: Path | str, *, project_root: Path | str | None = None) -> Plan:
+    """The plan of the workflow at ``path``, read before anything runs: its steps in the order the family's
+    driver runs them (the same step ids), each with the points its text hands the person, routes and hands
+    over; a file a step routes to follows that step as a step of its own (``route-<name>``), once.
+
+    ``project_root`` defaults to the project an installed skill is in (its ``_bmad``'s folder), else the
+    current folder.
+    """
+    from stepline.formats._files import read_text
+    from stepline.stepchain._plan import Plan, PlanStep, Point, auto_mode_of
+
+    path = Path(path)
+    root = Path(project_root) if project_root is not None else (_home_of(path) or Path.cwd())
+    spec = load_workflow(path, project_root=root)
+    base = Path(spec.root) if spec.root else (path if path.is_dir() else path.parent)
+    steps: list[PlanStep] = []
+    own = {Path(s.source.path).resolve() for s in spec.steps if s.source and s.meta.get("role") == "step-file"}
+    routed: set[Path] = set()
+    for step in spec.steps:
+        points = tuple(Point.from_json(p) for p in step.meta.get("points") or [])
+        source = Path(step.source.path) if step.source else base
+        steps.append(PlanStep(step.id, step.name or step.id, str(step.meta.get("role") or spec.format), source,
+                              step.source.line if step.source and step.source.line else 1, points))
+        steps.extend(_routed_steps(points, base, own, routed))
+    entry = Path(spec.source.path) if spec.source else None
+    text = read_text(entry) if entry is not None and entry.is_file() else ""
+    auto = auto_mode_of(text) if "autoYes" in text or "auto mode" in text.lower() else None
+    kind = spec.format if spec.format != "bmad-skill" else f"{spec.format}/{spec.meta.get('kind')}"
+    return Plan(path=path, kind=kind, steps=tuple(steps),
+                diagnostics=tuple(_plan_diagnostics(steps)), auto_mode=auto, name=spec.name or spec.id)
+
+
+def _routed_steps(points: tuple[Point, ...], base: Path, own: set[Path], routed: set[Path]) -> list[PlanStep]:
+    """A step for each file ``points`` route to (and each file those route to, depth first), once per plan; a
+    workflow's own step files are steps already."""
+    from stepline.formats._files import read_text
+    from stepline.stepchain._plan import PlanStep, PointKind, read_points, with_condition
+
+    out: list[PlanStep] = []
+    for point in points:
+        target = point.resolved
+        if point.kind is not PointKind.ROUTE or target is None or target in own or target in routed:
+            continue
+        routed.add(target)
+        name = target.relative_to(base.resolve()).with_suffix("").as_posix() if target.is_relative_to(
+            base.resolve()) else target.stem
+        inner = with_condition(read_points(read_text(target), file=target, base=base), point.condition)
+        out.append(PlanStep(f"route-{name.replace('/', '-')}", point.target or target.name, "route", target, 1,
+                            inner))
+        out.extend(_routed_steps(inner, base, own, routed))
+    return out
+
+
+def _plan_diagnostics(steps: list[PlanStep]) -> list[Diagnostic]:
+    """A route or hand-over whose target was not found, each with its file:line."""
+    found = []
+    for step in steps:
+        for point in step.points:
+            if point.unresolved:
+                what = "route to" if point.kind.value == "route" else "hand-over to"
+                found.append(Diagnostic("warning", f"unresolved-{point.kind.value}",
+                                        f"{what} {point.target}: not found", str(point.file), point.line))
+    return found
+
+
+def read_plans(path: Path | str, *, project_root: Path | str | None = None) -> list[Plan]:
+    """The plan of the workflow at ``path``, or of every workflow under a folder (in path order); a folder with
+    none is a ReaderError."""
+    path = Path(path)
+    if not path.exists():
+        raise NotFoundError(f"{path}: no such file or folder", hint="check the path")
+    try:
+        detect_format(path)
+        return [read_plan(path, project_root=project_root)]
+    except ReaderError:
+        if path.is_file():
+            raise
+    found = _workflows_under(path)
+    if not found:
+        raise ReaderError("no workflow found here (no workflow.yaml, workflow.md with steps, SKILL.md, WFS-* "
+                          "session or native workflow file)", path=str(path))
+    return [read_plan(candidate, project_root=project_root) for candidate in found]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -34,6 +35,7 @@ from stepline.skills._customize import (
     load_module_config,
     resolve_customization,
 )
+from stepline.skills._points import attach_points
 from stepline.skills._skill import (
     SkillFiles,
     read_skill_files,
@@ -44,7 +46,8 @@ from stepline.skills._skill import (
 )
 from stepline.stepchain._read import halts_in, parse_menu, prose_lines
 
-__all__ = ["SKILL_FORMAT", "SkillFrame", "find_skill", "load_skill", "module_of", "skill_frame", "step_id_of"]
+__all__ = ["SKILL_FORMAT", "SkillFrame", "find_skill", "load_skill", "module_of", "skill_finder", "skill_frame",
+           "step_id_of"]
 
 #: The WorkflowSpec format of an Agent Skill (one driver runs all three kinds).
 SKILL_FORMAT: Literal["bmad-skill"] = "bmad-skill"
@@ -84,6 +87,32 @@ def find_skill(name: str, near: Path, project_root: Path | None) -> Path | None:
             if "render" not in candidate.relative_to(root).parts[:1]:
                 return candidate.parent
     return None
+
+
+def skill_finder(near: Path, project_root: Path | None) -> Callable[[str], Path | None]:
+    """The folder of a skill another skill at ``near`` hands over to, by name: in the project's ``_bmad`` tree,
+    else beside the module ``near`` belongs to (a source tree: ``src/bmm-skills`` next to ``src/core-skills``);
+    nothing further up is searched. The skills there are listed once, on the first look-up."""
+    index: dict[str, Path] = {}
+    roots: list[Path] = []
+    if project_root is not None and (project_root / "_bmad").is_dir():
+        roots.append(project_root / "_bmad")
+    module = next((p for p in near.parents if (p / "module.yaml").is_file() or p.parent.name == "_bmad"), None)
+    if module is not None and module.parent.name != "_bmad":
+        roots.append(module.parent)
+
+    def find(name: str) -> Path | None:
+        if not index:
+            for root in reversed(roots):  # the project's own skills win
+                try:
+                    found = sorted(root.rglob("SKILL.md"))
+                except OSError:
+                    continue
+                index.update({p.parent.name: p.parent for p in found if "render" not in p.relative_to(root).parts[:1]})
+            index.setdefault("", near)
+        return index.get(name)
+
+    return find
 
 
 def _flat_config(central: dict[str, Any], module: str | None, project_root: Path) -> dict[str, Any]:
@@ -333,6 +362,7 @@ def skill_frame(path: Path, *, project_root: Path, mode: str | None, instruction
                       meta={"role": "instruction", "skill": files.name, "text": on_complete[0], "next": None})
              ] if on_complete and not runs_it else []
     record = _skill_record(files, root, custom, module, central, config_files)
+    attach_points([*before, *after], {files.name: files}, skill_finder(files.root, root))
     variables: dict[str, Any] = {"skill-root": str(files.root), "skill-name": files.name}
     if mode:
         variables["intent"] = mode.lower()
@@ -386,6 +416,7 @@ def load_skill(path: Path | str, *, project_root: Path | str, variables: dict[st
         _check_mode(runs, mode, f"--mode {mode}")
     elif given and _mode_names(runs):  # a skill without modes may use an `intent` variable of its own
         _check_mode(runs, given, f"--var intent={given}")
+    attach_points(steps, {files.name: files, runs.name: runs}, skill_finder(files.root, root))
     names = _flat_config(central, module, root)
     variables = {**names, "project-root": str(root), "skill-root": str(files.root), "skill-name": files.name,
                  **(variables or {})}

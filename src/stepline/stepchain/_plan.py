@@ -179,13 +179,14 @@ _BOLD_CONDITION = re.compile(r"^\*\*(?P<cond>[^*]{2,120}?)[:.]?\*\*(?:\s*\([^)]*
 # what the person is, in the text's words
 _PERSON = r"(?:the\s+)?(?:user|human|person|people|them|they|caller|operator|stakeholders?|you)"
 
-_LOOP = re.compile(r"\b(?:until|till)\s+(?P<end>(?:the\s+)?(?:user|human|person|they)\b[^.;]*?"
-                   r"\b(?:says?|said|is|are|signals?|indicates?|asks?|chooses?|selects?|types?|declares?|"
-                   r"calls?|wants?|requests?|decides?|confirms?|ready|done|satisf|stops?|ends?|moves?)\b[^.;]*)",
-                   re.I)
+_LOOP = re.compile(r"\b(?:until|till)\s+(?P<end>(?:the\s+)?(?:user|human|person|they)\b[^.;]{0,60}?"
+                   r"\b(?:says?|said|signals?|indicates?|declares?|calls\s+it|wants?\s+to\s+(?:stop|move|end|finish)|"
+                   r"asks?\s+to\s+(?:stop|move|end|finish)|is\s+(?:done|satisfied|ready|happy|finished)|"
+                   r"are\s+(?:done|satisfied|ready|happy|finished)|(?:is|are)\s+out\s+of|runs?\s+out|"
+                   r"stops?|ends?\s+(?:it|the)|moves?\s+on|done|satisfied)\b[^.;]*)", re.I)
 _CONFIRM = re.compile(
-    r"\bwait\s+for\s+(?:an?\s+)?(?:explicit\s+|the\s+user'?s?\s+|their\s+)?(?:yes|approval|confirmation|go-ahead|"
-    r"consent|sign-?off|ok)\b"
+    r"\bwait\s+for\s+(?:an?\s+)?(?:explicit\s+|the\s+user'?s?\s+|their\s+)?(?:user\s+)?(?:yes|approval|"
+    r"confirmation|go-ahead|consent|sign-?off|ok)\b"
     r"|\b(?:ask|prompt)\s+(?:the\s+)?(?:user|human|person|them)\s+(?:for\s+|to\s+)(?:confirm|approv|sign)"
     r"|\b(?:get|obtain|seek|request|require|needs?)\s+(?:the\s+user'?s\s+|explicit\s+|their\s+)?(?:user\s+)?"
     r"(?:approval|confirmation|sign-?off|consent)\b"
@@ -193,6 +194,7 @@ _CONFIRM = re.compile(
     r"agrees?|says?\s+yes)"
     r"|\bafter\s+explicit\s+(?:user\s+)?(?:approval|confirmation)"
     r"|\b(?:y/n|yes/no)\b"
+    r"|\bconfirm\s*:\s*[\"“*>]"
     r"|\boffer\s+to\s+\w+", re.I)
 #: a confirmation a sentence ends on after other work (``… structure the answer and confirm.``): weaker than a
 #: question in the same sentence
@@ -202,7 +204,9 @@ _WEAK_CONFIRM = re.compile(
     r"|\band\s+confirm\s*[.)]?$"
     r"|\bconfirm\s+before\b", re.I)
 _QUESTION = re.compile(
-    r"\bask(?:s|ing)?\b(?!\s+(?:yourself|the\s+(?:model|agent|subagent|reviewer)|subagents?)\b)"
+    r"(?:^|[,;:—(]\s*|\b(?:then|and|or|to|must|should|always|first|once|i|we|you|please|simply|briefly|"
+    r"directly|explicitly)\s+)ask\b(?!\s+(?:yourself|the\s+(?:model|agent|subagent|reviewer)|subagents?)\b)"
+    r"|\bask(?:ing)?\s+(?:the\s+)?(?:user|human|person|them|whether|which|what|how|who|for)\b"
     r"|\bprompt\s+(?:the\s+)?(?:user|human|person|them)\b"
     r"|\bprobe\b"
     r"|\bwait\s+for\s+(?:the\s+)?(?:user|human|person|their)(?:'s)?\s*(?:input|response|answer|reply|selection|"
@@ -210,6 +214,29 @@ _QUESTION = re.compile(
     r"|\blet\s+(?:the\s+)?(?:user|human|person|them)\s+(?:decide|choose|pick|select)\b"
     r"|\b(?:request|solicit|gather|collect|elicit)\s+(?:the\s+)?(?:user'?s?\s+)?(?:input|feedback|answers?)\s+"
     r"(?:from\s+)?" + _PERSON, re.I)
+#: the text says not to: ``Do not ask``, ``never confirm``, ``without asking``
+_NEGATED = re.compile(r"\b(?:do\s+not|don't|never|no\s+need\s+to|without|not)\s+(?:\w+\s+){0,2}?(?:re-)?"
+                      r"(?:ask|asking|confirm|prompt|wait|halt|offer|present|stop)\b", re.I)
+#: the person's own options described (``User can chat or ask questions``), not a turn the text gives them
+_PERSON_MAY = re.compile(r"\b(?:the\s+)?(?:user|they|human|person)\s+(?:can|may|might|could|will|is\s+free\s+to)\b",
+                         re.I)
+#: the sections of a step file that restate the rules for a model (the runtime owns them): no points
+_RULES_SECTION = re.compile(r"(?i)\b(?:mandatory|execution\s+(?:rules|protocols)|context\s+boundaries|"
+                            r"success\s+metrics|"
+                            r"failure\s+modes|success/failure|role\s+reinforcement|step-specific\s+rules|"
+                            r"universal\s+rules|critical\s+rules|processing\s+rules|workflow\s+architecture|"
+                            r"(?:^|\W)rules\W*$)")
+#: a word of the person's turn in a sentence: the classifier runs only on such sentences
+_TURN_WORDS = ("ask", "prompt", "probe", "wait", "confirm", "approv", "offer", "choose", "choice", "select", "pick",
+               "decide", "until", "y/n", "yes/no", "menu", "answer", "respond", "reply", "halt", "input", "feedback",
+               "agree", "sign", "consent", "with the user", "with the human", "let the", "present")
+#: a working session with the person the text names no kind for: ``Walk the memlog with the user``
+_WITH_PERSON = re.compile(r"\b(?:walk|review|discuss|go\s+through|work\s+through|resolve|settle|agree|decide|"
+                          r"iterate|refine|explore|brainstorm)\b[^.;]{0,80}\bwith\s+(?:the\s+)?(?:user|human|person)\b",
+                          re.I)
+#: a menu written inline as words between slashes: ``the explicit all/subset/skip menu``
+_SLASH_MENU = re.compile(r"\b(?P<opts>[\w-]+(?:\s*/\s*[\w-]+)+)\s+menu\b"
+                         r"|\bmenu\s*:\s*(?P<after>[\w-]+(?:\s*/\s*[\w-]+)+)", re.I)
 #: a sentence that presents a choice whose options follow it (a list, or bold spans after a colon)
 _CHOICE_LEAD = re.compile(
     r"\b(?:offer|present|show|display|give|list)\b[^.]*?\b(?:choices?|options?|menu|paths?|modes?|alternatives?)\b"
@@ -222,8 +249,9 @@ _TURN = re.compile(
     r"input|feedback|agree|sign-?off)\b", re.I)
 _PERSON_RE = re.compile(r"\b(?:user|human|person|they|them|their)\b", re.I)
 #: not the person's turn: the model's own checks ("confirm every entry was executed"), what an agent asks
-_NOT_TURN = re.compile(r"\b(?:subagents?|sub-agents?|the (?:model|agent|llm)|reviewers?)\b.*\b(?:ask|confirm)",
-                       re.I)
+_NOT_TURN = re.compile(r"\b(?:subagents?|sub-agents?|the (?:model|agent|llm)|reviewers?)\b.*\b(?:ask|confirm)"
+                       r"|\bhalt\b[^.]{0,20}?\b(?:and\s+)?(?:tell|report|inform|notify|explain|warn|stop)\b"
+                       r"|\bhalt\s+with\b", re.I)
 
 # routes: a verb, then a file of the skill or a section of the document
 _PATH = r"(?:\{skill-root\}/|\{installed_path\}/|\./|\.\./)?(?:[\w.-]+/)*[\w.-]+\.(?:md|xml|yaml|yml|csv|json|txt)"
@@ -254,6 +282,7 @@ _HANDOVER = re.compile(
     r"(?:`(?P<a>" + _SKILL_NAME + r")`|(?P<b>bmad-[a-z0-9-]+)|(?P<c>" + _SKILL_NAME + r")(?=\s+skill))"
     r"|`(?P<d>" + _SKILL_NAME + r")`\s+takes\s+(?:the\s+workflow\s+|it\s+|over)"
     r"|\bSkill\(\s*(?:skill\s*=\s*|\{\s*skill\s*:\s*)?[\"'](?P<e>[\w:-]+)[\"']", re.I)
+_OFFERED = re.compile(r"\boffer(?:s|ing)?\s+to\s+$|\boffer(?:s|ing)?\s+to\s+\w+\s+$", re.I)
 #: a skill named as advice or an aside, not a hand-over
 _NOT_HANDOVER = re.compile(r"\b(?:can|could|may|might|should|would)\s+(?:also\s+)?(?:invoke|use|run)\b|"
                            r"\bdirectly\b|\bnext\s+time\b|\bsuggest|\brecommend|\bcommon\s+next\b|\bnext\s+steps?\s*:|"
@@ -268,16 +297,29 @@ class _Sentence:
     start: int  # where it starts in that line (the first sentence of a line takes the line's lead-in)
 
 
+_SPAN_CODE = re.compile(r"`[^`]*\s[^`]*`")
+#: a line that is only a bold title (``**Tier 5 — Ask.**``)
+_TITLE = re.compile(r"^\*\*[^*]+\*\*$")
+
+
+def _masked(text: str) -> str:
+    """``text`` with its code spans that hold words (a message to print, a command) blanked: they are quoted,
+    not said."""
+    return _SPAN_CODE.sub(lambda m: "`" + " " * (len(m[0]) - 2) + "`", text)
+
+
 def _sentences(prose: list[tuple[int, str]]) -> list[_Sentence]:
     found = []
     for index, (line_no, line) in enumerate(prose):
         if not line.strip() or _HEADING.match(line) or _TABLE.match(line):
             continue
-        body = _QUOTE.sub("", _LIST_MARK.sub("", line)).strip()
+        body = _LIST_MARK.sub("", _QUOTE.sub("", line)).strip()
         protected = _ABBREV.sub(lambda m: m[0].replace(".", "\x00"), body)
+        protected = _SPAN_CODE.sub(lambda m: m[0].replace(".", "\x00").replace("?", "\x01").replace("!", "\x02"),
+                                   protected)
         position = 0
         for part in _SENTENCE_END.split(protected):
-            text = part.replace("\x00", ".").strip()
+            text = part.replace("\x00", ".").replace("\x01", "?").replace("\x02", "!").strip()
             if text:
                 found.append(_Sentence(line_no, text, index, position))
             position += len(part) + 1
@@ -298,16 +340,18 @@ class _Reader:
     prose: list[tuple[int, str]] = field(default_factory=list)
     points: list[Point] = field(default_factory=list)
     claimed: set[int] = field(default_factory=set)  # lines a menu, halt or choice's lead-in took
-    listed: set[int] = field(default_factory=set)  # the items of a listed choice (an item may offer a choice too)
+    listed: dict[int, str] = field(default_factory=dict)  # a listed choice's items (an item may ask more), by line
+    rules: set[int] = field(default_factory=set)  # lines of the sections that restate the rules for a model
 
     def point(self, kind: PointKind, line: int, text: str, **fields: Any) -> None:
         self.points.append(Point(kind=kind, text=text.strip(), file=self.file, line=line, **fields))
 
     def run(self) -> tuple[Point, ...]:
         self.prose = prose_lines(self.text, self.first_line)
+        self.rules = _rules_lines(self.prose)
         self.menus()
-        self.halts()
         self.listed_choices()
+        self.halts()
         for sentence in _sentences(self.prose):
             self.sentence(sentence)
         self.code()
@@ -322,10 +366,14 @@ class _Reader:
             self.claimed.update(menu.lines)
 
     def halts(self) -> None:
-        menu_lines = sorted(self.claimed)
+        choices = [p.line for p in self.points if p.kind is PointKind.CHOICE]
+        section = _section_of(self.prose)
         for halt in halts_in(self.prose):
-            near_menu = any(0 <= halt.line - line <= 12 for line in menu_lines) or "menu" in halt.text.lower()
-            if near_menu:  # the halt that waits at a menu already read
+            if halt.line in self.rules:
+                continue
+            near_menu = "menu" in halt.text.lower() or (_BARE_HALT.search(halt.text) is not None and any(
+                -8 <= halt.line - line <= 15 and section.get(line) == section.get(halt.line) for line in choices))
+            if near_menu:  # the halt that waits at a choice already read (or asks what the choice below offers)
                 self.claimed.add(halt.line)
                 continue
             kind = PointKind.CONFIRM if _CONFIRM.search(halt.text) else PointKind.QUESTION
@@ -350,7 +398,7 @@ class _Reader:
             self.point(PointKind.CHOICE, line_no, lead, options=options,
                        condition=self.condition(index, lead))
             self.claimed.add(line_no)
-            self.listed.update(choices.lines)
+            self.listed.update(zip(choices.lines, (label for _, label in choices.options), strict=False))
 
     def condition(self, index: int, sentence: str, start: int = 0) -> str | None:
         match = _LEADING_CONDITION.match(sentence)
@@ -364,14 +412,23 @@ class _Reader:
 
     # ---- one sentence of prose
     def sentence(self, s: _Sentence) -> None:
+        if s.line in self.rules:
+            return
         self.routes(s)
         self.handovers(s)
-        if s.line in self.claimed:
+        if s.line in self.claimed or _TITLE.match(s.text):
             return
-        kind = self.classify(s.text)
+        inline = _inline_keyed(s.text)
+        kind = self.classify(_masked(s.text)) if not inline else (
+            PointKind.CONFIRM if {o.key for o in inline} <= {"Y", "N"} else PointKind.CHOICE)
         if kind is None:
             return
         condition = self.condition(s.index, s.text, s.start)
+        if s.line in self.listed:
+            condition = f"{self.listed[s.line]} chosen" + (f"; {condition}" if condition else "")
+        if inline:
+            self.point(kind, s.line, s.text, condition=condition, options=inline)
+            return
         if kind is PointKind.LOOP:
             loop = _LOOP.search(s.text)
             self.point(kind, s.line, s.text, condition=condition, ends_when=loop["end"].strip() if loop else None)
@@ -385,8 +442,13 @@ class _Reader:
 
     @staticmethod
     def classify(text: str) -> PointKind | None:
-        if _NOT_TURN.search(text):
+        lowered = text.lower()
+        if not any(word in lowered for word in _TURN_WORDS):
             return None
+        if _NOT_TURN.search(text) or _PERSON_MAY.search(text) or _all_negated(text):
+            return None
+        if _SLASH_MENU.search(text):
+            return PointKind.CHOICE
         if _LOOP.search(text):
             return PointKind.LOOP
         if _CONFIRM.search(text):
@@ -397,7 +459,7 @@ class _Reader:
             return PointKind.QUESTION
         if _WEAK_CONFIRM.search(text):
             return PointKind.CONFIRM
-        if _TURN.search(text) and _PERSON_RE.search(text) and _speaks_to_person(text):
+        if (_TURN.search(text) and _PERSON_RE.search(text) and _speaks_to_person(text)) or _WITH_PERSON.search(text):
             return PointKind.UNCLASSIFIED
         return None
 
@@ -414,6 +476,8 @@ class _Reader:
                 continue
             if not raw.endswith((".md", ".xml")):
                 continue
+            if "template" in Path(raw).name.lower():
+                continue  # a template is a document's skeleton, not text to follow
             resolved = _resolve(self.base, self.file, raw)
             if resolved is None and "/" not in raw:
                 continue  # a bare name found nowhere in the skill: a document of the run (prd.md), not a route
@@ -433,15 +497,18 @@ class _Reader:
                            condition=self.condition(s.index, s.text, s.start))
 
     def handovers(self, s: _Sentence) -> None:
-        if _NOT_HANDOVER.search(s.text):
+        text = _masked(s.text)
+        if _NOT_HANDOVER.search(text):
             return
-        for match in _HANDOVER.finditer(s.text):
+        for match in _HANDOVER.finditer(text):
             name = next(g for g in match.groups() if g)
             if name.lower() in ("the", "skill") or name == _own_name(self.base):
                 continue
             resolved = self.find_skill(name) if self.find_skill else None
-            self.point(PointKind.HANDOVER, s.line, s.text, target=name, resolved=resolved,
-                       condition=self.condition(s.index, s.text, s.start))
+            condition = self.condition(s.index, s.text, s.start)
+            if _OFFERED.search(text[:match.start()]):
+                condition = "the person accepts the offer" + (f"; {condition}" if condition else "")
+            self.point(PointKind.HANDOVER, s.line, s.text, target=name, resolved=resolved, condition=condition)
 
     # ---- CCW: AskUserQuestion blocks, Read("phases/…") routes and Skill(…) hand-overs in code
     def code(self) -> None:
@@ -480,6 +547,60 @@ class _Reader:
                        auto=auto)
 
 
+#: a halt that only waits (``HALT — I am waiting for your numbered choice``, ``HALT. Ask the user:``): at a choice
+#: it is that choice's wait, not a question of its own
+_BARE_HALT = re.compile(r"(?i)\bhalt\b\W*(?:(?:and\s+)?wait(?:ing)?\s+for\s+(?:the\s+)?"
+                        r"(?:user'?s?\s+|your\s+|human\s+)?(?:numbered\s+)?(?:input|selection|choice|response|answer)|i\s+am\s+waiting|do\s+not\s+proceed|"
+                        r"ask\s+the\s+user\s*:\s*$|$)")
+
+
+def _section_of(prose: list[tuple[int, str]]) -> dict[int, int]:
+    """Each line's section: the line of the heading over it (0 above the first)."""
+    out: dict[int, int] = {}
+    current = 0
+    for line_no, line in prose:
+        if _HEADING.match(line):
+            current = line_no
+        out[line_no] = current
+    return out
+
+
+_INLINE_KEY = re.compile(r"\[([A-Z]|\d{1,2})\]\s*([A-Za-z][^\[\]/|,;\"“”]*?)(?=\s*(?:/|\||,|;|or\b|\[|\"|”|\)|$))")
+
+
+def _inline_keyed(text: str) -> tuple[Option, ...]:
+    """Two or more ``[K] Label`` options written in one sentence that asks (``Would you like to review its
+    changes? [Y] Yes / [N] No, let me choose``): a menu written inline. None from other prose."""
+    found = [(m[1], m[2].strip(" .*")) for m in _INLINE_KEY.finditer(text)]
+    if len(found) < 2 or len({k for k, _ in found}) < len(found):
+        return ()
+    if "?" not in text and not re.search(r"(?i)\b(?:select|choose|pick|option|reply|enter|type)\b", text):
+        return ()
+    return tuple(Option(k, label, Route("local")) for k, label in found if label)
+
+
+def _rules_lines(prose: list[tuple[int, str]]) -> set[int]:
+    """The lines of the sections (with their subsections) whose heading says they restate rules for a model, and
+    of the handling of a menu's options (``IF A: …``, ``IF Any other comments…``: the runtime's)."""
+    lines: set[int] = set()
+    level: int | None = None
+    for line_no, line in prose:
+        heading = _HEADING.match(line)
+        if heading:
+            depth = len(heading[1])
+            if level is not None and depth <= level:
+                level = None
+            if level is None and _RULES_SECTION.search(heading[2]):
+                level = depth
+        handles = _MENU_HANDLER.match(line) and not _PATH_RE.search(line) and not _HANDOVER.search(line)
+        if level is not None or handles:
+            lines.add(line_no)
+    return lines
+
+
+_MENU_HANDLER = re.compile(r"^\s*(?:[-*+]\s*)?\**\s*(?i:if)\s+['\"]?(?:[A-Z0-9]{1,4}\b|(?i:any\s+other))[^:]*:")
+
+
 def _ordered(points: list[Point]) -> tuple[Point, ...]:
     """Points in text order, each route or hand-over once (its first mention), a person's point once per line."""
     seen: set[tuple[Any, ...]] = set()
@@ -508,7 +629,7 @@ def _ends_lead_in(line: str) -> bool:
 def _speaks_to_person(text: str) -> bool:
     """A sentence that addresses the person's turn (not a statement about a user of the product)."""
     return bool(re.search(r"\b(?:with|from|ask|to|let|tell|wait\s+for|until|offer|for)\s+(?:the\s+)?"
-                          r"(?:user|human|person|them)\b|\b(?:user|they)\s+(?:choose|chooses|select|selects|pick|"
+                          r"(?:user|human|person|them)\b|\b(?:user|they)\s+(?:must\s+|should\s+|will\s+|gets?\s+to\s+)?(?:choose|chooses|select|selects|pick|"
                           r"picks|decide|decides|approve|approves|confirm|confirms|answer|answers|respond|responds|"
                           r"reply|replies|agree|agrees)\b", text, re.I))
 
@@ -516,9 +637,23 @@ def _speaks_to_person(text: str) -> bool:
 _SPAN = re.compile(r"\*\*([^*]{1,60}?)\*\*|(?<![*\w])\*([^*]{1,60}?)\*(?![*\w])")
 
 
+def _all_negated(text: str) -> bool:
+    """Whether every cue of the person's turn in ``text`` is negated (``Do not ask.``)."""
+    if _NEGATED.search(text) is None:
+        return False
+    cues = [m.start() for pattern in (_QUESTION, _CONFIRM, _WEAK_CONFIRM, _TURN) for m in pattern.finditer(text)]
+    negated = [(m.start(), m.end()) for m in _NEGATED.finditer(text)]
+    return bool(cues) and all(any(start <= cue < end for start, end in negated) for cue in cues)
+
+
 def _inline_options(text: str) -> tuple[Option, ...]:
     """The options a choice sentence lists after its colon as bold or italic spans (``**Vision + Features** (…),
-    **Journey-led** (…), or *let me suggest*``); none from any other prose."""
+    **Journey-led** (…), or *let me suggest*``), or a menu written as words between slashes (``the all/subset/skip
+    menu``); none from any other prose."""
+    slashed = _SLASH_MENU.search(text)
+    if slashed:
+        labels = [w.strip() for w in (slashed["opts"] or slashed["after"]).split("/") if w.strip()]
+        return tuple(Option(k, label, Route("local")) for k, label in _keyed(labels))
     colon = text.find(":")
     if colon < 0:
         return ()

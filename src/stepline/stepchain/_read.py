@@ -248,8 +248,9 @@ class Menu:
 
 
 _MENU_GAP = 8
-_RANGE_RE = re.compile(r"\[(\d{1,2})\s*[-–]\s*(\d{1,2})\]"
-                       r"|\b(?:enter|choose|pick|select|type)\s+(\d{1,2})\s*[-–]\s*(\d{1,2})\b", re.IGNORECASE)
+_RANGE_RE = re.compile(r"\[(\d{1,2})\s*[-–]\s*(\d{1,2})\](?!:)"
+                       r"|\b(?:enter|type|reply\s+with|choose|pick|select)\s+(\d{1,2})\s*[-–]\s*(\d{1,2})(?=\s*(?:[,.)?!]|or\b|$))",
+                       re.IGNORECASE)
 
 
 def menus_in(prose: list[tuple[int, str]]) -> list[Menu]:
@@ -420,13 +421,19 @@ def bulleted_choices(following: list[tuple[int, str]], *, depth: int = 0, bold_o
     labels: list[tuple[str | None, str]] = []
     lines: list[int] = []
     level: int | None = None
-    for line_no, line in following:
+    numbered: bool | None = None
+    titled = False
+    for line_no, raw in following:
+        line = _QUOTED_RE.sub("", raw)
         if not line.strip():
             if labels and level is not None and not _continues(following, line_no, level):
                 break
             continue
         item = _ITEM_RE.match(line.strip())
         indent = _indent(line)
+        if item is None and level is None and not titled and _TITLE_RE.match(line.strip()):
+            titled = True  # the question the list answers (``> **How would you like to handle them?**``)
+            continue
         if item is None or (level is None and indent < depth):
             if level is not None and indent > level:
                 continue  # a paragraph of an item
@@ -435,8 +442,9 @@ def bulleted_choices(following: list[tuple[int, str]], *, depth: int = 0, bold_o
             level = indent
         if indent > level:
             continue
-        if indent < level:
-            break
+        if indent < level or (numbered is not None and numbered != bool(item["n"])):
+            break  # the list ends (a bulleted list of what each numbered option does follows it)
+        numbered = bool(item["n"])
         text = item["text"].strip()
         bold = _BOLD_BULLET_RE.match(line)
         keyed = _ITEM_KEY_RE.match(text)
@@ -459,11 +467,16 @@ def bulleted_choices(following: list[tuple[int, str]], *, depth: int = 0, bold_o
     return Listed(options, tuple(lines))
 
 
+_QUOTED_RE = re.compile(r"^\s*>\s?")
+_TITLE_RE = re.compile(r"^\*\*[^*]+\*\*:?$|^[^.]*\?\**$")
+
+
 def _continues(following: list[tuple[int, str]], after: int, level: int) -> bool:
     """Whether the list goes on after a blank line (its next non-blank line is an item at its level)."""
     for line_no, line in following:
         if line_no <= after or not line.strip():
             continue
+        line = _QUOTED_RE.sub("", line)
         return _ITEM_RE.match(line.strip()) is not None and _indent(line) == level
     return False
 
@@ -473,7 +486,8 @@ def _label(text: str) -> str:
     bold = re.match(r"^\*\*([^*]+)\*\*", text)
     if bold:
         return bold[1].strip(" :.")
-    return re.split(r"\s+[-—–]\s+|:\s|\s\(|\.\s", text.replace("*", ""), maxsplit=1)[0].strip(" :.")[:80]
+    label = re.split(r"\s+[-—–]\s+|:\s|\s\(|\.\s", text.replace("*", ""), maxsplit=1)[0].strip(" :.")[:80]
+    return re.sub(r"[;,]?\s*\b(?:or|and)$", "", label).strip(" ;,.")
 
 
 def halt_menu(halts: list[dict[str, Any]]) -> list[dict[str, Any]]:
