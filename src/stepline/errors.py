@@ -6,6 +6,7 @@ Our exception hierarchy::
     ├── UsageError                exit 2   a bad flag, a bad --var, a wrong combination
     ├── NotFoundError             exit 3   a path, a run, a gate, a session that does not exist
     ├── ReaderError               exit 4   a workflow file that cannot be read (carries file:line)
+    │   └── OutsideRootError               a path (a tool's argument, a run's record) that leads out of its root
     │   └── ValidationReport...            (see formats: a list of Diagnostics, not an exception)
     ├── RunStateError             exit 5   the run is not in a state that allows this (completed, locked)
     │   └── RunLockedError                 another process drives the run
@@ -47,6 +48,7 @@ __all__ = [
     "JournalError",
     "NondeterminismError",
     "NotFoundError",
+    "OutsideRootError",
     "ReaderError",
     "RunLockedError",
     "RunStateError",
@@ -131,6 +133,11 @@ class ReaderError(_AtFile):
     """A workflow file that cannot be read; the message starts with ``file:line:``."""
 
     exit_code: ClassVar[int] = 4
+
+
+class OutsideRootError(ReaderError):
+    """A path that leads out of the folder it must stay in (the project, a skill): as written, or through a
+    symlink. ``path:line``, when given, is where the path was named (a journal's record, say)."""
 
 
 class ConfigError(ReaderError):

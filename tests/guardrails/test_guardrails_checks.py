@@ -1,4 +1,4 @@
-"""Step guardrails: secrets, size limits and path confinement reports."""
+"""Step guardrails: secrets, size limits and the paths report (confinement itself: tests/test_paths.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from stepline.errors import ToolError
-from stepline.guardrails import GuardrailPolicy, blocking_failures, check_input, check_output, confine_path
+from stepline.guardrails import GuardrailPolicy, blocking_failures, check_input, check_output
 
 SECRET = "ghp_FAKEfake0123456789abcdefghijklmnopqrst"
 
@@ -65,29 +64,3 @@ def test_policy_rejects_a_bad_extra_pattern() -> None:
     """An extra secret pattern that is not a regex is a configuration error naming it."""
     with pytest.raises(ValidationError, match="extra_secret_patterns\\['x'\\]"):
         GuardrailPolicy(extra_secret_patterns={"x": "("})
-
-
-class TestConfinePath:
-    """confine_path resolves inside the root or refuses, for each way out."""
-
-    def test_inside(self, tmp_path: Path) -> None:
-        """A relative path inside resolves to an absolute path under the root (it need not exist)."""
-        assert confine_path(tmp_path, "a/b.txt") == tmp_path.resolve() / "a" / "b.txt"
-
-    def test_dotdot(self, tmp_path: Path) -> None:
-        """``..`` is refused."""
-        with pytest.raises(ToolError, match=r"contains '\.\.'"):
-            confine_path(tmp_path, "a/../../x")
-
-    def test_absolute_outside(self, tmp_path: Path) -> None:
-        """An absolute path outside the root is refused."""
-        with pytest.raises(ToolError, match="outside the project root"):
-            confine_path(tmp_path / "root", tmp_path / "other.txt")
-
-    def test_dangling_symlink_out(self, tmp_path: Path) -> None:
-        """A symlink to a not-yet-existing file outside is refused (a write would land outside)."""
-        root = tmp_path / "root"
-        root.mkdir()
-        (root / "link").symlink_to(tmp_path / "not-yet.txt")
-        with pytest.raises(ToolError, match="through a symlink"):
-            confine_path(root, "link")

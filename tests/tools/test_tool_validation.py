@@ -51,7 +51,7 @@ class TestPython:
         """Targets outside the project or missing are issues, not crashes."""
         report = validate_python_files(["../x.py", "missing.py"], tmp_path)
         assert [i.message for i in report.issues] == [
-            "path '../x.py' contains '..'", "no such file"]
+            f"path '../x.py' is outside the project root {tmp_path.resolve()}", "no such file"]
 
 
 class TestJsonYaml:

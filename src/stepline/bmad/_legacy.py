@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stepline._paths import link_out
 from stepline.bmad._config import (
     PROJECT_ROOT,
     WorkflowConfig,
@@ -41,7 +42,7 @@ from stepline.bmad._instructions import (
 from stepline.bmad._microfile import LINK_LEAVES_PROJECT
 from stepline.errors import NotFoundError, ReaderError
 from stepline.formats._diagnostics import Diagnostic
-from stepline.formats._files import link_out, read_text
+from stepline.formats._files import read_text
 from stepline.model import SourceRef, StepSpec, WorkflowFormat, WorkflowSpec
 from stepline.stepchain._read import prose_lines
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from stepline import time
+from stepline._paths import confine
 from stepline.bmad._conditions import classify
 from stepline.bmad._conditions_driver import evaluate, is_known
 from stepline.bmad._config import PROJECT_ROOT
@@ -57,7 +58,7 @@ from stepline.bmad._template_output import (
 )
 from stepline.engine._context import StepContext, render_variables
 from stepline.engine._runner import Engine, register_driver
-from stepline.engine._session import confine, sha256_file
+from stepline.engine._session import sha256_file
 from stepline.engine._signals import StepBlocked
 from stepline.errors import NondeterminismError, StepFailed, SteplineError
 from stepline.executors import Executor, StepRequest, StepSession

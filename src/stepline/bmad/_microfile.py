@@ -52,11 +52,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stepline._paths import link_out
 from stepline._yaml import load_yaml_text
 from stepline.bmad._config import resolve_references, substitute, unresolved_names
 from stepline.errors import NotFoundError, ReaderError, UsageError
 from stepline.formats._diagnostics import Diagnostic, Severity
-from stepline.formats._files import decode_text, link_out, read_text
+from stepline.formats._files import decode_text, read_text
 from stepline.formats._frontmatter import Frontmatter, read_frontmatter_file
 from stepline.model import SourceRef, StepSpec, WorkflowSpec
 from stepline.stepchain._read import (

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from stepline._paths import escape
 from stepline.ccw._graph import task_cycle
 from stepline.ccw._session import SESSION_FILE, confined_session, natural_key, session_layout
 from stepline.ccw._task import TaskRef, TaskView, line_of, ref_from_data, validate_task_data
@@ -74,9 +75,7 @@ def _check_session_file(report: _Report, session_dir: Path) -> None:
 
 def _outside(path: str, project_root: Path) -> bool:
     """Whether ``path`` (as a task names it: relative to the project, or absolute) leaves the project."""
-    target = Path(path.split(" (")[0].strip())  # task_item_text's "path (action)"
-    resolved = (target if target.is_absolute() else project_root / target).resolve()
-    return not resolved.is_relative_to(project_root)
+    return escape(project_root, path.split(" (")[0].strip()) is not None  # task_item_text's "path (action)"
 
 
 def _check_paths(report: _Report, path: Path, data: dict[str, object], text: str, project_root: Path,

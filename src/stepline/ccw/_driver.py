@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stepline import time
+from stepline._paths import confine
 from stepline.ccw._commit import commit_task
 from stepline.ccw._prompt import build_task_prompt, render_container_summary, render_summary
 from stepline.ccw._session import CcwSession, read_ccw_session
@@ -60,14 +61,13 @@ from stepline.engine._session import run_tool_once
 from stepline.engine._signals import StepBlocked
 from stepline.errors import (
     JournalError,
+    OutsideRootError,
     ReaderError,
     RunLockedError,
     RunStateError,
     StepFailed,
     StorageError,
-    ToolError,
 )
-from stepline.guardrails import confine_path
 from stepline.model import EventType, Run, RunStatus, StepStatus, WorkflowSpec
 
 if TYPE_CHECKING:
@@ -511,8 +511,8 @@ async def _run_command(ctx: StepContext, key: str, call: _Call) -> _Result:
     a crash interrupted is not run again silently). Read, Glob and the Grep built here only read: run again."""
     if call.searched is not None:
         try:
-            confine_path(ctx.project_root, call.searched)
-        except ToolError as exc:
+            confine(ctx.project_root, call.searched)
+        except OutsideRootError as exc:
             return _Result(False, "", exc.format_message())
     if call.kind == "bash":
         record = await run_tool_once(ctx, key, "pre_analysis", call.tool, call.args,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from stepline._paths import escape, link_out
 from stepline.ccw._graph import task_cycle
 from stepline.ccw._plan import (
     ExecutionModel,
@@ -52,7 +53,7 @@ from stepline.ccw._todo import (
     summary_href_for,
 )
 from stepline.errors import NotFoundError, ReaderError, UsageError
-from stepline.formats._files import link_out, read_text
+from stepline.formats._files import read_text
 from stepline.model import WorkflowSpec
 
 __all__ = [
@@ -258,7 +259,7 @@ def _scan_tasks(task_dir: Path) -> dict[str, TaskRef]:
     links = {name for name, link in found if link}
     for name in sorted((name for name, _ in found), key=natural_key):
         path = task_dir / name
-        if name in links and not path.resolve().is_relative_to(task_dir.parent.resolve()):
+        if name in links and escape(task_dir.parent, path) is not None:
             # a task's JSON is sent to its agent and rewritten on completion: it must be the session's own
             raise ReaderError(f"a symlink to {path.resolve()}, outside the session", path=str(path),
                               hint="copy the task file into the session's .task folder")

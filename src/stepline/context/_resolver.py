@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stepline._paths import inside
 from stepline.context._cache import TtlCache
 from stepline.context._config import TelisConfig, TelisRequest
 from stepline.context._fingerprint import fingerprint
@@ -275,8 +276,8 @@ class ContextResolver:
             else:
                 continue
             for match in matches:
-                target = match.resolve()
-                if not target.is_relative_to(self.root):
+                target = inside(self.root, match)
+                if target is None:
                     warnings.append(f"document {document!r} is outside the project; left out")
                 elif target.is_dir():
                     for path in sorted(target.rglob("*")):
@@ -296,12 +297,12 @@ class ContextResolver:
                           sources: dict[str, str]) -> dict[str, Any] | None:
         assert request.line is not None
         if request.document_path is not None:
-            target = (self.root / request.document_path).resolve()
-            document = self._rel(target)
-            if not target.is_relative_to(self.root):
+            target = inside(self.root, request.document_path)
+            if target is None:
                 warnings.append(f"telis_document_path {request.document_path!r} is outside the project; "
                                 "no language server was asked")
                 return None
+            document = self._rel(target)
             try:
                 text = target.read_bytes().decode("utf-8", "replace")
             except OSError:

@@ -357,7 +357,7 @@ class Engine:
     def diagnose(self, run_dir: RunDir) -> Diagnosis:
         """What is wrong with a run's directory (``stepline doctor``): each file checked, the records folded as
         :meth:`load` folds them; never raises for damage."""
-        return diagnose(run_dir, _check_fold)
+        return diagnose(run_dir, _check_fold, self.project_root)
 
     def truncate_to_last_good(self, run_dir: RunDir) -> tuple[Path, Diagnosis]:
         """Cut a damaged run back to its last good record, everything kept in a backup folder (``stepline

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stepline._paths import confine
 from stepline.engine._signals import StepBlocked
 from stepline.engine._tools import tool_spec
-from stepline.errors import NondeterminismError, StepFailed, UsageError
+from stepline.errors import NondeterminismError, StepFailed
 from stepline.executors import StepRequest, StepSession, WriteMode
 from stepline.model import Event, EventType, Risk, ToolResult
 from stepline.time import isoformat, now
@@ -28,7 +29,7 @@ from stepline.time import isoformat, now
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
 
-__all__ = ["JournaledSession", "Outcome", "confine", "repair_torn_appends", "run_tool_once"]
+__all__ = ["JournaledSession", "Outcome", "repair_torn_appends", "run_tool_once"]
 
 
 @dataclass(slots=True)
@@ -52,15 +53,6 @@ class Outcome:
     def from_dict(cls, raw: dict[str, Any]) -> Outcome:
         """Rebuild from the journal."""
         return cls(**raw)
-
-
-def confine(project_root: Path, path: str) -> Path:
-    """Resolve ``path`` against ``project_root`` and refuse anything that ends up outside it (``..``, symlinks)."""
-    root = project_root.resolve()
-    candidate = (root / path).resolve()
-    if not candidate.is_relative_to(root):
-        raise UsageError(f"path {path!r} is outside the project root {root}", hint="use a path inside the project")
-    return candidate
 
 
 def sha256_file(path: Path) -> str:

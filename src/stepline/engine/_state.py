@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stepline.errors import JournalError
+from stepline._paths import escape
+from stepline.errors import JournalError, OutsideRootError
 from stepline.model import Event, EventType, InvalidTransition, Run, RunStatus, RunStep, StepStatus
 
 __all__ = ["CallLog", "apply", "fold", "stamp"]
@@ -59,13 +60,32 @@ def apply(run: Run, event: Event, calls: CallLog) -> None:
 def fold(run: Run, events: Iterable[Event], calls: CallLog, *, path: str, hint: str | None = None) -> None:
     """Fold a journal's records into ``run`` in order (loading a run): a record that cannot happen in the run
     the records before it made — a step completed twice, a call without its key, data of the wrong shape —
-    is a :class:`JournalError` naming ``path`` and its line (the n-th record is on line n)."""
+    is a :class:`JournalError` naming ``path`` and its line (the n-th record is on line n). A record naming a
+    file outside the run's project (no run writes one: the journal was edited) is an
+    :class:`OutsideRootError` there: what reads the journal back (a resume, fork, replay) acts on those files."""
     for line, event in enumerate(events, 1):
         try:
             apply(run, event, calls)
         except (InvalidTransition, KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise JournalError(f"record seq {event.seq} ({event.type}) cannot follow the records before it: "
                                f"{_what(exc)}", path=path, line=line, hint=hint) from None
+        named = _file_named(event)
+        if named is not None and escape(run.project_root, named, follow=False) is not None:
+            raise OutsideRootError(f"record seq {event.seq} ({event.type}) names the file {named!r}, outside the "
+                                   f"project {run.project_root}", path=path, line=line, hint=hint)
+
+
+def _file_named(event: Event) -> str | None:
+    """The project file a record names, that a resume or time travel writes, truncates or removes."""
+    data = event.data
+    if event.type == _E.ARTIFACT_READY.value:
+        named = data.get("path")
+    elif event.type in (_E.CALL_STARTED.value, _E.CALL_RECORDED.value) and data.get("op") == "write_output":
+        args = data.get("args")
+        named = args.get("path") if isinstance(args, dict) else None
+    else:
+        return None
+    return named if isinstance(named, str) else None
 
 
 def _what(exc: Exception) -> str:

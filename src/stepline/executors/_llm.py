@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from stepline.errors import ExecutorError, NotFoundError, StepFailed, ToolError, UsageError
+from stepline.errors import ExecutorError, NotFoundError, OutsideRootError, StepFailed, ToolError, UsageError
 from stepline.executors._base import Executor
 from stepline.executors._protocol import STANDING_HINT, StepRequest, StepSession, WriteMode
 from stepline.executors._reliability import Backoff, CircuitBreaker, Reliability
@@ -527,7 +527,7 @@ class LLMExecutor(Executor):
             content = await self._run_call(request, session, call.name, args)
         except _BadCall as exc:
             return ToolResult(call.id, f"error: {exc}", is_error=True)
-        except (UsageError, NotFoundError, ToolError, StepFailed) as exc:
+        except (UsageError, NotFoundError, OutsideRootError, ToolError, StepFailed) as exc:
             return ToolResult(call.id, f"error: {exc.format_message()}", is_error=True)
         if len(content) > MAX_RESULT_CHARS:
             content = content[:MAX_RESULT_CHARS] + f"\n[cut at {MAX_RESULT_CHARS} characters]"

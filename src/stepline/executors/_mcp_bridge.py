@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from stepline.errors import ExecutorError, SteplineError, UsageError
+from stepline.errors import ExecutorError, OutsideRootError, SteplineError, UsageError
 from stepline.executors._base import Executor
 from stepline.executors._dryrun import default_choice
 from stepline.executors._protocol import MenuOption, StepRequest, StepSession, WriteMode
@@ -297,7 +297,7 @@ class StepBridge:
                     continue
                 try:
                     result = await self._execute(work, call, session)
-                except UsageError as exc:
+                except (UsageError, OutsideRootError) as exc:
                     call.result.set_exception(exc)
                     continue
                 except BaseException as exc:

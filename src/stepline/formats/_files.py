@@ -20,7 +20,7 @@ from pathlib import Path
 from stepline._limits import read_limits
 from stepline.errors import ReaderError
 
-__all__ = ["FileVersion", "check_size", "decode_text", "file_version", "link_out", "read_file", "read_text"]
+__all__ = ["FileVersion", "check_size", "decode_text", "file_version", "read_file", "read_text"]
 
 _BOM = "\ufeff"
 
@@ -40,17 +40,6 @@ def check_size(size: int, path: Path | str) -> None:
     if size > limit:
         raise ReaderError(f"the file is {size} bytes, over the reader's limit of {limit} bytes", path=str(path),
                           hint="STEPLINE_MAX_FILE_BYTES sets the limit")
-
-
-def link_out(path: Path | str, root: Path | str) -> Path | None:
-    """Where symlinks lead ``path`` out of ``root``: its real path when ``path`` as written is inside ``root`` but
-    its real path is not (it, or a folder on its way, is a symlink elsewhere), else None. A workflow's own files
-    must really be in its project: the runtime reads the real file, and would send it to the model."""
-    written = Path(os.path.abspath(path))
-    if not written.is_relative_to(os.path.abspath(root)):
-        return None
-    real = written.resolve()
-    return None if real.is_relative_to(Path(root).resolve()) else real
 
 
 def read_file(path: Path | str) -> tuple[bytes, FileVersion]:

@@ -1,11 +1,12 @@
-"""Guardrails on step inputs and outputs (R-S1): secret redaction, size limits, path confinement.
+"""Guardrails on step inputs and outputs (R-S1): secret redaction, size limits, paths kept in the project.
 
 The engine runs :func:`check_input` before a step's tools, :func:`check_artifacts` on the files its executor
 wrote (a secret there is reported per file and kind, never redacted: the file is the user's),
 stores the reports on ``RunStep.guardrails`` and fails the step on :func:`blocking_failures`. Everything it
 journals or sends to a model first goes through :func:`redact_obj` (or ``GuardrailPolicy.redact``).
 
-Names are loaded on first use: tool worker processes need :func:`confine_path` and must not pay for pydantic.
+Path confinement itself is :mod:`stepline._paths` (every layer reads and writes files through it).
+Names are loaded on first use: importing the package must not pay for pydantic.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
         check_input,
         check_output,
     )
-    from stepline.guardrails._paths import confine_path
     from stepline.guardrails._secrets import SecretScanner, describe_secrets, find_secrets, redact, redact_obj
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
     "check_artifacts",
     "check_input",
     "check_output",
-    "confine_path",
     "describe_secrets",
     "find_secrets",
     "redact",
@@ -49,7 +48,6 @@ _EXPORTS: dict[str, str] = {
     "check_artifacts": "_checks",
     "check_input": "_checks",
     "check_output": "_checks",
-    "confine_path": "_paths",
     "describe_secrets": "_secrets",
     "find_secrets": "_secrets",
     "redact": "_secrets",

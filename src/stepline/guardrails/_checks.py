@@ -8,8 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from stepline.errors import ToolError
-from stepline.guardrails._paths import confine_path
+from stepline._paths import escape
 from stepline.guardrails._secrets import SecretScanner, describe_secrets
 
 __all__ = [
@@ -163,11 +162,6 @@ def _size(stage: Stage, size: int, policy: GuardrailPolicy) -> GuardrailReport:
 
 
 def _paths(stage: Stage, project_root: Path | str, paths: list[str]) -> GuardrailReport:
-    problems = []
-    for path in paths:
-        try:
-            confine_path(project_root, path)
-        except ToolError as exc:
-            problems.append(exc.message)
+    problems = [found.message() for path in paths if (found := escape(project_root, path)) is not None]
     return GuardrailReport(name="paths", stage=stage, passed=not problems, blocking=bool(problems),
                            details=problems)

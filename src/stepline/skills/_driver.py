@@ -55,16 +55,16 @@ from pathlib import Path
 from typing import Any
 
 from stepline import time
+from stepline._paths import escape
 from stepline.engine._context import StepContext
 from stepline.engine._flow import CursorFlow
 from stepline.engine._runner import register_driver
-from stepline.errors import ReaderError, StepFailed, ToolError
+from stepline.errors import ReaderError, StepFailed
 from stepline.executors import STANDING_HINT, MenuOption, standing_text
 from stepline.executors._human import PERSON_HINT
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
 from stepline.formats._prose import lean_step_text
-from stepline.guardrails import confine_path
 from stepline.model import EventType, Run, StepStatus, WorkflowSpec
 from stepline.skills._headless import ResultFacts, executor_status, fill_result, pick_shape, result_shapes
 from stepline.skills._load import SKILL_FORMAT, find_skill
@@ -247,7 +247,7 @@ def _load_facts(ctx: StepContext, entries: list[Any]) -> list[dict[str, Any]]:
             continue
         pattern = text[len("file:"):].strip()
         relative = pattern[len(str(root)) + 1:] if pattern.startswith(str(root) + "/") else pattern
-        if Path(relative).is_absolute() or ".." in Path(relative).parts:
+        if escape(root, relative, follow=False) is not None:
             # The format reads facts from "paths or globs under {project-root}": a fact from elsewhere would
             # make the run depend on files the project does not hold (and carry them into every request).
             raise StepFailed(f"persistent_facts entry {str(entry)!r} names a file outside the project root",
@@ -255,12 +255,10 @@ def _load_facts(ctx: StepContext, entries: list[Any]) -> list[dict[str, Any]]:
                                   "project, or give the fact as text")
         matches = _glob(root, relative)
         for path in matches:
-            try:  # a match may be a symlink to a file elsewhere: the same refusal as a path naming one
-                confine_path(root, path)
-            except ToolError as exc:
+            if escape(root, path) is not None:  # a symlink to a file elsewhere: as a path naming one
                 raise StepFailed(f"persistent_facts entry {str(entry)!r}: {path.relative_to(root)} is a symlink to "
                                  f"a file outside the project root", hint="copy the file into the project, or give "
-                                                                          "the fact as text") from exc
+                                                                          "the fact as text")
             content = read_text(path)
             digest = hashlib.sha256(content.encode("utf-8")).hexdigest()
             facts.append({"source": str(entry), "path": str(path), "sha256": digest, "text": content[:_FACT_LIMIT]})

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from stepline._paths import inside
 from stepline.errors import ReaderError
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
@@ -45,7 +46,7 @@ def steps_in_progress(paths: Iterable[Path], steps: list[str], skill_root: Path,
     chain order) but not all: each with the first step it does not name."""
     found = []
     for path in paths:
-        if not exists(path) or path.resolve().is_relative_to(skill_root.resolve()):
+        if not exists(path) or inside(skill_root, path) is not None:
             continue
         try:
             done = read_frontmatter(read_text(path), path=str(path)).data.get("stepsCompleted")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from stepline._paths import escape, inside
 from stepline.errors import ReaderError
 from stepline.formats._diagnostics import Diagnostic
 from stepline.formats._files import read_text
@@ -210,10 +211,8 @@ def _resolve(root: Path, doc_dir: Path, raw: str) -> str | None:
     if not candidate.exists() and _is_step_name(raw):  # `./step-01.md` from workflow.md, kept in steps/
         kept = [p for p in root.glob(f"steps*/{Path(raw).name}") if p.is_file()]
         candidate = kept[0] if len(kept) == 1 else candidate
-    try:
-        return candidate.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        return None
+    real = inside(root, candidate)
+    return real.relative_to(root.resolve()).as_posix() if real is not None else None
 
 
 def _module_file(root: Path, raw: str) -> str | None:
@@ -224,8 +223,8 @@ def _module_file(root: Path, raw: str) -> str | None:
     module = next((p for p in root.parents if p.parent.name == "_bmad" or (p / "module.yaml").is_file()), None)
     if module is None or raw.startswith(("/", "{")):
         return None
-    candidate = (module / raw).resolve()
-    if not candidate.is_file() or not candidate.is_relative_to(module.resolve()):
+    candidate = inside(module, raw)
+    if candidate is None or not candidate.is_file():
         return None
     return Path(os.path.relpath(candidate, root.resolve())).as_posix()
 
@@ -469,13 +468,12 @@ def _symlinks_out(folder: Path, root: Path) -> list[Diagnostic]:
     itself linked from outside its module's folder, and any Markdown file of the skill whose real path is
     outside the skill (the runtime reads the real path, so a link out would carry that file into requests)."""
     found = []
-    if not root.is_relative_to(folder.absolute().parent.resolve()):
+    if inside(folder.absolute().parent, root) is None:
         found.append(Diagnostic("error", "link-leaves-skill", f"the skill folder is a symlink to {root}, outside "
                                 f"{folder.absolute().parent}", str(folder / "SKILL.md"), 1))
     for path in sorted(folder.absolute().rglob("*.md")):
-        real = path.resolve()
-        if not real.is_relative_to(root):
-            found.append(Diagnostic("error", "link-leaves-skill", f"a symlink to {real}, outside the skill",
+        if (out := escape(folder.absolute(), path)) is not None:
+            found.append(Diagnostic("error", "link-leaves-skill", f"a symlink to {out.real}, outside the skill",
                                     str(path), 1))
     return found
 
@@ -539,13 +537,12 @@ def _snapshot_problems(root: Path, path: Path, text: str) -> list[Diagnostic]:
     """Each ``[[bmad-snapshot:…]]`` of ``text`` that leaves the skill (``../``, or a symlink out: its real path
     is outside the skill's) or names no file of it, with file:line."""
     found = []
-    inside = root.resolve()
     for number, line in enumerate(text.splitlines(), start=1):
         for match in SNAPSHOT_TOKEN.finditer(line):
             target = root / match[1]
-            if not target.resolve().is_relative_to(inside):
+            if (out := escape(root, match[1])) is not None:
                 found.append(Diagnostic("error", "link-leaves-skill", f"[[bmad-snapshot:{match[1]}]] leaves the "
-                                        f"skill (it is {target.resolve()})", str(path), number))
+                                        f"skill (it is {out.real})", str(path), number))
             elif not target.is_file():
                 found.append(Diagnostic("error", "missing-file", f"[[bmad-snapshot:{match[1]}]] names no file of "
                                         "the skill", str(path), number))

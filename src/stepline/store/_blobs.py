@@ -15,6 +15,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from stepline._paths import inside
 from stepline.store._files import atomic_write_bytes
 
 __all__ = ["BLOBS_DIR", "blob_path", "keep_artifact", "keep_blob", "link_blob", "read_blob"]
@@ -36,8 +37,8 @@ def keep_artifact(run_path: Path, project_root: Path, rel: str, sha256: str, *,
     target = blob_path(run_path, sha256)
     if target.exists():
         return
-    source = (project_root / rel).resolve()
-    if not source.is_relative_to(project_root.resolve()):
+    source = inside(project_root, rel)
+    if source is None:
         return
     try:
         data = source.read_bytes()

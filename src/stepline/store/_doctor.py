@@ -23,7 +23,7 @@ from pathlib import Path
 import orjson
 
 from stepline import time
-from stepline.errors import JournalError, RunStateError, StorageError
+from stepline.errors import JournalError, OutsideRootError, RunStateError, StorageError
 from stepline.model import Event, EventType, Run
 from stepline.store._files import atomic_write_bytes, fsync_path, stale_temp_files, sweep_temp_files
 from stepline.store._lock import lock_holder
@@ -87,6 +87,9 @@ class Diagnosis:
     unstarted: bool = False
     #: Decisions of a person (approvals, rejections, answers) among the lines the repair cuts: asked again.
     cut_decisions: int = 0
+    #: The manifest names another project than the one the run is in (edited, or the project moved here): not
+    #: damage (the run loads and resumes here), but fork, replay and diff refuse it.
+    elsewhere: Finding | None = None
 
     @property
     def damaged(self) -> bool:
@@ -111,9 +114,12 @@ class Diagnosis:
             return (f"nothing to resume: the run stopped before its first record (a full or read-only disk, say); "
                     f"remove {self.path} and start the workflow again")
         if not self.damaged:
+            moved = ("; fork, replay and diff refuse it while its manifest names another project (restore the "
+                     "manifest from a backup, or, if the project moved here, set its project_root to this folder)"
+                     if self.elsewhere is not None else "")
             if self.status == "completed":
-                return "whole: the run is completed"
-            return f"whole: `stepline resume {run}` continues the run"
+                return f"whole: the run is completed{moved}"
+            return f"whole: `stepline resume {run}` continues the run{moved}"
         if self.manifest is not None:
             return ("cannot be resumed: manifest.json holds the workflow spec, which no other file has; restore it "
                     "from a backup (the journal is not changed by anything until then)")
@@ -138,6 +144,8 @@ class Diagnosis:
             return [*lines, "  manifest.json: none; journal.jsonl: no record", f"verdict: {self.verdict()}"]
         lines.append(f"  {self.manifest.short() if self.manifest else 'manifest.json: whole'}"
                      + (f" (written after record {self.manifest_seq})" if self.manifest_seq else ""))
+        if self.elsewhere is not None:
+            lines.append(f"  {self.elsewhere.short()}")
         if self.journal is not None:
             lines.append(f"  journal.jsonl: {self.records} good record(s), then damage: {self.journal.short()}")
             if self.lines_after > 1:
@@ -169,14 +177,15 @@ class Diagnosis:
             "records": self.records, "lines_after": self.lines_after, "tail_bytes": self.tail, "torn": self.torn,
             "manifest_seq": self.manifest_seq, "status": self.status, "audit": [str(f) for f in self.audit],
             "temp_files": [str(p) for p in self.temp_files], "holder": self.holder, "unstarted": self.unstarted,
-            "cut_decisions": self.cut_decisions,
+            "cut_decisions": self.cut_decisions, "elsewhere": str(self.elsewhere) if self.elsewhere else None,
             "verdict": self.verdict(),
         }
 
 
-def diagnose(run_dir: RunDir, check: Check | None = None) -> Diagnosis:
+def diagnose(run_dir: RunDir, check: Check | None = None, project_root: Path | None = None) -> Diagnosis:
     """Everything wrong with ``run_dir`` (never raises for damage); ``check`` folds the records (see
-    :data:`Check`): without it only each line and their order are checked."""
+    :data:`Check`): without it only each line and their order are checked. With ``project_root``, a manifest
+    naming another project is found too (:meth:`RunDir.check_project`)."""
     found = Diagnosis(run_id=run_dir.run_id, path=run_dir.path, holder=lock_holder(run_dir.path / "lock"),
                       temp_files=stale_temp_files(run_dir.path))
     if not run_dir.recorded():
@@ -188,6 +197,11 @@ def diagnose(run_dir: RunDir, check: Check | None = None) -> Diagnosis:
         found.manifest_seq = run.journal_seq
     except JournalError as exc:
         found.manifest = Finding(run_dir.manifest_path, exc.detail, exc.line)
+    if run is not None and project_root is not None:
+        try:
+            run_dir.check_project(run, project_root)
+        except OutsideRootError as exc:
+            found.elsewhere = Finding(run_dir.manifest_path, exc.detail)
     _journal(run_dir, found, run, check)
     for name in AUDIT_FILES:
         try:
@@ -218,7 +232,7 @@ def _journal(run_dir: RunDir, found: Diagnosis, run: Run | None, check: Check | 
     if run is not None and check is not None:
         try:
             check(run, events)
-        except JournalError as exc:
+        except (JournalError, OutsideRootError) as exc:
             line = exc.line or len(events)
             events = events[:line - 1]
             found.journal = Finding(path, exc.detail, line)

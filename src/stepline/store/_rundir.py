@@ -15,7 +15,7 @@ import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from stepline import time
-from stepline.errors import JournalError, NotFoundError, RunStateError, StorageError, UsageError
+from stepline.errors import JournalError, NotFoundError, OutsideRootError, RunStateError, StorageError, UsageError
 from stepline.model import Approval, Artifact, DesignRationale, Event, Evidence, Gate, Run, RunStatus, ToolResult
 from stepline.store._files import atomic_write_bytes, atomic_write_json, read_json, state_folder
 from stepline.store._journal import Journal, read_journal
@@ -113,6 +113,20 @@ class RunDir:
     def doctor_hint(self) -> str:
         """The hint of every damage error: where to learn more."""
         return f"`stepline doctor {self.run_id}` explains it and what can be saved"
+
+    def check_project(self, run: Run, project_root: Path) -> None:
+        """Refuse (:class:`OutsideRootError`, at the manifest) a run whose manifest names a project other than
+        ``project_root``, the one its directory is in: what puts a run's files back (fork, replay) or reads them
+        (diff) acts in the project the manifest names, so an edited one would act on another folder."""
+        try:
+            same = Path(run.project_root).resolve() == project_root.resolve()
+        except (OSError, ValueError):  # a NUL in it, a loop of links
+            same = False
+        if not same:
+            raise OutsideRootError(
+                f"project_root {run.project_root} is not the project this run is in ({project_root}): the manifest "
+                "was edited, or the project moved here", path=str(self.manifest_path),
+                hint=f"fork, replay and diff refuse it; if the project moved, set project_root to {project_root}")
 
     def manifest(self) -> Run:
         """The run as its manifest has it: the workflow spec, the run's fields, no step records.

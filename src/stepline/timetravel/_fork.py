@@ -5,7 +5,8 @@ process killed just before the step would have left — so the engine's resume c
 the steps before it are the parent's, byte for byte. Its manifest names the parent and the step
 (``parent_run_id``, ``forked_at``). Changed variables are journaled after the copy (``VariableSet``); answers
 come from :class:`Answers`. The project's files are put back to what they were when the step began (from the
-parent's content-addressed copies); the parent's directory is only read.
+parent's content-addressed copies); the parent's directory is only read. Each file put back must be in the
+project, as the journal names it and through symlinks: one that is not refuses the fork before anything changes.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from stepline import time
+from stepline._paths import confine, escape
 from stepline.ccw._state import Completion, SessionWriter
 from stepline.engine import Engine
 from stepline.engine._human import HumanChannel
-from stepline.errors import UsageError
+from stepline.errors import OutsideRootError, UsageError
 from stepline.model import Event, EventType
 from stepline.store import RunDir, atomic_write_bytes
 from stepline.store._blobs import link_blob, read_blob
@@ -133,24 +135,30 @@ class _Plan:
     remove: list[str] = field(default_factory=list)
     truncate: dict[str, int] = field(default_factory=dict)
     left_alone: list[str] = field(default_factory=list)
+    #: The journal line that first names each path.
+    lines: dict[str, int] = field(default_factory=dict)
 
 
 def _plan(parent: RecordedRun, cut: int) -> _Plan:
-    """How to put the project's files back to the point ``cut`` of ``parent``'s journal."""
+    """How to put the project's files back to the point ``cut`` of ``parent``'s journal; refused
+    (:class:`OutsideRootError`) when a file it would change is not in the project."""
     plan = _Plan()
     target = parent.artifacts(cut)
     for path, (digest, line) in target.items():
+        plan.lines.setdefault(path, line)
         plan.write[path] = parent.content(path, digest, line)
     later: dict[str, dict[str, Any] | None] = {}  # a path the run wrote after the cut -> its first write's intent
-    for event in parent.events[cut:]:
+    for line, event in enumerate(parent.events[cut:], cut + 1):
         data = event.data
         args = _mapping(data.get("args"))
         if event.type == EventType.CALL_STARTED.value and data.get("op") == "write_output":
             written = args.get("path")
             if isinstance(written, str) and written not in later:
                 later[written] = args
+                plan.lines.setdefault(written, line)
         elif event.type == EventType.ARTIFACT_READY.value and isinstance(data.get("path"), str):
             later.setdefault(data["path"], None)
+            plan.lines.setdefault(data["path"], line)
         elif event.type == EventType.CALL_STARTED.value and data.get("op") == "ccw_complete":
             # CCW's own files (relative to its session): the intent holds the sha256 of each one's content before
             # the completion (None: no file; a run recorded before it was kept holds none: the file is named)
@@ -158,8 +166,9 @@ def _plan(parent: RecordedRun, cut: int) -> _Plan:
             for name in ("task_json", "summary_path"):
                 rel = completion.get(name)
                 if isinstance(rel, str):
-                    later.setdefault(parent.shown(_session(parent) / rel),
-                                     {"before_sha256": before[rel]} if rel in before else None)
+                    shown = parent.shown(_session(parent) / rel)
+                    later.setdefault(shown, {"before_sha256": before[rel]} if rel in before else None)
+                    plan.lines.setdefault(shown, line)
     todo = _ccw_todo(parent, cut)
     if todo is not None and todo[0] not in target:
         later.pop(todo[0], None)
@@ -185,7 +194,27 @@ def _plan(parent: RecordedRun, cut: int) -> _Plan:
             plan.truncate[path] = intent["pre_size"]  # appends only add: the first pre_size bytes are as they were
         else:
             plan.left_alone.append(path)
+    _confined(parent, plan)
     return plan
+
+
+def _confined(run: RecordedRun, plan: _Plan) -> None:
+    """Refuse ``plan`` when a file it changes is outside ``run``'s project: named so by the journal (an edited
+    record, or an edited session folder in the manifest), or led there by a symlink (a folder of the project
+    that links elsewhere is not followed)."""
+    root = run.run.project_root
+    for path in [*plan.write, *plan.remove, *plan.truncate]:
+        found = escape(root, path)
+        if found is None:
+            continue
+        line = plan.lines.get(path)
+        if not found.symlink:
+            raise OutsideRootError(f"record {line} names {path!r}, outside the project {root}" if line else
+                                   f"{path!r} is outside the project {root}", path=str(run.run_dir.journal_path),
+                                   line=line, hint=run.run_dir.doctor_hint())
+        raise OutsideRootError(f"{path} leads out of the project through a symlink (to {found.real}): putting it "
+                               "back would change a file out there; nothing was changed",
+                               hint="make the linked folder a folder of the project, then fork again")
 
 
 def _ccw_before(events: list[Event]) -> list[str]:
@@ -241,11 +270,11 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 
 def _restore(run: RecordedRun, plan: _Plan) -> Restoration:
-    """Carry out ``plan`` in ``run``'s project."""
-    root = Path(run.run.project_root)
+    """Carry out ``plan`` in ``run``'s project (each path confined again as it is changed)."""
+    root = run.run.project_root
     done = Restoration()
     for path, data in plan.write.items():
-        target = root / path
+        target = confine(root, path)
         try:
             same = target.read_bytes() == data
         except OSError:
@@ -257,12 +286,12 @@ def _restore(run: RecordedRun, plan: _Plan) -> Restoration:
         atomic_write_bytes(target, data)
         done.restored.append(run.shown(path))
     for path in plan.remove:
-        target = root / path
+        target = confine(root, path)
         if target.is_file():
             target.unlink()
             done.removed.append(run.shown(path))
     for path, size in plan.truncate.items():
-        target = root / path
+        target = confine(root, path)
         if target.is_file() and target.stat().st_size > size:
             os.truncate(target, size)
             done.restored.append(run.shown(path))

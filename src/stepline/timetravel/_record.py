@@ -2,7 +2,8 @@
 
 Everything comes from the run directory (journal, manifest, ``blobs/``). A record this reading needs and cannot
 read (an older stepline wrote no copy of an artifact, a record of an unexpected shape) is a
-:class:`~stepline.errors.JournalError` naming the record's line.
+:class:`~stepline.errors.JournalError` naming the record's line. A run is read only in the project it was
+recorded in, and no file outside that project is read or named (:class:`~stepline.errors.OutsideRootError`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stepline._paths import inside
 from stepline.engine import Engine
 from stepline.errors import JournalError, NotFoundError
 from stepline.executors._cassette import memo_digest
@@ -101,9 +103,9 @@ class RecordedRun:
         data = read_blob(self.run_dir.path, digest)
         if data is not None:
             return data
-        current = Path(self.run.project_root) / path
+        current = inside(self.run.project_root, path)
         try:
-            found = current.read_bytes()
+            found = current.read_bytes() if current is not None else None
         except OSError:
             found = None
         if found is not None and _sha256(found) == digest:
@@ -174,6 +176,7 @@ def read_run(engine: Engine, run_id: str) -> RecordedRun:
     """Load run ``run_id`` (checked as a resume checks it) and its model requests; nothing is written."""
     run_dir = engine.store.open(run_id)
     run = engine.load(run_dir)
+    run_dir.check_project(run, engine.project_root)
     events = run_dir.events()
     recorded = RecordedRun(run_dir=run_dir, run=run, events=events)
     for index, event in enumerate(events):

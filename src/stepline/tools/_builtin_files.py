@@ -1,7 +1,7 @@
 """``readFile`` / ``writeFile`` / ``listFiles``: file IO confined to the project root (R-T1).
 
-Every path goes through :func:`stepline.guardrails.confine_path`: no ``..``, no absolute path outside the
-root, no symlink that resolves outside it.
+Every path goes through :func:`stepline._paths.confine`: none outside the root, as written or through a
+symlink.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from stepline._paths import confine, inside
 from stepline.errors import ToolError
-from stepline.guardrails import confine_path
 from stepline.tools._spec import ToolContext, ToolOutput, ToolSpec
 
 __all__ = ["file_tools", "list_files", "read_file", "write_file"]
@@ -28,7 +28,7 @@ def _relative(ctx: ToolContext, path: Path) -> str:
 
 def read_file(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     """Return a UTF-8 text file's content (up to ``max_bytes``), with its size and whether it was cut."""
-    path = confine_path(ctx.project_root, args["path"])
+    path = confine(ctx.project_root, args["path"])
     if not path.is_file():
         raise ToolError(f"no such file: {args['path']!r}")
     limit = int(args.get("max_bytes", _DEFAULT_READ_LIMIT))
@@ -44,7 +44,7 @@ def read_file(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
 
 def write_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     """Write (atomically: temp file + rename) or append text; parent folders are created."""
-    path = confine_path(ctx.project_root, args["path"])
+    path = confine(ctx.project_root, args["path"])
     if path.is_dir():
         raise ToolError(f"{args['path']!r} is a directory")
     data = str(args["content"]).encode("utf-8")
@@ -68,7 +68,7 @@ def write_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 
 def list_files(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     """List entries under a folder (folders end in ``/``), sorted; symlinks leaving the root are skipped."""
-    base = confine_path(ctx.project_root, args.get("path", "."))
+    base = confine(ctx.project_root, args.get("path", "."))
     if not base.is_dir():
         raise ToolError(f"no such directory: {args.get('path', '.')!r}")
     pattern = str(args.get("pattern", "*"))
@@ -86,7 +86,7 @@ def list_files(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         for name, is_dir in [(d, True) for d in dirs_here] + [(f, False) for f in files]:
             full = Path(folder) / name
             relative = full.relative_to(root).as_posix()
-            if full.is_symlink() and not full.resolve().is_relative_to(root):
+            if full.is_symlink() and inside(root, full) is None:
                 skipped.append(relative)
             elif fnmatch.fnmatch(name, pattern):
                 entries.append(relative + ("/" if is_dir else ""))

@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stepline.errors import ToolError
-from stepline.guardrails import confine_path
+from stepline._paths import confine
+from stepline.errors import OutsideRootError
 from stepline.tools._spec import ToolContext, ToolOutput, ToolSpec
 
 __all__ = [
@@ -90,8 +90,8 @@ def _targets(paths: Iterable[str], project_root: Path | str, check: str, suffixe
     found: list[tuple[str, Path]] = []
     for raw in paths:
         try:
-            path = confine_path(root, raw)
-        except ToolError as exc:
+            path = confine(root, raw)
+        except OutsideRootError as exc:
             issues.append(ValidationIssue(check=check, path=str(raw), message=exc.message))
             continue
         if path.is_dir():

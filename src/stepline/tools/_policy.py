@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pydantic import BaseModel, ConfigDict, Field
 
+from stepline._paths import escape
 from stepline.model import Risk
 from stepline.time import DEFAULT_TIMEZONE
 
@@ -45,12 +44,10 @@ class ToolPolicy(BaseModel):
     def code_refusal(self, path: str, project_root: str) -> str | None:
         """Why the code file ``path`` (relative to the project root, or absolute) may not run, or None: its real
         path (symlinks followed) must be inside the project or under an allowed path."""
-        root = Path(project_root).resolve()
-        real = (root / path).resolve()
-        if real.is_relative_to(root) or any(real.is_relative_to(Path(allowed).expanduser().resolve())
-                                            for allowed in self.allowed_paths):
+        found = escape(project_root, path, allowed=self.allowed_paths)
+        if found is None:
             return None
-        return (f"{path} is outside the project (it is {real}): code from there runs only from a folder "
+        return (f"{path} is outside the project (it is {found.real}): code from there runs only from a folder "
                 "config/runtime.yaml allows (tools.allowed_paths)")
 
     def requires_approval(self, risk: Risk) -> bool:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 from pydantic import Field
 
+from stepline._paths import confine
 from stepline.errors import NotFoundError, RunStateError, SteplineError, UsageError
 from stepline.executors._mcp_bridge import McpBridgeExecutor, StepBridge, add_step_tools
 from stepline.model import RunMode
@@ -160,9 +161,7 @@ class RunHost:
         self._check_idle()
         if mode not in get_args(RunMode):
             raise UsageError(f"mode {mode!r} is not one of {', '.join(get_args(RunMode))}")
-        target = (self.project_root / path).resolve()
-        if not target.is_relative_to(self.project_root):
-            raise UsageError(f"{path!r} is outside the project root", hint="list_workflows shows what can run")
+        target = confine(self.project_root, path)
         engine = self._engine(mode)
         if target.is_dir() and detect_format(target) == "ccw":
             from stepline.ccw._driver import execute_session

@@ -12,7 +12,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stepline.errors import NotFoundError, UsageError
+from stepline._paths import confine
+from stepline.errors import NotFoundError, OutsideRootError
 from stepline.model import Event, Run
 from stepline.store import RunDir, RunSummary
 
@@ -199,12 +200,8 @@ def _sha256(path: Path) -> str:
 
 
 def _artifact_path(project_root: Path, recorded: str) -> Path:
-    """Where a recorded artifact is on disk, refused when it leads out of the project."""
-    root = project_root.resolve()
-    path = (root / recorded).resolve()
-    if not path.is_relative_to(root):
-        raise UsageError(f"artifact {recorded!r} is outside the project {root}; the dashboard shows no such file")
-    return path
+    """Where a recorded artifact is on disk, refused (:class:`OutsideRootError`) when it leads out of the project."""
+    return confine(project_root, recorded)
 
 
 def artifacts_view(run_dir: RunDir, project_root: Path) -> list[dict[str, Any]]:
@@ -215,7 +212,7 @@ def artifacts_view(run_dir: RunDir, project_root: Path) -> list[dict[str, Any]]:
         try:
             path = _artifact_path(project_root, str(record.get("path", "")))
             row["current_sha256"] = _sha256(path) if path.is_file() else None
-        except (UsageError, OSError):
+        except (OutsideRootError, OSError):
             row["current_sha256"] = None
         row["exists"] = row["current_sha256"] is not None
         row["unchanged"] = row["current_sha256"] == record.get("sha256")
