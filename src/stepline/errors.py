@@ -67,7 +67,7 @@ EXIT_CODES: dict[int, str] = {
     1: "another error a user can cause (one line naming the thing and the fix)",
     2: "usage: a bad flag, a malformed --var, a wrong combination",
     3: "not found: a path, run, gate, session or executor",
-    4: "a workflow or config file that cannot be read (the message names file:line)",
+    4: "a workflow or config file that cannot be read, or a path that leads out of the project (file:line)",
     5: "the run's state does not allow it (already completed, locked by another process)",
     6: "a damaged run directory (`stepline doctor RUN` explains it)",
     7: "an executor or tool failure outside a step",
