@@ -10,6 +10,7 @@ family is one new package plus its lines here.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -294,12 +295,17 @@ def read_plan(path: Path | str, *, project_root: Path | str | None = None) -> Pl
     steps: list[PlanStep] = []
     own = {Path(s.source.path).resolve() for s in spec.steps if s.source and s.meta.get("role") == "step-file"}
     routed: set[Path] = set()
+    finder = None
+    if spec.format == "bmad-skill" or "skills" in spec.meta:
+        from stepline.skills._load import skill_finder
+
+        finder = skill_finder(base, root.resolve())
     for step in spec.steps:
         points = tuple(Point.from_json(p) for p in step.meta.get("points") or [])
         source = Path(step.source.path) if step.source else base
         steps.append(PlanStep(step.id, step.name or step.id, str(step.meta.get("role") or spec.format), source,
                               step.source.line if step.source and step.source.line else 1, points))
-        steps.extend(_routed_steps(points, base, own, routed))
+        steps.extend(_routed_steps(points, base, own, routed, finder))
     entry = Path(spec.source.path) if spec.source else None
     text = read_text(entry) if entry is not None and entry.is_file() else ""
     auto = auto_mode_of(text) if "autoYes" in text or "auto mode" in text.lower() else None
@@ -308,7 +314,8 @@ def read_plan(path: Path | str, *, project_root: Path | str | None = None) -> Pl
                 diagnostics=tuple(_plan_diagnostics(steps)), auto_mode=auto, name=spec.name or spec.id)
 
 
-def _routed_steps(points: tuple[Point, ...], base: Path, own: set[Path], routed: set[Path]) -> list[PlanStep]:
+def _routed_steps(points: tuple[Point, ...], base: Path, own: set[Path], routed: set[Path],
+                  finder: Callable[[str], Path | None] | None) -> list[PlanStep]:
     """A step for each file ``points`` route to (and each file those route to, depth first), once per plan; a
     workflow's own step files are steps already."""
     from stepline.formats._files import read_text
@@ -322,10 +329,11 @@ def _routed_steps(points: tuple[Point, ...], base: Path, own: set[Path], routed:
         routed.add(target)
         name = target.relative_to(base.resolve()).with_suffix("").as_posix() if target.is_relative_to(
             base.resolve()) else target.stem
-        inner = with_condition(read_points(read_text(target), file=target, base=base), point.condition)
+        inner = with_condition(read_points(read_text(target), file=target, base=base, find_skill=finder),
+                               point.condition)
         out.append(PlanStep(f"route-{name.replace('/', '-')}", point.target or target.name, "route", target, 1,
                             inner))
-        out.extend(_routed_steps(inner, base, own, routed))
+        out.extend(_routed_steps(inner, base, own, routed, finder))
     return out
 
 

@@ -100,6 +100,8 @@ def skill_finder(near: Path, project_root: Path | None) -> Callable[[str], Path 
     module = next((p for p in near.parents if (p / "module.yaml").is_file() or p.parent.name == "_bmad"), None)
     if module is not None and module.parent.name != "_bmad":
         roots.append(module.parent)
+    elif module is None:
+        roots.append(near.parent)  # a folder of skills (``.claude/skills``): its skills are each other's
 
     def find(name: str) -> Path | None:
         if not index:

@@ -174,7 +174,7 @@ _LEADING_CONDITION = re.compile(
     r"(?:for|under) (?:the )?\w+ (?:intent|mode))\b[^.;:]*?)(?:[,:;—–]\s+|\s+(?:-|→|->)\s+|(?=\s+(?:ask|offer|"
     r"present|wait|halt|confirm|route|load|invoke)\b))", re.I)
 #: a bold lead-in ending with a colon: ``**Resolver missing or fails:**``, ``**Template swap** (…):``
-_BOLD_CONDITION = re.compile(r"^\*\*(?P<cond>[^*]{2,120}?)[:.]?\*\*(?:\s*\([^)]*\))?\s*:")
+_BOLD_CONDITION = re.compile(r"^\*\*(?P<cond>[^*]{2,120}?)(?::\*\*|\*\*(?:\s*\([^)]*\))?\s*(?::|—|–|\s-\s))")
 
 # what the person is, in the text's words
 _PERSON = r"(?:the\s+)?(?:user|human|person|people|them|they|caller|operator|stakeholders?|you)"
@@ -195,7 +195,8 @@ _CONFIRM = re.compile(
     r"|\bafter\s+explicit\s+(?:user\s+)?(?:approval|confirmation)"
     r"|\b(?:y/n|yes/no)\b"
     r"|\bconfirm\s*:\s*[\"“*>]"
-    r"|\boffer\s+to\s+\w+", re.I)
+    r"|\blet\s+(?:the\s+)?(?:user|human|person)\s+(?:confirm|approve)\b"
+    r"|\boffer\s+(?:once\s+|again\s+|first\s+|then\s+|also\s+)?to\s+\w+", re.I)
 #: a confirmation a sentence ends on after other work (``… structure the answer and confirm.``): weaker than a
 #: question in the same sentence
 _WEAK_CONFIRM = re.compile(
@@ -209,14 +210,21 @@ _QUESTION = re.compile(
     r"|\bask(?:ing)?\s+(?:the\s+)?(?:user|human|person|them|whether|which|what|how|who|for)\b"
     r"|\bprompt\s+(?:the\s+)?(?:user|human|person|them)\b"
     r"|\bprobe\b"
+    r"|\boffer(?:s|ing)?\b(?!\s+(?:once\s+|again\s+|first\s+|then\s+|also\s+)?to\b)"
+    r"|\b(?:choose|decide|pick|select|agree\s+on)\b[^.;]{0,60}\bwith\s+(?:the\s+)?(?:user|human|person)\b"
     r"|\bwait\s+for\s+(?:the\s+)?(?:user|human|person|their)(?:'s)?\s*(?:input|response|answer|reply|selection|"
     r"choice|feedback)"
-    r"|\blet\s+(?:the\s+)?(?:user|human|person|them)\s+(?:decide|choose|pick|select)\b"
+    r"|\blet\s+(?:the\s+)?(?:user|human|person)\s+(?:decide|choose|pick|select|react|weigh\s+in|review|respond)\b"
     r"|\b(?:request|solicit|gather|collect|elicit)\s+(?:the\s+)?(?:user'?s?\s+)?(?:input|feedback|answers?)\s+"
     r"(?:from\s+)?" + _PERSON, re.I)
 #: the text says not to: ``Do not ask``, ``never confirm``, ``without asking``
 _NEGATED = re.compile(r"\b(?:do\s+not|don't|never|no\s+need\s+to|without|not)\s+(?:\w+\s+){0,2}?(?:re-)?"
                       r"(?:ask|asking|confirm|prompt|wait|halt|offer|present|stop)\b", re.I)
+#: a rule that holds until the person says so (``never agree until the user ends the mode``) is no loop of its
+#: own, unlike ``do not stop until the user says they're done``
+_NEGATED_BEFORE = re.compile(r"(?i)\b(?:never|do\s+not|don't|not)\b")
+_STOPS = re.compile(r"(?i)\b(?:never|do\s+not|don't)\s+(?:\w+\s+){0,2}?(?:stop|end|finish|wrap|close|disband|leave|"
+                    r"move\s+on|conclude)")
 #: the person's own options described (``User can chat or ask questions``), not a turn the text gives them
 _PERSON_MAY = re.compile(r"\b(?:the\s+)?(?:user|they|human|person)\s+(?:can|may|might|could|will|is\s+free\s+to)\b",
                          re.I)
@@ -225,7 +233,9 @@ _RULES_SECTION = re.compile(r"(?i)\b(?:mandatory|execution\s+(?:rules|protocols)
                             r"success\s+metrics|"
                             r"failure\s+modes|success/failure|role\s+reinforcement|step-specific\s+rules|"
                             r"universal\s+rules|critical\s+rules|processing\s+rules|workflow\s+architecture|"
-                            r"(?:^|\W)rules\W*$)")
+                            r"responsibilities|philosophy|(?:key|design|core)\s+principles|success\s+criteria|"
+                            r"checklist|related\s+(?:skills|commands|workflows)|error\s+handling|"
+                            r"\brules\b)")
 #: a word of the person's turn in a sentence: the classifier runs only on such sentences
 _TURN_WORDS = ("ask", "prompt", "probe", "wait", "confirm", "approv", "offer", "choose", "choice", "select", "pick",
                "decide", "until", "y/n", "yes/no", "menu", "answer", "respond", "reply", "halt", "input", "feedback",
@@ -237,6 +247,8 @@ _WITH_PERSON = re.compile(r"\b(?:walk|review|discuss|go\s+through|work\s+through
 #: a menu written inline as words between slashes: ``the explicit all/subset/skip menu``
 _SLASH_MENU = re.compile(r"\b(?P<opts>[\w-]+(?:\s*/\s*[\w-]+)+)\s+menu\b"
                          r"|\bmenu\s*:\s*(?P<after>[\w-]+(?:\s*/\s*[\w-]+)+)", re.I)
+#: the line before a fenced block the text presents as its menu (``## The Menu``, ``Present these options:``)
+_PRESENTS = re.compile(r"(?i)^(?:#{1,6}\s.*\b(?:menu|options|choices?)\b.*|.*\b(?:present|display|show)\b[^:]*:\**)$")
 #: a sentence that presents a choice whose options follow it (a list, or bold spans after a colon)
 _CHOICE_LEAD = re.compile(
     r"\b(?:offer|present|show|display|give|list)\b[^.]*?\b(?:choices?|options?|menu|paths?|modes?|alternatives?)\b"
@@ -247,11 +259,12 @@ _CHOICE_LEAD = re.compile(
 _TURN = re.compile(
     r"\b(?:ask|answer|respond|reply|choose|choice|select|pick|decide|approv\w*|confirm\w*|wait|halt|offer|"
     r"input|feedback|agree|sign-?off)\b", re.I)
-_PERSON_RE = re.compile(r"\b(?:user|human|person|they|them|their)\b", re.I)
+_PERSON_RE = re.compile(r"\b(?:user|human|person)\b", re.I)
 #: not the person's turn: the model's own checks ("confirm every entry was executed"), what an agent asks
 _NOT_TURN = re.compile(r"\b(?:subagents?|sub-agents?|the (?:model|agent|llm)|reviewers?)\b.*\b(?:ask|confirm)"
                        r"|\bhalt\b[^.]{0,20}?\b(?:and\s+)?(?:tell|report|inform|notify|explain|warn|stop)\b"
-                       r"|\bhalt\s+with\b", re.I)
+                       r"|\bhalt\s+with\b"
+                       r"|\b(?:skill|workflow|it|this|system|orchestrator)\s+(?:will|would)\s+(?:prompt|ask)", re.I)
 
 # routes: a verb, then a file of the skill or a section of the document
 _PATH = r"(?:\{skill-root\}/|\{installed_path\}/|\./|\.\./)?(?:[\w.-]+/)*[\w.-]+\.(?:md|xml|yaml|yml|csv|json|txt)"
@@ -297,7 +310,11 @@ class _Sentence:
     start: int  # where it starts in that line (the first sentence of a line takes the line's lead-in)
 
 
-_SPAN_CODE = re.compile(r"`[^`]*\s[^`]*`")
+#: a sentence that says what a part is for (``**Purpose**: …``, ``**Note**: …``), not what to do
+_DESCRIBING_LABEL = re.compile(r"(?i)^\**(?:purpose|goal|note|notes|overview|summary|description|applies\s+to|output|"
+                               r"input|context|why|rationale)\**\s*:")
+_MENTIONS_MENU = re.compile(r"(?i)\b(?:offer|present|show|display|serve)s?\b[^.]{0,40}\b(?:menu|options|choices)\b")
+_SPAN_CODE = re.compile(r"`[^`\n]*`")
 #: a line that is only a bold title (``**Tier 5 — Ask.**``)
 _TITLE = re.compile(r"^\*\*[^*]+\*\*$")
 
@@ -305,7 +322,8 @@ _TITLE = re.compile(r"^\*\*[^*]+\*\*$")
 def _masked(text: str) -> str:
     """``text`` with its code spans that hold words (a message to print, a command) blanked: they are quoted,
     not said."""
-    return _SPAN_CODE.sub(lambda m: "`" + " " * (len(m[0]) - 2) + "`", text)
+    masked = _SPAN_CODE.sub(lambda m: "`" + " " * (len(m[0]) - 2) + "`" if re.search(r"\s", m[0]) else m[0], text)
+    return re.sub(r"(?<![*\w])\*{1,2}(?=\w)|(?<=\w)\*{1,2}(?![*\w])", "", masked)
 
 
 def _sentences(prose: list[tuple[int, str]]) -> list[_Sentence]:
@@ -315,8 +333,8 @@ def _sentences(prose: list[tuple[int, str]]) -> list[_Sentence]:
             continue
         body = _LIST_MARK.sub("", _QUOTE.sub("", line)).strip()
         protected = _ABBREV.sub(lambda m: m[0].replace(".", "\x00"), body)
-        protected = _SPAN_CODE.sub(lambda m: m[0].replace(".", "\x00").replace("?", "\x01").replace("!", "\x02"),
-                                   protected)
+        protected = _SPAN_CODE.sub(lambda m: m[0].replace(".", "\x00").replace("?", "\x01").replace("!", "\x02")
+                                   if re.search(r"\s", m[0]) else m[0], protected)
         position = 0
         for part in _SENTENCE_END.split(protected):
             text = part.replace("\x00", ".").replace("\x01", "?").replace("\x02", "!").strip()
@@ -350,12 +368,38 @@ class _Reader:
         self.prose = prose_lines(self.text, self.first_line)
         self.rules = _rules_lines(self.prose)
         self.menus()
+        self.presented_blocks()
         self.listed_choices()
         self.halts()
         for sentence in _sentences(self.prose):
             self.sentence(sentence)
         self.code()
+        self.absorb_described_calls()
+        if any(p.kind is PointKind.CHOICE for p in self.points):  # "You offer a short menu": the menu is the point
+            self.points = [p for p in self.points
+                           if not (p.kind is PointKind.QUESTION and _MENTIONS_MENU.search(p.text))]
         return _ordered(self.points)
+
+    def absorb_described_calls(self) -> None:
+        """Drop the prose that introduces an ``AskUserQuestion`` block (``Prompt user to select review type:``):
+        the block is the point."""
+        lines = self.text.splitlines()
+        fences = []
+        for point in self.points:
+            if point.text and point.line - self.first_line < len(lines) and "AskUserQuestion(" in \
+                    lines[point.line - self.first_line] and point.kind in (PointKind.CHOICE, PointKind.QUESTION):
+                offset = point.line - self.first_line
+                while offset > 0 and not lines[offset].lstrip().startswith(("```", "~~~")):
+                    offset -= 1
+                fences.append(offset + self.first_line)
+        if not fences:
+            return
+        prose = [line for line, text in self.prose if text.strip()]
+        introduced = set()
+        for fence in fences:
+            before = [line for line in prose if line < fence][-3:]
+            introduced.update(before)
+        self.points = [p for p in self.points if not (p.line in introduced and p.kind in PERSON_KINDS)]
 
     # ---- [K] menus and halts, read by stepchain._read
     def menus(self) -> None:
@@ -383,6 +427,33 @@ class _Reader:
             self.point(kind, halt.line, halt.text, options=options, condition=halt.condition)
             self.claimed.add(halt.line)
 
+    # ---- a menu shown as a fenced block (``## The Menu`` then a block of ``1. …``, ``r. …`` lines)
+    def presented_blocks(self) -> None:
+        lines = self.text.splitlines()
+        offset = 0
+        while offset < len(lines):
+            opened = re.match(r"^\s{0,3}(`{3,}|~{3,})", lines[offset])
+            if not opened:
+                offset += 1
+                continue
+            end = next((i for i in range(offset + 1, len(lines)) if lines[i].strip().startswith(opened[1][:3])),
+                       len(lines))
+            before = next((line.strip() for line in reversed(lines[:offset]) if line.strip()), "")
+            if _PRESENTS.search(before):
+                block = [(self.first_line + i, lines[i]) for i in range(offset + 1, end)]
+                start = next((i for i, (_, line) in enumerate(block) if _LIST_MARK.match(line)), None)
+                listed = bulleted_choices(block[start:]) if start is not None else None
+                if listed is not None and len(listed.options) >= 2:
+                    title = next((line.strip(" *") for _, line in block if line.strip() and not
+                                  _LIST_MARK.match(line)), before)
+                    options = tuple(Option(k, label, Route("local")) for k, label in listed.options)
+                    self.point(PointKind.CHOICE, self.first_line + offset, title, options=options,
+                               condition=condition_of(self.prose, self.prose.index(next(
+                                   p for p in self.prose if p[0] >= self.first_line + offset))) if any(
+                                   p[0] >= self.first_line + offset for p in self.prose) else None)
+                    self.claimed.update(range(self.first_line + offset, self.first_line + end + 1))
+            offset = end + 1
+
     # ---- choices whose options are a list under the line that offers them
     def listed_choices(self) -> None:
         for index, (line_no, line) in enumerate(self.prose):
@@ -406,8 +477,8 @@ class _Reader:
             return match["cond"].strip(" *,")
         line = self.prose[index][1]
         lead = _BOLD_CONDITION.match(_LIST_MARK.sub("", line).strip())
-        if lead and start == 0:
-            return lead["cond"].strip()
+        if lead:
+            return lead["cond"].strip(" `")
         return condition_of(self.prose, index)
 
     # ---- one sentence of prose
@@ -416,7 +487,7 @@ class _Reader:
             return
         self.routes(s)
         self.handovers(s)
-        if s.line in self.claimed or _TITLE.match(s.text):
+        if s.line in self.claimed or _TITLE.match(s.text) or _DESCRIBING_LABEL.match(s.text):
             return
         inline = _inline_keyed(s.text)
         kind = self.classify(_masked(s.text)) if not inline else (
@@ -447,9 +518,15 @@ class _Reader:
             return None
         if _NOT_TURN.search(text) or _PERSON_MAY.search(text) or _all_negated(text):
             return None
+        condition = _LEADING_CONDITION.match(text)
+        if condition and condition.end() < len(text):  # the person's turn it names is the condition, not the point
+            text = text[condition.end():]
+            if not any(word in text.lower() for word in _TURN_WORDS):
+                return None
         if _SLASH_MENU.search(text):
             return PointKind.CHOICE
-        if _LOOP.search(text):
+        loop = _LOOP.search(text)
+        if loop and (not _NEGATED_BEFORE.search(text[:loop.start()]) or _STOPS.search(text[:loop.start()])):
             return PointKind.LOOP
         if _CONFIRM.search(text):
             return PointKind.CONFIRM
@@ -481,6 +558,8 @@ class _Reader:
             resolved = _resolve(self.base, self.file, raw)
             if resolved is None and "/" not in raw:
                 continue  # a bare name found nowhere in the skill: a document of the run (prd.md), not a route
+            if resolved is not None and resolved == self.file.resolve():
+                continue  # a file naming itself (``Recovery: Read("phases/04-….md")``)
             self.point(PointKind.ROUTE, s.line, s.text, target=raw, resolved=resolved,
                        condition=self.condition(s.index, s.text, s.start))
         for match in _SECTION_JUMP.finditer(s.text):
@@ -514,22 +593,26 @@ class _Reader:
     def code(self) -> None:
         lines = self.text.splitlines()
         prose = {line for line, _ in self.prose}
+        drawn = _drawings(lines)
         for offset, line in enumerate(lines):
             number = self.first_line + offset
-            if number in prose:
-                continue  # read as prose above
+            if number in prose or offset in drawn:
+                continue  # read as prose above, or a box drawing of the architecture (not the flow)
             if "AskUserQuestion(" in line and "AskUserQuestion()" not in line:
                 block = _call_block(lines, offset)
                 self.ask_user_question(block, number, lines, offset)
             for match in re.finditer(r"Read\(\s*[\"']([^\"']+\.md)[\"']\s*\)|\bRef:\s*`?((?:[\w.-]+/)*[\w.-]+\.md)",
                                      line):
                 raw = match[1] or match[2]
-                self.point(PointKind.ROUTE, number, line.strip(" │├└─"), target=raw,
-                           resolved=_resolve(self.base, self.file, raw),
+                resolved = _resolve(self.base, self.file, raw)
+                if resolved is not None and resolved == self.file.resolve():
+                    continue  # a file naming itself (``Recovery: Read("phases/04-….md")``)
+                self.point(PointKind.ROUTE, number, line.strip(" │├└─"), target=raw, resolved=resolved,
                            condition=_flow_condition(lines, offset))
             for match in re.finditer(r"\bSkill\(\s*(?:skill\s*=\s*|\{\s*skill\s*:\s*)?[\"']([\w:-]+)[\"']", line):
-                if line.lstrip().startswith(("//", "#")):
-                    continue
+                before = line[:match.start()]
+                if line.lstrip().startswith(("//", "#")) or any(before.count(q) % 2 for q in "'\"`"):
+                    continue  # a comment, or a string that names the call
                 resolved = self.find_skill(match[1]) if self.find_skill else None
                 self.point(PointKind.HANDOVER, number, line.strip(" │├└─"), target=match[1], resolved=resolved,
                            condition=_flow_condition(lines, offset))
@@ -584,7 +667,16 @@ def _rules_lines(prose: list[tuple[int, str]]) -> set[int]:
     of the handling of a menu's options (``IF A: …``, ``IF Any other comments…``: the runtime's)."""
     lines: set[int] = set()
     level: int | None = None
+    tag: str | None = None
     for line_no, line in prose:
+        opened = _DESCRIBING_TAG.match(line)
+        if opened and not opened[1]:
+            tag = opened[2]
+        if tag is not None:
+            lines.add(line_no)
+            if opened and opened[1] and opened[2] == tag:
+                tag = None
+            continue
         heading = _HEADING.match(line)
         if heading:
             depth = len(heading[1])
@@ -598,6 +690,8 @@ def _rules_lines(prose: list[tuple[int, str]]) -> set[int]:
     return lines
 
 
+#: a CCW skill's tags that describe what the rest does (``<success_criteria>``, ``<auto_mode>``, ``<purpose>``)
+_DESCRIBING_TAG = re.compile(r"^\s*<(/?)(success_criteria|auto_mode|purpose|overview|notes?)>\s*$")
 _MENU_HANDLER = re.compile(r"^\s*(?:[-*+]\s*)?\**\s*(?i:if)\s+['\"]?(?:[A-Z0-9]{1,4}\b|(?i:any\s+other))[^:]*:")
 
 
@@ -607,7 +701,7 @@ def _ordered(points: list[Point]) -> tuple[Point, ...]:
     kept = []
     for point in sorted(points, key=lambda p: p.line):
         if point.kind in (PointKind.ROUTE, PointKind.HANDOVER):
-            key: tuple[Any, ...] = (point.kind, point.section or point.resolved or point.target)
+            key: tuple[Any, ...] = (point.kind, point.section or point.resolved or point.target, point.condition)
         else:
             key = ("person", point.line, point.text)
         if key in seen:
@@ -629,9 +723,9 @@ def _ends_lead_in(line: str) -> bool:
 def _speaks_to_person(text: str) -> bool:
     """A sentence that addresses the person's turn (not a statement about a user of the product)."""
     return bool(re.search(r"\b(?:with|from|ask|to|let|tell|wait\s+for|until|offer|for)\s+(?:the\s+)?"
-                          r"(?:user|human|person|them)\b|\b(?:user|they)\s+(?:must\s+|should\s+|will\s+|gets?\s+to\s+)?(?:choose|chooses|select|selects|pick|"
-                          r"picks|decide|decides|approve|approves|confirm|confirms|answer|answers|respond|responds|"
-                          r"reply|replies|agree|agrees)\b", text, re.I))
+                          r"(?:user|human|person|them)\b|\b(?:user|they)\s+(?:must\s+|should\s+|will\s+|gets?\s+to\s+)?"
+                          r"(?:choose|chooses|select|selects|pick|picks|decide|decides|approve|approves|confirm|confirms|"
+                          r"agree|agrees)\b", text, re.I))
 
 
 _SPAN = re.compile(r"\*\*([^*]{1,60}?)\*\*|(?<![*\w])\*([^*]{1,60}?)\*(?![*\w])")
@@ -714,6 +808,21 @@ def _own_name(base: Path) -> str:
 # ------------------------------------------------------------------------------------------------- CCW code
 
 _STRING = r"[\"'`]((?:[^\"'`\\]|\\.)*)[\"'`]"
+
+
+def _drawings(lines: list[str]) -> set[int]:
+    """The offsets of the lines of fenced blocks that draw boxes (an architecture diagram, not the flow)."""
+    out: set[int] = set()
+    start: int | None = None
+    for offset, line in enumerate(lines):
+        if line.lstrip().startswith(("```", "~~~")):
+            if start is None:
+                start = offset
+                continue
+            if any(c in "".join(lines[start:offset]) for c in "┌╔"):
+                out.update(range(start, offset + 1))
+            start = None
+    return out
 
 
 def _call_block(lines: list[str], offset: int) -> str:

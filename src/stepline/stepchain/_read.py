@@ -408,7 +408,7 @@ class Listed:
     lines: tuple[int, ...]
 
 
-_ITEM_RE = re.compile(r"^(?P<mark>[-*+]|(?P<n>\d{1,2})[.)])\s+(?P<text>.*)$")
+_ITEM_RE = re.compile(r"^(?P<mark>[-*+]|(?P<n>\d{1,2})[.)]|(?P<letter>[a-zA-Z])[.)](?=\s+[A-Z\[]))\s+(?P<text>.*)$")
 _ITEM_KEY_RE = re.compile(r"^\**\s*\[(?P<k>[A-Za-z0-9]{1,4})\]\**\s*")
 
 
@@ -442,9 +442,9 @@ def bulleted_choices(following: list[tuple[int, str]], *, depth: int = 0, bold_o
             level = indent
         if indent > level:
             continue
-        if indent < level or (numbered is not None and numbered != bool(item["n"])):
+        if indent < level or (numbered is not None and numbered != bool(item["n"] or item["letter"])):
             break  # the list ends (a bulleted list of what each numbered option does follows it)
-        numbered = bool(item["n"])
+        numbered = bool(item["n"] or item["letter"])
         text = item["text"].strip()
         bold = _BOLD_BULLET_RE.match(line)
         keyed = _ITEM_KEY_RE.match(text)
@@ -454,9 +454,9 @@ def bulleted_choices(following: list[tuple[int, str]], *, depth: int = 0, bold_o
             label = _label(text[keyed.end():])
             labels.append((keyed["k"].upper(), label))
         elif bold is not None:
-            labels.append((item["n"], bold[1].strip(" :.")))
+            labels.append((item["n"] or item["letter"], bold[1].strip(" :.")))
         else:
-            labels.append((item["n"], _label(text)))
+            labels.append((item["n"] or item["letter"], _label(text) or text.strip()))
         lines.append(line_no)
     labels = [(key, label) for key, label in labels if label]
     initials = [label[:1].upper() for _, label in labels]
