@@ -1,7 +1,7 @@
 """The spans the telemetry observer makes of runs, checked attribute by attribute (kept in memory): a native run
 with a tool, a validation gate and a human gate, approved from another process and resumed (the same trace goes
 on); the openai executor's model requests against the fake OpenAI server; an agent CLI's call and the tool it
-called; a fork."""
+called; a fork; a process stopped mid-step, then resumed."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from fakes.fake_openai import FakeOpenAI, completion
 from stepline import Engine
 from stepline.engine import HumanChannel
+from stepline.executors import Executor, StepRequest, StepSession
 from stepline.families import load_workflow
 from stepline.interfaces.cli._app import run_cli
 from stepline.store import read_journal
@@ -199,3 +200,48 @@ def test_a_fork_is_a_new_trace_linked_to_its_parent(
     assert [(format(link.context.span_id, "016x")) for link in fork.links] == [_hex(parent)[1]]
     resumed = [e for e in _journal(project, fork_id) if e.type == "WorkflowResumed"]
     assert resumed[-1].data["trace"] == {"trace_id": _hex(fork)[0], "span_id": _hex(fork)[1], "run_id": fork_id}
+
+
+class _Crash(BaseException):
+    """What a killed process is to the engine: nothing it catches."""
+
+
+class _CrashingOnce(Executor):
+    """Calls a tool, then the first time the process 'dies'; the next time (a resume) it finishes."""
+
+    name = "crashing-once"
+    pure = False
+
+    def __init__(self, crash: bool) -> None:
+        self.crash = crash
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        await session.call_tool("getCurrentTime", {})
+        if self.crash:
+            raise _Crash
+        await session.finish(summary="done on resume")
+
+
+def test_a_process_stopped_mid_step_ends_its_spans_and_the_resume_continues_the_step(
+        project: Path, write_workflow: Callable[..., Path], spans: Spans) -> None:
+    write_workflow([{"id": "work", "name": "Work", "body": "Do it."}], id="once")
+    engine = Engine(project_root=project, executor=_CrashingOnce(crash=True))
+    with pytest.raises(_Crash):
+        asyncio.run(engine.start(load_workflow(project / "flow.yaml", project_root=project)))
+    [first] = spans.named("invoke_workflow once")
+    [stopped] = spans.named("step work")
+    assert dict(stopped.attributes or {})["stepline.interrupted"] is True
+    assert dict(first.attributes or {})["stepline.interrupted"] is True
+    run_id = dict(first.attributes or {})["stepline.run.id"]
+
+    spans.new_process()
+    resumed = asyncio.run(Engine(project_root=project, executor=_CrashingOnce(crash=False)).resume(str(run_id)))
+    assert resumed.status.value == "completed"
+    [again] = [s for s in spans.named("step work") if s is not stopped]
+    assert dict(again.attributes or {}) == {
+        "stepline.run.id": run_id, "stepline.workflow.family": "native", "stepline.step.id": "work",
+        "stepline.step.attempt": 1, "stepline.step.name": "Work", "stepline.step.resumed": True,
+        "stepline.step.status": "completed"}
+    [segment] = [s for s in spans.named("invoke_workflow once") if s is not first]
+    assert _parent(again) == _hex(segment)[1] and _parent(segment) == _hex(first)[1]
+    assert len(spans.named("execute_tool getCurrentTime")) == 1  # the journaled call is replayed, not run again

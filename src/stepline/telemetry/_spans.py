@@ -29,7 +29,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanK
 from opentelemetry.util.types import AttributeValue
 
 from stepline import time
-from stepline.model import Event, EventType, Run
+from stepline.model import Event, EventType, Run, StepStatus
 
 __all__ = ["SpanObserver"]
 
@@ -187,6 +187,11 @@ class SpanObserver:
     # -- records --------------------------------------------------------------------------------------------
     def _record(self, run: Run, state: _RunTrace, event: Event) -> None:
         kind, data, at = event.type, event.data, _ns(event.time)
+        step = run.steps.get(event.step_id or "")
+        if step is not None and step.status == StepStatus.RUNNING and step.step_id not in state.steps and \
+                kind != _E.STEP_STARTED.value:  # a step a stopped process left running, continued here
+            self._step_span(state, step.step_id, step.attempts, step.name, at).set_attribute(
+                "stepline.step.resumed", True)
         if kind == _E.WORKFLOW_RESUMED.value:
             if state.root is None:  # continuing the journaled trace: this process's part of the run
                 state.root = self._run_span(run, state, state.parent, event.time, [])
@@ -206,13 +211,7 @@ class SpanObserver:
             state.root.end(end_time=at)
         elif kind == _E.STEP_STARTED.value and event.step_id:
             self._end_step(state, event.step_id, at)  # an attempt left open (it cannot be, but never leak one)
-            attributes = {**state.common, "stepline.step.id": event.step_id,
-                          "stepline.step.attempt": int(data.get("attempt") or 1)}
-            if data.get("name"):
-                attributes["stepline.step.name"] = str(data["name"])
-            parent = trace.set_span_in_context(state.root) if state.root is not None else None
-            state.steps[event.step_id] = self.tracer.start_span(f"step {event.step_id}", context=parent,
-                                                                attributes=attributes, start_time=at)
+            self._step_span(state, event.step_id, int(data.get("attempt") or 1), data.get("name"), at)
         elif kind in (_E.STEP_COMPLETED.value, _E.STEP_FAILED.value, _E.STEP_BLOCKED.value) and event.step_id:
             self._step_ended(run, state, event, at)
         elif kind in _DECISIONS:
@@ -235,6 +234,15 @@ class SpanObserver:
             self._call_started(state, event, at)
         elif kind == _E.CALL_RECORDED.value and event.step_id and str(data.get("op", "")).startswith("memo:"):
             self._memo(run, state, event, at)
+
+    def _step_span(self, state: _RunTrace, step_id: str, attempt: int, name: Any, at: int) -> Span:
+        attributes: dict[str, AttributeValue] = {**state.common, "stepline.step.id": step_id,
+                                                 "stepline.step.attempt": attempt}
+        if name:
+            attributes["stepline.step.name"] = str(name)
+        span = state.steps[step_id] = self.tracer.start_span(f"step {step_id}", context=_within(state.root),
+                                                             attributes=attributes, start_time=at)
+        return span
 
     def _step_or_run(self, state: _RunTrace, step_id: str | None) -> Span | None:
         return state.steps.get(step_id or "") or state.root
