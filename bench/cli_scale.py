@@ -5,7 +5,8 @@ runs, each against a baseline measured in the same run (issue 30).
   pipe, not a terminal), with and without ``-q``, against an fsync floor: N small JSON records appended to a file,
   each followed by fsync (the least any durable engine must do per step);
 * cold start: ``stepline run`` of a 1-step native workflow against ``stepline --help`` (CPU of the process), the
-  median of ``--cold-samples`` pairs run back to back;
+  median of ``--cold-samples`` pairs run back to back (no ``OTEL_*`` variable set); with ``stepline[otel]``
+  installed, also that run sending its spans (``OTEL_EXPORTER_OTLP_ENDPOINT`` set, a local sink taking them);
 * ``status``, ``show`` (a run of S steps) and ``list`` (R runs of S steps): CPU of the process, against the
   old way's core, one full load of one such run (what each of them cost per run before the digest);
   ``list`` is timed with every run's digest in place, and one digest rebuild (a stale one) apart.
@@ -20,6 +21,9 @@ Usage: python bench/cli_scale.py [--steps 20000] [--runs 100] [--per-step 2000] 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import http.server
+import importlib.util
 import json
 import os
 import resource
@@ -28,7 +32,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -36,11 +42,11 @@ import yaml
 STEPLINE = [sys.executable, "-m", "stepline.interfaces.cli"]
 
 
-def timed(args: list[str], cwd: Path) -> tuple[float, float]:
+def timed(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system) of one process; it must exit 0."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(args, cwd=cwd, capture_output=True, check=False)
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, check=False)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -88,13 +94,49 @@ def cold_start(folder: Path, samples: int) -> None:
     """``samples`` pairs, each a ``--help`` then a ``run`` back to back, so that both see the same load on a shared
     machine; the ratio is the median of the pairs' ratios (one busy moment moves one pair, not the result)."""
     one = flow(folder, 1)
-    pairs = [(timed([*STEPLINE, "--help"], folder), timed([*STEPLINE, "run", str(one), "-q"], folder))
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    pairs = [(timed([*STEPLINE, "--help"], folder, plain), timed([*STEPLINE, "run", str(one), "-q"], folder, plain))
              for _ in range(samples)]
     help_cpu, run_cpu = statistics.median(h[1] for h, _ in pairs), statistics.median(r[1] for _, r in pairs)
     ratios = sorted(r[1] / h[1] for h, r in pairs)
     print(f"cold start ({samples} pairs): `stepline --help` {help_cpu:.3f} s CPU; `stepline run` (1 step) "
           f"{run_cpu:.3f} s CPU; ratio {statistics.median(ratios):.2f}x median, {ratios[0]:.2f}-{ratios[-1]:.2f}x "
           f"range (bar: <= 3x)")
+    if importlib.util.find_spec("opentelemetry.sdk") is None:
+        return
+    with _otlp_sink() as endpoint:
+        traced = {**plain, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+        pairs = [(timed([*STEPLINE, "run", str(one), "-q"], folder, plain),
+                  timed([*STEPLINE, "run", str(one), "-q"], folder, traced)) for _ in range(samples)]
+    ratios = sorted(t[1] / r[1] for r, t in pairs)
+    print(f"cold start with OTEL_EXPORTER_OTLP_ENDPOINT set ({samples} pairs, spans sent to a local sink): "
+          f"`stepline run` {statistics.median(t[1] for _, t in pairs):.3f} s CPU against "
+          f"{statistics.median(r[1] for r, _ in pairs):.3f} s without; ratio {statistics.median(ratios):.2f}x "
+          f"median, {ratios[0]:.2f}-{ratios[-1]:.2f}x range")
+
+
+@contextlib.contextmanager
+def _otlp_sink() -> Iterator[str]:
+    """An OTLP/HTTP endpoint on loopback that takes every export (200, an empty response) and keeps nothing."""
+    class Sink(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def copy_runs(source: Path, count: int) -> None:
