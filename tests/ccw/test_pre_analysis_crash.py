@@ -135,3 +135,41 @@ def test_a_resume_asks_before_running_an_interrupted_command_again(project: Path
     out, err = done.communicate(timeout=120)
     assert done.returncode == 0, (out, err)
     assert _appends(project) == Counter({f"IMPL-{k}": 2 if f"IMPL-{k}" in first else 1 for k in range(1, TASKS + 1)})
+
+
+def test_an_approved_rerun_killed_again_is_asked_about_again(project: Path) -> None:
+    """The approval at `rerun:shell:<call>` covers one run: SIGKILLed during the approved rerun, the next
+    execute blocks (exit 9) at `rerun:shell:<call>#2` without running the command a third time."""
+    session_dir = generate(project, 1, seed=5, max_deps=0)
+    held = "echo IMPL-1 >> effects.log && while [ ! -e go ]; do sleep 0.02; done && echo end >> ended.log"
+    task_file = session_dir / ".task" / "IMPL-1.json"
+    task = json.loads(task_file.read_text(encoding="utf-8"))
+    task.setdefault("flow_control", {})["pre_analysis"] = [{
+        "step": "mark", "action": "append", "output_to": "mark", "on_error": "fail", "command": f"bash({held})"}]
+    task_file.write_text(json.dumps(task, indent=2), encoding="utf-8")
+
+    def kill_while_held(appended: int) -> None:
+        proc = _execute(project, "-j", "1")
+        deadline = time.monotonic() + 60
+        while sum(_appends(project).values()) < appended:
+            assert proc.poll() is None and time.monotonic() < deadline, "the command never ran"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait() == -signal.SIGKILL
+        (project / "go").touch()  # the command, in a session of its own, ends
+        while not (project / "ended.log").exists() or len((project / "ended.log").read_text().split()) < appended:
+            time.sleep(0.02)
+
+    kill_while_held(1)
+    (project / "go").unlink()
+    blocked = _execute(project, "-j", "1")
+    assert blocked.wait(timeout=120) == 9
+    [(run_id, gate)] = _pending_rerun_gates(project)
+    assert _cli(project, "approve", run_id, gate, "--by", "test").returncode == 0
+    kill_while_held(2)  # the approved rerun, killed too
+
+    again = _execute(project, "-j", "1")
+    out, err = again.communicate(timeout=120)
+    assert again.returncode == 9, (out, err)
+    assert _appends(project) == Counter({"IMPL-1": 2})  # asked, not run
+    assert _pending_rerun_gates(project) == [(run_id, f"{gate}#2")]

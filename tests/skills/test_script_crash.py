@@ -123,7 +123,9 @@ def test_memlog_append_killed_mid_run_lands_once(v611: Path, server: fake_openai
     assert len(appends) == 1 and appends[0]["result"]["after_crash"].endswith(note)
     assert appends[0]["result"]["status"] == "ok"
     started = [e.data["args"] for e in events if e.type == "CallStarted" and e.data["op"] == "call_tool"]
-    assert [s["effect_before"]["command"] for s in started] == ["init", "append"]
+    # a call run again journals its intent again first, its reruns counted (a crash during it is asked anew)
+    assert [s["effect_before"]["command"] for s in started] == ["init"] + ["append"] * runs
+    assert [s.get("reruns") for s in started] == [None, None, 1][:runs + 1]
     assert started[1]["effect_before"]["entry"] == ENTRY
     results = json.loads((v611 / ".stepline" / "runs" / run_id / "tool_results.json").read_text(encoding="utf-8"))
     assert sum(1 for r in results if r["args"].get("args", [""])[0] == "append") == 1

@@ -55,3 +55,71 @@ def test_a_declared_step_tool_killed_mid_run_is_not_run_again_silently(project: 
     assert resumed.returncode == 9, (resumed.stdout, resumed.stderr)
     assert "rerun:shell:s/" in resumed.stdout + resumed.stderr
     assert (project / "out.txt").read_text(encoding="utf-8") == "ran\n"
+
+
+#: A command that appends a line, then holds until the test lets it go (the file `go`), then says it ended.
+HELD = "echo ran >> out.txt && while [ ! -e go ]; do sleep 0.02; done && echo end >> ended.txt"
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
+
+
+def _wait_for(path: Path, lines: int) -> None:
+    import time
+
+    deadline = time.monotonic() + 60
+    while _lines(path) < lines:
+        assert time.monotonic() < deadline, f"{path} never reached {lines} line(s)"
+        time.sleep(0.02)
+
+
+def _kill_while_held(project: Path, argv: list[str], appended: int) -> None:
+    """Start ``stepline ARGV``, SIGKILL it once the command has appended its ``appended``-th line (it is held
+    running), then let the command end (it runs in a session of its own) and wait until it has."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "stepline.interfaces.cli", *argv, "-q", "-C", str(project)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for(project / "out.txt", appended)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    (project / "go").touch()
+    _wait_for(project / "ended.txt", appended)
+
+
+def test_an_approved_rerun_covers_one_run_of_the_command(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Killed mid-command, the resume asks at `rerun:shell:…`; approved, the command runs again; killed again
+    during that approved run, the next resume asks again (`…#2`) instead of running it a third time silently."""
+    (project / "config").mkdir()
+    (project / "config" / "runtime.yaml").write_text("tools: {risk_policy: {high_requires_approval: false}}\n",
+                                                     encoding="utf-8")
+    (project / "flow.yaml").write_text(
+        "id: f\nsteps:\n  - id: s\n    name: S\n    tools:\n      - name: shell\n"
+        f"        args: {{command: {json.dumps(HELD)}}}\n", encoding="utf-8")
+    base = ["-C", str(project)]
+    _kill_while_held(project, ["run", "flow.yaml", "--executor", "dry-run"], 1)
+    (project / "go").unlink()
+    run_id = next((project / ".stepline" / "runs").glob("run-*")).name
+
+    assert run_cli(["resume", run_id, "--executor", "dry-run", "-q", *base]) == 9
+    gate = next(g for g in _gates(run_id, base, capsys) if g.startswith("rerun:shell:s/"))
+    assert _lines(project / "out.txt") == 1
+    assert run_cli(["approve", run_id, gate, "--by", "ops", *base]) == 0
+    _kill_while_held(project, ["resume", run_id, "--executor", "dry-run"], 2)  # the approved run, killed too
+
+    assert run_cli(["resume", run_id, "--executor", "dry-run", "-q", *base]) == 9, capsys.readouterr()
+    again = [g for g in _gates(run_id, base, capsys) if g.startswith("rerun:shell:s/")]
+    assert again == [f"{gate}#2"], again
+    assert _lines(project / "out.txt") == 2  # asked, not run
+    assert run_cli(["approve", run_id, again[0], "--by", "ops", *base]) == 0
+    assert run_cli(["resume", run_id, "--executor", "dry-run", "-q", *base]) == 0, capsys.readouterr()
+    assert _lines(project / "out.txt") == 3
+
+
+def _gates(run_id: str, base: list[str], capsys: pytest.CaptureFixture[str]) -> list[str]:
+    capsys.readouterr()
+    assert run_cli(["gates", run_id, "--json", *base]) == 0
+    return [gate["gate_id"] for gate in json.loads(capsys.readouterr().out) if gate.get("status") == "pending"]

@@ -341,34 +341,41 @@ async def run_tool_once(ctx: StepContext, key: str, op: str, name: str, args: di
     """Run a tool call whose result the caller journals under ``key`` (not yet journaled): its intent first
     (synced, :func:`tool_intent`), and once only. An intent found without its result (a crash came between) is
     an interrupted call (:func:`interrupted_tool`): not run again unless the disk or a person says it did not
-    finish. A call that waits at its approval gate did not start: its intent is withdrawn, so once approved it
-    runs. Every family's effects go through here (``call_tool``, a step's declared tools, CCW commands)."""
+    finish. A call that runs again journals a new intent first, counting its reruns: a person's approval covers
+    one run, so a crash during it is asked about again. A call that waits at its approval gate did not start:
+    its intent is withdrawn (its reruns kept), so once approved it runs. Every family's effects go through here
+    (``call_tool``, a step's declared tools, CCW commands)."""
     started = ctx.engine.calls.started.get(key)
+    reruns = int(started["args"].get("reruns") or 0) if started is not None else 0
     rerun: str | None = None
-    if started is None or started["args"].get("withdrawn"):
-        ctx.emit(EventType.CALL_STARTED, {"key": key, "op": op, "args": tool_intent(ctx, name, args)}, sync=True)
-    elif not ctx.engine.tool_is_idempotent(name):
-        done, rerun = await interrupted_tool(ctx, key, name, args, started["args"].get("effect_before"))
+    if started is not None and not started["args"].get("withdrawn") and not ctx.engine.tool_is_idempotent(name):
+        done, rerun = await interrupted_tool(ctx, key, name, args, started["args"].get("effect_before"), reruns)
         if done is not None:
             return done
+        reruns += 1
+    if started is None or started["args"].get("withdrawn") or rerun is not None:
+        intent = {**tool_intent(ctx, name, args), **({"reruns": reruns} if reruns else {})}
+        ctx.emit(EventType.CALL_STARTED, {"key": key, "op": op, "args": intent}, sync=True)
     try:
         result = await run()
     except StepBlocked:
-        ctx.emit(EventType.CALL_STARTED, {"key": key, "op": op, "args": {"withdrawn": True}}, sync=False)
+        ctx.emit(EventType.CALL_STARTED, {"key": key, "op": op, "args": {"withdrawn": True, "reruns": reruns}},
+                 sync=False)
         raise
     if rerun is not None:
         result["after_crash"] = rerun
     return result
 
 
-async def interrupted_tool(ctx: StepContext, key: str, name: str, args: dict[str, Any], before: Any
+async def interrupted_tool(ctx: StepContext, key: str, name: str, args: dict[str, Any], before: Any, reruns: int = 0
                            ) -> tuple[dict[str, Any] | None, str]:
     """A non-idempotent call whose intent (:func:`tool_intent`) is journaled but not its result: ``(its
     result, why)`` when it is not to run again, ``(None, why)`` when it runs again. Every family's effects use
     it (the step protocol's ``call_tool``, a CCW task's ``pre_analysis`` command).
 
     The disk answers where the tool can read its effect back (:class:`~stepline.tools.EffectCheck`);
-    otherwise a person does, at the gate ``rerun:<tool>:<call key>``: approved, the call runs again;
+    otherwise a person does, at the gate ``rerun:<tool>:<call key>`` (``#<n>`` after it when the call was
+    already run again ``n - 1`` times: each rerun is a question of its own): approved, the call runs again;
     rejected, it is recorded as finished without running. Until then the step blocks (in every mode:
     nobody else can know what happened).
     """
@@ -383,7 +390,7 @@ async def interrupted_tool(ctx: StepContext, key: str, name: str, args: dict[str
         return None, "the process stopped while it ran and its effect is not on disk: run again"
     why = "the process stopped while it ran; its effect is on disk: recorded done, not rerun"
     if found is None:
-        gate_id = f"rerun:{name}:{key}"
+        gate_id = f"rerun:{name}:{key}" + (f"#{reruns + 1}" if reruns else "")
         decision = ctx.engine.calls.decisions.get(gate_id)
         if decision is None:
             reason = (f"tool {what!r} was running when the process stopped and its effect cannot be checked; "
