@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from stepline.model import StepSpec
-from stepline.skills._skill import Section, SkillFiles, step_sections
+from stepline.skills._skill import Section, SkillFiles
 from stepline.stepchain._plan import Point, PointKind, read_points
 from stepline.stepchain._read import Option, Route
 
@@ -41,16 +41,18 @@ def _in_text(files: SkillFiles) -> tuple[str, ...]:
     return tuple(s.title for s in files.sections)
 
 
-def _read(text: str, file: Path, line: int, files: SkillFiles, finder: Finder) -> list[dict[str, Any]]:
+def _read(text: str, file: Path, line: int, files: SkillFiles, finder: Finder,
+          steps: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     points = read_points(text, file=file, first_line=line, base=files.root, find_skill=finder,
                          sections=_in_text(files))
-    return [p.to_json() for p in _with_named_sections(points, files, finder)]
+    return [p.to_json() for p in _with_named_sections(points, files, finder, steps)]
 
 
-def _with_named_sections(points: tuple[Point, ...], files: SkillFiles, finder: Finder) -> list[Point]:
-    """``points``, each route to a section that is not a step of its own followed by that section's points (the
-    driver hands such a section over with the step that names it)."""
-    steps = {s.title for s in step_sections(files)}
+def _with_named_sections(points: tuple[Point, ...], files: SkillFiles, finder: Finder,
+                         steps: frozenset[str]) -> list[Point]:
+    """``points``, each route to a section that is not a step of its own (``steps``: the titles of the sections
+    that are) followed by that section's points: the driver hands such a section over with the step that names
+    it."""
     out: list[Point] = []
     seen: set[str] = set()
     for point in points:
@@ -75,7 +77,7 @@ def _choice(text: str, file: Path, options: list[tuple[str, str]], line: int = 1
     return [point.to_json()]
 
 
-def _points_of(step: StepSpec, files: SkillFiles, finder: Finder) -> list[dict[str, Any]]:
+def _points_of(step: StepSpec, files: SkillFiles, finder: Finder, steps: frozenset[str]) -> list[dict[str, Any]]:
     role = step.meta.get("role")
     if role == "step-file":
         doc = files.docs[step.meta["file"]]
@@ -84,7 +86,7 @@ def _points_of(step: StepSpec, files: SkillFiles, finder: Finder) -> list[dict[s
         title = step.meta.get("title") or next((s.title for s in files.sections if "intent" in s.title.lower()
                                                 and "mode" in s.title.lower()), "")
         section = _section(files, title)
-        return _read(section.text, files.entry.path, section.line, files, finder) if section else []
+        return _read(section.text, files.entry.path, section.line, files, finder, steps) if section else []
     if role == "on-activation":
         preamble, first = preamble_of(files)
         activation = next((s for s in files.sections if "activation" in s.title.lower()), None)
@@ -110,7 +112,8 @@ def _points_of(step: StepSpec, files: SkillFiles, finder: Finder) -> list[dict[s
 def attach_points(steps: list[StepSpec], files: dict[str, SkillFiles], finder: Finder) -> None:
     """Put each step's points in its ``meta["points"]`` (plain data, :meth:`Point.to_json`); ``files`` are the
     skills the steps belong to, by name (a shim's and its target's)."""
+    titles = frozenset(str(s.meta.get("title")) for s in steps if s.meta.get("role") == "section")
     for step in steps:
         skill = files.get(str(step.meta.get("skill")))
         if skill is not None and "points" not in step.meta:
-            step.meta["points"] = _points_of(step, skill, finder)
+            step.meta["points"] = _points_of(step, skill, finder, titles)

@@ -173,6 +173,10 @@ _LEADING_CONDITION = re.compile(
     r"^(?P<cond>(?:if|when|whenever|once|unless|otherwise|where|in case|after (?:the )?user|on \w+ intent|"
     r"(?:for|under) (?:the )?\w+ (?:intent|mode))\b[^.;:]*?)(?:[,:;—–]\s+|\s+(?:-|→|->)\s+|(?=\s+(?:ask|offer|"
     r"present|wait|halt|confirm|route|load|invoke)\b))", re.I)
+#: a case a sentence opens with, then a colon: ``Empty list: show …``, ``Intent outside the exposed surface (…):``
+_CASE_LABEL = re.compile(r"(?i)^(?P<cond>[^:;]{0,80}?\b(?:empty|none|missing|found|exists?|fails?|failed|errors?|multiple|"
+                         r"single|ambiguous|unclear|outside|no|yes|otherwise|else|headless|interactive|declined?|"
+                         r"unavailable)\b[^:;]{0,80}?):\s")
 #: a bold lead-in ending with a colon: ``**Resolver missing or fails:**``, ``**Template swap** (…):``
 _BOLD_CONDITION = re.compile(r"^\*\*(?P<cond>[^*]{2,120}?)(?::\*\*|\*\*(?:\s*\([^)]*\))?\s*(?::|—|–|\s-\s))")
 
@@ -203,11 +207,15 @@ _WEAK_CONFIRM = re.compile(
     r"\bconfirm(?:s|ed|ing)?\b[^.;]{0,80}?\bwith\s+" + _PERSON + r"\b"
     r"|(?:^|[,;]\s*|\band\s+)confirm\s+(?:before|with|first|it\b|them\b|this\b|that\b|the\s+\w+\s+with)"
     r"|\band\s+confirm\s*[.)]?$"
+    r"|\bconfirm\s+(?:only\s+)?(?:when|if)\b"
+    r"|\b(?:one|a)\s+(?:quick\s+|short\s+)?confirm(?:ation)?\s+of\b"
     r"|\bconfirm\s+before\b", re.I)
 _QUESTION = re.compile(
-    r"(?:^|[,;:—(]\s*|\b(?:then|and|or|to|must|should|always|first|once|i|we|you|please|simply|briefly|"
+    r"(?:^|[,;:—(]\s*|\b(?:then|and|or|to|must|should|always|i|we|you|please|simply|briefly|"
     r"directly|explicitly)\s+)ask\b(?!\s+(?:yourself|the\s+(?:model|agent|subagent|reviewer)|subagents?)\b)"
-    r"|\bask(?:ing)?\s+(?:the\s+)?(?:user|human|person|them|whether|which|what|how|who|for)\b"
+    r"|\bask(?:ing)?\s+(?:the\s+)?(?:user|human|person|them|whether|which|what|how|who|for|if|about)\b"
+    r"|\b(?:open|start|begin|lead)\s+with\s+(?:a|one|an)\b[^.]{0,30}\bquestions?\b"
+    r"|\bpause\s+to\s+(?:clarify|ask)\b|\bclarify\s+with\s+(?:the\s+)?(?:user|human|person)\b"
     r"|\bprompt\s+(?:the\s+)?(?:user|human|person|them)\b"
     r"|\bprobe\b"
     r"|\boffer(?:s|ing)?\b(?!\s+(?:once\s+|again\s+|first\s+|then\s+|also\s+)?to\b)"
@@ -219,10 +227,11 @@ _QUESTION = re.compile(
     r"(?:from\s+)?" + _PERSON, re.I)
 #: the text says not to: ``Do not ask``, ``never confirm``, ``without asking``
 _NEGATED = re.compile(r"\b(?:do\s+not|don't|never|no\s+need\s+to|without|not)\s+(?:\w+\s+){0,2}?(?:re-)?"
-                      r"(?:ask|asking|confirm|prompt|wait|halt|offer|present|stop)\b", re.I)
+                      r"(?:ask|asking|confirm|prompt|wait|halt|offer|present|stop)\b"
+                      r"|\bno\s+(?:asking|menu|questions?|confirmation|prompt)\b[^.;]*", re.I)
 #: a rule that holds until the person says so (``never agree until the user ends the mode``) is no loop of its
 #: own, unlike ``do not stop until the user says they're done``
-_NEGATED_BEFORE = re.compile(r"(?i)\b(?:never|do\s+not|don't|not)\b")
+_NEGATED_BEFORE = re.compile(r"(?i)\b(?:never|do\s+not|don't)\b[^,;—]{0,60}$")
 _STOPS = re.compile(r"(?i)\b(?:never|do\s+not|don't)\s+(?:\w+\s+){0,2}?(?:stop|end|finish|wrap|close|disband|leave|"
                     r"move\s+on|conclude)")
 #: the person's own options described (``User can chat or ask questions``), not a turn the text gives them
@@ -242,11 +251,13 @@ _TURN_WORDS = ("ask", "prompt", "probe", "wait", "confirm", "approv", "offer", "
                "agree", "sign", "consent", "with the user", "with the human", "let the", "present")
 #: a working session with the person the text names no kind for: ``Walk the memlog with the user``
 _WITH_PERSON = re.compile(r"\b(?:walk|review|discuss|go\s+through|work\s+through|resolve|settle|agree|decide|"
-                          r"iterate|refine|explore|brainstorm)\b[^.;]{0,80}\bwith\s+(?:the\s+)?(?:user|human|person)\b",
+                          r"iterate|refine|explore|brainstorm)\b[^;]{0,80}\bwith\s+(?:the\s+)?(?:user|human|person)\b",
                           re.I)
 #: a menu written inline as words between slashes: ``the explicit all/subset/skip menu``
 _SLASH_MENU = re.compile(r"\b(?P<opts>[\w-]+(?:\s*/\s*[\w-]+)+)\s+menu\b"
                          r"|\bmenu\s*:\s*(?P<after>[\w-]+(?:\s*/\s*[\w-]+)+)", re.I)
+#: a table column naming the file to load for its row
+_LOAD_COLUMN = re.compile(r"(?i)load|route(?:\s+to)?|reference|read|follow|go\s+to|file\s+to\s+load")
 #: the line before a fenced block the text presents as its menu (``## The Menu``, ``Present these options:``)
 _PRESENTS = re.compile(r"(?i)^(?:#{1,6}\s.*\b(?:menu|options|choices?)\b.*|.*\b(?:present|display|show)\b[^:]*:\**)$")
 #: a sentence that presents a choice whose options follow it (a list, or bold spans after a colon)
@@ -373,6 +384,7 @@ class _Reader:
         self.halts()
         for sentence in _sentences(self.prose):
             self.sentence(sentence)
+        self.table_routes()
         self.code()
         self.absorb_described_calls()
         if any(p.kind is PointKind.CHOICE for p in self.points):  # "You offer a short menu": the menu is the point
@@ -472,7 +484,7 @@ class _Reader:
             self.listed.update(zip(choices.lines, (label for _, label in choices.options), strict=False))
 
     def condition(self, index: int, sentence: str, start: int = 0) -> str | None:
-        match = _LEADING_CONDITION.match(sentence)
+        match = _LEADING_CONDITION.match(sentence) or _CASE_LABEL.match(sentence)
         if match:
             return match["cond"].strip(" *,")
         line = self.prose[index][1]
@@ -490,7 +502,7 @@ class _Reader:
         if s.line in self.claimed or _TITLE.match(s.text) or _DESCRIBING_LABEL.match(s.text):
             return
         inline = _inline_keyed(s.text)
-        kind = self.classify(_masked(s.text)) if not inline else (
+        kind = self.classify(_masked(s.text), s.text) if not inline else (
             PointKind.CONFIRM if {o.key for o in inline} <= {"Y", "N"} else PointKind.CHOICE)
         if kind is None:
             return
@@ -512,7 +524,10 @@ class _Reader:
             self.point(kind, s.line, s.text, condition=condition)
 
     @staticmethod
-    def classify(text: str) -> PointKind | None:
+    def classify(text: str, raw: str | None = None) -> PointKind | None:
+        """The kind of point a sentence is (``text`` with its quoted spans masked; ``raw`` as written, for the
+        options it lists), None when it gives the person no turn."""
+        raw = raw or text
         lowered = text.lower()
         if not any(word in lowered for word in _TURN_WORDS):
             return None
@@ -523,14 +538,14 @@ class _Reader:
             text = text[condition.end():]
             if not any(word in text.lower() for word in _TURN_WORDS):
                 return None
-        if _SLASH_MENU.search(text):
+        if _SLASH_MENU.search(text) or (_COUNTED.search(text) and _inline_options(raw)):
             return PointKind.CHOICE
         loop = _LOOP.search(text)
         if loop and (not _NEGATED_BEFORE.search(text[:loop.start()]) or _STOPS.search(text[:loop.start()])):
             return PointKind.LOOP
         if _CONFIRM.search(text):
             return PointKind.CONFIRM
-        if _CHOICE_LEAD.search(text) and len(_inline_options(text)) >= 2:
+        if _CHOICE_LEAD.search(text) and len(_inline_options(raw)) >= 2:
             return PointKind.CHOICE
         if _QUESTION.search(text):
             return PointKind.QUESTION
@@ -574,6 +589,27 @@ class _Reader:
                                                  s.text[:match.start()], re.I):
                 self.point(PointKind.ROUTE, s.line, s.text, target=f"## {match['title']}", section=section,
                            condition=self.condition(s.index, s.text, s.start))
+
+    def table_routes(self) -> None:
+        """A table whose column says what to load (``| Intent | What it does | Load |``): each row's file is a
+        route under the row's first cell."""
+        column: int | None = None
+        for line_no, line in self.prose:
+            if not _TABLE.match(line):
+                column = None
+                continue
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if column is None:
+                column = next((i for i, c in enumerate(cells) if _LOAD_COLUMN.fullmatch(c.strip("* "))), -1)
+                continue
+            if column < 0 or column >= len(cells) or set(line.strip()) <= set("|-: "):
+                continue
+            for match in _PATH_RE.finditer(cells[column]):
+                raw = next(g for g in match.groups() if g)
+                resolved = _resolve(self.base, self.file, raw)
+                if raw.endswith(".md") and (resolved is not None or "/" in raw):
+                    self.point(PointKind.ROUTE, line_no, line.strip(), target=raw, resolved=resolved,
+                               condition=cells[0].strip("* ") or None)
 
     def handovers(self, s: _Sentence) -> None:
         text = _masked(s.text)
@@ -722,13 +758,19 @@ def _ends_lead_in(line: str) -> bool:
 
 def _speaks_to_person(text: str) -> bool:
     """A sentence that addresses the person's turn (not a statement about a user of the product)."""
-    return bool(re.search(r"\b(?:with|from|ask|to|let|tell|wait\s+for|until|offer|for)\s+(?:the\s+)?"
+    return bool(re.search(r"\b(?:with|from|ask|to|let|tell|wait\s+for|offer|for)\s+(?:the\s+)?"
                           r"(?:user|human|person|them)\b|\b(?:user|they)\s+(?:must\s+|should\s+|will\s+|gets?\s+to\s+)?"
                           r"(?:choose|chooses|select|selects|pick|picks|decide|decides|approve|approves|confirm|confirms|"
                           r"agree|agrees)\b", text, re.I))
 
 
 _SPAN = re.compile(r"\*\*([^*]{1,60}?)\*\*|(?<![*\w])\*([^*]{1,60}?)\*(?![*\w])")
+
+
+_NUMBERS = {"two": 2, "three": 3, "four": 4, "five": 5, "2": 2, "3": 3, "4": 4, "5": 5}
+#: a choice that says how many options it offers and lists them: ``offer three paths: a, b, or c``
+_COUNTED = re.compile(r"(?i)\b(?:offer|present|give|show)\s+(?:the\s+user\s+)?(?P<n>two|three|four|five|[2-5])\s+"
+                      r"(?:paths|options|choices|ways|routes)\s*:\s*(?P<items>[^.;]+)")
 
 
 def _all_negated(text: str) -> bool:
@@ -744,6 +786,13 @@ def _inline_options(text: str) -> tuple[Option, ...]:
     """The options a choice sentence lists after its colon as bold or italic spans (``**Vision + Features** (…),
     **Journey-led** (…), or *let me suggest*``), or a menu written as words between slashes (``the all/subset/skip
     menu``); none from any other prose."""
+    counted = _COUNTED.search(text)
+    if counted:
+        labels = [re.sub(r"\s*\([^)]*\)", "", label).replace("*", "").strip(" .") for label in
+                  re.split(r",\s*(?:or\s+|and\s+)?|\s+or\s+", counted["items"])]
+        labels = [label for label in labels if label]
+        if len(labels) == _NUMBERS.get(counted["n"].lower(), 0):
+            return tuple(Option(k, label, Route("local")) for k, label in _keyed(labels))
     slashed = _SLASH_MENU.search(text)
     if slashed:
         labels = [w.strip() for w in (slashed["opts"] or slashed["after"]).split("/") if w.strip()]
