@@ -174,8 +174,8 @@ _LEADING_CONDITION = re.compile(
     r"(?:for|under) (?:the )?\w+ (?:intent|mode))\b[^.;:]*?)(?:[,:;—–]\s+|\s+(?:-|→|->)\s+|(?=\s+(?:ask|offer|"
     r"present|wait|halt|confirm|route|load|invoke)\b))", re.I)
 #: a case a sentence opens with, then a colon: ``Empty list: show …``, ``Intent outside the exposed surface (…):``
-_CASE_LABEL = re.compile(r"(?i)^(?P<cond>[^:;]{0,80}?\b(?:empty|none|missing|found|exists?|fails?|failed|errors?|multiple|"
-                         r"single|ambiguous|unclear|outside|no|yes|otherwise|else|headless|interactive|declined?|"
+_CASE_LABEL = re.compile(r"(?i)^(?P<cond>[^:;]{0,80}?\b(?:empty|none|missing|found|exists?|fails?|failed|errors?|"
+                         r"multiple|single|ambiguous|unclear|outside|no|yes|otherwise|else|headless|interactive|declined?|"
                          r"unavailable)\b[^:;]{0,80}?):\s")
 #: a bold lead-in ending with a colon: ``**Resolver missing or fails:**``, ``**Template swap** (…):``
 _BOLD_CONDITION = re.compile(r"^\*\*(?P<cond>[^*]{2,120}?)(?::\*\*|\*\*(?:\s*\([^)]*\))?\s*(?::|—|–|\s-\s))")
