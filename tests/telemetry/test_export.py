@@ -1,12 +1,13 @@
 """`stepline run` and `resume` as a user starts them, sending spans over OTLP/HTTP to a receiver in the test when
 the OTEL_* variables say so: every attribute as received, the resumed run's spans in the trace its journal
 names; nothing of OpenTelemetry imported when the variables are unset; a plain install (no `stepline[otel]`)
-runs the workflow and says so in one line."""
+runs the workflow and says so in one line, as does a run whose collector is not there."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -132,3 +133,15 @@ def test_a_plain_install_runs_the_workflow_and_says_it_sends_no_traces(gated: Pa
     run_dir = gated / ".stepline" / "runs" / _run_id(gated)
     assert json.loads(run_dir.joinpath("manifest.json").read_text())["status"] == "blocked"
     assert b'"trace"' not in run_dir.joinpath("journal.jsonl").read_bytes()
+
+
+def test_a_collector_that_is_not_there_is_said_in_one_line(gated: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = _stepline(gated, "run", "flow.yaml", "--script", "script.yaml", "-q",
+                     env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_EXPORTER_OTLP_TIMEOUT": "1"})
+    assert done.returncode == 9  # the run is what it is: blocked at its gate
+    assert done.stderr.splitlines() == [f"note: spans could not be sent to http://127.0.0.1:{port}/v1/traces "
+                                        "(Connection refused): is the collector running there? "
+                                        "(OTEL_EXPORTER_OTLP_ENDPOINT)"]

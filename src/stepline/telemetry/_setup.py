@@ -4,18 +4,22 @@ The SDK reads most variables itself (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTR
 headers, timeout, compression and certificates, ``OTEL_BSP_*``); this picks the exporters
 (``OTEL_TRACES_EXPORTER``: ``otlp``, the default, ``console`` or ``none``) and the OTLP protocol
 (``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` or ``OTEL_EXPORTER_OTLP_PROTOCOL``: only ``http/protobuf``, which every
-collector takes, on port 4318). The provider's spans are sent in the background, the rest when the process exits.
+collector takes, on port 4318). The provider's spans are sent in the background, the rest when the process exits;
+a collector that does not take them is said once, in one line, in place of the SDK's log records.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import sys
+from collections.abc import Sequence
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter, SpanExportResult
 
 __all__ = ["provider_from_env"]
 
@@ -51,4 +55,59 @@ def _otlp() -> SpanExporter:
     if protocol != "http/protobuf":
         print(f"note: stepline sends spans over OTLP http/protobuf, not {protocol}: give it an endpoint that takes "
               "http/protobuf (a collector's port 4318)", file=sys.stderr)
-    return OTLPSpanExporter()
+    return _SaidOnce(OTLPSpanExporter())
+
+
+class _LastError(logging.Handler):
+    """Keeps the exporter's last complaint (its log records would print several long lines per failed batch)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def cause(self) -> str:
+        """The cause of the failure: the system's error (connection refused …), else the exporter's first words."""
+        for message in self.messages:
+            found = re.search(r"\[Errno -?\d+\] ([^'\")]+)", message)
+            if found:
+                return found.group(1).strip()
+        return self.messages[0][:160] if self.messages else "no reason given"
+
+
+class _SaidOnce(SpanExporter):
+    """The OTLP exporter, whose failure is said once per process in one line: where, why, what to check."""
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self.inner = inner
+        self.said = False
+        self.errors = _LastError()
+        logger = logging.getLogger("opentelemetry.exporter")
+        logger.addHandler(self.errors)
+        logger.propagate = False
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.errors.messages = []
+        result = self.inner.export(spans)
+        if result is SpanExportResult.FAILURE and not self.said:
+            self.said = True
+            print(f"note: spans could not be sent to {_endpoint()} ({self.errors.cause()}): is the collector running "
+                  "there? (OTEL_EXPORTER_OTLP_ENDPOINT)", file=sys.stderr)
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def _endpoint() -> str:
+    """Where the spans go, as the exporter reads the variables."""
+    traces = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    if traces:
+        return traces
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or "http://localhost:4318"
+    return base.rstrip("/") + "/v1/traces"
