@@ -23,6 +23,7 @@ from stepline.executors import Executor, StepRequest, StepSession
 from stepline.families import load_workflow
 from stepline.interfaces.cli._app import run_cli
 from stepline.store import read_journal
+from stepline.telemetry._spans import _usage
 
 from .conftest import Spans
 
@@ -245,3 +246,17 @@ def test_a_process_stopped_mid_step_ends_its_spans_and_the_resume_continues_the_
     [segment] = [s for s in spans.named("invoke_workflow once") if s is not first]
     assert _parent(again) == _hex(segment)[1] and _parent(segment) == _hex(first)[1]
     assert len(spans.named("execute_tool getCurrentTime")) == 1  # the journaled call is replayed, not run again
+
+
+@pytest.mark.parametrize("recorded", [
+    {"input_tokens": 200, "cached_input_tokens": 700, "cache_write_tokens": 100, "output_tokens": 30},  # billed apart
+    {"input_tokens": 1000, "cache_read_tokens": 700, "cache_write_tokens": 100, "output_tokens": 30},  # whole prompt
+])
+def test_usage_is_counted_as_the_conventions_do_in_either_recorded_shape(recorded: dict[str, int],
+                                                                         spans: Spans) -> None:
+    span = spans.provider.get_tracer("test").start_span("chat")
+    _usage(span, recorded)
+    span.end()
+    assert dict(spans.one("chat").attributes or {}) == {
+        "gen_ai.usage.input_tokens": 1000, "gen_ai.usage.output_tokens": 30,
+        "gen_ai.usage.cache_read.input_tokens": 700, "gen_ai.usage.cache_creation.input_tokens": 100}

@@ -402,12 +402,16 @@ class SpanObserver:
 
 def _usage(span: Span, usage: Any) -> None:
     """A call's usage as the conventions count it: ``input_tokens`` the whole prompt, its cached part (read
-    from the cache, written to it) included; stepline records the part billed in full apart from those."""
+    from the cache, written to it) included. A journal records it so (``cache_read_tokens`` and
+    ``cache_write_tokens`` beside it), or, written before, the part billed in full apart from
+    ``cached_input_tokens`` and ``cache_write_tokens``."""
     if not isinstance(usage, dict):
         return
-    billed, read, written = (int(float(usage.get(name) or 0))
-                             for name in ("input_tokens", "cached_input_tokens", "cache_write_tokens"))
-    span.set_attribute("gen_ai.usage.input_tokens", billed + read + written)
+    whole = "cache_read_tokens" in usage and "cache_write_tokens" in usage
+    read = int(float(usage.get("cache_read_tokens") or usage.get("cached_input_tokens") or 0))
+    written = int(float(usage.get("cache_write_tokens") or 0))
+    prompt = int(float(usage.get("input_tokens") or 0))
+    span.set_attribute("gen_ai.usage.input_tokens", prompt if whole else prompt + read + written)
     span.set_attribute("gen_ai.usage.output_tokens", int(float(usage.get("output_tokens") or 0)))
     span.set_attribute("gen_ai.usage.cache_read.input_tokens", read)
     span.set_attribute("gen_ai.usage.cache_creation.input_tokens", written)
