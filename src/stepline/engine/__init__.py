@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from stepline.engine._config import RuntimeConfig, load_runtime_config
 from stepline.engine._context import StepContext, render_variables
-from stepline.engine._gates import GateBook, gate_reason
+from stepline.engine._gates import GateBook, gate_choices, gate_question, gate_reason
 from stepline.engine._human import HumanChannel, Prompt, terminal_prompt
 from stepline.engine._runner import Engine, EventListener, RunObserver, StepDriver, register_driver, register_observer
 from stepline.engine._session import Outcome
@@ -28,6 +28,8 @@ __all__ = [
     "StepContext",
     "StepDriver",
     "build_timeline",
+    "gate_choices",
+    "gate_question",
     "gate_reason",
     "load_runtime_config",
     "register_driver",

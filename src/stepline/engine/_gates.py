@@ -7,6 +7,7 @@ decision too (HumanGateApproved/Rejected), and that is what a resumed run reads.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Literal
 
@@ -14,10 +15,28 @@ from stepline import time
 from stepline.engine._config import HitlPolicy
 from stepline.errors import NotFoundError, RunStateError, UsageError
 from stepline.evidence import drr_for_decision, drr_markdown
-from stepline.model import Approval, DesignRationale, Gate, StepSpec
+from stepline.executors import match_answer, options_named
+from stepline.model import Approval, DesignRationale, Gate, GateChoice, StepSpec
 from stepline.store import RunDir
 
-__all__ = ["GateBook", "gate_reason"]
+__all__ = ["GateBook", "gate_choices", "gate_question", "gate_reason"]
+
+_LISTED = re.compile(r"\s\[([^\[\]]+)\]$")  # a question gate's reason ends with its choices' keys: "… [A/P/C]"
+
+
+def gate_choices(gate: Gate) -> list[GateChoice]:
+    """The answers a question gate takes (empty: any): as recorded, or for a gate recorded before they were,
+    the keys its reason ends with."""
+    if gate.choices or gate.kind != "question":
+        return list(gate.choices)
+    listed = _LISTED.search(gate.reason)
+    return [GateChoice(key=key) for key in listed[1].split("/")] if listed else []
+
+
+def gate_question(gate: Gate) -> str:
+    """A question gate's question: its reason without the keys of its choices at the end."""
+    listed = _LISTED.search(gate.reason) if gate_choices(gate) else None
+    return gate.reason[:listed.start()] if listed else gate.reason
 
 
 def gate_reason(spec: StepSpec, workflow_id: str, policy: HitlPolicy) -> str | None:
@@ -66,15 +85,15 @@ class GateBook:
         return [g for g in self.gates.values() if g.status == "pending"]
 
     def open(self, gate_id: str, *, kind: Literal["human", "tool", "question"], step_id: str | None, reason: str,
-             phase: str = "", choices: list[str] | None = None) -> Gate:
-        """Record a pending gate (idempotent: opening an open gate changes nothing)."""
+             phase: str = "", choices: list[GateChoice] | None = None) -> Gate:
+        """Record a pending gate (idempotent: opening an open gate changes nothing); a question's ``choices``
+        are the only answers it takes."""
         existing = self.gates.get(gate_id)
         if existing is not None and existing.status == "pending":
             return existing
-        reason = reason if not choices else f"{reason} [{'/'.join(choices)}]"
+        reason = reason if not choices else f"{reason} [{'/'.join(c.key for c in choices)}]"
         gate = Gate(gate_id=gate_id, step_id=step_id, kind=kind, reason=self.redact(reason), phase=phase,
-                    workflow=self.workflow_id,
-                    created_at=time.now_iso())
+                    workflow=self.workflow_id, created_at=time.now_iso(), choices=list(choices or []))
         self.gates[gate_id] = gate
         self._save()
         return gate
@@ -97,9 +116,23 @@ class GateBook:
                              hint="name one: " + ", ".join(g.gate_id for g in candidates))
         return candidates[0]
 
+    @staticmethod
+    def answer_taken(gate: Gate, answer: str) -> str:
+        """The answer a pending question gate records: with choices, the key of the one ``answer`` names (by
+        key or label, :func:`match_answer`), any other refused before anything is written; else ``answer``."""
+        choices = gate_choices(gate) if gate.status == "pending" else []
+        if not choices:
+            return answer
+        matched = match_answer(answer, choices)
+        if matched is None:
+            raise UsageError(f"{answer!r} is not an answer to {gate.gate_id} ({gate_question(gate)[:120]})",
+                             hint=f"answer one of: {options_named(choices)}")
+        return matched.key
+
     def decide(self, gate: Gate, *, approved: bool, by: str, notes: str | None,
                answer: str | None = None) -> tuple[Gate, Approval, DesignRationale]:
-        """Record a person's decision on ``gate`` in gates.json, approvals.json and drr.json."""
+        """Record a person's decision on ``gate`` in gates.json, approvals.json and drr.json (``answer``: as
+        :meth:`answer_taken` gave it)."""
         if not by.strip():
             raise UsageError("an approval needs the approver's name", hint="pass --by NAME")
         if gate.status != "pending":
@@ -111,6 +144,7 @@ class GateBook:
         gate.approver = by
         gate.decided_at = now
         gate.notes = self.redact(notes) if notes else notes
+        gate.answer = self.redact(answer) if answer else answer
         self._save()
         approval = Approval(gate_id=gate.gate_id, decision=decision, approver=by, time=now, notes=notes,
                             step_id=gate.step_id, phase=gate.phase, workflow=self.workflow_id)

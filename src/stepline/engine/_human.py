@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from stepline.engine._signals import StepBlocked
+from stepline.executors import MenuOption, match_answer, menu_text, options_named
 from stepline.executors._human import ask_in_thread, terminal_input
-from stepline.model import EventType
+from stepline.model import EventType, GateChoice
 
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
-    from stepline.executors import MenuOption
 
 __all__ = ["HumanChannel", "Prompt", "Question", "Relay", "terminal_prompt"]
 
@@ -55,17 +55,38 @@ class Question:
 Relay = Callable[[Question], Awaitable[tuple[str, str]]]
 
 
-def terminal_prompt(question: str, choices: list[str] | None, *, read: Callable[[str], str] = input) -> str:
-    """Ask on the terminal (one line from ``read``); an answer that is not one of ``choices`` is asked again."""
-    shown = f" [{'/'.join(choices)}]" if choices else ""
+def terminal_prompt(question: str, choices: list[str] | None, *, read: Callable[[str], str] = input,
+                    step: str = "", menu: Sequence[MenuOption] = ()) -> str:
+    """Ask on the terminal: the ``step`` that asks, the question, a menu's options one per line (the default
+    marked: Enter takes it, and only when there is one; the side trips said), then one line from ``read``. An
+    answer that is not an option (:func:`match_answer`) is asked again; a menu's answer is its option's key."""
+    options: list[MenuOption] = list(menu) or [MenuOption(key=choice, label="") for choice in choices or ()]
+    default = next((o.key for o in menu if o.default), None)
+    lead = question.removesuffix(menu_text(menu)).strip().rstrip(":") if menu else question
+    if menu:
+        lines = [f"{step} asks:" if step else "", f"  {lead}" if lead else "",
+                 *(f"  [{o.key}] {o.label}" + ("   (default: Enter)" if o.key == default else "") for o in menu)]
+        trips = [o for o in menu if o.side_trip]
+        if trips:
+            said = " and ".join(f"[{o.key}] {o.label}" for o in trips)
+            lines.append(f"  {said} {'is a side trip' if len(trips) == 1 else 'are side trips'}: this menu comes "
+                         "back after")
+        print("\n".join(line for line in lines if line))
+        ask = "> "
+    else:
+        keys = f" [{'/'.join(o.key for o in options)}]" if options else ""
+        ask = f"{step}: {question}{keys} " if step else f"{question}{keys} "
     while True:
-        answer = read(f"{question}{shown} ").strip()
-        if not choices:
+        answer = read(ask).strip()
+        if not options:
             return answer
-        for choice in choices:
-            if answer.lower() == choice.lower():
-                return choice
-        print(f"Please answer one of: {', '.join(choices)}")
+        if not answer and default is not None:
+            return default
+        matched = match_answer(answer, options)
+        if matched is not None:
+            return matched.key
+        print(f"{answer!r} is not an option; answer one of: {options_named(options)}"
+              + (" (Enter: " + default + ")" if default else ""))
 
 
 class HumanChannel:
@@ -76,7 +97,9 @@ class HumanChannel:
         self.interactive = sys.stdin.isatty() and sys.stdout.isatty() if interactive is None else interactive
         #: Set when a run is interrupted at the terminal prompt: the prompt's wait gives up (see terminal_input).
         self._stop = threading.Event()
-        self.prompt = prompt or partial(terminal_prompt, read=partial(terminal_input, stop=self._stop))
+        #: How a person is asked here; None: :func:`terminal_prompt` on this terminal (it names the step and shows
+        #: a menu's options one per line).
+        self.prompt = prompt
         #: Where questions go when the person is not at this terminal (the MCP server's agent); approvals
         #: (:meth:`confirm`) never go there: they stay gates, decided with ``decide_gate``.
         self.relay = relay
@@ -104,11 +127,13 @@ class HumanChannel:
             _journal_answer(ctx, gate_id, answer, by)
             return answer
         if self.interactive and ctx.run.mode != "non-interactive":
-            answer = await self._at_terminal(ctx, question, choices)
+            answer = await self._at_terminal(ctx, question, choices, menu or [])
             _journal_answer(ctx, gate_id, answer, "terminal")
             return answer
+        offered = [GateChoice(key=o.key, label=o.label) for o in menu] if menu else \
+            [GateChoice(key=choice) for choice in choices or ()]
         engine.gates.open(gate_id, kind="question", step_id=ctx.spec.id, reason=question,
-                          phase=ctx.spec.phase, choices=choices)
+                          phase=ctx.spec.phase, choices=offered)
         raise StepBlocked(f"waiting for an answer: {question}", gate_id)
 
     def record(self, ctx: StepContext, key: str, answer: str, *, by: str) -> None:
@@ -125,10 +150,14 @@ class HumanChannel:
         answer = await self._at_terminal(ctx, f"Approve {gate_id}? ({reason})", ["y", "n"])
         return answer.lower() == "y"
 
-    async def _at_terminal(self, ctx: StepContext, question: str, choices: list[str] | None) -> str:
+    async def _at_terminal(self, ctx: StepContext, question: str, choices: list[str] | None,
+                           menu: Sequence[MenuOption] = ()) -> str:
         """The prompt's answer, asked in a thread that Ctrl-C does not wait for (it stops the run at once)."""
-        return await ask_in_thread(partial(self.prompt, question, choices), self._stop, run_id=ctx.run.run_id,
-                                   step_id=ctx.spec.id)
+        step = ctx.spec.id + (f" ({ctx.spec.name})" if ctx.spec.name and ctx.spec.name != ctx.spec.id else "")
+        ask = partial(self.prompt, question, choices) if self.prompt is not None else \
+            partial(terminal_prompt, question, choices, read=partial(terminal_input, stop=self._stop), step=step,
+                    menu=menu)
+        return await ask_in_thread(ask, self._stop, run_id=ctx.run.run_id, step_id=ctx.spec.id)
 
 
 def _journal_answer(ctx: StepContext, gate_id: str, answer: str, by: str) -> None:

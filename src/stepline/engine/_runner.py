@@ -809,6 +809,8 @@ class Engine:
                         answer: str | None = None) -> None:
         """Record a person's decision on a gate of the run being driven (books and journal)."""
         gate = self.gates.choose(gate_id)
+        if answer is not None:
+            answer = self.gates.answer_taken(gate, answer)
         gate, _, drr = self.gates.decide(gate, approved=approved, by=by, notes=notes, answer=answer)
         record_gate_event(self.emit, gate_id, approved=approved, by=by, notes=notes, drr_id=drr.id,
                           step_id=gate.step_id, answer=answer, kind=gate.kind)

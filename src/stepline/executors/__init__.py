@@ -12,17 +12,22 @@ from stepline.executors._base import (
 from stepline.executors._dryrun import DryRunExecutor, default_choice
 from stepline.executors._protocol import (
     STANDING_HINT,
+    Choice,
     MenuOption,
     RequestKind,
     StepRequest,
     StepSession,
     WriteMode,
+    match_answer,
+    menu_text,
+    options_named,
     standing_text,
 )
 from stepline.executors._scripted import ScriptedExecutor, load_script
 
 __all__ = [
     "STANDING_HINT",
+    "Choice",
     "DryRunExecutor",
     "Executor",
     "ExecutorFactory",
@@ -36,6 +41,9 @@ __all__ = [
     "create_executor",
     "default_choice",
     "load_script",
+    "match_answer",
+    "menu_text",
+    "options_named",
     "register_executor",
     "standing_text",
 ]

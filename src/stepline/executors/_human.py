@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from stepline.errors import ExecutorError
 from stepline.executors._base import Executor
 from stepline.executors._dryrun import default_choice
-from stepline.executors._protocol import StepRequest, StepSession
+from stepline.executors._protocol import MenuOption, StepRequest, StepSession, match_answer, options_named
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -143,11 +143,13 @@ class HumanExecutor(Executor):
     def _interact(self, request: StepRequest) -> dict[str, Any]:
         self._show(request)
         if request.kind == "decide":
-            decision = self._pick("Does it hold?", ["y", "n"], default=None) == "y"
+            decision = self._pick("Does it hold?", [MenuOption(key="y", label="yes"), MenuOption(key="n", label="no")],
+                                  default=None) == "y"
             return {"decision": decision, "reason": self._ask("Why? ")}
         if request.kind == "answer":
             if request.choices:
-                return {"choice": self._pick(request.question or "Answer", request.choices, default=None)}
+                return {"choice": self._pick(request.question or "Answer",
+                                             [MenuOption(key=c, label="") for c in request.choices], default=None)}
             return {"choice": self._ask(f"{request.question or 'Answer'}: ")}
         given: dict[str, Any] = {}
         if request.kind == "generate":
@@ -156,8 +158,7 @@ class HumanExecutor(Executor):
             given["output"] = self._compose("the step's output (" + ", ".join(request.hints.get("outputs") or [])
                                             + ")")
         if request.menu:
-            given["choice"] = self._pick("Choose", [o.key for o in request.menu], default=default_choice(request),
-                                         labels={o.key: o.label for o in request.menu})
+            given["choice"] = self._pick("Choose", list(request.menu), default=default_choice(request))
         if request.kind != "choose":
             given["summary"] = self._ask("Summary (optional): ")
         return given
@@ -176,8 +177,13 @@ class HumanExecutor(Executor):
         if request.question:
             body.append(f"[bold]Question:[/bold] {request.question}")
         if request.menu:
-            body.append("\n".join(f"[bold][{o.key}][/bold] {o.label}" + (" (default)" if o.default else "")
-                                  for o in request.menu))
+            body.append("\n".join(f"[bold]\\[{o.key}][/bold] {_plain(o.label)}"
+                                  + (" (default: Enter)" if o.default else "") for o in request.menu))
+            trips = [o for o in request.menu if o.side_trip]
+            if trips:
+                said = " and ".join(f"[{o.key}]" for o in trips)
+                body.append(f"[dim]{said} {'is a side trip' if len(trips) == 1 else 'are side trips'}: the menu comes "
+                            "back after[/dim]")
         self.console.print(Panel(Group(*body), title=f"[bold]{request.step_id}[/bold] · {request.title}",
                                  subtitle=f"{request.kind} · run {request.run_id}"))
 
@@ -188,19 +194,19 @@ class HumanExecutor(Executor):
             raise ExecutorError("the terminal input ended before the step was done",
                                 hint="run it again in a terminal, or use --non-interactive") from None
 
-    def _pick(self, text: str, options: list[str], *, default: str | None, labels: dict[str, str] | None = None) -> str:
-        """One of ``options`` (keys); with ``labels``, each is offered as ``[K] Label`` and its label answers too."""
-        named = labels or {}
-        shown = ("  ".join(f"[{o}] {named[o]}" if o in named else o for o in options) if named else "/".join(options))
-        shown += f" (Enter: {default})" if named and default else f", Enter for {default}" if default else ""
+    def _pick(self, text: str, options: list[MenuOption], *, default: str | None) -> str:
+        """The key of one of ``options`` (shown one per line above), named by key or label (:func:`match_answer`);
+        Enter takes ``default``, and only when there is one."""
+        keys = "/".join(o.key for o in options)
         while True:
-            answer = self._ask(f"{text}: {shown} > " if named else f"{text} [{shown}]: ")
+            answer = self._ask(f"{text} [{keys}]" + (f" (Enter: {default})" if default else "") + ": ")
             if not answer and default:
                 return default
-            for option in options:
-                if answer.strip("[]").lower() in (option.lower(), named.get(option, option).lower()):
-                    return option
-            self.console.print(f"[red]{answer!r} is not an option;[/red] choose one of {', '.join(options)}")
+            matched = match_answer(answer, options)
+            if matched is not None:
+                return matched.key
+            self.console.print(f"[red]{_plain(answer)!r} is not an option;[/red] choose one of "
+                               f"{_plain(options_named(options))}")
 
     def _compose(self, what: str) -> str:
         self.console.print(f"Type {what}; end with a line holding only '{_END}' (or '{_EDIT}' first to use "
@@ -230,3 +236,10 @@ class HumanExecutor(Executor):
             if done.returncode != 0:
                 raise ExecutorError(f"the editor {self.editor!r} exited with status {done.returncode}")
             return target.read_text(encoding="utf-8")
+
+
+def _plain(text: str) -> str:
+    """``text`` as rich prints it, not as markup (a label may hold ``[brackets]``)."""
+    from rich.markup import escape
+
+    return escape(text)

@@ -37,7 +37,7 @@ from pydantic import Field
 from stepline.errors import ExecutorError, OutsideRootError, SteplineError, UsageError
 from stepline.executors._base import Executor
 from stepline.executors._dryrun import default_choice
-from stepline.executors._protocol import MenuOption, StepRequest, StepSession, WriteMode
+from stepline.executors._protocol import MenuOption, StepRequest, StepSession, WriteMode, match_answer, options_named
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -135,15 +135,12 @@ class PendingQuestion:
         """The answer as the runtime takes it: one of the choices (by key or menu label, any case), else refused."""
         if not self.choices:
             return text
-        wanted = text.strip().strip("[]*").strip().lower()
-        for choice in self.choices:
-            if wanted == choice.lower():
-                return choice
-        for option in self.menu:
-            if wanted and wanted == option.label.lower():
-                return option.key
-        raise UsageError(f"{text!r} is not an answer to {self.question!r}",
-                         hint="answer one of " + ", ".join(self.choices))
+        options = self.menu or [MenuOption(key=choice, label="") for choice in self.choices]
+        matched = match_answer(text, options)
+        if matched is None:
+            raise UsageError(f"{text!r} is not an answer to {self.question!r}",
+                             hint=f"answer one of: {options_named(options)}")
+        return matched.key
 
 
 class StepBridge:

@@ -12,13 +12,15 @@ Work that is not a session call but must not be repeated (a request to a model) 
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
-__all__ = ["STANDING_HINT", "MenuOption", "RequestKind", "StepRequest", "StepSession", "WriteMode", "standing_text"]
+__all__ = ["STANDING_HINT", "Choice", "MenuOption", "RequestKind", "StepRequest", "StepSession", "WriteMode",
+           "match_answer", "menu_text", "options_named", "standing_text"]
 
 #: The hint (``StepRequest.hints``) a driver sets to the run's standing instructions: workflow-level text that is
 #: the same for every request of the run that sees the whole run (a skill's standing rules, the facts activation
@@ -46,6 +48,50 @@ class MenuOption:
     key: str
     label: str
     default: bool = False
+    #: The option runs a side trip (``[A]`` advanced elicitation, ``[P]`` party mode), then the menu comes back.
+    side_trip: bool = False
+
+
+class Choice(Protocol):
+    """What an answer is matched against: an option's key and its label (a menu option, a gate's choice)."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def label(self) -> str: ...
+
+
+C = TypeVar("C", bound=Choice)
+
+_WRITTEN_KEY = re.compile(r"\s*\*{0,2}\[(\w+)\]")  # "[A] Approve", "**[C]** Continue", as an option is shown
+
+
+def match_answer(answer: str | None, options: Sequence[C]) -> C | None:
+    """The option an answer names: its key (``c``, ``[C]``, ``[C] Continue``) or its label, ignoring case; None
+    for anything else. The one way an answer is read, wherever a person gives it (a terminal, ``stepline
+    answer``, the dashboard, an agent over MCP)."""
+    if answer is None:
+        return None
+    written = _WRITTEN_KEY.match(answer)
+    text = (written[1] if written else answer).strip().strip("[]*").strip().lower()
+    for option in options:
+        if text == option.key.lower():
+            return option
+    for option in options:
+        if text and text == option.label.lower():
+            return option
+    return None
+
+
+def menu_text(options: Sequence[Choice]) -> str:
+    """The menu on one line, as a question names it: ``Select an option: [A] Advanced Elicitation  [C] Continue``."""
+    return "Select an option: " + "  ".join(f"[{o.key}] {o.label}" for o in options)
+
+
+def options_named(options: Sequence[Choice]) -> str:
+    """The options as a refusal names them: ``A (Advanced Elicitation), C (Continue)``; a bare key alone."""
+    return ", ".join(o.key if o.label in ("", o.key) else f"{o.key} ({o.label})" for o in options)
 
 
 @dataclass(slots=True)

@@ -13,6 +13,7 @@ from stepline.model._records import (
     DesignRationale,
     Evidence,
     Gate,
+    GateChoice,
     GateStatus,
     ToolResult,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "EventType",
     "Evidence",
     "Gate",
+    "GateChoice",
     "GateStatus",
     "HumanGate",
     "InvalidTransition",

@@ -12,6 +12,7 @@ __all__ = [
     "DesignRationale",
     "Evidence",
     "Gate",
+    "GateChoice",
     "GateStatus",
     "ToolResult",
 ]
@@ -56,6 +57,13 @@ class ToolResult(_Record):
     after_crash: str | None = None
 
 
+class GateChoice(_Record):
+    """One answer a question gate takes: a menu option's key and label (a plain choice: its label is its key)."""
+
+    key: str
+    label: str = ""
+
+
 class Gate(_Record):
     """A blocking checkpoint waiting for a person (R-G1), kept in ``gates.json``."""
 
@@ -70,6 +78,10 @@ class Gate(_Record):
     decided_at: str | None = None
     approver: str | None = None
     notes: str | None = None
+    #: A question gate's answers (empty: any answer); its ``reason`` names their keys too, as ``… [A/C]``.
+    choices: list[GateChoice] = Field(default_factory=list)
+    #: A question gate's answer, once given (one of ``choices`` when there are any).
+    answer: str | None = None
 
 
 class Approval(_Record):

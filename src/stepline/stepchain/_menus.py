@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from stepline.engine._context import render_variables
+from stepline.executors import match_answer, menu_text
 from stepline.stepchain._read import Option, Route, halt_menu
 
 __all__ = ["Option", "Route", "build_menu", "match_answer", "menu_text"]
@@ -124,24 +125,3 @@ def build_menu(meta: dict[str, Any], env: dict[str, Any], visited: frozenset[str
     options = [Option(str(raw["key"]), str(raw.get("label") or raw["key"]), route, str(raw.get("handler") or ""),
                       default=raw["key"] == default) for raw, route in chosen]
     return options, bool(authored)
-
-
-def match_answer(answer: str | None, options: list[Option]) -> Option | None:
-    """The option an answer names: its key (``c``, ``[C]``, ``[C] Continue``) or its label, ignoring case; None
-    for anything else."""
-    if answer is None:
-        return None
-    written = re.match(r"\s*\*{0,2}\[(\w+)\]", answer)  # "[A] Approve", as an option is shown
-    text = (written[1] if written else answer).strip().strip("[]*").strip().lower()
-    for option in options:
-        if text == option.key.lower():
-            return option
-    for option in options:
-        if text and text == option.label.lower():
-            return option
-    return None
-
-
-def menu_text(options: list[Option]) -> str:
-    """The menu as a person sees it: ``Select an option: [A] Advanced Elicitation [C] Continue``."""
-    return "Select an option: " + "  ".join(f"[{o.key}] {o.label}" for o in options)

@@ -86,7 +86,8 @@ class Option:
         """The protocol's form, sent to executors."""
         from stepline.executors._protocol import MenuOption  # here: reading a step needs no executor
 
-        return MenuOption(key=self.key, label=self.label, default=self.default)
+        return MenuOption(key=self.key, label=self.label, default=self.default,
+                          side_trip=self.route.kind in ("elicit", "party"))
 
 
 def prose_lines(body: str, first_line: int, *, include_fenced: bool = False) -> list[tuple[int, str]]:
