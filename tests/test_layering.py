@@ -28,6 +28,13 @@ DRIVERS = {
 
 #: The step-chain mechanism both BMAD families share (issue 25): between the families and the engine. Its
 #: reader (``_read``) is the families' readers' too, so it never imports the engine; the rest runs steps.
+#: The run service the interfaces share: above the families, below the interfaces.
+SERVICE = "stepline.service"
+INTERFACES = ("stepline.interfaces.cli", "stepline.interfaces.web", "stepline.interfaces.mcp")
+#: The one way an interface reaches another: the CLI (the ``stepline`` program) starts the dashboard (``serve``)
+#: and the MCP server (``mcp``) through their packages' public names.
+LAUNCHED = {"stepline.interfaces.cli": {"stepline.interfaces.web", "stepline.interfaces.mcp"}}
+
 STEPCHAIN = "stepline.stepchain"
 STEPCHAIN_READERS = {"stepline.stepchain._read", "stepline.stepchain._plan"}
 
@@ -81,7 +88,7 @@ def test_the_source_tree_is_found() -> None:
 @pytest.mark.parametrize("module", sorted(m for m in GRAPH if _in(m, "stepline.engine")))
 def test_the_engine_imports_no_family(module: str) -> None:
     bad = sorted(d for d in GRAPH[module] if any(_in(d, f) for f in FAMILIES) or _in(d, "stepline.families")
-                 or _in(d, "stepline.timetravel"))
+                 or _in(d, "stepline.timetravel") or _in(d, SERVICE))
     assert not bad, f"{module} imports {bad}: the engine must know no workflow family (ARCHITECTURE.md)"
 
 
@@ -120,30 +127,66 @@ def test_a_reader_imports_only_the_step_chains_reader(module: str) -> None:
                                      "stepline.guardrails", "stepline.evidence", "stepline.formats"])
 def test_foundations_import_nothing_above_them(package: str) -> None:
     above = ("stepline.engine", "stepline.families", "stepline.interfaces", "stepline._api", "stepline.timetravel",
-             STEPCHAIN, *FAMILIES)
+             STEPCHAIN, SERVICE, *FAMILIES)
     for module, deps in GRAPH.items():
         if _in(module, package):
             bad = sorted(d for d in deps if any(_in(d, a) for a in above))
             assert not bad, f"{module} imports {bad}, which sit above {package}"
 
 
-def test_no_import_circle_inside_the_engine() -> None:
-    engine = {m: {d for d in deps if _in(d, "stepline.engine") and d != "stepline.engine"}
-              for m, deps in GRAPH.items() if _in(m, "stepline.engine") and m != "stepline.engine"}
+def _check_no_circle(packages: tuple[str, ...]) -> None:
+    """Fail on an import circle among the modules of ``packages`` (a package's ``__init__`` left out: it names
+    its modules' public names)."""
+    inside = {m: {d for d in deps if any(_in(d, p) for p in packages) and d not in packages}
+              for m, deps in GRAPH.items() if any(_in(m, p) for p in packages) and m not in packages}
     state: dict[str, int] = {}  # 1 visiting, 2 done
 
     def walk(module: str, trail: list[str]) -> None:
         state[module] = 1
-        for dep in sorted(engine.get(module, ())):
+        for dep in sorted(inside.get(module, ())):
             if state.get(dep) == 1:
                 raise AssertionError("import circle: " + " -> ".join([*trail[trail.index(dep):], dep]))
             if dep not in state:
                 walk(dep, [*trail, dep])
         state[module] = 2
 
-    for module in sorted(engine):
+    for module in sorted(inside):
         if module not in state:
             walk(module, [module])
+
+
+def test_no_import_circle_inside_the_engine() -> None:
+    _check_no_circle(("stepline.engine",))
+
+
+def test_no_import_circle_among_the_interfaces_and_the_run_service() -> None:
+    _check_no_circle((*INTERFACES, SERVICE))
+
+
+@pytest.mark.parametrize("interface", INTERFACES)
+def test_no_interface_imports_another(interface: str) -> None:
+    """An interface reads and decides runs through the run service; what two interfaces share lives there (or
+    below), not in one of them. Only the CLI starts the others, by their packages' public names."""
+    launched = LAUNCHED.get(interface, set())
+    for module, deps in GRAPH.items():
+        if _in(module, interface):
+            bad = sorted(d for d in deps if any(_in(d, other) for other in INTERFACES if other != interface)
+                         and d not in launched)
+            assert not bad, f"{module} imports {bad}: an interface never imports another (use stepline.service)"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if _in(m, SERVICE)))
+def test_the_run_service_imports_no_interface(module: str) -> None:
+    bad = sorted(d for d in GRAPH[module] if _in(d, "stepline.interfaces"))
+    assert not bad, f"{module} imports {bad}: the run service sits below the interfaces"
+
+
+def test_the_engine_is_built_by_the_run_service_alone_in_the_interfaces() -> None:
+    """The interfaces get an Engine from :meth:`RunService.engine`, never by building one."""
+    for path in (SRC / "stepline" / "interfaces").rglob("*.py"):
+        built = [node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Engine"]
+        assert not built, f"{path.relative_to(SRC)}:{built[0]} builds an Engine: use RunService.engine()"
 
 
 def test_the_architecture_file_names_every_package() -> None:

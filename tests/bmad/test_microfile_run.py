@@ -257,13 +257,13 @@ class TestRouter:
 
     def test_without_a_mode_a_non_interactive_run_blocks_until_answered(self, project: Path) -> None:
         """A non-interactive run blocks on the mode question; an answer + resume runs the chosen mode's chain."""
-        from stepline.interfaces.cli._gates import decide_gate
+        from stepline.service import RunService
 
         engine, run = start(project, "router", mode="non-interactive")
         assert run.status.value == "blocked" and "[C] Create" in (run.blocked_reason or "")
         (gate,) = engine.gates.pending()
         assert gate.kind == "question" and gate.step_id == "workflow-init"
-        decide_gate(project, None, run.run_id, None, approved=True, by="test", notes=None, answer="v")
+        RunService(project).answer(run.run_id, "v", by="test")
         done = resume(project, run.run_id)
         assert done.status.value == "completed" and done.steps["step-v-01-check"].status.value == "completed"
 

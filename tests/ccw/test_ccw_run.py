@@ -342,13 +342,13 @@ def test_pre_analysis_retry_once_runs_the_command_a_second_time(tmp_path: Path) 
 def test_pre_analysis_manual_intervention_blocks_until_a_person_approves(tmp_path: Path) -> None:
     """on_error manual_intervention: the run blocks on a gate; after approval, executing again resumes the
     same run, which continues the task without re-running its recorded commands."""
-    from stepline.interfaces.cli._gates import decide_gate
+    from stepline.service import RunService
 
     session_dir = _pre_session(tmp_path, "manual_intervention")
     engine = Engine(config=ALLOW_PLAN_COMMANDS, project_root=tmp_path, executor=Recorder(), mode="non-interactive")
     run = asyncio.run(execute_session(engine, session_dir))
     assert run.status.value == "blocked" and "needs manual intervention" in (run.blocked_reason or "")
-    decide_gate(tmp_path, None, run.run_id, "ccw:IMPL-1:pre_analysis:0", approved=True, by="ops", notes=None)
+    RunService(tmp_path).decide(run.run_id, "ccw:IMPL-1:pre_analysis:0", approved=True, by="ops", notes=None)
     executor = Recorder()
     engine = Engine(config=ALLOW_PLAN_COMMANDS, project_root=tmp_path, executor=executor)
     again = asyncio.run(execute_session(engine, session_dir))

@@ -20,7 +20,7 @@ import ray_agents  # noqa: E402 - after the skip: conftest puts it on the path
 from stepline import Engine  # noqa: E402
 from stepline.engine import RuntimeConfig  # noqa: E402
 from stepline.interfaces.cli._app import run_cli  # noqa: E402
-from stepline.interfaces.cli._runs import use_backend  # noqa: E402
+from stepline.interfaces.cli._driving import use_backend  # noqa: E402
 from stepline.store import read_journal  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("ray_cluster"), pytest.mark.slow]

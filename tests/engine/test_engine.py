@@ -16,8 +16,8 @@ from stepline.engine._config import HitlPolicy
 from stepline.errors import RunStateError
 from stepline.executors import Executor, StepRequest, StepSession
 from stepline.families import load_workflow
-from stepline.interfaces.cli._gates import decide_gate
 from stepline.model import RetryPolicy, StepSpec, WorkflowSpec
+from stepline.service import RunService
 
 
 def _run(engine: Engine, workflow: WorkflowSpec) -> Any:
@@ -139,7 +139,7 @@ def test_a_question_blocks_a_non_interactive_run_and_the_answer_resumes_it(
     assert run.status.value == "blocked"
     assert "Which colour?" in (run.blocked_reason or "")
     assert (project / "log.txt").read_text() == "before\n"
-    decide_gate(project, None, run.run_id, None, approved=True, by="ada", notes=None, answer="blue")
+    RunService(project).answer(run.run_id, "blue", by="ada")
     resumed = asyncio.run(Engine(project_root=project).resume(run.run_id))
     assert resumed.status.value == "completed"
     assert (project / "log.txt").read_text() == "before\nafter\n"  # the first write was replayed, not redone
@@ -156,7 +156,7 @@ def test_a_changed_script_on_resume_is_a_nondeterminism_failure(
     engine = Engine(project_root=project, executor="scripted", executor_options={"script": str(script)},
                     mode="non-interactive")
     run = _run(engine, load_workflow(path))
-    decide_gate(project, None, run.run_id, None, approved=True, by="ada", notes=None, answer="yes")
+    RunService(project).answer(run.run_id, "yes", by="ada")
     write_script({"s": [{"set_var": {"name": "v", "value": 1}}, {"ask": {"question": "ok?"}}, {"finish": {}}]})
     resumed = asyncio.run(Engine(project_root=project).resume(run.run_id))
     assert resumed.status.value == "failed"
@@ -206,7 +206,7 @@ def test_required_gate_blocks_until_approved_and_records_who(project: Path) -> N
     run_dir = engine.store.root / run.run_id
     gates = json.loads((run_dir / "gates.json").read_text())
     assert gates[0]["gate_id"] == "step:b" and gates[0]["status"] == "pending" and gates[0]["phase"] == "P2"
-    decide_gate(project, None, run.run_id, "step:b", approved=True, by="grace", notes="looks right")
+    RunService(project).decide(run.run_id, "step:b", approved=True, by="grace", notes="looks right")
     resumed = asyncio.run(Engine(project_root=project, executor=executor).resume(run.run_id))
     assert resumed.status.value == "completed" and executor.calls == 2
     approvals = json.loads((run_dir / "approvals.json").read_text())
@@ -219,7 +219,7 @@ def test_rejected_gate_fails_the_step_without_running_it(project: Path) -> None:
     executor = FlakyExecutor(failures=0)
     engine = Engine(project_root=project, executor=executor, mode="non-interactive")
     run = _run(engine, WorkflowSpec(id="w", steps=[StepSpec(id="b", human_gate="required")]))
-    decide_gate(project, None, run.run_id, None, approved=False, by="grace", notes="no")
+    RunService(project).decide(run.run_id, None, approved=False, by="grace", notes="no")
     resumed = asyncio.run(Engine(project_root=project, executor=executor).resume(run.run_id))
     assert resumed.status.value == "failed" and executor.calls == 0
     assert "rejected by grace" in (resumed.steps["b"].error or "")
@@ -300,7 +300,7 @@ def test_rejected_gate_with_on_reject_skip_goes_on_without_the_step(project: Pat
                                            StepSpec(id="c")])
     engine = Engine(project_root=project, executor=executor, mode="non-interactive")
     run = _run(engine, workflow)
-    decide_gate(project, None, run.run_id, None, approved=False, by="grace", notes="not now")
+    RunService(project).decide(run.run_id, None, approved=False, by="grace", notes="not now")
     resumed = asyncio.run(Engine(project_root=project, executor=executor).resume(run.run_id))
     assert resumed.status.value == "completed" and executor.calls == 1  # only step c ran
     assert "rejected by grace (on_reject: skip)" in (resumed.steps["b"].summary or "")

@@ -48,7 +48,7 @@ def test_nobody_at_the_terminal_blocks_at_each_menu_answer_and_resume_go_on(v611
     assert "[C] continue" in first.stdout + first.stderr
     status = _cli(v611, "status", run_id)
     assert "step-01-validate-prerequisites" in status.stdout and "blocked" in status.stdout
-    answered = _cli(v611, "answer", run_id, "C")
+    answered = _cli(v611, "answer", run_id, "C", "--by", "cli")
     assert answered.returncode == 0, answered.stdout + answered.stderr
     again = _cli(v611, "resume", run_id)
     assert again.returncode == 9, again.stdout + again.stderr

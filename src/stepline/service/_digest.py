@@ -13,18 +13,18 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Any
 
-from stepline.interfaces.cli._render import context_detail, context_lines, one_line, run_errors, secrets_in_artifacts
+from stepline.service._facts import context_detail, context_lines, one_line, run_errors, secrets_in_artifacts
 
 if TYPE_CHECKING:
     from stepline.engine import Engine
     from stepline.model import Event, Run
     from stepline.store import RunDir, RunStore, RunSummary
 
-__all__ = ["LAST", "VERSION", "Digest", "digest_of", "event_detail", "make_digest", "record_digest", "row_of",
-           "summary_row"]
+__all__ = ["KEEP", "LAST", "VERSION", "Digest", "digest_of", "event_detail", "make_digest", "record_digest",
+           "row_of", "summary_row"]
 
 #: The digest's shape; a saved digest of another version is rebuilt.
-VERSION = 1
+VERSION = 2
 #: The last steps and events always shown.
 LAST = 20
 #: At most this many steps, events, errors, contexts or usage rows worth a look are kept (the latest).
@@ -58,6 +58,8 @@ def event_detail(data: dict[str, Any]) -> str:
     context = context_detail(data)  # TELIS: a context resolved, a source drifted
     if context is not None:
         return context
+    if "answer" in data and data.get("gate_id"):  # an answer given (AnswerGiven)
+        return f"{data['gate_id']}: {data['answer']!r} by {data.get('by') or '?'}"
     return str(data.get("error") or data.get("reason") or data.get("path") or data.get("gate_id")
                or data.get("summary") or "")
 
@@ -111,6 +113,8 @@ def make_digest(run_dir: RunDir, run: Run, events: list[Event], *, keep: int | N
             "contexts_total": len(contexts),
             "contexts": contexts if keep is None else contexts[-keep:],
             "secrets": secrets_in_artifacts(run),
+            "answers": [[e.step_id or "", str(e.data.get("gate_id") or ""), str(e.data.get("answer") or ""),
+                         str(e.data.get("by") or "")] for e in events if e.type == "AnswerGiven"],
         },
     }
 

@@ -76,11 +76,12 @@ def compare(a: RecordedRun, b: RecordedRun) -> Report:
         if status_a != status_b:
             report.steps.append(f"{step}: {status_a} in A, {status_b} in B")
         if one is not None and two is not None and one.choice != two.choice:
-            report.decisions.append(f"{step}: chose {one.choice!r} in A, {two.choice!r} in B")
+            report.decisions.append(f"{step}: {_differs('chose', one.choice, two.choice, 'no choice')}")
     answers_a, answers_b = a.answers(), b.answers()
     for gate in sorted(set(answers_a) | set(answers_b)):
         if answers_a.get(gate) != answers_b.get(gate):
-            report.decisions.append(f"{gate}: answered {answers_a.get(gate)!r} in A, {answers_b.get(gate)!r} in B")
+            said = _differs("answered", answers_a.get(gate), answers_b.get(gate), "no answer")
+            report.decisions.append(f"{gate}: {said}")
     for step in order:
         diff = request_diff(step, [r for r in a.requests if r.step_id == step],
                              [r for r in b.requests if r.step_id == step])
@@ -117,6 +118,13 @@ def _text_diff(old: bytes, new: bytes, name_a: str, name_b: str) -> list[str]:
     except UnicodeDecodeError:
         return [f"binary {name_a} and {name_b} differ"]
     return list(difflib.unified_diff(first.splitlines(), second.splitlines(), name_a, name_b, lineterm=""))
+
+
+def _differs(verb: str, a: str | None, b: str | None, none: str) -> str:
+    """``chose 'C' in A, 'R' in B``; a missing value is said as ``none`` (no choice made, a question not asked)."""
+    if a is not None and b is not None:
+        return f"{verb} {a!r} in A, {b!r} in B"
+    return " in A, ".join(none if value is None else f"{verb} {value!r}" for value in (a, b)) + " in B"
 
 
 def _cut(diff: list[str]) -> list[str]:

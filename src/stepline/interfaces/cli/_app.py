@@ -1,4 +1,5 @@
-"""The ``stepline`` application object, shared options, error reporting and the one ``sys.exit``.
+"""The ``stepline`` entry point: the commands registered, every user error reported as one line, the one
+``sys.exit``.
 
 Exit codes: :data:`stepline.errors.EXIT_CODES` (the docs' exit-code reference is made from it).
 """
@@ -7,36 +8,10 @@ from __future__ import annotations
 
 import gc
 import sys
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated
 
-import typer
+from stepline.interfaces.cli._options import app
 
-app = typer.Typer(
-    name="stepline",
-    help="Run BMAD and Claude-Code-Workflow agent workflows deterministically, durably and auditably.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    # Plain help: typer's rich help formatter alone costs ~0.1 s of imports, and `--help` must stay under 0.3 s.
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-
-def _print_version(value: bool) -> None:
-    if value:
-        from stepline import __version__
-
-        print(f"stepline {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _options(version: Annotated[bool, typer.Option(
-        "--version", callback=_print_version, is_eager=True, help="Print stepline's version and exit.")] = False,
-) -> None:
-    """Run BMAD and Claude-Code-Workflow agent workflows deterministically, durably and auditably."""
+__all__ = ["USAGE", "app", "main", "run_cli"]
 
 
 #: What a bare ``stepline`` prints: the commands to start with, not the whole help.
@@ -45,54 +20,6 @@ USAGE = """usage: stepline COMMAND [OPTIONS] [ARGS]...
   stepline status [RUN]     a run's status; `stepline list` lists every run
   stepline --help           every command; `stepline COMMAND --help` its options
   stepline --version        the version"""
-
-EXIT_FAILED = 8
-EXIT_BLOCKED = 9
-EXIT_INVALID = 10
-EXIT_DIFFERENT = 12
-
-ProjectRoot = Annotated[Path | None, typer.Option(
-    "--project-root", file_okay=False, metavar="DIR",
-    help="The project folder (default: the -C folder, else the current one). Like every path on the command "
-         "line, a relative one is taken from the current folder (or from -C DIR).")]
-Directory = Annotated[Path | None, typer.Option(
-    "-C", "--directory", file_okay=False, metavar="DIR",
-    help="Work as if started in DIR (as `git -C` and `make -C`): it is the project folder unless "
-         "--project-root says otherwise, and every relative path on the command line is taken from it.")]
-JsonOutput = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
-ConfigOption = Annotated[Path | None, typer.Option("--config", help="Runtime config file (default: "
-                                                   "config/runtime.yaml in the project root).")]
-
-
-@dataclass(frozen=True)
-class Where:
-    """Where a command's paths lead: ``base`` is what a relative path on the command line is taken from (the
-    current folder, or ``-C DIR``), ``root`` the project folder (absolute)."""
-
-    base: Path
-    root: Path
-
-    def path(self, value: Path) -> Path:
-        """A path from the command line: absolute as given, else taken from :attr:`base` (kept relative when
-        there is no ``-C``, so messages show it as typed)."""
-        return value if value.is_absolute() else self.base / value
-
-    def option(self, value: Path | None) -> Path | None:
-        """:meth:`path` of an optional path, made absolute (the engine may record it)."""
-        return None if value is None else self.path(value).absolute()
-
-
-def where(directory: Path | None, project_root: Path | None) -> Where:
-    """Resolve ``-C DIR`` and ``--project-root`` (both must be existing folders) into a :class:`Where`."""
-    from stepline.errors import NotFoundError
-
-    base = Path() if directory is None else directory
-    if not base.is_dir():
-        raise NotFoundError(f"{directory}: no such folder", hint="pass an existing -C DIR")
-    root = base if project_root is None else Where(base, base).path(project_root)
-    if not root.is_dir():
-        raise NotFoundError(f"{root}: no such project folder", hint="pass an existing --project-root")
-    return Where(base=base, root=root.resolve())
 
 
 def main(argv: list[str] | None = None) -> None:

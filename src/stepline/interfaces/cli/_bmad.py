@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from stepline.interfaces.cli._app import Directory, JsonOutput, app, where
+from stepline.interfaces.cli._options import Directory, JsonOutput, app, where
 from stepline.interfaces.cli._render import console, err_console, print_json
 
 bmad_app = typer.Typer(help="BMAD-METHOD modules: install them into a project.", no_args_is_help=True)

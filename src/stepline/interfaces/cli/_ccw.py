@@ -7,18 +7,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from stepline.interfaces.cli._app import (
+from stepline.interfaces.cli._options import (
     EXIT_INVALID,
+    BackendOption,
     ConfigOption,
     Directory,
     JsonOutput,
     ProjectRoot,
+    RayAddressOption,
     Where,
     app,
     where,
 )
 from stepline.interfaces.cli._render import console, err_console, print_json
-from stepline.interfaces.cli._runs import BackendOption, RayAddressOption
 
 if TYPE_CHECKING:
     from stepline.ccw._driver import PendingCompletions
@@ -46,9 +47,9 @@ def _pending(at: Where, config: Path | None, session_dir: Path) -> PendingComple
     """The completions the session's last run journaled that its files may not say yet (read, never written:
     these commands only read), told on stderr."""
     from stepline.ccw._driver import pending_completions
-    from stepline.interfaces.cli._runs import open_store
+    from stepline.interfaces.cli._options import project_runs
 
-    pending = pending_completions(open_store(at, config), session_dir)
+    pending = pending_completions(project_runs(at, config).store, session_dir)
     if pending.tasks:
         who = (f"process {pending.holder} is writing them now" if pending.holder is not None
                else "`stepline ccw execute` writes them")
@@ -141,8 +142,9 @@ def execute(
     """Execute a session's tasks in dependency order, concurrently; resume it after an interruption."""
     from stepline.ccw._driver import complete_session, execute_session
     from stepline.ccw._session import confined_session, discover_sessions
-    from stepline.interfaces.cli._render import print_secrets_in_artifacts, run_exit_code, run_summary
-    from stepline.interfaces.cli._runs import build_engine, use_backend
+    from stepline.interfaces.cli._driving import build_engine, use_backend
+    from stepline.interfaces.cli._render import print_secrets_in_artifacts, run_exit_code
+    from stepline.service import run_summary
 
     at = where(directory, project_root)
     chosen = (_session_dir(at, resume_session) if resume_session
@@ -215,10 +217,10 @@ def complete(session: SessionArg, directory: Directory = None, project_root: Pro
     """Mark every task completed and archive the session to .workflow/archives/ (manifest.json appended).
     Refused while the session is being executed."""
     from stepline.ccw._driver import complete_session
-    from stepline.interfaces.cli._runs import open_store
+    from stepline.interfaces.cli._options import project_runs
 
     at = where(directory, project_root)
-    entry = complete_session(_session_dir(at, session), open_store(at, config))
+    entry = complete_session(_session_dir(at, session), project_runs(at, config).store)
     if as_json:
         print_json(entry)
     else:

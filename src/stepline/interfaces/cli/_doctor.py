@@ -1,55 +1,32 @@
-"""``stepline doctor RUN``: what is damaged in a run directory, and whether (and how) the run can go on."""
+"""``stepline doctor [RUN]``: what is damaged in a run directory (or in every run's), and whether (and how) the
+run can go on."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from stepline.interfaces.cli._app import ConfigOption, Directory, JsonOutput, ProjectRoot, Where, app, where
-from stepline.interfaces.cli._render import console, print_json
+from stepline.interfaces.cli._options import (
+    EXIT_DAMAGED,
+    ConfigOption,
+    Directory,
+    JsonOutput,
+    ProjectRoot,
+    app,
+    project_runs,
+    where,
+)
+from stepline.interfaces.cli._render import console, print_diagnosis, print_json, print_table
 
 if TYPE_CHECKING:
-    from stepline.store import Diagnosis, RunDir
-
-#: The exit code of a damaged run directory (errors.JournalError's).
-EXIT_DAMAGED = 6
-
-
-def open_run_dir(at: Where, config: Path | None, run_id: str | None) -> RunDir:
-    """The run directory of ``run_id`` (the latest when None), without reading any of it."""
-    from stepline.errors import NotFoundError
-    from stepline.interfaces.cli._runs import open_store
-
-    store = open_store(at, config)
-    if run_id is None:
-        latest = store.latest()
-        if latest is None:
-            raise NotFoundError(f"no runs under {store.root}", hint="start one with `stepline run PATH`")
-        return latest
-    return store.open(run_id)
-
-
-def diagnose_run(at: Where, config: Path | None, run_dir: RunDir) -> Diagnosis:
-    """The diagnosis of ``run_dir`` by the project's engine (its journal folded as a resume folds it)."""
-    from stepline.engine import Engine, load_runtime_config
-
-    return Engine(project_root=at.root, config=load_runtime_config(at.root, at.option(config))).diagnose(run_dir)
-
-
-def print_diagnosis(found: Diagnosis) -> None:
-    """The doctor's report, line by line (plain text: paths and messages are not rich markup)."""
-    from rich.text import Text
-
-    for line in found.report():
-        style = "red" if line.startswith("verdict") and found.damaged else None
-        console.print(Text(line, style=style or ""), soft_wrap=True)
+    from stepline.service import RunService
 
 
 @app.command()
 def doctor(
-    run_id: Annotated[str, typer.Argument(help="The run to check (a unique part of its id is enough).")],
+    run_id: Annotated[str | None, typer.Argument(
+        help="The run to check (a unique part of its id is enough); default: every run of the project.")] = None,
     truncate: Annotated[bool, typer.Option(
         "--truncate-to-last-good",
         help="Repair a damaged journal: keep journal.jsonl and manifest.json as they are in a backup-<time>/ "
@@ -61,20 +38,26 @@ def doctor(
     as_json: JsonOutput = False,
 ) -> None:
     """Check a run directory: what is damaged (file, line, what), and whether the run can be resumed up to its
-    last good record. Exit 0 when it is whole, 6 when it is damaged."""
-    at = where(directory, project_root)
-    run_dir = open_run_dir(at, config, run_id)
+    last good record; without RUN, every run of the project, one line each. Exit 0 when all is whole, 6 when one
+    is damaged."""
+    from stepline.errors import UsageError
+
+    runs = project_runs(where(directory, project_root), config)
+    if run_id is None:
+        if truncate:
+            raise UsageError("--truncate-to-last-good repairs one run", hint="name it: stepline doctor RUN "
+                                                                             "--truncate-to-last-good")
+        _check_every_run(runs, as_json)
+        return
+    run_dir = runs.open(run_id)
     if not truncate:
-        found = diagnose_run(at, config, run_dir)
+        found = runs.diagnose(run_dir)
         if as_json:
             print_json(found.to_dict())
         else:
             print_diagnosis(found)
         raise typer.Exit(EXIT_DAMAGED if found.damaged else 0)
-    from stepline.engine import Engine, load_runtime_config
-
-    engine = Engine(project_root=at.root, config=load_runtime_config(at.root, at.option(config)))
-    backup, found = engine.truncate_to_last_good(run_dir)
+    backup, found = runs.engine().truncate_to_last_good(run_dir)
     if as_json:
         print_json({**found.to_dict(), "backup": str(backup)})
     else:
@@ -84,3 +67,21 @@ def doctor(
                       soft_wrap=True)
         print_diagnosis(found)
     raise typer.Exit(EXIT_DAMAGED if found.damaged else 0)
+
+
+def _check_every_run(runs: RunService, as_json: bool) -> None:
+    """Diagnose each run; one row a run (its verdict and first damage), then which one to look at."""
+    found = {run_id: runs.diagnose(runs.store.open(run_id)) for run_id in runs.store.run_ids()}
+    damaged = [run_id for run_id, diagnosis in found.items() if diagnosis.damaged]
+    if as_json:
+        print_json([{"run_id": run_id, **diagnosis.to_dict()} for run_id, diagnosis in found.items()])
+    elif not found:
+        print(f"no runs under {runs.store.root}")
+    else:
+        print_table(("run", "verdict", "first damage"),
+                    ([run_id, "damaged" if diagnosis.damaged else "whole",
+                      first.short() if (first := diagnosis.first()) is not None else ""]
+                     for run_id, diagnosis in found.items()), fit_last=True)
+        print(f"{len(found)} run(s) checked: {len(found) - len(damaged)} whole, {len(damaged)} damaged"
+              + (f"; see `stepline doctor {damaged[0]}`" if damaged else ""))
+    raise typer.Exit(EXIT_DAMAGED if damaged else 0)

@@ -7,20 +7,24 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from stepline.interfaces.cli._app import EXIT_DIFFERENT, ConfigOption, Directory, JsonOutput, ProjectRoot, app, where
-from stepline.interfaces.cli._render import print_json, progress_listener, run_exit_code
-from stepline.interfaces.cli._runs import (
+from stepline.interfaces.cli._driving import build_engine, finish
+from stepline.interfaces.cli._options import (
+    EXIT_DIFFERENT,
+    ConfigOption,
+    Directory,
     ExecutorOption,
+    JsonOutput,
+    ProjectRoot,
     Quiet,
     ScriptOption,
-    _finish,
-    build_engine,
+    app,
     parse_vars,
-    reader_engine,
+    project_runs,
+    where,
 )
+from stepline.interfaces.cli._render import print_json, progress_listener, run_exit_code
 
 if TYPE_CHECKING:
-    from stepline.store import RunStore
     from stepline.timetravel import Report
 
 RunArgument = Annotated[str, typer.Argument(help="The recorded run (a unique part of its id is enough).")]
@@ -53,7 +57,7 @@ def fork(
     from stepline.timetravel import Answers, prepare_fork, read_run
 
     at = where(directory, project_root)
-    parent = read_run(reader_engine(at, config), run_id)
+    parent = read_run(project_runs(at, config).engine(), run_id)
     engine = build_engine(at, config, executor, script, parent.run.mode, quiet or as_json)
     child, restoration = prepare_fork(engine, parent, at_step, parse_vars(set_var or []))
     engine.human = Answers(engine.human, answer or [], parent.answers(parent.cut_before(at_step)), by="fork")
@@ -63,7 +67,7 @@ def fork(
               f"{restoration.unchanged} already so)")
         for line in restoration.lines():
             print(line)
-    _finish(engine, asyncio.run(engine.resume(child.run_id)), as_json)
+    finish(engine, asyncio.run(engine.resume(child.run_id)), as_json)
 
 
 @app.command()
@@ -88,24 +92,23 @@ def replay(
     Exit 0: the artifacts are the same; 12: they differ."""
     import asyncio
 
-    from stepline.engine import Engine, load_runtime_config
     from stepline.families import load_workflow, register_drivers
     from stepline.timetravel import read_run, serving
     from stepline.timetravel import replay as run_replay
 
     at = where(directory, project_root)
-    recorded = read_run(reader_engine(at, config), run_id)
+    runs = project_runs(at, config)
+    recorded = read_run(runs.engine(), run_id)
     options: dict[str, Any] = {}
     script_path = at.option(script)
     if script_path is not None:
         executor, options["script"] = executor or "scripted", str(script_path)
-    runtime = load_runtime_config(at.root, at.option(config))
     workflow = load_workflow(at.path(against).absolute(), project_root=at.root,
                              variables=recorded.given_variables(), mode=recorded.workflow_mode())
     register_drivers()
-    served = serving(runtime, recorded, executor, options, strict=strict)
-    engine = Engine(project_root=at.root, config=runtime, executor=served, mode=recorded.run.mode,
-                    listeners=[progress_listener(quiet or as_json, live=False)])
+    served = serving(runs.config, recorded, executor, options, strict=strict)
+    engine = runs.engine(executor=served, mode=recorded.run.mode,
+                         listeners=[progress_listener(quiet or as_json, live=False)])
     result = asyncio.run(run_replay(engine, recorded, workflow, served))
     report = result.report
     if as_json:
@@ -145,7 +148,7 @@ def diff(
     from stepline.errors import UsageError
     from stepline.timetravel import compare, read_run
 
-    engine = reader_engine(where(directory, project_root), config)
+    engine = project_runs(where(directory, project_root), config).engine()
     first, second = read_run(engine, run_a), read_run(engine, run_b)
     if first.run.workflow.id != second.run.workflow.id:
         raise UsageError(f"run {first.run_id} is of workflow {first.run.workflow.id!r}, run {second.run_id} of "
@@ -167,30 +170,3 @@ def _exit_code(report: Report, run_code: int) -> int:
     if run_code:
         return run_code
     return 0 if report.artifacts_same else EXIT_DIFFERENT
-
-
-def print_lineage(store: RunStore, run_id: str) -> None:
-    """What ``show`` prints of a run's parent and children (forks, and runs a workflow started)."""
-    import orjson
-
-    def manifest(rid: str) -> dict[str, Any]:
-        try:
-            found = orjson.loads((store.root / rid / "manifest.json").read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            return {}
-        return found if isinstance(found, dict) else {}
-
-    def link(raw: dict[str, Any], rid: str) -> str:
-        return f"{rid} at step {raw['forked_at']}" if raw.get("forked_at") else rid
-
-    own = manifest(run_id)
-    if own.get("parent_run_id"):
-        print(f"{'forked from' if own.get('forked_at') else 'started by'} {link(own, str(own['parent_run_id']))}")
-    children = [(rid, raw) for rid in store.run_ids() if rid != run_id
-                for raw in [manifest(rid)] if raw.get("parent_run_id") == run_id]
-    forks = [link(raw, rid) for rid, raw in children if raw.get("forked_at")]
-    started = [rid for rid, raw in children if not raw.get("forked_at")]
-    if forks:
-        print("forks: " + ", ".join(forks))
-    if started:
-        print("child runs: " + ", ".join(started))

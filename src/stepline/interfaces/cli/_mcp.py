@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stepline.interfaces.cli._app import ConfigOption, Directory, ProjectRoot, app, where
+from stepline.interfaces.cli._options import ConfigOption, Directory, ProjectRoot, app, where
 
 
 @app.command()

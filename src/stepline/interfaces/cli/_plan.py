@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from stepline.interfaces.cli._app import Directory, JsonOutput, ProjectRoot, app, where
+from stepline.interfaces.cli._options import Directory, JsonOutput, ProjectRoot, app, where
 from stepline.interfaces.cli._render import print_json
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from stepline.interfaces.cli._app import ConfigOption, Directory, JsonOutput, ProjectRoot, app, where
+from stepline.interfaces.cli._options import ConfigOption, Directory, JsonOutput, ProjectRoot, app, where
 from stepline.interfaces.cli._render import console, print_json
 
 #: Built-ins that do not call a model API; every other executor is offered a connectivity check.

@@ -1,4 +1,4 @@
-"""Rendering helpers shared by commands: the console, progress lines, run summaries, JSON output."""
+"""Rendering helpers shared by commands: the console, progress lines, tables, a run's errors and secrets, JSON."""
 
 from __future__ import annotations
 
@@ -8,29 +8,27 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from stepline.service import one_line, secrets_in_artifacts
+
 if TYPE_CHECKING:
     from rich.console import Console
 
     from stepline.model import Event, Run
+    from stepline.store import Diagnosis
 
 __all__ = [
     "console",
-    "context_detail",
-    "context_lines",
     "err_console",
-    "one_line",
     "paged",
     "print_contexts",
+    "print_diagnosis",
     "print_errors",
     "print_json",
     "print_secrets",
     "print_secrets_in_artifacts",
     "print_table",
     "progress_listener",
-    "run_errors",
     "run_exit_code",
-    "run_summary",
-    "secrets_in_artifacts",
     "table_width",
 ]
 
@@ -96,6 +94,8 @@ class _Progress:
         self.done = 0
         self.current = ""
         self.live: Any = None
+        #: A resumed run: the first step it starts is said ("resuming at STEP").
+        self.resumed = False
 
     def __call__(self, event: Event) -> None:
         if self.quiet:
@@ -103,6 +103,12 @@ class _Progress:
         kind = event.type
         if self.tty and self.live_allowed:
             self._live(event)
+        if kind == "WorkflowResumed":
+            self.resumed = True
+        elif kind == "WorkflowStepStarted" and self.resumed:
+            self.resumed = False
+            name = one_line(event.data.get("name"))
+            self._say(f"resuming at {event.step_id}" + (f" ({name})" if name and name != event.step_id else ""))
         if kind not in _MARKS or kind == "WorkflowStepStarted":
             return
         data = event.data
@@ -117,6 +123,15 @@ class _Progress:
         from rich.text import Text
 
         err_console.print(Text.assemble((mark, style), f" {event.step_id or ''} ", (detail, "dim")))
+
+    def _say(self, line: str) -> None:
+        """A line of the runtime's own on stderr (above the live line on a terminal)."""
+        if not self.tty:
+            sys.stderr.write(line + "\n")
+            return
+        from rich.text import Text
+
+        err_console.print(Text(line))
 
     def _live(self, event: Event) -> None:
         """Keep the live line: started with the run, counting ended steps, stopped when the run stops."""
@@ -205,35 +220,6 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, fit_la
     sys.stdout.write("\n".join(lines) + "\n")
 
 
-def run_summary(run: Run) -> dict[str, Any]:
-    """The JSON shape of a run that ``--json`` prints."""
-    return {
-        "run_id": run.run_id,
-        "workflow": run.workflow.id,
-        "format": run.workflow.format,
-        "status": run.status.value,
-        "blocked_reason": run.blocked_reason,
-        "error": run.error,
-        "steps": [{"step_id": s.step_id, "name": s.name, "status": s.status.value, "attempts": s.attempts,
-                   "error": s.error, "outputs": s.outputs} for s in run.steps.values()],
-        "secrets_in_artifacts": secrets_in_artifacts(run),
-    }
-
-
-def secrets_in_artifacts(run: Run) -> list[dict[str, Any]]:
-    """The files the run's steps wrote that hold a secret, from the steps' output guardrail reports:
-    ``[{step_id, path, kinds: {kind: count}, redacted: False, blocked}]``; kinds and counts, never a secret."""
-    found: dict[tuple[str, str], dict[str, Any]] = {}
-    for step in run.steps.values():
-        for entry in step.guardrails:
-            if entry.get("guardrail") != "secrets":
-                continue
-            for path, kinds in (entry.get("artifacts") or {}).items():  # the latest attempt's report wins
-                found[(step.step_id, path)] = {"step_id": step.step_id, "path": path, "kinds": dict(kinds),
-                                               "redacted": False, "blocked": bool(entry.get("blocking"))}
-    return list(found.values())
-
-
 def print_secrets_in_artifacts(run: Run) -> None:
     """Tell the user which file holds which kind of secret (never the secret): stepline does not rewrite them."""
     print_secrets(secrets_in_artifacts(run))
@@ -258,20 +244,6 @@ def print_secrets(found: list[dict[str, Any]]) -> None:
                            "config/runtime.yaml fails such a step instead"), soft_wrap=True)
 
 
-def one_line(text: Any) -> str:
-    """``text`` on one line (a table cell the console shortens to its width; the whole text is printed apart)."""
-    return " ".join(str(text or "").split())
-
-
-def run_errors(run: Run) -> list[tuple[str, str]]:
-    """Every failed step's whole error, and the run's when it is not one of them: ``[(step id or "run", error)]``."""
-    errors = [(step.step_id, step.error) for step in run.steps.values()
-              if step.status.value == "failed" and step.error]
-    if run.error and not any(run.error.endswith(error) for _, error in errors):
-        errors.append(("run", run.error))
-    return errors
-
-
 def print_errors(errors: Sequence[Sequence[str]]) -> None:
     """Each error of :func:`run_errors` whole, never cut: stepline does not wrap its lines, the terminal does."""
     if not errors:
@@ -283,51 +255,6 @@ def print_errors(errors: Sequence[Sequence[str]]) -> None:
     sys.stdout.write("\n".join(lines) + "\n")
 
 
-def context_detail(data: dict[str, Any]) -> str | None:
-    """What ``show`` says of a TELIS event (a context resolved, a source drifted); None for any other event."""
-    context = data.get("context")
-    if isinstance(context, dict):
-        lsp = context.get("lsp") or {}
-        parts = [f"{len(context.get('shards') or [])} shard(s), phase {context.get('phase', 0)}, "
-                 f"{context.get('tokens', 0)}/{(context.get('request') or {}).get('budget_tokens', '?')} tokens"]
-        if lsp:
-            parts.append(f"{lsp.get('method')} {lsp.get('document')}:{lsp.get('line')}:{lsp.get('character')}"
-                         f" via {lsp.get('server') or 'no server'}")
-        if context.get("warnings"):
-            parts.append(f"{len(context['warnings'])} warning(s)")
-        return "; ".join(parts) + f"; {str(context.get('fingerprint', ''))[:19]}"
-    if isinstance(data.get("sources"), list) and "replayed" in data:
-        changed = ", ".join(f"{s.get('source')} changed" + (f" (since {s['since']})" if s.get("since") else "")
-                            for s in data["sources"] if isinstance(s, dict))
-        return ("drift in the replayed context: " if data["replayed"] else "drift: ") + changed
-    return None
-
-
-def context_lines(run: Run) -> list[list[str]]:
-    """Each step's TELIS context, a list of lines a step: its shards (tier, score, source), the language
-    server's answer, warnings."""
-    found = []
-    for step in run.steps.values():
-        context = step.telis_context
-        if not context:
-            continue
-        lines = [f"  {step.step_id}: {context.get('fingerprint')}  {context.get('tokens', 0)} tokens, phase "
-                 f"{context.get('phase', 0)} ({context.get('stopped')}); query: "
-                 f"{(context.get('request') or {}).get('query') or '-'}"]
-        for shard in context.get("shards") or []:
-            lines.append(f"    [{shard.get('tier')}] {shard.get('title')} ({shard.get('source')}, score "
-                         f"{shard.get('score')}, {shard.get('tokens')} tokens)")
-        lsp = context.get("lsp")
-        if lsp:
-            result = lsp.get("result") or {}
-            answer = result.get("text") or "; ".join(s.get("label", "") for s in result.get("signatures") or [])
-            lines.append(f"    {lsp.get('method')} at {lsp.get('document')}:{lsp.get('line')}:{lsp.get('character')}"
-                         f" ({lsp.get('server') or 'no server'}): {one_line(answer)[:160] or '-'}")
-        lines += [f"    warning: {warning}" for warning in context.get("warnings") or []]
-        found.append(lines)
-    return found
-
-
 def print_contexts(contexts: Sequence[Sequence[str]]) -> None:
     """The lines of :func:`context_lines` under a heading, as written."""
     if contexts:
@@ -336,7 +263,7 @@ def print_contexts(contexts: Sequence[Sequence[str]]) -> None:
 
 def run_exit_code(run: Run) -> int:
     """0 completed, 8 failed, 9 blocked."""
-    from stepline.interfaces.cli._app import EXIT_BLOCKED, EXIT_FAILED
+    from stepline.interfaces.cli._options import EXIT_BLOCKED, EXIT_FAILED
 
     return {"completed": 0, "failed": EXIT_FAILED, "blocked": EXIT_BLOCKED}.get(run.status.value, 1)
 
@@ -344,3 +271,12 @@ def run_exit_code(run: Run) -> int:
 def print_json(value: Any) -> None:
     """Print JSON to stdout."""
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def print_diagnosis(found: Diagnosis) -> None:
+    """The doctor's report, line by line (plain text: paths and messages are not rich markup)."""
+    from rich.text import Text
+
+    for line in found.report():
+        style = "red" if line.startswith("verdict") and found.damaged else None
+        console.print(Text(line, style=style or ""), soft_wrap=True)

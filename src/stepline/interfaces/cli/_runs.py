@@ -8,161 +8,39 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from stepline.interfaces.cli._app import ConfigOption, Directory, JsonOutput, ProjectRoot, Where, app, where
+from stepline.interfaces.cli._driving import build_engine, finish, resume_run, use_backend
+from stepline.interfaces.cli._options import (
+    EXIT_DAMAGED,
+    BackendOption,
+    ConcurrencyOption,
+    ConfigOption,
+    Directory,
+    ExecutorOption,
+    JsonOutput,
+    ProjectRoot,
+    Quiet,
+    RayAddressOption,
+    ScriptOption,
+    ShowAll,
+    app,
+    parse_vars,
+    project_runs,
+    where,
+)
 from stepline.interfaces.cli._render import (
     err_console,
     paged,
     print_contexts,
+    print_diagnosis,
     print_errors,
     print_json,
     print_secrets,
-    print_secrets_in_artifacts,
     print_table,
-    progress_listener,
-    run_exit_code,
-    run_summary,
 )
 
 if TYPE_CHECKING:
-    from stepline.engine import Engine
     from stepline.model import Run, RunMode
     from stepline.store import RunDir, RunStore
-
-ExecutorOption = Annotated[str | None, typer.Option("--executor", "-e",
-                                                    help="Who does the steps: dry-run, scripted, openai, "
-                                                         "anthropic, cli-agent, human, replay, or a plugin.")]
-ScriptOption = Annotated[Path | None, typer.Option("--script", help="Script of protocol calls for the "
-                                                   "scripted executor (implies --executor scripted).")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")]
-ShowAll = Annotated[bool, typer.Option("--all", help="Every row, read from the journal (a long run shows its "
-                                       "failures, gates and last rows), through the pager on a terminal.")]
-BackendOption = Annotated[str | None, typer.Option("--backend", help="Where executor work runs: local (this "
-                                                   "process) or ray (a Ray cluster). Default: runtime.backend.")]
-RayAddressOption = Annotated[str | None, typer.Option("--ray-address", help="The Ray cluster to join (what `ray "
-                                                      "start --head` printed); default: RAY_ADDRESS, else a "
-                                                      "local Ray.")]
-
-
-ConcurrencyOption = Annotated[int | None, typer.Option("--concurrency", "-j", min=1, help="Steps (tasks) run at "
-                                                       "once. Default: runtime.concurrency (4); with --backend "
-                                                       "ray, the cluster's CPUs.")]
-
-
-def check_backend_name(backend: str | None) -> None:
-    """Refuse a ``--backend`` that is neither ``local`` nor ``ray`` (a UsageError)."""
-    from stepline.errors import UsageError
-
-    if backend not in (None, "local", "ray"):
-        raise UsageError(f"unknown backend {backend!r}", hint="use --backend local or --backend ray")
-
-
-def use_backend(engine: Engine, backend: str | None, ray_address: str | None, concurrency: int | None = None,
-                *, quiet: bool = False) -> None:
-    """Apply ``--backend``/``--ray-address``/``--concurrency`` to the engine's runtime config (they override
-    runtime.yaml). On Ray with no concurrency given (option or runtime.concurrency), the cluster is joined now
-    and its capacity chosen (see :class:`stepline.distributed.ClusterCapacity`), said in one line."""
-    from stepline.errors import UsageError
-
-    runtime = engine.config.runtime
-    if concurrency is not None:
-        engine.concurrency = runtime.concurrency = concurrency
-    if backend is not None:
-        check_backend_name(backend)
-        runtime.backend = backend  # type: ignore[assignment]  # checked just above
-    if ray_address is not None:
-        if runtime.backend != "ray":
-            raise UsageError("--ray-address goes with --backend ray")
-        runtime.ray_address = ray_address
-    if runtime.backend == "ray":
-        import importlib.util
-
-        if importlib.util.find_spec("ray") is None:
-            raise UsageError("--backend ray needs Ray, which is not installed",
-                             hint="install it with `pip install 'stepline[ray]'`, or run with --backend local")
-        from stepline.distributed import check_reachable
-
-        check_reachable(runtime.ray_address)  # before a run is created: Ray would retry an address for minutes
-        if engine.executor_explicit:
-            _ = engine.executor  # built now (Ray is not joined yet): one that cannot run on a worker is refused here
-        if concurrency is None and "concurrency" not in runtime.model_fields_set:
-            from stepline.distributed import join_cluster
-
-            capacity = join_cluster(runtime.ray_address)
-            engine.concurrency = runtime.concurrency = capacity.concurrency
-            if not quiet:
-                err_console.print(capacity.describe(), markup=False, highlight=False)
-
-
-def parse_vars(pairs: list[str]) -> dict[str, str]:
-    """Turn ``--var name=value`` pairs into a mapping; a malformed pair is a UsageError naming it."""
-    from stepline.errors import UsageError
-
-    values: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name.strip() or not name.strip().replace("_", "").replace("-", "").isalnum():
-            raise UsageError(f"--var expects NAME=VALUE, got {pair!r}", hint="for example --var user_name=Ada")
-        values[name.strip()] = value
-    return values
-
-
-def build_engine(at: Where, config: Path | None, executor: str | None, script: Path | None,
-                 mode: RunMode, quiet: bool, extra_options: dict[str, Any] | None = None, *,
-                 drivers: bool = True) -> Engine:
-    """The engine for a CLI command, with the progress display attached (``config`` and ``script`` as given
-    on the command line). ``drivers=False`` leaves the families' step drivers to the caller (``run`` registers
-    those of the workflow it read: a native run loads no other family)."""
-    from stepline.engine import Engine, load_runtime_config
-    from stepline.errors import NotFoundError, UsageError
-    from stepline.families import register_drivers
-
-    root = at.root
-    config = at.option(config)
-    script = at.option(script)
-    runtime = load_runtime_config(root, config)
-    options: dict[str, Any] = dict(extra_options or {})
-    if script is not None:
-        if executor not in (None, "scripted"):
-            raise UsageError(f"--script goes with the scripted executor, not {executor!r}")
-        if not script.is_file():
-            raise NotFoundError(f"{script}: no such script file", hint="pass an existing --script FILE")
-        executor = "scripted"
-        options["script"] = str(script)
-    if executor is not None:
-        from stepline.executors import create_executor
-
-        checked = {k: v for k, v in options.items() if k != "record"}
-        create_executor(executor, {**runtime.executors.get(executor, {}), **checked})  # fail fast on a bad name
-    if drivers:
-        register_drivers()
-    return Engine(project_root=root, config=runtime, executor=executor, executor_options=options, mode=mode,
-                  listeners=[progress_listener(quiet, live=nobody_asked(mode, executor))])
-
-
-def nobody_asked(mode: RunMode, executor: str | None) -> bool:
-    """Whether no person is asked anything on this terminal during the run: its input is no terminal, or the run
-    never asks (yolo, non-interactive) and its executor is not a person at the keyboard."""
-    return not sys.stdin.isatty() or (mode != "normal" and executor != "human")
-
-
-def _finish(engine: Engine, run: Run, as_json: bool) -> None:
-    from stepline.interfaces.cli._digest import record_digest
-
-    run_dir = engine.store.open(run.run_id)
-    record_digest(run_dir, run, run_dir.events())
-    if as_json:
-        print_json(run_summary(run))
-    else:  # plain print, not rich: its import is a sixth of a short run's cost, and user data is no markup
-        done = sum(1 for s in run.steps.values() if s.status.value in ("completed", "skipped"))
-        lines = [f"run {run.run_id} {run.status.value}: {done}/{len(run.steps)} steps"]
-        if run.status.value == "failed":
-            lines += [f"  {run.error}", f"  fix the cause, then: stepline resume {run.run_id}"]
-        elif run.status.value == "blocked":
-            lines += [f"  {run.blocked_reason}",
-                      f"  see `stepline gates {run.run_id}`; approve/answer, then `stepline resume {run.run_id}`"]
-        print("\n".join(lines))
-        print_secrets_in_artifacts(run)
-    raise typer.Exit(run_exit_code(run))
 
 
 @app.command()
@@ -215,7 +93,7 @@ def run(
     import asyncio  # here, not at the top: `stepline --help` imports every command module
 
     result = asyncio.run(engine.start(workflow, variables))
-    _finish(engine, result, as_json)
+    finish(engine, result, as_json)
 
 
 @app.command()
@@ -233,60 +111,8 @@ def resume(
     concurrency: ConcurrencyOption = None,
 ) -> None:
     """Continue a run from its first unfinished step; completed steps never run again."""
-    engine = build_engine(where(directory, project_root), config, executor, script, "normal", quiet or as_json)
-    use_backend(engine, backend, ray_address, concurrency, quiet=quiet or as_json)
-    import asyncio
-
-    result = asyncio.run(engine.resume(run_id))
-    _finish(engine, result, as_json)
-
-
-def open_store(at: Where, config: Path | None) -> RunStore:
-    """The runs of the project (under its configured storage root); ``config`` as given on the command line."""
-    from stepline.engine import load_runtime_config
-    from stepline.store import RunStore
-
-    return RunStore(at.root / load_runtime_config(at.root, at.option(config)).runtime.storage_root)
-
-
-def reader_engine(at: Where, config: Path | None) -> Engine:
-    """An engine that reads the project's runs (loads, checks them); it drives none, so no family is loaded."""
-    from stepline.engine import Engine, load_runtime_config
-
-    return Engine(project_root=at.root, config=load_runtime_config(at.root, at.option(config)))
-
-
-def find_run(engine: Engine, run_id: str | None) -> RunDir:
-    """The directory of the run ``run_id`` names (a unique part of its id), or of the latest run."""
-    from stepline.errors import NotFoundError
-
-    if run_id is not None:
-        return engine.store.open(run_id)
-    latest = engine.store.latest()
-    if latest is None:
-        raise NotFoundError(f"no runs under {engine.store.root}", hint="start one with `stepline run PATH`")
-    return latest
-
-
-def load_run(at: Where, config: Path | None, run_id: str | None) -> Run:
-    """The run with ``run_id`` (or the latest), rebuilt from its journal."""
-    engine = reader_engine(at, config)
-    return engine.load(find_run(engine, run_id))
-
-
-def _view(at: Where, config: Path | None, run_id: str | None, *, whole: bool) -> tuple[str, dict[str, Any]]:
-    """The run's id and what status and show print of it: from its digest, or with ``whole`` every step and
-    event from its journal. A damaged run raises what its journal says (as loading it does)."""
-    from stepline.interfaces.cli._digest import KEEP, digest_of, make_digest
-
-    engine = reader_engine(at, config)
-    run_dir = find_run(engine, run_id)
-    if not whole:
-        shown = digest_of(engine, run_dir).get("run")
-        if shown is not None:
-            return run_dir.run_id, shown
-    run = engine.load(run_dir)
-    return run_dir.run_id, make_digest(run_dir, run, run_dir.events(), keep=None if whole else KEEP)["run"]
+    resume_run(where(directory, project_root), config, run_id, executor=executor, script=script, as_json=as_json,
+               quiet=quiet, backend=backend, ray_address=ray_address, concurrency=concurrency)
 
 
 def _omitted(shown: int, total: int, what: str, command: str) -> None:
@@ -309,33 +135,29 @@ def status(
     """Show a run's status and its steps (a long run: its failed, blocked and retried steps and the last ones);
     a failed step's whole error below the table."""
     from stepline.errors import JournalError
+    from stepline.service import KEEP, make_digest, run_summary
 
-    at = where(directory, project_root)
+    runs = project_runs(where(directory, project_root), config)
     if not (as_json or verbose):
-        shown_id, view = _view(at, config, run_id, whole=show_all)
-        if view["status"] == "running" and reader_engine(at, config).store.summary(shown_id).live_pid is None:
+        shown_id, view = runs.view(run_id, whole=show_all)
+        if view["status"] == "running" and runs.store.summary(shown_id).live_pid is None:
             view = {**view, "status": "interrupted (resume it)"}  # as `list` says: no process drives it
         with paged(show_all):
             _print_status(shown_id, view)
         return
+    run_dir = runs.open(run_id)
     try:
-        found = load_run(at, config, run_id)
+        found = runs.load(run_dir)
     except JournalError:
         if not verbose:
             raise
-        from stepline.interfaces.cli._doctor import EXIT_DAMAGED, diagnose_run, open_run_dir, print_diagnosis
-
-        damaged = diagnose_run(at, config, open_run_dir(at, config, run_id))
+        damaged = runs.diagnose(run_dir)
         if as_json:
             print_json(damaged.to_dict())
         else:
             print_diagnosis(damaged)
         raise typer.Exit(EXIT_DAMAGED) from None
-    from stepline.interfaces.cli._digest import KEEP, make_digest
-    from stepline.interfaces.cli._doctor import diagnose_run, print_diagnosis
-
-    run_dir = _run_dir(at, config, found.run_id)
-    diagnosis = diagnose_run(at, config, run_dir) if verbose else None
+    diagnosis = runs.diagnose(run_dir) if verbose else None
     if as_json:
         summary = run_summary(found)
         if diagnosis is not None:
@@ -373,16 +195,13 @@ def list_runs(
     files change)."""
     from dataclasses import asdict
 
-    from stepline.interfaces.cli._digest import summary_row
-
-    engine = reader_engine(where(directory, project_root), config)
-    store = engine.store
-    rows = [summary_row(store, engine, run_id) for run_id in store.run_ids()]
+    runs = project_runs(where(directory, project_root), config)
+    rows = runs.runs()
     if as_json:
         print_json([asdict(r) for r in rows])
         return
     if not rows:
-        err_console.print(f"no runs under {store.root}", markup=False)
+        err_console.print(f"no runs under {runs.store.root}", markup=False)
         return
     shown = []
     for row in rows:
@@ -427,22 +246,48 @@ def show(
     """Show a run's timeline: its events, artifacts, gates and decisions in order (a long run: its failures,
     gates, checks and last events), and model usage; then each failed step's whole error and the files that
     hold secrets."""
-    at = where(directory, project_root)
+    runs = project_runs(where(directory, project_root), config)
     if prompt is not None or as_json:
         from stepline.engine import build_timeline
 
-        found = load_run(at, config, run_id)
+        run_dir = runs.open(run_id)
+        found = runs.load(run_dir)
         if prompt is not None:
-            _print_prompts(_run_dir(at, config, found.run_id), found, prompt, as_json)
+            _print_prompts(run_dir, found, prompt, as_json)
         else:
-            print_json(build_timeline(_run_dir(at, config, found.run_id)))
+            print_json(build_timeline(run_dir))
         return
-    shown_id, view = _view(at, config, run_id, whole=show_all)
+    shown_id, view = runs.view(run_id, whole=show_all)
     with paged(show_all):
         _print_show(shown_id, view)
-        from stepline.interfaces.cli._history import print_lineage
+        print_lineage(runs.store, shown_id)
 
-        print_lineage(open_store(at, config), shown_id)
+
+def print_lineage(store: RunStore, run_id: str) -> None:
+    """What ``show`` prints of a run's parent and children (forks, and runs a workflow started)."""
+    import orjson
+
+    def manifest(rid: str) -> dict[str, Any]:
+        try:
+            found = orjson.loads((store.root / rid / "manifest.json").read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def link(raw: dict[str, Any], rid: str) -> str:
+        return f"{rid} at step {raw['forked_at']}" if raw.get("forked_at") else rid
+
+    own = manifest(run_id)
+    if own.get("parent_run_id"):
+        print(f"{'forked from' if own.get('forked_at') else 'started by'} {link(own, str(own['parent_run_id']))}")
+    children = [(rid, raw) for rid in store.run_ids() if rid != run_id
+                for raw in [manifest(rid)] if raw.get("parent_run_id") == run_id]
+    forks = [link(raw, rid) for rid, raw in children if raw.get("forked_at")]
+    started = [rid for rid, raw in children if not raw.get("forked_at")]
+    if forks:
+        print("forks: " + ", ".join(forks))
+    if started:
+        print("child runs: " + ", ".join(started))
 
 
 def _print_show(shown_id: str, view: dict[str, Any]) -> None:
@@ -453,6 +298,10 @@ def _print_show(shown_id: str, view: dict[str, Any]) -> None:
                 ([str(seq), when[11:23], step, kind, detail] for seq, when, step, kind, detail in view["events"]),
                 fit_last=True)
     _omitted(len(view["events"]), view["events_total"], "events", f"stepline show {shown_id}")
+    if view["answers"]:
+        print("answers given:")
+        print_table(("step", "answer", "by", "gate"),
+                    ([step, answer, by, gate] for step, gate, answer, by in view["answers"]))
     if view["usage"]:
         print_table(("step", "model calls", "input tokens", "cached (read)", "cached (written)", "output tokens",
                      "cost (USD)"),
@@ -501,10 +350,6 @@ def _print_prompts(run_dir: RunDir, run: Run, step_id: str, as_json: bool) -> No
                                                                   if calls else ""))
 
 
-def _run_dir(at: Where, config: Path | None, run_id: str) -> RunDir:
-    return open_store(at, config).open(run_id)
-
-
 @app.command()
 def export(
     run_id: Annotated[str, typer.Argument(help="The run.")],
@@ -521,8 +366,9 @@ def export(
     from stepline.store import RUN_FILES
 
     at = where(directory, project_root)
-    found = load_run(at, config, run_id)
-    run_dir = _run_dir(at, config, found.run_id)
+    runs = project_runs(at, config)
+    run_dir = runs.open(run_id)
+    found = runs.load(run_dir)
     document: dict[str, Any] = {"run": found.model_dump(mode="json"),
                                 "events": [asdict(event) for event in run_dir.events()]}
     for name in RUN_FILES:
@@ -550,112 +396,3 @@ def _write_export(output: Path, text: str) -> None:
     except OSError as exc:
         raise StorageError.from_os(exc, output) from exc
     print(f"wrote {output}", file=sys.stderr)
-
-
-def resume_command(run_dir: RunDir) -> str:
-    """The command that goes on with a run: a sprint story's run goes on with its loop (the stories after it too)."""
-    return "stepline sprint resume" if run_dir.manifest().workflow.format == "sprint" else \
-        f"stepline resume {run_dir.run_id}"
-
-
-# -- stepline logs ---------------------------------------------------------------------------------------------
-def _log_line(event: Any) -> str | None:
-    """One line of ``stepline logs`` for a journal record (None: nothing to say)."""
-    data: dict[str, Any] = event.data
-    step = event.step_id or "-"
-    when = str(event.time)[11:19]
-    if event.type == "CallRecorded":
-        op, result = str(data.get("op", "")), data.get("result")
-        if op.startswith("memo:") and isinstance(result, dict):  # an agent's (or model's) call ended
-            text = " ".join(str(result.get("text") or "").split())[:300]
-            usage = result.get("usage") or {}
-            stopped = f"  STOPPED: {result['stopped']}" if result.get("stopped") else ""
-            return (f"{when} {step:<14} {op[5:]}: {text or '(no text)'}  "
-                    f"[{usage.get('input_tokens', 0):.0f} in / {usage.get('output_tokens', 0):.0f} out]{stopped}")
-        if op.startswith("sprint:check/") and isinstance(result, dict):
-            mark = "ok" if result.get("ok") else "FAILED"
-            output = str(result.get("output") or "").strip()
-            tail = ("\n    " + "\n    ".join(output.splitlines()[-15:])) if output and not result.get("ok") else ""
-            return f"{when} {step:<14} check {op[13:]}: {mark} {result.get('detail', '')}{tail}"
-        if op.startswith("sprint:") and isinstance(result, dict):
-            return f"{when} {step:<14} {op[7:]}: {', '.join(f'{k}={v}' for k, v in result.items())[:300]}"
-        return None
-    if event.type in ("CallStarted", "CursorMoved", "VariableSet"):
-        return None
-    detail = " ".join(str(data.get("error") or data.get("reason") or data.get("summary") or data.get("gate_id")
-                          or "").split())
-    return f"{when} {step:<14} {event.type}{': ' + detail[:400] if detail else ''}"
-
-
-class _AgentLogs:
-    """What running agents printed (the run's ``logs/<step>.log`` files), read on from where it stopped last."""
-
-    def __init__(self, folder: Path, *, raw: bool) -> None:
-        self.folder = folder
-        self.raw = raw
-        self.read_to: dict[Path, int] = {}
-
-    def new_lines(self) -> list[tuple[str, str]]:
-        """(time, line to print) for each complete line appended since the last call."""
-        found: list[tuple[str, str]] = []
-        for path in sorted(self.folder.glob("*.log")) if self.folder.is_dir() else []:
-            with path.open("rb") as handle:
-                handle.seek(self.read_to.get(path, 0))
-                data = handle.read()
-            complete = data[: data.rfind(b"\n") + 1]  # a line still being written is read next time
-            self.read_to[path] = self.read_to.get(path, 0) + len(complete)
-            for raw in complete.decode("utf-8", "replace").splitlines():
-                stamp, _, rest = raw.partition(" ")  # "<time> <agent>#<call> <out|err|--->| <line>"
-                head, _, text = rest.partition("| ")
-                if not self.raw and head.endswith(" out"):
-                    from stepline.executors.cli_agents import describe_output
-
-                    text = describe_output(text)
-                text = text if len(text) <= 400 else text[:400] + "…"
-                found.append((stamp, f"{stamp[11:19]} {path.stem:<14} {head}| {text}"))
-        return found
-
-
-RawOption = Annotated[bool, typer.Option("--raw", help="An agent's lines as it printed them (its stream-JSON "
-                                        "events unabridged), not said short.")]
-
-
-@app.command("logs")
-def logs(
-    run_id: Annotated[str, typer.Argument(help="The run (a sprint story's run id, as `sprint status` shows).")],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing as the run goes on, until it "
-                                         "ends (Ctrl-C to stop watching; the run goes on).")] = False,
-    raw: RawOption = False,
-    directory: Directory = None,
-    project_root: ProjectRoot = None,
-    config: ConfigOption = None,
-) -> None:
-    """A run's timeline as it happens: stages and steps, checks with their output, gates, each agent call's
-    text and tokens when it ends, and the lines a running CLI agent prints (stdout `out|`, its stream-JSON events
-    said short unless --raw; stderr `err|`) as it prints them. With -f, follow a run another process drives until
-    it ends."""
-    import time as clock
-
-    from stepline.errors import RunStateError
-    from stepline.store import read_journal
-
-    at = where(directory, project_root)
-    run_dir = open_store(at, config).open(run_id)
-    agents = _AgentLogs(run_dir.path / "logs", raw=raw)
-    seen = 0
-    undriven = 0  # polls in a row that found the run unfinished and no process driving it
-    while True:
-        events = read_journal(run_dir.journal_path, run_dir.run_id)
-        lines = [(str(event.time), line) for event in events[seen:] if (line := _log_line(event)) is not None]
-        for _, line in sorted(lines + agents.new_lines(), key=lambda item: item[0]):
-            print(line, flush=True)
-        seen = len(events)
-        ended = bool(events) and events[-1].type in ("WorkflowCompleted", "WorkflowFailed", "WorkflowBlocked")
-        driven = run_dir.holder() is not None
-        if not follow or (ended and not driven):
-            return
-        undriven = 0 if ended or driven else undriven + 1
-        if undriven == 2:  # twice, 0.3 s apart: not a resume between releasing the lock and taking it
-            raise RunStateError(f"run {run_dir.run_id} is not running: it did not finish and no process drives it "
-                                "(killed?)", hint=f"`{resume_command(run_dir)}` goes on where it stopped")
-        clock.sleep(0.3)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from stepline.interfaces.cli._app import ConfigOption, Directory, ProjectRoot, app, where
+from stepline.interfaces.cli._options import ConfigOption, Directory, ProjectRoot, app, where
 
 #: Where a generated token is kept (0600), relative to the project root, for scripts: `curl -H "Authorization:
 #: Bearer $(cat .stepline/serve-token)"`.
@@ -36,8 +36,7 @@ def serve(
     from stepline.engine import load_runtime_config
     from stepline.errors import UsageError
     from stepline.interfaces.cli._render import err_console
-    from stepline.interfaces.web import LOOPBACK_HOSTS, create_app, new_token, write_token_file
-    from stepline.interfaces.web._limits import HeaderTimeoutH11
+    from stepline.interfaces.web import LOOPBACK_HOSTS, HeaderTimeoutH11, create_app, new_token, write_token_file
     from stepline.store import state_folder
 
     at = where(directory, project_root)

@@ -7,19 +7,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from stepline.interfaces.cli._app import (
+from stepline.interfaces.cli._options import (
     EXIT_BLOCKED,
     EXIT_FAILED,
+    BackendOption,
+    ConcurrencyOption,
     ConfigOption,
     Directory,
     JsonOutput,
     ProjectRoot,
+    RayAddressOption,
     Where,
     app,
     where,
 )
 from stepline.interfaces.cli._render import console, err_console, print_json
-from stepline.interfaces.cli._runs import BackendOption, ConcurrencyOption, RayAddressOption
 
 if TYPE_CHECKING:
     from stepline.executors._budget import Usage
@@ -110,7 +112,7 @@ def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, opti
     import asyncio
 
     from stepline.errors import StorageError, UsageError
-    from stepline.interfaces.cli._runs import build_engine, use_backend
+    from stepline.interfaces.cli._driving import build_engine, use_backend
     from stepline.sprint._loop import loop_outcome, run_loop, save_loop, waiting
 
     project, config = _project(at, sprint_config)
@@ -186,19 +188,20 @@ def run(
 ) -> None:
     """Take the board's ready-for-dev stories in sprint order; per story one durable run: baseline, build,
     verify, review, verify, commit, advance the board. Stories that do not converge are deferred."""
-    from stepline.interfaces.cli._runs import open_store
+    from stepline.interfaces.cli._options import project_runs
     from stepline.sprint._loop import LoopOptions, plan
 
     at = where(directory, project_root)
     options = LoopOptions(epic=epic, story=story, max_stories=max_stories, executor=executor, jobs=jobs)
     if dry_run:
-        from stepline.interfaces.cli._runs import build_engine, check_backend_name
+        from stepline.interfaces.cli._driving import build_engine
+        from stepline.interfaces.cli._options import check_backend_name
 
         project, sprint = _project(at, sprint_config)
         check_backend_name(backend)  # the plan is what a run would do: refuse what the run would refuse
         if options.executor or sprint.executor:
             build_engine(at, config, options.executor or sprint.executor, None, "non-interactive", True)
-        _, keys, resume = plan(project, open_store(at, config), options)
+        _, keys, resume = plan(project, project_runs(at, config).store, options)
         _print_plan(project, sprint, keys, resume, as_json)
         return
     _drive(at, config, sprint_config, options, quiet, as_json, (backend, ray_address, concurrency))
@@ -236,12 +239,12 @@ def status(
     """The board: each story's status, the loop's stage and attempts, tokens/cost, last event."""
     from rich.table import Table
 
-    from stepline.interfaces.cli._runs import open_store
+    from stepline.interfaces.cli._options import project_runs
     from stepline.sprint._loop import board_rows, waiting_on_board
 
     at = where(directory, project_root)
     project, _ = _project(at, sprint_config)
-    store = open_store(at, config)
+    store = project_runs(at, config).store
     rows = board_rows(project, store)
     asked = waiting_on_board(project, store)
     if as_json:
@@ -307,19 +310,20 @@ def watch(
     import time as clock
 
     from stepline.errors import NotFoundError, RunStateError
-    from stepline.interfaces.cli._runs import _AgentLogs, _log_line, open_store
+    from stepline.interfaces.cli._logs import AgentLogs, log_line
+    from stepline.interfaces.cli._options import project_runs
     from stepline.sprint._loop import loop_driver, loop_log_path
     from stepline.store import read_journal
 
     at = where(directory, project_root)
-    store = open_store(at, config)
+    store = project_runs(at, config).store
     path = loop_log_path(at.root)
     if not path.is_file():
         raise NotFoundError(f"{path}: no sprint loop was started here", hint="start one with `stepline sprint run`")
     lines = path.read_text(encoding="utf-8").splitlines()
     last = max((n for n, line in enumerate(lines) if '"event": "loop-started"' in line), default=0)
     offset = sum(len(line.encode("utf-8")) + 1 for line in lines[:last])  # from the last loop's start
-    runs: dict[str, tuple[str, Any, _AgentLogs]] = {}  # run id -> story, run dir, its agents' logs
+    runs: dict[str, tuple[str, Any, AgentLogs]] = {}  # run id -> story, run dir, its agents' logs
     seen: dict[str, int] = {}
     ended: str | None = None
     undriven = 0
@@ -334,7 +338,7 @@ def watch(
         for record in records:
             if record.get("run_id") and record["run_id"] not in runs:
                 run_dir = store.open(record["run_id"])
-                runs[record["run_id"]] = (str(record.get("key")), run_dir, _AgentLogs(run_dir.path / "logs", raw=raw))
+                runs[record["run_id"]] = (str(record.get("key")), run_dir, AgentLogs(run_dir.path / "logs", raw=raw))
             if record.get("event") == "loop-started":
                 ended = None
             if record.get("event") == "loop-ended":
@@ -342,7 +346,7 @@ def watch(
         for run_id, (key, run_dir, agents) in runs.items():
             events = read_journal(run_dir.journal_path, run_id)
             journaled = [(str(e.time), line) for e in events[seen.get(run_id, 0):]
-                         if (line := _log_line(e)) is not None]
+                         if (line := log_line(e)) is not None]
             for when, line in journaled + agents.new_lines():  # "<time> <rest>": the story's key after the time
                 clock_time, _, rest = line.partition(" ")
                 shown.append((when, f"{clock_time} {key:<10} {rest}"))

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from stepline.interfaces.cli._app import EXIT_INVALID, Directory, JsonOutput, ProjectRoot, app, where
+from stepline.interfaces.cli._options import EXIT_INVALID, Directory, JsonOutput, ProjectRoot, app, where
 from stepline.interfaces.cli._render import console, print_json
 
 
@@ -20,7 +20,8 @@ def validate(
 ) -> None:
     """Report every problem in a workflow (or every workflow under a folder); exit 10 on errors.
 
-    The last line says how many workflows of each kind were checked; a folder with none is an error.
+    The last line says how many workflows of each kind were checked; a folder with none is an error. With
+    --json: {workflows, kinds, errors, warnings, diagnostics}.
     """
     from dataclasses import asdict
 
@@ -32,7 +33,8 @@ def validate(
     diagnostics = list(dict.fromkeys(diagnostics))
     errors = sum(1 for d in diagnostics if d.severity == "error")
     if as_json:
-        print_json([asdict(d) for d in diagnostics])
+        print_json({"workflows": sum(checked.values()), "kinds": dict(sorted(checked.items())), "errors": errors,
+                    "warnings": len(diagnostics) - errors, "diagnostics": [asdict(d) for d in diagnostics]})
     else:
         for diagnostic in diagnostics:  # plain lines: editors and CI parse file:line, so never wrap them
             print(diagnostic)

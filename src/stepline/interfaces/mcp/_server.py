@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, get_args
@@ -49,7 +48,6 @@ _RESOURCE_DIRS = frozenset({"data", "templates"})
 _STEP_ENDS = frozenset({"WorkflowStepCompleted", "WorkflowStepFailed", "StepBlocked", "StepSkipped"})
 _MENU_NOTE = ("the menu is the user's: show it to them once and pass their choice as finish(choice=KEY); without a "
               "choice it comes back from current_step as waiting_for_answer, for answer(run_id, KEY)")
-_CHOICES_RE = re.compile(r"\s\[([^\[\]]+)\]$")  # a question gate's reason ends with its choices: "… [A/P/C]"
 
 
 def find_workflows(root: Path, *, limit: int = 500) -> list[dict[str, str]]:
@@ -85,16 +83,16 @@ class RunHost:
 
     Args:
         project_root: the project whose workflows and runs the server sees.
-        config: runtime configuration (loaded from the project when omitted).
+        config: runtime configuration, or its file (the project's config/runtime.yaml when omitted).
     """
 
-    def __init__(self, project_root: Path, config: RuntimeConfig | None = None) -> None:
-        from stepline.engine import load_runtime_config
+    def __init__(self, project_root: Path, config: RuntimeConfig | Path | None = None) -> None:
+        from stepline.service import RunService
 
-        self.project_root = project_root.resolve()
-        if not self.project_root.is_dir():
+        if not project_root.is_dir():
             raise NotFoundError(f"{project_root}: no such project folder", hint="pass an existing --project-root")
-        self.config = config or load_runtime_config(self.project_root, None)
+        self.runs = RunService(project_root, config)
+        self.project_root = self.runs.project_root
         self.bridge = StepBridge()
         self.run_id: str | None = None
         self._task: asyncio.Task[Run] | None = None
@@ -104,12 +102,12 @@ class RunHost:
 
     # -- driving --------------------------------------------------------------------------------------------
     def _engine(self, mode: RunMode) -> Engine:
-        from stepline import Engine
         from stepline.engine import HumanChannel
+        from stepline.families import register_drivers
 
-        return Engine(project_root=self.project_root, config=self.config,
-                      executor=McpBridgeExecutor({"bridge": self.bridge}), mode=mode,
-                      human=HumanChannel(interactive=False, relay=self._relay), listeners=[self._listen])
+        register_drivers()  # any run of the project may be started or resumed here
+        return self.runs.engine(executor=McpBridgeExecutor({"bridge": self.bridge}), mode=mode,
+                                human=HumanChannel(interactive=False, relay=self._relay), listeners=[self._listen])
 
     async def _relay(self, question: Question) -> tuple[str, str]:
         """The human channel's way to the person: the question waits in the bridge for ``answer``."""
@@ -212,26 +210,12 @@ class RunHost:
                 "comes.")
 
     # -- inspecting -----------------------------------------------------------------------------------------
-    def _load(self, run_id: str | None) -> Run:
-        from stepline import Engine
-
-        engine = Engine(project_root=self.project_root, config=self.config)
-        if run_id is None:
-            latest = engine.store.latest()
-            if latest is None:
-                raise NotFoundError(f"no runs under {engine.store.root}", hint="start one with start_run")
-            return engine.load(latest)
-        return engine.load(engine.store.open(run_id))
-
     def status(self, run_id: str | None = None) -> dict[str, Any]:
         """A run's status and steps (default: the run this server drives, else the latest)."""
-        run = self._load(run_id or self.run_id)
-        summary: dict[str, Any] = {
-            "run_id": run.run_id, "workflow": run.workflow.id, "format": run.workflow.format,
-            "status": run.status.value, "blocked_reason": run.blocked_reason, "error": run.error,
-            "steps": [{"step_id": s.step_id, "name": s.name, "status": s.status.value, "attempts": s.attempts,
-                       "error": s.error, "outputs": s.outputs} for s in run.steps.values()],
-        }
+        from stepline.service import run_summary
+
+        run = self.runs.load(run_id or self.run_id)
+        summary = run_summary(run)
         task = self._task
         if task is not None and task.done() and run.run_id == self.run_id and not task.cancelled():
             error = task.exception()
@@ -249,41 +233,19 @@ class RunHost:
 
     def _blocked_questions(self, run_id: str) -> list[dict[str, Any]]:
         """The question gates a blocked run waits on, as an agent sees them (a gate's id is its request id)."""
-        found = []
-        for gate in self.gates(run_id):
-            if gate.get("kind") != "question":
-                continue
-            reason = str(gate.get("reason") or "")
-            listed = _CHOICES_RE.search(reason)
-            found.append({"request_id": gate["gate_id"], "waiting_for": "answer", "kind": "question",
-                          "run_id": run_id, "step_id": gate.get("step_id"), "gate_id": gate["gate_id"],
-                          "question": reason[:listed.start()] if listed else reason,
-                          "choices": listed[1].split("/") if listed else None, "menu": [],
-                          "ends_with": f"answer(run_id, answer, request_id={gate['gate_id']!r}): ask the user, "
-                                       "then pass their answer"})
-        return found
+        return [{"request_id": q.gate_id, "waiting_for": "answer", "kind": "question", "run_id": run_id,
+                 "step_id": q.step_id, "gate_id": q.gate_id, "question": q.question,
+                 "choices": [c.key for c in q.choices] or None,
+                 "menu": [{"key": c.key, "label": c.label} for c in q.choices if c.label],
+                 "ends_with": f"answer(run_id, answer, request_id={q.gate_id!r}): ask the user, then pass their "
+                              "answer"} for q in self.runs.questions(run_id)]
 
     def gates(self, run_id: str | None = None) -> list[dict[str, Any]]:
         """Pending gates (approvals, risky tools, questions) of one run, or of every run."""
-        from stepline.store import RunStore
+        return self.runs.pending_gates(run_id)[0]
 
-        store = RunStore(self.project_root / self.config.runtime.storage_root)
-        run_dirs = [store.open(run_id)] if run_id else [store.open(s.run_id) for s in store.summaries()]
-        return [{"run_id": run_dir.run_id, **gate} for run_dir in run_dirs
-                for gate in run_dir.read("gates.json", []) or [] if gate.get("status") == "pending"]
-
-    def decide_gate(self, run_id: str, gate_id: str | None, *, approve: bool, by: str, notes: str | None,
-                    answer: str | None) -> dict[str, Any]:
-        """Approve, reject or answer a pending gate of a run that is not being driven."""
-        from stepline import Engine
-
-        if self._task is not None and not self._task.done() and self.run_id and run_id in self.run_id:
-            raise RunStateError(f"run {self.run_id} is being driven; its gates are decided once it blocks")
-        decided = Engine(project_root=self.project_root, config=self.config).decide_gate(
-            run_id, gate_id, approved=approve or answer is not None, by=by, notes=notes, answer=answer)
-        return {"gate_id": decided, "next": f"resume_run({run_id!r}) continues the run"}
-
-    def _driving(self, run_id: str) -> bool:
+    def driving(self, run_id: str) -> bool:
+        """Whether this server drives run ``run_id`` (its id or a unique part of it) right now."""
         return (bool(run_id) and self._task is not None and not self._task.done() and self.run_id is not None
                 and (run_id == self.run_id or self.run_id.startswith(run_id)))
 
@@ -295,38 +257,26 @@ class RunHost:
         The run this server drives gets it at once; a run blocked on a question gate gets it recorded the way
         ``stepline answer`` records it, and is resumed (when this server drives nothing else).
         """
-        if self._driving(run_id):
+        if self.driving(run_id):
             return self.bridge.answer(answer, request_id=request_id, by=by)
-        from stepline import Engine
-
-        run_id = self._load(run_id).run_id
-        questions = self._blocked_questions(run_id)
+        questions = self.runs.questions(run_id)
         if request_id:
-            questions = [q for q in questions if q["request_id"] == request_id.strip()]
+            questions = [q for q in questions if q.gate_id == request_id.strip()]
         if not questions:
             raise RunStateError(f"run {run_id} has no question {request_id + ' ' if request_id else ''}waiting for "
                                 "an answer", hint="run_status shows its state; list_gates its pending gates")
         if len(questions) > 1:
             raise UsageError(f"run {run_id} waits on {len(questions)} questions ("
-                             + ", ".join(q["request_id"] for q in questions) + "): name one with request_id",
+                             + ", ".join(q.gate_id for q in questions) + "): name one with request_id",
                              hint="run_status lists them")
-        waiting = questions[0]
-        choices: list[str] | None = waiting["choices"]
-        value = answer.strip()
-        if choices:
-            wanted = value.strip("[]*").strip().lower()
-            matched = next((c for c in choices if c.lower() == wanted), None)
-            if matched is None:
-                raise UsageError(f"{answer!r} is not an answer to {waiting['question']!r}",
-                                 hint="answer one of " + ", ".join(choices))
-            value = matched
-        gate_id = Engine(project_root=self.project_root, config=self.config).decide_gate(
-            run_id, waiting["gate_id"], approved=True, by=by, notes=None, answer=value)
-        result: dict[str, Any] = {"ok": True, "run_id": run_id, "gate_id": gate_id, "step_id": waiting["step_id"],
-                                  "question": waiting["question"], "answer": value}
+        decided = self.runs.answer(questions[0].run_id, answer, gate_id=questions[0].gate_id, by=by)
+        result: dict[str, Any] = {"ok": True, "run_id": decided.run_id, "gate_id": decided.gate.gate_id,
+                                  "step_id": decided.gate.step_id, "question": decided.question,
+                                  "answer": decided.gate.answer}
         if self._task is not None and not self._task.done():
-            return {**result, "next": f"resume_run({run_id!r}) continues the run once run {self.run_id} is done"}
-        await self.resume(run_id)
+            return {**result, "next": f"resume_run({decided.run_id!r}) continues the run once run {self.run_id} is "
+                                      "done"}
+        await self.resume(decided.run_id)
         return {**result, "resumed": True, "next": "call current_step"}
 
 
@@ -449,8 +399,8 @@ def build_server(host: RunHost) -> MCPServer[Any]:
         except SteplineError as exc:
             raise guard(exc) from exc
 
-    @server.tool()
-    async def decide_gate(
+    @server.tool(name="decide_gate")
+    async def decide(
             run_id: RunId,
             gate_id: Annotated[str | None, Field(description="The gate's id, as list_gates lists it; may be left "
                                                              "out when the run has one pending gate.")] = None,
@@ -462,14 +412,18 @@ def build_server(host: RunHost) -> MCPServer[Any]:
         """Approve or reject a pending gate of a run that is not being driven (or answer its question); then
         resume_run."""
         try:
-            return host.decide_gate(run_id, gate_id, approve=approve, by=by, notes=notes, answer=answer)
+            if host.driving(run_id):
+                raise RunStateError(f"run {host.run_id} is being driven; its gates are decided once it blocks")
+            decided = host.runs.answer(run_id, answer, gate_id=gate_id, by=by) if answer is not None else \
+                host.runs.decide(run_id, gate_id, approved=approve, by=by, notes=notes)
         except SteplineError as exc:
             raise guard(exc) from exc
+        return {"gate_id": decided.gate.gate_id, "next": f"resume_run({decided.run_id!r}) continues the run"}
 
     return server
 
 
-async def serve_stdio(project_root: Path, config: RuntimeConfig | None = None) -> None:
+async def serve_stdio(project_root: Path, config: RuntimeConfig | Path | None = None) -> None:
     """Serve the project's runs over MCP on stdin/stdout until the client closes the stream."""
     host = RunHost(project_root, config)
     await build_server(host).run_stdio_async()

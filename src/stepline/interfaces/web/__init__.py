@@ -2,7 +2,7 @@
 
 FastAPI serves the API (``/api``, OpenAPI at ``/api/openapi.json``) and server-rendered Jinja2 pages with a
 little JavaScript for the live part (server-sent events). Everything is read from the run directories without
-taking a run's lock; the one thing the server writes is a gate decision, through :meth:`Engine.decide_gate`
+taking a run's lock; the one thing the server writes is a gate decision, through the run service
 as ``stepline approve`` does. Every request needs the server's token (see :mod:`._auth`).
 """
 
@@ -10,5 +10,6 @@ from __future__ import annotations
 
 from stepline.interfaces.web._app import LOOPBACK_HOSTS, create_app
 from stepline.interfaces.web._auth import new_token, write_token_file
+from stepline.interfaces.web._limits import HeaderTimeoutH11
 
-__all__ = ["LOOPBACK_HOSTS", "create_app", "new_token", "write_token_file"]
+__all__ = ["LOOPBACK_HOSTS", "HeaderTimeoutH11", "create_app", "new_token", "write_token_file"]

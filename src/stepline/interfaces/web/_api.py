@@ -23,7 +23,6 @@ from stepline.interfaces.web._views import (
     artifact_content,
     artifacts_view,
     ccw_board,
-    continue_command,
     drr_view,
     event_view,
     events_page,
@@ -239,10 +238,10 @@ def _decide(state: WebState, request: Request, how: str, run_id: str, gate_id: s
             by: str, notes: str | None, answer: str | None = None) -> dict[str, Any]:
     check_cross_site(request, how)
     run_dir = state.run_dir(run_id)
-    decided = state.decide_gate(run_dir.run_id, gate_id, approved=approved, by=by, notes=notes, answer=answer)
-    gate = next((g for g in gates_view(run_dir)["decided"] if g.get("gate_id") == decided), None)
-    return {"run_id": run_dir.run_id, "gate": gate,
-            "next": continue_command(run_dir.run_id, run_dir.manifest().workflow.format)}
+    decided = state.runs.answer(run_dir.run_id, answer, gate_id=gate_id, by=by) if answer is not None else \
+        state.runs.decide(run_dir.run_id, gate_id, approved=approved, by=by, notes=notes)
+    return {"run_id": run_dir.run_id, "gate": decided.gate.model_dump(),
+            "next": state.runs.resume_command(run_dir)}
 
 
 @api.post("/runs/{run_id}/gates/{gate_id:path}/approve", summary="Approve a pending gate")
@@ -282,7 +281,7 @@ def sprint_board(state: State) -> dict[str, Any]:
     from stepline.sprint._loop import board_rows
 
     project = sprint_project(state)
-    return {"board": str(project.board_path), "entries": board_rows(project, state.engine().store)}
+    return {"board": str(project.board_path), "entries": board_rows(project, state.runs.store)}
 
 
 @api.get("/sprint/stream", summary="The sprint board's changes, live (server-sent events)",

@@ -1,7 +1,7 @@
 """The server-rendered pages: login, runs list, a run (live), an artifact, CCW sessions and a session's board.
 
 Each page needs the login cookie (or the bearer token); a gate decision is a plain form POST carrying the CSRF
-value, sent through the same :meth:`WebState.decide_gate` as the API.
+value, sent through the same run service as the API.
 """
 
 from __future__ import annotations
@@ -184,9 +184,12 @@ async def decide(request: Request, state: State, how: Authenticated, run_id: str
     import asyncio
 
     run_dir = state.run_dir(run_id)
-    await asyncio.to_thread(state.decide_gate, run_dir.run_id, gate_id, approved=decision != "reject", by=by,
-                            notes=notes if decision != "answer" else None,
-                            answer=str(form.get("answer") or "") if decision == "answer" else None)
+    if decision == "answer":
+        await asyncio.to_thread(state.runs.answer, run_dir.run_id, str(form.get("answer") or ""), gate_id=gate_id,
+                                by=by)
+    else:
+        await asyncio.to_thread(state.runs.decide, run_dir.run_id, gate_id, approved=decision == "approve", by=by,
+                                notes=notes)
     response = RedirectResponse(f"/runs/{quote(run_dir.run_id)}?decided={quote(gate_id)}", status_code=303)
     response.set_cookie("stepline_by", by, httponly=True, samesite="strict", path="/",
                         secure=request.url.scheme == "https")
@@ -200,7 +203,7 @@ def sprint_page(request: Request, state: State, _: Authenticated) -> HTMLRespons
     from stepline.interfaces.web._api import sprint_project
     from stepline.interfaces.web._views import sprint_view
 
-    return _render(request, "sprint.html", sprint=sprint_view(sprint_project(state), state.engine()))
+    return _render(request, "sprint.html", sprint=sprint_view(sprint_project(state), state.runs.engine()))
 
 
 @pages.get("/ccw", response_class=HTMLResponse)

@@ -12,9 +12,9 @@ from fastapi import Request
 
 from stepline.interfaces.web._auth import COOKIE, CSRF_FIELD, CSRF_HEADER, Auth, same_origin
 from stepline.interfaces.web._index import RunIndex
+from stepline.service import RunService
 
 if TYPE_CHECKING:
-    from stepline import Engine
     from stepline.engine import RuntimeConfig
     from stepline.model import Run
     from stepline.store import RunDir
@@ -45,39 +45,21 @@ class WebState:
     auth: Auth
     #: Whether the server is shutting down (a live stream ends then).
     stopping: Callable[[], bool] = lambda: False
+    #: The project's runs: what every route reads and decides through.
+    runs: RunService = field(init=False)
     index: RunIndex = field(init=False)
 
     def __post_init__(self) -> None:
-        self.index = RunIndex(self.engine().store, self.damage)
-
-    def damage(self, run_dir: RunDir) -> str | None:
-        """The first thing ``stepline doctor`` finds wrong with ``run_dir`` (``file:line: problem``), or None."""
-        first = self.engine().diagnose(run_dir).first()
-        if first is None:
-            return None
-        where = f"{first.path.name}:{first.line}" if first.line else first.path.name
-        return f"{where}: {first.problem}"
-
-    def engine(self) -> Engine:
-        """A fresh engine for one request (an Engine holds the state of the run it works on), built as the CLI
-        builds it for ``stepline approve``: the project root and its runtime config."""
-        from stepline import Engine
-
-        return Engine(project_root=self.project_root, config=self.config)
+        self.runs = RunService(self.project_root, self.config)
+        self.index = RunIndex(self.runs.store, self.runs.damage)
 
     def run_dir(self, run_id: str) -> RunDir:
         """The directory of ``run_id`` (a unique part of the id is enough), or NotFoundError."""
-        return self.index.store.open(run_id)
+        return self.runs.store.open(run_id)
 
     def load(self, run_dir: RunDir) -> Run:
         """The run rebuilt from its journal (JournalError when the directory is damaged); takes no lock."""
-        return self.engine().load(run_dir)
-
-    def decide_gate(self, run_id: str, gate_id: str, *, approved: bool, by: str, notes: str | None,
-                    answer: str | None = None) -> str:
-        """Decide a gate exactly as ``stepline approve|reject|answer`` does: :meth:`Engine.decide_gate` takes
-        the run's lock and journals the decision, with the same audit records. The only write of the server."""
-        return self.engine().decide_gate(run_id, gate_id, approved=approved, by=by, notes=notes, answer=answer)
+        return self.runs.load(run_dir)
 
 
 def state_of(request: Request) -> WebState:

@@ -27,7 +27,6 @@ __all__ = [
     "artifact_content",
     "artifacts_view",
     "ccw_board",
-    "continue_command",
     "drr_view",
     "event_detail",
     "event_view",
@@ -87,7 +86,7 @@ def events_page(events: list[Event], *, after: int, limit: int, hidden: bool) ->
 def run_view(run: Run, timeline: dict[str, Any], *, parent: str | None,
              children: Iterable[RunSummary]) -> dict[str, Any]:
     """A run: its fields, steps, pending gates, model usage, its parent and child runs."""
-    from stepline.interfaces.cli._render import secrets_in_artifacts
+    from stepline.service import resume_command, secrets_in_artifacts
 
     usage = timeline.get("usage") or {}
     totals = {name: sum(float(bucket.get(name) or 0) for bucket in usage.values())
@@ -118,7 +117,7 @@ def run_view(run: Run, timeline: dict[str, Any], *, parent: str | None,
                    # A completed run's flow did not need this step (a sprint story's `defer`, a branch not taken).
                    "not_needed": finished and s.status.value == "pending"} for s in run.steps.values()],
         "pending_gates": [gate_card(run, g) for g in timeline.get("gates") or [] if g.get("status") == "pending"],
-        "continue_with": continue_command(run.run_id, run.workflow.format),
+        "continue_with": resume_command(run.run_id, run.workflow.format),
         "usage": {"steps": usage, "total": totals},
         "secrets_in_artifacts": secrets_in_artifacts(run),
     }
@@ -127,11 +126,6 @@ def run_view(run: Run, timeline: dict[str, Any], *, parent: str | None,
 #: How much of a gated step's text and of the project's diff a gate card shows.
 MAX_GATE_TEXT = 4000
 MAX_DIFF_CHARS = 30_000
-
-
-def continue_command(run_id: str, workflow_format: str) -> str:
-    """The command that continues a run once its gates are decided (a sprint story's loop goes on as a whole)."""
-    return "stepline sprint resume" if workflow_format == "sprint" else f"stepline resume {run_id}"
 
 
 def gate_card(run: Run, gate: dict[str, Any]) -> dict[str, Any]:
