@@ -214,7 +214,7 @@ def test_doctor_without_a_run_checks_every_run(project: Path, capsys: pytest.Cap
     assert rows == {first: "whole", second: "damaged"}
     assert out.splitlines()[-1] == f"2 run(s) checked: 1 whole, 1 damaged; see `stepline doctor {second}`"
     code, out, _ = cli(capsys, project, "doctor", "--json")
-    assert code == 6 and [(r["run_id"], r["damaged"]) for r in json.loads(out)] == [(first, False), (second, True)]
+    assert code == 6 and {r["run_id"]: r["damaged"] for r in json.loads(out)} == {first: False, second: True}
 
 
 def test_validate_json_gives_the_counts(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

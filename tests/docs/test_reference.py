@@ -26,12 +26,12 @@ def reference() -> ModuleType:
 
 def test_every_exit_code_is_explained() -> None:
     """Each error's exit code and each outcome code the CLI returns has a line in EXIT_CODES."""
-    from stepline.interfaces.cli import _app, _doctor, _sprint
+    from stepline.interfaces.cli import _options, _sprint
 
     raised = {getattr(errors, name).exit_code for name in errors.__all__
               if isinstance(getattr(errors, name), type) and issubclass(getattr(errors, name), errors.SteplineError)}
-    outcomes = {_app.EXIT_FAILED, _app.EXIT_BLOCKED, _app.EXIT_INVALID, _app.EXIT_DIFFERENT, _doctor.EXIT_DAMAGED,
-                _sprint.EXIT_DEFERRED, 0, 2, 130}
+    outcomes = {_options.EXIT_FAILED, _options.EXIT_BLOCKED, _options.EXIT_INVALID, _options.EXIT_DIFFERENT,
+                _options.EXIT_DAMAGED, _sprint.EXIT_DEFERRED, 0, 2, 130}
     assert raised | outcomes <= set(errors.EXIT_CODES)
 
 

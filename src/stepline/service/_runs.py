@@ -203,10 +203,11 @@ class RunService:
 
     def decide(self, run_id: str, gate_id: str | None, *, approved: bool, by: str | None,
                notes: str | None = None) -> Decided:
-        """Approve or reject a pending gate of a run nobody drives (``by`` None: :func:`person`)."""
+        """Approve or reject a pending gate of a run nobody drives (``by`` None: :func:`person`; a blank one is
+        refused)."""
         run_dir = self.store.open(run_id)
         decided = self.engine().decide_gate(run_dir.run_id, gate_id, approved=approved,
-                                            by=by or person(self.project_root), notes=notes)
+                                            by=person(self.project_root) if by is None else by, notes=notes)
         return self._decided(run_dir, decided)
 
     def answer(self, run_id: str, text: str, *, gate_id: str | None = None, by: str | None) -> Decided:
@@ -215,7 +216,7 @@ class RunService:
         nothing is recorded then."""
         run_dir = self.store.open(run_id)
         decided = self.engine().decide_gate(run_dir.run_id, gate_id, approved=True,
-                                            by=by or person(self.project_root), notes=None, answer=text)
+                                            by=person(self.project_root) if by is None else by, notes=None, answer=text)
         return self._decided(run_dir, decided)
 
     @staticmethod
