@@ -140,7 +140,7 @@ def test_a_collector_that_is_not_there_is_said_in_one_line(gated: Path) -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     done = _stepline(gated, "run", "flow.yaml", "--script", "script.yaml", "-q",
-                     env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_EXPORTER_OTLP_TIMEOUT": "1"})
+                     env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_EXPORTER_OTLP_TIMEOUT": "3"})
     assert done.returncode == 9  # the run is what it is: blocked at its gate
     assert done.stderr.splitlines() == [f"note: spans could not be sent to http://127.0.0.1:{port}/v1/traces "
                                         "(Connection refused): is the collector running there? "

@@ -69,12 +69,14 @@ class _LastError(logging.Handler):
         self.messages.append(record.getMessage())
 
     def cause(self) -> str:
-        """The cause of the failure: the system's error (connection refused …), else the exporter's first words."""
+        """The cause of the failure: the system's error (connection refused …), the collector's HTTP answer, or
+        that none came in time (the exporter names no error when its time ran out before a retry)."""
         for message in self.messages:
-            found = re.search(r"\[Errno -?\d+\] ([^'\")]+)", message)
-            if found:
+            if found := re.search(r"\[Errno -?\d+\] ([^'\")]+)", message):
                 return found.group(1).strip()
-        return self.messages[0][:160] if self.messages else "no reason given"
+            if found := re.search(r"code: (\d+), reason: (.{0,120})", message):
+                return f"HTTP {found.group(1)}: {found.group(2).strip()}"
+        return "no answer within OTEL_EXPORTER_OTLP_TIMEOUT"
 
 
 class _SaidOnce(SpanExporter):
