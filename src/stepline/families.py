@@ -327,9 +327,10 @@ def _routed_steps(points: tuple[Point, ...], base: Path, own: set[Path], routed:
         if point.kind is not PointKind.ROUTE or target is None or target in own or target in routed:
             continue
         routed.add(target)
-        name = target.relative_to(base.resolve()).with_suffix("").as_posix() if target.is_relative_to(
-            base.resolve()) else target.stem
-        inner = with_condition(read_points(read_text(target), file=target, base=base, find_skill=finder),
+        home = next((p for p in target.parents if (p / "SKILL.md").is_file() or (p / "workflow.yaml").is_file()),
+                    base.resolve())
+        name = target.relative_to(home).with_suffix("").as_posix() if target.is_relative_to(home) else target.stem
+        inner = with_condition(read_points(read_text(target), file=target, base=home, find_skill=finder),
                                point.condition)
         out.append(PlanStep(f"route-{name.replace('/', '-')}", point.target or target.name, "route", target, 1,
                             inner))

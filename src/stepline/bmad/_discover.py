@@ -19,7 +19,7 @@ from typing import Any
 
 from stepline.engine._context import render_variables
 
-__all__ = ["DiscoveredGroup", "Discovery", "discover_inputs", "selective_names"]
+__all__ = ["DiscoveredGroup", "Discovery", "discover_inputs", "infer_selective", "selective_names"]
 
 _RUNTIME_VAR = re.compile(r"\{\{\s*([A-Za-z_][\w.-]*)\s*\}\}")
 _LINK = re.compile(r"\]\(\s*<?([^)\s#>]+\.md)>?(?:#[^)]*)?\s*\)|(?<![\w/.(-])([\w./-]+\.md)\b")
@@ -74,6 +74,23 @@ def selective_names(patterns: Mapping[str, Any], variables: Mapping[str, Any]) -
             if variables.get(name) in (None, "") and name not in names:
                 names.append(name)
     return names
+
+
+_STORY_KEY = re.compile(r"^(\d+)[-.](\d+)\b")
+
+
+def infer_selective(name: str, variables: Mapping[str, Any]) -> str | None:
+    """A ``SELECTIVE_LOAD`` variable inferred from context, as the protocol allows ("ask user for value OR infer
+    from context"): ``epic_num`` from a story the run already names (a ``story_*`` value whose file name is a story
+    key, ``1-2-user-auth.md`` -> ``1``); None when nothing names it."""
+    if name != "epic_num":
+        return None
+    for key, value in variables.items():
+        if "story" in str(key) and isinstance(value, str) and value.strip():
+            match = _STORY_KEY.match(Path(value.strip()).name)
+            if match:
+                return match[1]
+    return None
 
 
 def discover_inputs(patterns: Mapping[str, Any], variables: Mapping[str, Any], project_root: Path) -> Discovery:

@@ -40,6 +40,7 @@ from stepline.bmad._instructions import (
     walk,
 )
 from stepline.bmad._microfile import LINK_LEAVES_PROJECT
+from stepline.bmad._points import legacy_points
 from stepline.errors import NotFoundError, ReaderError
 from stepline.formats._diagnostics import Diagnostic
 from stepline.formats._files import read_text
@@ -551,10 +552,13 @@ def _step_specs(parts: list[_Part], text: str, source: str, cfg: WorkflowConfig,
         step_id = _unique(_safe_id(part.label, index), used)
         goal = (step.goal or step.title) if step is not None else part.title
         outputs = [name for node in walk(part.nodes) if isinstance(node, TemplateOutput) for name in node.variables]
+        nodes = [node.to_dict() for node in part.nodes]
         meta: dict[str, Any] = {
             "n": part.label,
             "found_by": part.found_by,
-            "nodes": [node.to_dict() for node in part.nodes],
+            "nodes": nodes,
+            "points": legacy_points(nodes, file=Path(source), base=target.parent,
+                                    condition=step.if_ if step is not None else None),
         }
         if step is not None:
             meta.update(

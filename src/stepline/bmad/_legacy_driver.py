@@ -27,7 +27,7 @@ from stepline._paths import confine
 from stepline.bmad._conditions import classify
 from stepline.bmad._conditions_driver import evaluate, is_known
 from stepline.bmad._config import PROJECT_ROOT
-from stepline.bmad._discover import discover_inputs, selective_names
+from stepline.bmad._discover import discover_inputs, infer_selective, selective_names
 from stepline.bmad._instructions import (
     Action,
     Ask,
@@ -775,9 +775,13 @@ class _Interpreter:
         async def discover(key: str) -> dict[str, Any]:
             if not isinstance(patterns, dict) or not patterns:
                 return {"groups": [], "report": "○ the workflow declares no input_file_patterns; nothing loaded"}
+            if selective_names(patterns, self.run.variables):
+                await self._ask_step_question_first(node.line, key)
             for i, name in enumerate(selective_names(patterns, self.run.variables)):
-                value = await self._human(f"Which {name} should be loaded? (a SELECTIVE_LOAD input pattern needs "
-                                          "it)", None, f"{key}/{i}")
+                value = infer_selective(name, self.run.variables)
+                if value is None:
+                    value = await self._human(f"Which {name} should be loaded? (a SELECTIVE_LOAD input pattern "
+                                              "needs it)", None, f"{key}/{i}")
                 self.ctx.emit(EventType.VARIABLE_SET, {"name": name, "value": value})
             found = discover_inputs(patterns, self.run.variables, self.ctx.project_root)
             for variable, text in found.contents.items():
@@ -786,6 +790,20 @@ class _Interpreter:
 
         result = await self._op("discover_inputs", discover)
         self._add(f"Input discovery, done by the runtime:\n{result['report']}", actionable=False)
+
+    async def _ask_step_question_first(self, line: int, key: str) -> None:
+        """The question the step's text asks before ``line`` (``Use provided {{story_path}} or ask user which story
+        file to review``), asked of the person before any question the runtime would add, when the variable it
+        names has no value yet; the answer is that variable's value. So a variable the input discovery needs is
+        inferred from the person's answer (``epic_num`` from the story) rather than asked for first."""
+        for raw in self.spec.meta.get("points") or []:
+            if raw.get("kind") != "question" or int(raw.get("line") or 0) >= line:
+                continue
+            names = re.findall(r"\{\{(\w+)\}\}", str(raw.get("text") or ""))
+            if not names or any(is_known(self.run.variables, n) for n in names):
+                continue
+            answer = await self._human(str(raw["text"]), None, f"{key}/text-{raw['line']}")
+            self.ctx.emit(EventType.VARIABLE_SET, {"name": names[0], "value": answer})
 
     def _workflow_path(self, node: InvokeWorkflow) -> Path:
         where = f"<invoke-workflow> at {self.source}:{node.line}"

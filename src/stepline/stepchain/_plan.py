@@ -171,14 +171,15 @@ _QUOTE = re.compile(r"^\s*>\s?")
 #: a leading clause that is a condition: ``If ambiguous,``, ``When the user …:``, ``Otherwise``
 _LEADING_CONDITION = re.compile(
     r"^(?P<cond>(?:if|when|whenever|once|unless|otherwise|where|in case|after (?:the )?user|on \w+ intent|"
-    r"(?:for|under) (?:the )?\w+ (?:intent|mode))\b[^.;:]*?)(?:[,:;—–]\s+|\s+(?:-|→|->)\s+|(?=\s+(?:ask|offer|"
-    r"present|wait|halt|confirm|route|load|invoke)\b))", re.I)
+    r"only (?:when|if|after)|"
+    r"(?:for|under) (?:the )?\w+ (?:intent|mode))\b(?:`[^`]*`|[^.;:`])*?)"
+    r"(?:[,:;—–]\s+|\s+(?:-|→|->)\s+|(?=\s+(?:ask|offer|present|wait|halt|confirm|route|load|invoke)\b))", re.I)
 #: a case a sentence opens with, then a colon: ``Empty list: show …``, ``Intent outside the exposed surface (…):``
 _CASE_LABEL = re.compile(r"(?i)^(?P<cond>[^:;]{0,80}?\b(?:empty|none|missing|found|exists?|fails?|failed|errors?|"
                          r"multiple|single|ambiguous|unclear|outside|no|yes|otherwise|else|headless|interactive|declined?|"
                          r"unavailable)\b[^:;]{0,80}?):\s")
 #: a bold lead-in ending with a colon: ``**Resolver missing or fails:**``, ``**Template swap** (…):``
-_BOLD_CONDITION = re.compile(r"^\*\*(?P<cond>[^*]{2,120}?)(?::\*\*|\*\*(?:\s*\([^)]*\))?\s*(?::|—|–|\s-\s))")
+_BOLD_CONDITION = re.compile(r"^\*\*(?P<cond>[^*]{2,120}?)(?::\*\*|\*\*(?:\s*\([^)]*\))?\s*(?::|—|–|\s-\s|->|→))")
 
 # what the person is, in the text's words
 _PERSON = r"(?:the\s+)?(?:user|human|person|people|them|they|caller|operator|stakeholders?|you)"
@@ -200,6 +201,7 @@ _CONFIRM = re.compile(
     r"|\b(?:y/n|yes/no)\b"
     r"|\bconfirm\s*:\s*[\"“*>]"
     r"|\blet\s+(?:the\s+)?(?:user|human|person)\s+(?:confirm|approve)\b"
+    r"|\b(?:the\s+)?(?:user|human|person)\s+(?:approves|confirms|signs\s+off)\b"
     r"|\boffer\s+(?:once\s+|again\s+|first\s+|then\s+|also\s+)?to\s+\w+", re.I)
 #: a confirmation a sentence ends on after other work (``… structure the answer and confirm.``): weaker than a
 #: question in the same sentence
@@ -215,6 +217,9 @@ _QUESTION = re.compile(
     r"directly|explicitly)\s+)ask\b(?!\s+(?:yourself|the\s+(?:model|agent|subagent|reviewer)|subagents?)\b)"
     r"|\bask(?:ing)?\s+(?:the\s+)?(?:user|human|person|them|whether|which|what|how|who|for|if|about)\b"
     r"|\b(?:open|start|begin|lead)\s+with\s+(?:a|one|an)\b[^.]{0,30}\bquestions?\b"
+    r"|\bhalt\b[^.]{0,20}\b(?:and\s+)?(?:present|escalate|surface|show)\b[^.]{0,40}\b(?:human|user)\b"
+    r"|\bescalate\s+to\s+(?:the\s+)?(?:human|user)\b"
+    r"|\bplease\s+(?:provide|specify|share|tell\s+me|clarify|choose|select)\b"
     r"|\bpause\s+to\s+(?:clarify|ask)\b|\bclarify\s+with\s+(?:the\s+)?(?:user|human|person)\b"
     r"|\bprompt\s+(?:the\s+)?(?:user|human|person|them)\b"
     r"|\bprobe\b"
@@ -242,13 +247,14 @@ _RULES_SECTION = re.compile(r"(?i)\b(?:mandatory|execution\s+(?:rules|protocols)
                             r"success\s+metrics|"
                             r"failure\s+modes|success/failure|role\s+reinforcement|step-specific\s+rules|"
                             r"universal\s+rules|critical\s+rules|processing\s+rules|workflow\s+architecture|"
-                            r"responsibilities|philosophy|(?:key|design|core)\s+principles|success\s+criteria|"
+                            r"step\s+goal|responsibilities|philosophy|(?:key|design|core)\s+principles|success\s+criteria|"
                             r"checklist|related\s+(?:skills|commands|workflows)|error\s+handling|"
                             r"\brules\b)")
 #: a word of the person's turn in a sentence: the classifier runs only on such sentences
 _TURN_WORDS = ("ask", "prompt", "probe", "wait", "confirm", "approv", "offer", "choose", "choice", "select", "pick",
                "decide", "until", "y/n", "yes/no", "menu", "answer", "respond", "reply", "halt", "input", "feedback",
-               "agree", "sign", "consent", "with the user", "with the human", "let the", "present")
+               "agree", "sign", "consent", "with the user", "with the human", "let the", "present", "please",
+               "escalate")
 #: a working session with the person the text names no kind for: ``Walk the memlog with the user``
 _WITH_PERSON = re.compile(r"\b(?:walk|review|discuss|go\s+through|work\s+through|resolve|settle|agree|decide|"
                           r"iterate|refine|explore|brainstorm)\b[^;]{0,80}\bwith\s+(?:the\s+)?(?:user|human|person)\b",
@@ -262,14 +268,15 @@ _LOAD_COLUMN = re.compile(r"(?i)load|route(?:\s+to)?|reference|read|follow|go\s+
 _PRESENTS = re.compile(r"(?i)^(?:#{1,6}\s.*\b(?:menu|options|choices?)\b.*|.*\b(?:present|display|show)\b[^:]*:\**)$")
 #: a sentence that presents a choice whose options follow it (a list, or bold spans after a colon)
 _CHOICE_LEAD = re.compile(
-    r"\b(?:offer|present|show|display|give|list)\b[^.]*?\b(?:choices?|options?|menu|paths?|modes?|alternatives?)\b"
-    r"|\b(?:ask|let)\b[^.]*?\b(?:which|choose|pick|select|one of)\b"
+    r"\b(?:offer|present|show|display|give|list)\b(?!\s+(?:the\s+)?(?:chosen|selected|recommended)\b)[^.]*?"
+    r"\b(?:choices?|options?|menu|paths?|modes?|alternatives?)\b"
+    r"|\b(?:ask|let)\b[^.]*?\b(?:which|choose|pick|select|one of|preference|between)\b"
     r"|\b(?:choose|pick|select)\b[^.]*?\b(?:one|between|from|of the following|an? (?:option|path|mode))\b",
     re.I)
 #: speaks of the person's turn but may fit no kind above: kept as ``unclassified``
 _TURN = re.compile(
     r"\b(?:ask|answer|respond|reply|choose|choice|select|pick|decide|approv\w*|confirm\w*|wait|halt|offer|"
-    r"input|feedback|agree|sign-?off)\b", re.I)
+    r"feedback|agree|sign-?off)\b", re.I)
 _PERSON_RE = re.compile(r"\b(?:user|human|person)\b", re.I)
 #: not the person's turn: the model's own checks ("confirm every entry was executed"), what an agent asks
 _NOT_TURN = re.compile(r"\b(?:subagents?|sub-agents?|the (?:model|agent|llm)|reviewers?)\b.*\b(?:ask|confirm)"
@@ -283,6 +290,8 @@ _ROUTE_VERB = re.compile(
     r"\b(?:load(?:s|ing)?|read(?:s|ing)?(?:\s+(?:fully|completely|and\s+follow))?|follow(?:s|ing)?|route(?:s|d)?\s+"
     r"(?:to|into)|proceed\s+(?:to|with)|go(?:es)?\s+to|jump\s+to|continue\s+(?:to|with|at|in)|execute|"
     r"switch\s+to|hand(?:s)?\s+off\s+to|re-?enter|return\s+to|back\s+to)\b|→|->", re.I)
+#: ``Run the Reviewer Gate (`references/reviewer-gate.md`)``: running what a file holds is following it
+_RUN_FILE = re.compile(r"(?i)\brun\s+(?:the\s+)?[\w\s-]{0,40}\(\s*$")
 _PATH_RE = re.compile(r"`(?P<a>" + _PATH + r")`|(?<![\w/{.])(?P<b>\.{1,2}/(?:[\w.-]+/)*[\w.-]+\.(?:md|xml))"
                       r"|(?<![\w/{.`])(?P<c>(?:[\w-]+/)+[\w.-]+\.md)\b|\[\[bmad-snapshot:(?P<d>[\w./-]+)\]\]"
                       r"|Read\(\s*[\"'](?P<e>[^\"']+\.md)[\"']\s*\)")
@@ -309,8 +318,9 @@ _HANDOVER = re.compile(
 _OFFERED = re.compile(r"\boffer(?:s|ing)?\s+to\s+$|\boffer(?:s|ing)?\s+to\s+\w+\s+$", re.I)
 #: a skill named as advice or an aside, not a hand-over
 _NOT_HANDOVER = re.compile(r"\b(?:can|could|may|might|should|would)\s+(?:also\s+)?(?:invoke|use|run)\b|"
-                           r"\bdirectly\b|\bnext\s+time\b|\bsuggest|\brecommend|\bcommon\s+next\b|\bnext\s+steps?\s*:|"
-                           r"\bat\s+any\s+point\b|\bif\s+(?:they|the\s+user)\s+(?:want|prefer)", re.I)
+                           r"\bsuggest|\brecommend|\bcommon\s+next\b|\bnext\s+steps?\s*:|"
+                           r"\bat\s+any\s+point\b|\bif\s+(?:they|the\s+user)\s+(?:want|prefer)|\bpoint\s+them\b|"
+                           r"\blet\s+the\s+user\s+know\b|\bmention\b", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,8 +435,8 @@ class _Reader:
         choices = [p.line for p in self.points if p.kind is PointKind.CHOICE]
         section = _section_of(self.prose)
         for halt in halts_in(self.prose):
-            if halt.line in self.rules:
-                continue
+            if halt.line in self.rules or halt.line in self.claimed:
+                continue  # a rule restated, or the wait of a choice read from the same line
             near_menu = "menu" in halt.text.lower() or (_BARE_HALT.search(halt.text) is not None and any(
                 -8 <= halt.line - line <= 15 and section.get(line) == section.get(halt.line) for line in choices))
             if near_menu:  # the halt that waits at a choice already read (or asks what the choice below offers)
@@ -559,7 +569,7 @@ class _Reader:
         for match in _PATH_RE.finditer(s.text):
             raw = next(g for g in match.groups() if g)
             before = s.text[:match.start()]
-            if not _ROUTE_VERB.search(before[-80:]) and "Read(" not in match[0]:
+            if not _ROUTE_VERB.search(before[-80:]) and "Read(" not in match[0] and not _RUN_FILE.search(before):
                 continue
             if _NOT_ROUTE.search(before[-60:]) and not _STRONG_ROUTE.search(before[-40:]):
                 continue
@@ -613,10 +623,13 @@ class _Reader:
 
     def handovers(self, s: _Sentence) -> None:
         text = _masked(s.text)
-        if _NOT_HANDOVER.search(text):
-            return
         for match in _HANDOVER.finditer(text):
             name = next(g for g in match.groups() if g)
+            if text[:match.start()].count("(") > text[:match.start()].count(")"):
+                continue  # an aside: ``(use the `bmad-code-review` skill for that)``
+            clause = re.split(r"[;—]|\s-\s", text[:match.start()])[-1]
+            if _NOT_HANDOVER.search(clause + match[0]):
+                continue  # advice or an aside naming the skill in this clause
             if name.lower() in ("the", "skill") or name == _own_name(self.base):
                 continue
             resolved = self.find_skill(name) if self.find_skill else None
@@ -658,6 +671,8 @@ class _Reader:
         condition = _code_condition(lines, offset)
         auto = "skipped in auto mode (-y): the default is taken" if _auto_guarded(lines, offset) else None
         for question, header, multi, labels in questions or [("", "", False, [])]:
+            built = [label for label in labels if "${" in label]  # options the code builds when it runs
+            labels = [label for label in labels if "${" not in label] + (["(built at run time)"] if built else [])
             options = tuple(Option(str(i), label, Route("local")) for i, label in enumerate(labels, start=1))
             default = next((o.key for o in options if "recommended" in o.label.lower()), None)
             text = question or (header or "AskUserQuestion")
@@ -690,10 +705,12 @@ _INLINE_KEY = re.compile(r"\[([A-Z]|\d{1,2})\]\s*([A-Za-z][^\[\]/|,;\"“”]*?)
 def _inline_keyed(text: str) -> tuple[Option, ...]:
     """Two or more ``[K] Label`` options written in one sentence that asks (``Would you like to review its
     changes? [Y] Yes / [N] No, let me choose``): a menu written inline. None from other prose."""
-    found = [(m[1], m[2].strip(" .*")) for m in _INLINE_KEY.finditer(text)]
+    found = [(m[1], re.split(r"\s+[—–-]\s+", m[2].replace("`", ""))[0].strip(" .*"))
+             for m in _INLINE_KEY.finditer(text)]
     if len(found) < 2 or len({k for k, _ in found}) < len(found):
         return ()
-    if "?" not in text and not re.search(r"(?i)\b(?:select|choose|pick|option|reply|enter|type)\b", text):
+    if "?" not in text and not re.search(r"(?i)\b(?:select|choose|pick|option|reply|enter|type)\b|"
+                                         r"\bask\s+(?:the\s+)?(?:human|user)\s*:", text):
         return ()
     return tuple(Option(k, label, Route("local")) for k, label in found if label)
 
@@ -767,6 +784,8 @@ def _speaks_to_person(text: str) -> bool:
 _SPAN = re.compile(r"\*\*([^*]{1,60}?)\*\*|(?<![*\w])\*([^*]{1,60}?)\*(?![*\w])")
 
 
+#: a sentence that names the person's turn as a fault: ``Asking the user to confirm … is a defect``
+_FAULT = re.compile(r"(?i)\bis\s+(?:a\s+)?(?:defect|mistake|failure|bug|forbidden|not\s+allowed|wrong)\b")
 _NUMBERS = {"two": 2, "three": 3, "four": 4, "five": 5, "2": 2, "3": 3, "4": 4, "5": 5}
 #: a choice that says how many options it offers and lists them: ``offer three paths: a, b, or c``
 _COUNTED = re.compile(r"(?i)\b(?:offer|present|give|show)\s+(?:the\s+user\s+)?(?P<n>two|three|four|five|[2-5])\s+"
@@ -774,12 +793,18 @@ _COUNTED = re.compile(r"(?i)\b(?:offer|present|give|show)\s+(?:the\s+user\s+)?(?
 
 
 def _all_negated(text: str) -> bool:
-    """Whether every cue of the person's turn in ``text`` is negated (``Do not ask.``)."""
+    """Whether the sentence's cue of the person's turn (the first of its strongest kind) is negated (``Do not
+    ask.``, ``Never ask what a scan could answer.``), or it says the turn is a fault (``… is a defect``)."""
+    if _FAULT.search(text):
+        return True
     if _NEGATED.search(text) is None:
         return False
-    cues = [m.start() for pattern in (_QUESTION, _CONFIRM, _WEAK_CONFIRM, _TURN) for m in pattern.finditer(text)]
-    negated = [(m.start(), m.end()) for m in _NEGATED.finditer(text)]
-    return bool(cues) and all(any(start <= cue < end for start, end in negated) for cue in cues)
+    for pattern in (_CONFIRM, _QUESTION, _WEAK_CONFIRM, _TURN):
+        cue = pattern.search(text)
+        if cue is not None:
+            start = cue.start() + len(cue[0]) - len(cue[0].lstrip(",;:—( "))
+            return any(m.start() <= start < m.end() for m in _NEGATED.finditer(text))
+    return False
 
 
 def _inline_options(text: str) -> tuple[Option, ...]:
@@ -800,7 +825,8 @@ def _inline_options(text: str) -> tuple[Option, ...]:
     colon = text.find(":")
     if colon < 0:
         return ()
-    labels = [(m[1] or m[2]).strip(" .:") for m in _SPAN.finditer(text[colon + 1:])]
+    after = re.sub(r"\([^)]*\)", lambda m: " " * len(m[0]), text[colon + 1:])  # an aside names no option
+    labels = [(m[1] or m[2]).strip(" .:") for m in _SPAN.finditer(after)]
     labels = [label for label in labels if label]
     if len(labels) < 2:
         return ()
@@ -934,10 +960,10 @@ def _auto_guarded(lines: list[str], offset: int) -> bool:
 def _flow_condition(lines: list[str], offset: int) -> str | None:
     """The condition of an execution-flow line: ``conflictRisk ≥ medium → Ref: …`` on the line itself."""
     line = lines[offset].strip(" │├└─")
-    match = re.match(r"(?P<cond>[^→\"]+?)\s*(?:→|->)", line)
+    match = re.match(r"(?P<cond>[^→]+?)\s*(?:→|->)", line)
     if match and not re.match(r"(?i)^(?:ref|phase)\b", match["cond"]):
-        return match["cond"].strip()
-    return None
+        return match["cond"].strip(' "')
+    return _code_condition(lines, offset)
 
 
 def auto_mode_of(text: str) -> str | None:
