@@ -10,7 +10,8 @@ behaviour) says:
 ``breaker`` the first time writes its module but breaks an earlier story's code; then honest (and repairs);
 ``stubborn`` always writes a module whose test fails.
 ``appender`` writes the story's module, appends a line to NOTES.md (twice if built twice on top of itself) and,
-            killed mid-build (``FAKE_KILL``), goes on editing a second later as an orphaned agent would;
+            killed mid-build (``FAKE_KILL``), goes on editing a second later as an orphaned agent would (with
+            ``FAKE_ORPHAN``: its supervisor killed too, once the resume has put the checkout back);
 ``staller`` / ``quota`` / ``login`` the first time hangs silently / prints a 429 / a login prompt; then honest
             (``quota-reviewer``: an honest build, a review refused with a 429 the first time);
 ``filler``  builds honestly, the first time then fills the disk ``FAKE_FILL`` is on (a file there), as a build
@@ -158,15 +159,26 @@ def _append_note(prefix: str) -> None:
         notes.write(f"- story {prefix}: a change made once\n")
 
 
-def _linger(prefix: str) -> None:
+def _linger(prefix: str, run: str) -> None:
     """Killed mid-build (``FAKE_KILL`` = ``<prefix>:build``): the agent kills the loop halfway through its work and
-    goes on as an agent whose driver died would — one more edit a second later — unless it dies with its driver."""
+    goes on as an agent whose driver died would — one more edit a second later — unless it dies with its driver.
+    With ``FAKE_ORPHAN`` it kills its supervisor first (nothing is left to stop it), waits until the resume has put
+    the checkout back (the run's journal records the put-back), and makes its edit again: the same line twice."""
     marker = os.environ.get("FAKE_KILL_MARKER", "")
     if os.environ.get("FAKE_KILL") != f"{prefix}:build" or not marker or Path(marker).exists():
         return
     with open(os.environ["FAKE_PIDS"], "a", encoding="utf-8") as pids:
         pids.write(f"{os.getpid()}\n")
     Path(marker).write_text("killed")
+    if os.environ.get("FAKE_ORPHAN"):
+        os.kill(os.getppid(), signal.SIGKILL)  # the supervisor
+        _kill_stepline()
+        journal = Path(os.environ.get("FAKE_MAIN") or ".") / ".stepline" / "runs" / run / "journal.jsonl"
+        deadline = time.monotonic() + 300
+        while '"preserved"' not in journal.read_text(errors="replace") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        _append_note(prefix)
+        sys.exit(0)
     _kill_stepline()
     time.sleep(1.5)
     with open("NOTES.md", "a", encoding="utf-8") as notes:
@@ -202,13 +214,13 @@ def _fill_disk(prefix: str) -> None:
             fill.flush()
 
 
-def build(prefix: str, behaviour: str, retry: bool) -> str:
+def build(prefix: str, behaviour: str, retry: bool, run: str) -> str:
     if behaviour in ("staller", "quota", "login"):
         _fail_once(prefix, behaviour)
     if behaviour == "appender":  # each build appends to NOTES.md; killed once mid-build when FAKE_KILL says
         _write_module(prefix, correct=True)
         _append_note(prefix)
-        _linger(prefix)
+        _linger(prefix, run)
         _mark_review(prefix)
         return f"Implemented story {prefix} with its note."
     if behaviour == "runaway" and not retry:
@@ -263,7 +275,7 @@ def main() -> int:
     if stage == "build":
         time.sleep(float(json.loads(os.environ.get("FAKE_BUILD_DELAY", "{}")).get(prefix, 0)))
         behaviour = json.loads(os.environ.get("FAKE_SPRINT", "{}")).get(prefix, "honest")
-        summary = build(prefix, behaviour, retry="What failed last time" in prompt)
+        summary = build(prefix, behaviour, retry="What failed last time" in prompt, run=step["run_id"])
     else:
         _kill_point(prefix, "review", hints.get("layer"), step["run_id"])
         behaviour = json.loads(os.environ.get("FAKE_SPRINT", "{}")).get(prefix)

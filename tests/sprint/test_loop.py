@@ -121,9 +121,9 @@ def test_the_loop_commits_the_honest_story_catches_the_liar_and_the_breaker_and_
     assert "no story is ready-for-dev" in capsys.readouterr().out
 
 
-def _child(root: Path, command: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(HERE / "crash_child.py"), "sprint", command, "-C", str(root), "-q"],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+def _child(root: Path, command: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(HERE / "crash_child.py"), "sprint", command, *args, "-C", str(root),
+                           "-q"], capture_output=True, text=True, timeout=300, env={**os.environ, **env})
 
 
 @pytest.mark.slow
@@ -229,3 +229,37 @@ def test_sigkill_mid_build_resume_puts_the_workspace_back_and_commits_each_chang
     assert [pid for pid in map(int, pids.read_text().split()) if alive(pid)] == []
     assert "after its driver died" not in (root / "NOTES.md").read_text()
     assert [c["step"] for c in _calls(agent_env)] == ["build", "build", "review"]  # the killed build, once more
+
+
+@pytest.mark.parametrize("isolation", ["none", "worktree"])
+def test_an_agent_left_running_with_its_supervisor_killed_is_stopped_before_the_resume_puts_anything_back(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, isolation: str) -> None:
+    """The agent kills its supervisor and the loop mid-build (both SIGKILLed: nothing is left to stop it), then
+    waits until the checkout is put back and appends its line again. The resume finds it by its journaled pid,
+    start time and boot id, stops its process group and waits for it before it puts anything back: the story's
+    commit holds the line once, and the agent's private folder is gone."""
+    from fakes.processes import alive
+
+    root = make_project(tmp_path / "calc", layers=1, isolation=isolation)
+    pids, private = tmp_path / "pids", tmp_path / "tmp"
+    private.mkdir()
+    for name, value in (("FAKE_SPRINT", json.dumps({"1-1": "appender"})), ("FAKE_PIDS", str(pids)),
+                        ("FAKE_ORPHAN", "1"), ("FAKE_MAIN", str(root)), ("TMPDIR", str(private))):
+        monkeypatch.setenv(name, value)
+    killed = _child(root, "run", "--story", "1-1", FAKE_KILL="1-1:build", FAKE_KILL_MARKER=str(tmp_path / "k1"))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    [orphan] = map(int, pids.read_text().split())
+    assert alive(orphan)  # its supervisor died with the loop: nothing stopped it
+    resumed = _child(root, "resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert not alive(orphan)
+    assert _story_commits(root) == Counter({"1-1-add": 1})
+    assert git(root, "show", "HEAD:NOTES.md") == "- story 1-1: a change made once\n"
+    [journal] = _journals(root)
+    [stopped] = [e["data"]["result"]["stopped"] for e in journal if e["type"] == "CallRecorded"
+                 and e["data"]["op"] == "sprint:left-agent/1"]
+    assert "stopped the agent a previous driver left running" in stopped
+    put_back = [e["seq"] for e in journal if e["type"] == "CallStarted" and e["data"]["op"] == "sprint:put-back/1"]
+    assert put_back and put_back[0] > next(e["seq"] for e in journal if e["type"] == "CallRecorded"
+                                           and e["data"]["op"] == "sprint:left-agent/1")
+    assert list(private.glob("stepline-agent-*")) == []  # the killed attempt's private folder too

@@ -46,6 +46,7 @@ class Model:
         self.hang_first: set[str] = set()  # stories whose first build runs a command that hangs (a stall)
         self.builds: Counter[str] = Counter()
         self.notes = True  # each build appends to NOTES.md (stories built at once then conflict when they merge)
+        self.orphan = False  # ``kill`` takes the agent's supervisor too: the agent goes on with no one to stop it
 
     def shell(self, command: str) -> Call:
         if self.cli == "codex":
@@ -83,9 +84,30 @@ class Model:
                     self.shell(note)]
         if conversation.turns == 1 and self.kill == key:
             self.kill = None
+            if self.orphan:  # its supervisor dies with the loop; then, once the resume has put the checkout back,
+                # the agent makes its edit again (the journal records the put-back's result)
+                for supervisor in _supervisors_of(self.loop_pid):
+                    os.kill(supervisor, signal.SIGKILL)
+                os.kill(self.loop_pid, signal.SIGKILL)
+                again = (f"until grep -qs '\"preserved\"' {workspace}/.stepline/runs/*/journal.jsonl; do sleep 0.02; "
+                         f"done; echo '- story {key}: a change made once' >> {workspace}/NOTES.md")
+                return [self.shell(f"timeout 300 sh -c \"{again}\"")]
             os.kill(self.loop_pid, signal.SIGKILL)  # the loop dies while its agent is mid-build
             return [self.shell(f"python3 -c 'import time; time.sleep(60)' {workspace}")]
         return [(FINISH, {"summary": f"{name}() with its test"})] if conversation.turns == 1 else []
+
+
+def _supervisors_of(pid: int) -> list[int]:
+    """The agent supervisors the process ``pid`` started."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            parent = int((proc / "stat").read_text().rpartition(")")[2].split()[1])
+            if parent == pid and b"_supervisor.py" in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
 
 
 @dataclass
@@ -193,6 +215,36 @@ def test_a_sigkill_of_the_loop_mid_build_leaves_no_agent_and_the_resume_commits_
     kept = git(root, "for-each-ref", "--format=%(refname)", "refs/stepline/preserve/").split()
     assert kept == ["refs/stepline/preserve/1-1-add/build/1"]
     assert _left_in(root) == []
+
+
+def test_the_real_claude_left_running_with_its_supervisor_killed_is_stopped_before_the_resume_puts_anything_back(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """The loop and the agent's supervisor are SIGKILLed mid-build; the real claude goes on and runs a command that
+    waits for the checkout to be put back, then appends its line again. The resume stops it first (its journaled
+    pid, start time and boot id; its process group, waited for): the story's commit holds the line once."""
+    server = request.getfixturevalue("fake_anthropic")
+    private = tmp_path / "tmp"
+    private.mkdir()
+    agent = Agent("claude", agents.binary("claude"), server,
+                  {**agents.claude_env(tmp_path / "home", server.base_url), "TMPDIR": str(private)})
+    model = _script(agent)
+    model.kill, model.orphan = "1-1-add", True
+    root = _project(tmp_path, agent)
+    loop = _loop(root, agent, "run", "--story", "1-1")
+    model.loop_pid = loop.pid
+    loop.communicate(timeout=300)
+    assert loop.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 60
+    while not _left_in(root) and time.monotonic() < deadline:  # claude runs its command: no one stops it
+        time.sleep(0.1)
+    assert _left_in(root)
+    resumed = _loop(root, agent, "resume")
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err[-3000:]
+    assert _story_commits(root) == Counter({"1-1-add": 1})
+    assert git(root, "show", "HEAD:NOTES.md") == "- story 1-1-add: a change made once\n"
+    assert _left_in(root) == []
+    assert list(private.glob("stepline-agent-*")) == []
 
 
 def test_the_real_claude_s_rate_limit_and_stall_are_classified_and_spend_no_build_attempt(

@@ -30,12 +30,11 @@ def test_watch_follows_every_story_of_the_loop_live_and_ends_with_the_loop_s_exi
     add_config(root, "budgets: {run: {cost_usd: 5}}\n", "a loop budget")
     monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-2": "stubborn"}))
     loop = _stepline(root, "run", "--max-stories", "2", "-q")
-    deadline = time.monotonic() + 30
-    while not (root / ".stepline" / "sprint" / "loop.jsonl").is_file() and time.monotonic() < deadline:
+    while not (root / ".stepline" / "sprint" / "loop.jsonl").is_file() and loop.poll() is None:
         time.sleep(0.05)
     watcher = _stepline(root, "watch")
-    out, err = watcher.communicate(timeout=120)
-    loop.communicate(timeout=120)
+    out, err = watcher.communicate(timeout=600)
+    loop.communicate(timeout=600)
     assert loop.returncode == 11  # a story deferred
     assert watcher.returncode == 11, err  # the loop's code: a cron job can tell
     assert loop.returncode is not None and "loop ended: deferred" in out
@@ -54,7 +53,7 @@ def test_watch_follows_every_story_of_the_loop_live_and_ends_with_the_loop_s_exi
     assert lines[-1].endswith("loop ended: deferred")
     # Watching a loop that has ended shows it whole, with the same code.
     again = subprocess.run([sys.executable, str(HERE / "crash_child.py"), "sprint", "watch", "-C", str(root)],
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=600)
     assert again.returncode == 11 and sorted(again.stdout.splitlines()) == sorted(lines)  # (live: poll by poll)
 
 
@@ -63,10 +62,10 @@ def test_watch_of_a_killed_loop_says_it_is_not_running_and_how_to_resume(
     root = make_project(tmp_path / "calc", layers=1)
     loop = _stepline(root, "run", "--story", "1-1", "-q", FAKE_KILL="1-1:build",
                      FAKE_KILL_MARKER=str(tmp_path / "k1"))
-    loop.communicate(timeout=120)
+    loop.communicate(timeout=600)
     assert loop.returncode == -signal.SIGKILL
     watcher = subprocess.run([sys.executable, str(HERE / "crash_child.py"), "sprint", "watch", "-C", str(root)],
-                             capture_output=True, text=True, timeout=60)
+                             capture_output=True, text=True, timeout=600)
     assert watcher.returncode == 5
     assert watcher.stderr.strip().splitlines() == [
         "error: the sprint loop is not running: it did not end and no process drives it (killed?) "
@@ -74,7 +73,7 @@ def test_watch_of_a_killed_loop_says_it_is_not_running_and_how_to_resume(
     assert "── story 1-1-add: run run-" in watcher.stdout and "loop ended" not in watcher.stdout
     run_id = re.search(r"── story 1-1-add: run (\S+)", watcher.stdout)[1]
     one = subprocess.run([sys.executable, str(HERE / "crash_child.py"), "logs", run_id, "-f", "-C", str(root)],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=600)
     assert one.returncode == 5 and "(`stepline sprint resume` goes on where it stopped)" in one.stderr
 
 
@@ -89,16 +88,16 @@ def test_ctrl_c_stops_the_loop_says_how_it_goes_on_and_leaves_no_agent(
     monkeypatch.setenv("FAKE_PIDS", str(pids))
     monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-1": "staller"}))  # its first build hangs
     loop = _stepline(root, "run", "--story", "1-1", "-q")
-    deadline = time.monotonic() + 60
-    while not pids.is_file() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    while not (pids.is_file() and pids.read_text().endswith("\n")) and loop.poll() is None:
+        time.sleep(0.05)  # until the agent has started (and hangs): its pid is written
+    assert loop.poll() is None, loop.communicate()[1][-2000:]
     loop.send_signal(signal.SIGINT)
-    _, err = loop.communicate(timeout=60)
+    _, err = loop.communicate(timeout=600)
     assert loop.returncode == 130, err[-2000:]
     assert err.strip().splitlines()[-1] == "interrupted; the loop goes on with `stepline sprint resume`"
-    time.sleep(0.5)
+    # The loop waits until nothing of the agent's process group runs before it exits.
     assert [pid for pid in map(int, pids.read_text().split()) if alive(pid)] == []
     resumed = _stepline(root, "resume", "-q")
-    resumed.communicate(timeout=120)
+    resumed.communicate(timeout=600)
     assert resumed.returncode == 0
     assert git(root, "log", "--format=%(trailers:key=Stepline-Story,valueonly)").split() == ["1-1-add"]

@@ -24,6 +24,7 @@ from stepline.sprint._defer import defer
 from stepline.sprint._flow import CHECKPOINTS, STAGES, Budget, SprintFlow
 from stepline.sprint._merge import merge
 from stepline.sprint._reconcile import reconcile
+from stepline.sprint._restore import stop_left_agents
 from stepline.sprint._review import review
 from stepline.sprint._stage import link, set_var
 from stepline.sprint._verify import verify
@@ -73,6 +74,7 @@ async def run_sprint_stage(ctx: StepContext) -> None:
     """Run one stage of a story (the step's id names it: ``build@2`` is the second build); the first stage of a story
     the loop resumes is reconciled first."""
     report_usage(ctx)  # a resumed story's earlier stages count in the loop's ledger from its first stage on
+    await stop_left_agents(ctx)  # before the stage puts anything back or starts an agent again
     resumed = link(ctx).take_reconcile()
     if ctx.spec.id == "defer" or not resumed or await reconcile(ctx):
         await _STAGE_DRIVERS[ctx.spec.id.split("@", 1)[0]](ctx)

@@ -5,6 +5,8 @@ snapshot commit of its files on ``refs/stepline/baseline/<story>/<stage>``. Befo
 run was killed while it worked, or it failed for a reason that was not the work's), what the checkout holds is kept
 on ``refs/stepline/preserve/<story>/<stage>/<n>`` and the checkout is put back (:func:`back_to_stage_start`): the
 story's commit then holds each change once. The loop's ledgers (the board, deferred-work.md) keep what they say now.
+Before anything is put back, an agent a dead driver left running in the stage is stopped and waited for
+(:func:`stop_left_agents`): its later writes would land in the story's commit.
 """
 
 from __future__ import annotations
@@ -12,13 +14,33 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stepline.model import EventType
 from stepline.sprint._stage import effect, excluded, own_paths, story_key, workspace
 from stepline.tools._git import git, git_ok
 
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
 
-__all__ = ["back_to_stage_start", "put_back", "stage_start"]
+__all__ = ["back_to_stage_start", "put_back", "stage_start", "stop_left_agents"]
+
+#: How long a left agent's process group has between SIGTERM and SIGKILL.
+_STOP_GRACE = 3.0
+
+
+async def stop_left_agents(ctx: StepContext) -> None:
+    """Stop every agent process a dead driver left running in this stage — found by its journaled pid, start time
+    and boot id (the record a call journals before its agent starts) — and wait until nothing of its process group
+    runs; its private folder goes too. Each one stopped is journaled (``sprint:left-agent/<n>``)."""
+    from stepline.executors.cli_agents import stop_left_over
+
+    prefix = f"{ctx.spec.id}/"
+    left = [record for key, record in list(ctx.engine.calls.started.items())
+            if key.startswith(prefix) and record.get("op") == "agent_process"]
+    for record in left:
+        if (done := await stop_left_over(dict(record.get("args") or {}), _STOP_GRACE)) is not None:
+            number = 1 + sum(1 for k in ctx.engine.calls.recorded if k.startswith(f"{prefix}sprint/left-agent/"))
+            ctx.emit(EventType.CALL_RECORDED, {"key": f"{prefix}sprint/left-agent/{number}",
+                                               "op": f"sprint:left-agent/{number}", "result": {"stopped": done}})
 
 
 async def _snapshot(ctx: StepContext, checkout: Path, message: str) -> str:

@@ -3,8 +3,9 @@ called and how its stream is read. :mod:`._process` runs one agent under its sup
 failure that is not the work's from one that is."""
 
 from stepline.executors.cli_agents._executor import AGENTS, CliAgentExecutor
+from stepline.executors.cli_agents._process import stop_left_over
 from stepline.executors.cli_agents._prompt import build_prompt, describe_output
 from stepline.executors.cli_agents._spec import TOTAL, AgentCli, AgentReport, Invocation, StreamedUsage
 
 __all__ = ["AGENTS", "TOTAL", "AgentCli", "AgentReport", "CliAgentExecutor", "Invocation", "StreamedUsage",
-           "build_prompt", "describe_output"]
+           "build_prompt", "describe_output", "stop_left_over"]

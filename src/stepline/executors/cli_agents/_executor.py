@@ -59,7 +59,7 @@ from stepline.executors._base import Executor
 from stepline.executors._budget import CallBudget, Meters
 from stepline.executors._protocol import StepRequest, StepSession
 from stepline.executors.cli_agents._classify import classify
-from stepline.executors.cli_agents._process import OutputLog, Ran, run_process, stop_left_over
+from stepline.executors.cli_agents._process import PRIVATE_PREFIX, OutputLog, Ran, run_process, stop_left_over
 from stepline.executors.cli_agents._prompt import build_prompt, describe_output
 from stepline.executors.cli_agents._spec import (
     SERVER,
@@ -214,7 +214,7 @@ class CliAgentExecutor(Executor):
         streamed = StreamedUsage(self.cli.streamed_usage, since)
         label = f"{self.cli.name}#{request.hints.get('invocation', 0)}"
         # A private folder (0700) for what a CLI reads only from files; removed with the run.
-        with (tempfile.TemporaryDirectory(prefix="stepline-agent-") as tmp,
+        with (tempfile.TemporaryDirectory(prefix=PRIVATE_PREFIX) as tmp,
               self._meters.join(self._budget(request)) as meter, OutputLog(session.output_log(), label) as log):
             call = object()  # its key in the meters: an id() could be a finished call's again
             if meter is not None and meter.reason is not None:  # spent before it starts (or by its pool): not run
@@ -228,7 +228,7 @@ class CliAgentExecutor(Executor):
                     meter.report(call, streamed.usage)
 
             async def journal(process: dict[str, Any]) -> None:
-                left = await session.agent_process({**process, "agent": self.cli.name})
+                left = await session.agent_process({**process, "agent": self.cli.name, "tmp": tmp})
                 if left is not None and (done := await stop_left_over(left, stop_grace)):
                     log.line("---", done)
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,8 +19,11 @@ from typing import Any
 
 from stepline.errors import ExecutorError
 
-__all__ = ["OutputLog", "Ran", "identity", "run_process", "stop_left_over"]
+__all__ = ["PRIVATE_PREFIX", "OutputLog", "Ran", "identity", "run_process", "stop_left_over"]
 
+#: The name of an agent's private folder in the temporary directory starts so (removed after its step, or once
+#: a resume has stopped an agent a dead driver left).
+PRIVATE_PREFIX = "stepline-agent-"
 _SUPERVISOR = Path(__file__).with_name("_supervisor.py")
 _PROC = Path("/proc")
 
@@ -62,9 +67,14 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+#: How long a group SIGKILLed is waited for (a process in uninterruptible sleep dies when its I/O returns).
+_KILLED_WAIT = 10.0
+
+
 async def _kill_group(pgid: int, grace: float, exited: Callable[[], bool] = lambda: True) -> None:
     """SIGTERM to group ``pgid``, SIGKILL to whatever of it is left after ``grace`` seconds (or once it is gone
-    and ``exited`` says its leader was reaped)."""
+    and ``exited`` says its leader was reaped), then wait until nothing of it runs: a process of the group writes
+    nothing once this returns."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace
@@ -72,11 +82,33 @@ async def _kill_group(pgid: int, grace: float, exited: Callable[[], bool] = lamb
         await asyncio.sleep(0.05)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + _KILLED_WAIT
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+
+
+def _remove_private_folder(process: dict[str, Any]) -> None:
+    """Remove the agent's private folder (``tmp`` in its journaled identity: a ``stepline-agent-*`` folder of the
+    temporary directory, never anything else)."""
+    folder = process.get("tmp")
+    if not isinstance(folder, str):
+        return
+    path = Path(folder)
+    if path.name.startswith(PRIVATE_PREFIX) and path.parent.resolve() == Path(tempfile.gettempdir()).resolve():
+        shutil.rmtree(path, ignore_errors=True)
 
 
 async def stop_left_over(process: dict[str, Any], grace: float) -> str | None:
-    """Stop the agent a dead driver left (``process``: its journaled :func:`identity`), when it is still that one;
-    says what was done, or None when nothing of it runs."""
+    """Stop the agent a dead driver left (``process``: its journaled :func:`identity`), when it is still that one,
+    and wait until nothing of its process group runs; then remove its private folder. Says what was stopped, or
+    None when nothing of it ran."""
+    try:
+        return await _stop_group_left(process, grace)
+    finally:
+        _remove_private_folder(process)
+
+
+async def _stop_group_left(process: dict[str, Any], grace: float) -> str | None:
     pgid, ticks = process.get("pgid"), process.get("start_ticks")
     if not isinstance(pgid, int) or process.get("boot_id") != _boot_id():
         return None  # another boot (or machine): whatever it was is gone
