@@ -13,7 +13,8 @@ behaviour) says:
             killed mid-build (``FAKE_KILL``), goes on editing a second later as an orphaned agent would (with
             ``FAKE_ORPHAN``: its supervisor killed too, once the resume has put the checkout back);
 ``staller`` / ``quota`` / ``login`` the first time hangs silently / prints a 429 / a login prompt; then honest
-            (``quota-reviewer``: an honest build, a review refused with a 429 the first time);
+            (``quota-reviewer``: an honest build, a review refused with a 429 the first time; ``crash-reviewer``: a
+            review that crashes the first time, without a word to stepline);
 ``filler``  builds honestly, the first time then fills the disk ``FAKE_FILL`` is on (a file there), as a build
             whose output takes the last free byte would;
 ``runaway`` the first time never ends: it starts a child, writes both pids to ``FAKE_PIDS``, and streams claude's
@@ -188,7 +189,8 @@ def _linger(prefix: str, run: str) -> None:
 
 def _fail_once(prefix: str, behaviour: str) -> None:
     """``staller``, ``quota``, ``login``: the first build of the story (a marker in ``FAKE_ONCE_DIR``) fails for a
-    reason outside the work — silent and idle until stopped; a 429; a login prompt — then builds honestly."""
+    reason outside the work — silent and idle until stopped; a 429; a login prompt — then builds honestly
+    (``crash``: it crashes, a failure of its own)."""
     marker = Path(os.environ["FAKE_ONCE_DIR"]) / f"{prefix}-{behaviour}"
     if marker.exists():
         return
@@ -198,7 +200,8 @@ def _fail_once(prefix: str, behaviour: str) -> None:
     if behaviour == "staller":
         time.sleep(120)
     print({"quota": "API Error: 429 Too Many Requests: rate limit exceeded, retry later",
-           "login": "Invalid API key · Please run /login"}[behaviour], file=sys.stderr, flush=True)
+           "login": "Invalid API key · Please run /login",
+           "crash": "Segmentation fault (core dumped)"}[behaviour], file=sys.stderr, flush=True)
     sys.exit(1)
 
 
@@ -283,6 +286,8 @@ def main() -> int:
             _run_away()
         if behaviour == "quota-reviewer":
             _fail_once(prefix, "quota")
+        if behaviour == "crash-reviewer":
+            _fail_once(prefix, "crash")
         reports = json.loads(os.environ.get("FAKE_REVIEW", "{}"))
         summary = reports.get(f"{prefix}:{hints.get('layer')}:{step['step_id']}",
                               reports.get(f"{prefix}:{hints.get('layer')}", "none"))

@@ -35,6 +35,35 @@ def test_an_escalation_waits_for_a_person_and_the_answer_lets_the_story_go_on(
     assert len(reviews) == 1  # the review was not asked again after the answer
 
 
+def test_a_story_waiting_on_a_person_after_a_reviewer_crash_stays_waiting_until_answered(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The reviewer crashes once: the review escalates to a person. A plain `sprint resume` without an answer asks
+    no reviewer again and commits nothing: the story still waits on the same question, which the loop names and
+    which stays answerable; answered, the story goes on."""
+    root = make_project(tmp_path / "calc", layers=1)
+    (tmp_path / "once").mkdir()
+    monkeypatch.setenv("FAKE_ONCE_DIR", str(tmp_path / "once"))
+    monkeypatch.setenv("FAKE_PIDS", str(tmp_path / "pids"))
+    monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-1": "crash-reviewer"}))
+    assert run_cli(["sprint", "run", "--story", "1-1", "-C", str(root), "--json", "-q"]) == 9
+    out = capsys.readouterr()
+    [blocked] = json.loads(out.out)
+    command = f"`stepline answer {blocked['run_id']} ANSWER --gate ask:review-escalation:1-1-add:1`"
+    assert "the Layer 1 reviewer failed" in blocked["summary"] and "Segmentation fault" in blocked["summary"]
+    assert command in out.err
+    for _ in range(2):  # resumed without an answer: still waiting, nothing asked again, nothing committed
+        assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q"]) == 9
+        out = capsys.readouterr()
+        assert [r["outcome"] for r in json.loads(out.out)] == ["blocked"] and command in out.err
+    assert git(root, "log", "--format=%(trailers:key=Stepline-Story)").strip() == ""
+    assert len([line for line in agent_env.read_text().splitlines() if '"review"' in line]) == 1
+    assert run_cli(["answer", blocked["run_id"], "accept", "-C", str(root)]) == 0
+    assert "ask:review-escalation:1-1-add:1" in capsys.readouterr().out
+    assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q"]) == 0
+    assert [r["outcome"] for r in json.loads(capsys.readouterr().out)] == ["committed"]
+    assert len([line for line in agent_env.read_text().splitlines() if '"review"' in line]) == 1
+
+
 def test_an_enforced_story_budget_defers_the_story_before_its_next_call(
         tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = make_project(tmp_path / "calc", layers=1)

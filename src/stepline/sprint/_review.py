@@ -19,6 +19,7 @@ from stepline.sprint._project import ReviewLayer, find_project
 from stepline.sprint._stage import (
     excluded,
     gate_key,
+    once,
     record_evidence,
     set_var,
     sprint_config,
@@ -117,7 +118,16 @@ async def review(ctx: StepContext) -> None:
                 report_usage(ctx)  # the loop's other stories count this layer's call as soon as it is journaled
             return layer, outcome.summary or ""
 
-    results = await asyncio.gather(*(one(layer) for layer in layers))  # invocations numbered in layer order
+    async def round_() -> dict[str, Any]:
+        done = await asyncio.gather(*(one(layer) for layer in layers))  # invocations numbered in layer order
+        return {"reports": [[layer.id, report] for layer, report in done], "stopped": stopped}
+
+    # The round's reports, journaled once: a resumed round whose escalation waits for a person asks no reviewer
+    # again (a reviewer that crashed would answer differently, and the story would go on unanswered).
+    reviewed = await once(ctx, "reports", round_)
+    by_id = {layer.id: layer for layer in layers}
+    results = [(by_id[layer_id], report) for layer_id, report in reviewed["reports"]]
+    stopped[:] = reviewed["stopped"]
     note_usage(ctx)
     if stopped:  # a reviewer stopped mid-call: the round is not whole; the budget decides what comes next
         for line in stopped:
