@@ -38,6 +38,11 @@ BUDGET = Budget(builds=3, reviews=2, merge=False)
     ((("baseline", "recorded"), ("build", "built"), ("verify", "pass"), ("review", "patch"), ("build@2", "built"),
       ("verify@2", "pass"), ("review@2", "patch")), "defer"),  # out of review rounds
     ((("baseline", "recorded"), ("build", "built"), ("verify", "pass"), ("review", "defer")), "defer"),
+    # verify-final failed: the rebuild is reviewed and verified again, under visits of their own
+    ((("baseline", "recorded"), ("build", "built"), ("verify", "pass"), ("review", "clean"), ("verify-final", "fail"),
+      ("build@2", "built"), ("verify@2", "pass")), "review@2"),
+    ((("baseline", "recorded"), ("build", "built"), ("verify", "pass"), ("review", "clean"), ("verify-final", "fail"),
+      ("build@2", "built"), ("verify@2", "pass"), ("review@2", "clean")), "verify-final@2"),
     ((("baseline", "recorded"), ("build", "over-budget")), "defer"),
     ((("baseline", "recorded"), ("build", "built"), ("verify", "pass"), ("review", "clean")), "verify-final"),
     ((("baseline", "recorded"), ("build", "built"), ("verify", "pass"), ("review", "clean"),
@@ -74,7 +79,7 @@ def test_checkpoints_and_merge_sit_where_the_config_puts_them() -> None:
         == "required"
 
 
-def test_a_merge_that_cannot_land_visits_build_to_merge_again_within_the_build_budget() -> None:
+def test_a_merge_that_cannot_land_visits_build_to_merge_again_with_the_budgets_of_a_new_base() -> None:
     merging = Budget(builds=2, reviews=1, merge=True)
     first = (("baseline", "recorded"), ("build", "built"), ("verify", "pass"), ("review", "clean"),
              ("verify-final", "pass"), ("commit", "committed"), ("merge", "rebuild"))
@@ -84,7 +89,12 @@ def test_a_merge_that_cannot_land_visits_build_to_merge_again_within_the_build_b
     assert next_stage(_run(*first, ("build@2", "built"), ("verify@2", "pass")), merging) == "review@2"
     assert next_stage(_run(*again), merging) == "merge@2"
     assert next_stage(_run(*again, ("merge@2", "merged")), merging) == "advance"
-    assert next_stage(_run(*again, ("merge@2", "rebuild")), merging) == "defer"  # out of builds
+    # Another story landed first again: the conflict alone never spends the story's builds or review rounds.
+    third = (*again, ("merge@2", "rebuild"))
+    assert next_stage(_run(*third), merging) == "build@3"
+    assert next_stage(_run(*third, ("build@3", "built"), ("verify@3", "fail")), merging) == "build@4"
+    assert next_stage(_run(*third, ("build@3", "built"), ("verify@3", "fail"), ("build@4", "built"),
+                           ("verify@4", "fail")), merging) == "defer"  # the new base's two builds failed
 
 
 def test_the_flow_stops_at_a_stage_that_did_not_complete() -> None:

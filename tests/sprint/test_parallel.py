@@ -72,6 +72,32 @@ def test_a_change_that_conflicts_with_an_earlier_merge_is_built_again_on_it_and_
     assert '"step_id":"build@2"' in rebuilt[0] and '"step_id":"merge@2"' in rebuilt[0]
 
 
+def test_a_conflict_sends_a_story_back_to_build_with_its_fixed_findings_and_a_new_base_s_budgets(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two builds and two review rounds each. 1-2 spends both before its merge conflicts with 1-1's (both add a
+    line to NOTES.md): it is not deferred for the conflict but built again on the new base, told the review finding
+    it fixed; its rebuild's review sends it back once more (a review round of that build), and it lands."""
+    root = make_project(tmp_path / "calc", isolation="worktree", builds=2)
+    monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-1": "noter", "1-2": "noter"}))
+    monkeypatch.setenv("FAKE_REVIEW", json.dumps({"1-2:layer-1:review": "patch: sub() needs a docstring",
+                                                  "1-2:layer-1:review@3": "patch: sub() needs a doctest"}))
+    code = run_cli(["sprint", "run", "-j", "2", "--max-stories", "2", "-C", str(root), "--json", "-q"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert {r["key"]: r["outcome"] for r in json.loads(out.out)} == {"1-1-add": "committed", "1-2-sub": "committed"}
+    assert _story_commits(root) == Counter({"1-1-add": 1, "1-2-sub": 1})
+    assert sorted((root / "NOTES.md").read_text().splitlines()) == [
+        "- story 1-1: a change made once", "- story 1-2: a change made once"]
+    builds = {c["step"]: c for c in map(json.loads, agent_env.read_text().splitlines())
+              if c["story"] == "1-2-sub" and c["stage"] == "build"}
+    assert sorted(builds) == ["build", "build@2", "build@3", "build@4"]
+    rebuild = builds["build@3"]["prompt"]  # after the conflict: the conflict to fix, the finding kept fixed
+    assert "conflicts with the integration branch" in builds["build@3"]["told"]
+    assert "Review findings of earlier rounds (fix them, and keep them fixed)" in rebuild
+    assert "- [layer-1] sub() needs a docstring" in rebuild
+    assert "sub() needs a doctest" in builds["build@4"]["told"] and "needs a docstring" in builds["build@4"]["prompt"]
+
+
 def test_a_story_that_finishes_first_waits_for_an_earlier_one_still_building_and_lands_after_it(
         tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """-j 2: 1-1 builds slower than 1-2; 1-2 finishes first and waits, so the merges land in sprint order."""

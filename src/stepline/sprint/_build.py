@@ -46,8 +46,12 @@ def _build_prompt(ctx: StepContext) -> str:
               "- When done, set the story file's status to `review` (its `Status:` line or front matter `status:`).",
               "- Commit your work or leave it in the working tree; stepline verifies, reviews and commits it.",
               "- Report back with finish(summary=...) on the stepline MCP server."]
-    if feedback := story_vars(ctx).get("sprint_feedback"):
-        lines += ["", "## What failed last time (fix it)", "", str(feedback)]
+    feedback = str(story_vars(ctx).get("sprint_feedback") or "")
+    if feedback:
+        lines += ["", "## What failed last time (fix it)", "", feedback]
+    if earlier := [line for line in story_vars(ctx).get("sprint_findings") or [] if line not in feedback]:
+        lines += ["", "## Review findings of earlier rounds (fix them, and keep them fixed)", "",
+                  *(f"- {line}" for line in earlier)]
     return "\n".join(lines) + "\n"
 
 

@@ -6,13 +6,15 @@ config asks for them: human gates, a rejected one defers the story. A failed
 verify sends the story back to build (``build@2``, ``verify@2`` …) while the build budget lasts; review
 findings to fix do the same while the review budget lasts; a story out of budget goes to ``defer``. A parallel
 loop's merge that cannot land the story on the moved integration branch (a conflict, or the verify commands
-failing on the merged result) chooses ``rebuild``: build, verify, review, commit and merge are visited again. Each
+failing on the merged result) chooses ``rebuild``: build, verify, review, commit and merge are visited again, with
+the budgets of a new base (the conflict is not the story's failure). Each
 stage's driver ends it with a ``choice`` (``pass``/``fail``, ``clean``/``patch``/``defer`` …), which the journal
 keeps, so the same walk over a resumed run reaches the same next stage.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from stepline.model import Run, StepStatus
@@ -49,9 +51,27 @@ class Budget:
 
 
 def next_stage(run: Run, budget: Budget) -> str | None:
-    """The stage to run now: the first not completed along the walk the finished stages' choices make."""
-    builds = reviews = merges = 1
-    sid = "baseline"
+    """The stage to run now: the first not completed along the walk the finished stages' choices make. Each visit of
+    a stage has an id of its own (``build@2``); the build and review budgets count the builds and review rounds on
+    the story's current base: a merge that could not land (the integration branch moved) starts them again."""
+    visits: Counter[str] = Counter()
+    built = reviewed = 0  # builds and review rounds on the story's current base
+
+    def go(base: str) -> str:
+        visits[base] += 1
+        return visit(base, visits[base])
+
+    def build() -> str:
+        nonlocal built
+        built += 1
+        return go("build")
+
+    def review() -> str:
+        nonlocal reviewed
+        reviewed += 1
+        return go("review")
+
+    sid = go("baseline")
     while True:
         step = run.steps.get(sid)
         if step is None or step.status != StepStatus.COMPLETED:
@@ -59,46 +79,38 @@ def next_stage(run: Run, budget: Budget) -> str | None:
         choice = step.choice or ""
         base = sid.split("@", 1)[0]
         if choice == "defer" and base not in ("advance", "defer"):  # a person set the story aside (or its agent)
-            sid = "defer"
+            sid = go("defer")
         elif base == "baseline":
-            sid = ("advance" if choice == "committed-before" else
-                   "checkpoint-plan" if budget.plan_gate else visit("build", builds))
+            sid = (go("advance") if choice == "committed-before" else
+                   go("checkpoint-plan") if budget.plan_gate else build())
         elif base == "checkpoint-plan":  # a rejected checkpoint completes without its driver: no choice
-            sid = visit("build", builds) if choice == "approved" else "defer"
+            sid = build() if choice == "approved" else go("defer")
         elif base == "checkpoint-commit":
-            sid = (visit("merge", merges) if budget.merge else "advance") if choice == "approved" else "defer"
+            sid = (go("merge") if budget.merge else go("advance")) if choice == "approved" else go("defer")
         elif base == "build":
-            sid = "defer" if choice == "over-budget" else visit("verify", builds)
+            sid = go("defer") if choice == "over-budget" else go("verify")
         elif base in ("verify", "verify-final"):
             if choice == "pass":
-                sid = visit("commit", merges) if base == "verify-final" else visit("review", reviews)
-            elif builds < budget.builds:
-                builds += 1
-                sid = visit("build", builds)
+                sid = go("commit") if base == "verify-final" else review()
             else:
-                sid = "defer"
+                sid = build() if built < budget.builds else go("defer")
         elif base == "review":
             if choice in ("clean", "skipped"):
-                sid = visit("verify-final", merges)
-            elif choice == "patch" and builds < budget.builds and reviews < budget.reviews:
-                builds += 1
-                reviews += 1
-                sid = visit("build", builds)
+                sid = go("verify-final")
+            elif choice == "patch" and built < budget.builds and reviewed < budget.reviews:
+                sid = build()
             else:
-                sid = "defer"
+                sid = go("defer")
         elif base == "commit":
-            sid = (visit("checkpoint-commit", merges) if budget.commit_gate else
-                   visit("merge", merges) if budget.merge else "advance")
+            sid = (go("checkpoint-commit") if budget.commit_gate else go("merge") if budget.merge else go("advance"))
         elif base == "advance" and budget.closeout:
-            sid = "closeout"
+            sid = go("closeout")
         elif base == "merge":
             if choice != "rebuild":
-                sid = "advance"
-            elif builds < budget.builds:  # the integration branch moved under the story: built again on it
-                builds, reviews, merges = builds + 1, reviews + 1, merges + 1
-                sid = visit("build", builds)
-            else:
-                sid = "defer"
+                sid = go("advance")
+            else:  # the integration branch moved under the story: built again on it, with a base's budgets
+                built = reviewed = 0
+                sid = build()
         else:  # advance (closeout), defer: the story is settled
             return None
 

@@ -156,7 +156,11 @@ async def review(ctx: StepContext) -> None:
             choice = "patch"
             patches += escalations
     if choice == "patch":
-        set_var(ctx, "sprint_feedback", "\n".join(f"- [{f['layer']}] {f['text']}" for f in patches))
+        said = [f"[{f['layer']}] {f['text']}" for f in patches]
+        set_var(ctx, "sprint_feedback", "\n".join(f"- {line}" for line in said))
+        # Every build after this one is told them (a merge rebuild's feedback is the conflict's, say).
+        earlier: list[str] = list(story_vars(ctx).get("sprint_findings") or [])
+        set_var(ctx, "sprint_findings", earlier + [line for line in said if line not in earlier])
         set_var(ctx, "sprint_reason", "review findings not fixed within the budget: "
                 + "; ".join(f["text"] for f in patches))
     ctx.step.choice = choice
