@@ -23,7 +23,7 @@ DRIVERS = {
     "stepline.sprint._driver", "stepline.sprint._loop", "stepline.sprint._link", "stepline.sprint._stage",
     "stepline.sprint._budgets", "stepline.sprint._restore", "stepline.sprint._baseline", "stepline.sprint._reconcile",
     "stepline.sprint._build", "stepline.sprint._verify", "stepline.sprint._review", "stepline.sprint._commit",
-    "stepline.sprint._merge", "stepline.sprint._defer", "stepline.sprint._closeout",
+    "stepline.sprint._merge", "stepline.sprint._defer", "stepline.sprint._closeout", "stepline.sprint._status",
 }
 
 #: The step-chain mechanism both BMAD families share (issue 25): between the families and the engine. Its

@@ -9,6 +9,7 @@ behaviour) says:
 ``liar``    the first time only marks the story ``review`` and claims success (no code); then honest;
 ``breaker`` the first time writes its module but breaks an earlier story's code; then honest (and repairs);
 ``stubborn`` always writes a module whose test fails.
+``noter``   builds honestly and has the story's line in NOTES.md (once, however often it is built);
 ``appender`` writes the story's module, appends a line to NOTES.md (twice if built twice on top of itself) and,
             killed mid-build (``FAKE_KILL``), goes on editing a second later as an orphaned agent would (with
             ``FAKE_ORPHAN``: its supervisor killed too, once the resume has put the checkout back);
@@ -23,7 +24,8 @@ behaviour) says:
 
 Reviews answer ``none``, except that ``FAKE_REVIEW`` (JSON: ``<story prefix>:<layer>[:<step>]`` -> report)
 gives a layer's report (of one review round, when the step is named).
-``FAKE_BUILD_DELAY`` (JSON: story prefix -> seconds) makes that story's builds take so much longer.
+``FAKE_BUILD_DELAY`` (JSON: story prefix -> seconds) makes that story's builds take so much longer;
+``FAKE_BUILD_WAIT`` (JSON: story prefix -> path) makes them wait until the path exists.
 Every call is appended to ``FAKE_LOG`` (JSON lines: story, stage, step, run). ``FAKE_KILL`` =
 ``<story prefix>:<stage>`` with ``FAKE_KILL_MARKER``: the first such call SIGKILLs its parent (the stepline
 process) halfway through its work, once.
@@ -220,6 +222,11 @@ def _fill_disk(prefix: str) -> None:
 def build(prefix: str, behaviour: str, retry: bool, run: str) -> str:
     if behaviour in ("staller", "quota", "login"):
         _fail_once(prefix, behaviour)
+    if behaviour == "noter":  # an honest build whose story's line is in NOTES.md once (its fixes add none)
+        with open("NOTES.md", "a+", encoding="utf-8") as notes:
+            notes.seek(0)
+            if f"- story {prefix}: a change made once\n" not in notes.read():
+                notes.write(f"- story {prefix}: a change made once\n")
     if behaviour == "appender":  # each build appends to NOTES.md; killed once mid-build when FAKE_KILL says
         _write_module(prefix, correct=True)
         _append_note(prefix)
@@ -277,6 +284,10 @@ def main() -> int:
                   + "\n")
     if stage == "build":
         time.sleep(float(json.loads(os.environ.get("FAKE_BUILD_DELAY", "{}")).get(prefix, 0)))
+        if wait_for := json.loads(os.environ.get("FAKE_BUILD_WAIT", "{}")).get(prefix):
+            deadline = time.monotonic() + 600
+            while not Path(wait_for).exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
         behaviour = json.loads(os.environ.get("FAKE_SPRINT", "{}")).get(prefix, "honest")
         summary = build(prefix, behaviour, retry="What failed last time" in prompt, run=step["run_id"])
     else:

@@ -24,6 +24,13 @@ from stepline.sprint._link import LoopLedger, StoryEngine, StoryLink
 from stepline.sprint._parallel import MergeQueue
 from stepline.sprint._plan import plan_stories
 from stepline.sprint._project import SprintProject
+from stepline.sprint._status import (
+    latest_story_runs,
+    loop_driver,
+    loop_lock_path,
+    loop_log_path,
+    story_usage,
+)
 from stepline.sprint._usage import Usage, over_limit
 
 if TYPE_CHECKING:
@@ -31,10 +38,8 @@ if TYPE_CHECKING:
     from stepline.model import WorkflowSpec
     from stepline.store import RunStore
 
-__all__ = ["LoopOptions", "StoryResult", "StoryRun", "Waiting", "latest_story_runs", "load_loop", "loop_driver",
-           "loop_log_path", "loop_outcome", "run_loop", "save_loop", "story_usage", "waiting", "waiting_on_board"]
-
-_PREFIX = "sprint-story:"
+__all__ = ["LoopOptions", "StoryResult", "deferred_run", "load_loop", "loop_outcome", "plan_loop", "run_loop",
+           "save_loop"]
 
 
 @dataclass(slots=True)
@@ -50,15 +55,8 @@ class LoopOptions:
     sprint_id: str = field(default_factory=lambda: "sprint-" + time.now().strftime("%Y%m%d-%H%M%S"))
     #: The stories this loop has started, in order (``max_stories`` counts them across resumes).
     taken: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class StoryRun:
-    """A story's latest run, as its manifest says."""
-
-    key: str
-    run_id: str
-    status: str
+    #: Deferred stories taken again (``stepline sprint retry``): story key -> the deferred run.
+    retry: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -96,102 +94,29 @@ def load_loop(root: Path) -> LoopOptions:
     return LoopOptions(epic=raw.get("epic"), story=raw.get("story"), max_stories=raw.get("max_stories"),
                        executor=raw.get("executor"), jobs=raw.get("jobs"),
                        sprint_id=str(raw.get("sprint_id") or "sprint"),
-                       taken=[str(key) for key in raw.get("taken") or []])
+                       taken=[str(key) for key in raw.get("taken") or []],
+                       retry={str(key): str(run) for key, run in (raw.get("retry") or {}).items()})
 
 
-def latest_story_runs(store: RunStore) -> dict[str, StoryRun]:
-    """Each story's latest run in the store."""
-    found: dict[str, StoryRun] = {}
-    for summary in store.summaries():
-        if summary.workflow.startswith(_PREFIX):
-            key = summary.workflow[len(_PREFIX):]
-            found[key] = StoryRun(key=key, run_id=summary.run_id, status=summary.status)
-    return found
-
-
-def story_usage(run: Run) -> Usage:
-    """What a story's run has cost so far (its stages' recorded usage)."""
-    total = Usage()
-    for name, value in run.variables.items():
-        if name.startswith("sprint_usage:") and isinstance(value, dict):
-            total = total + Usage.from_dict(value)
-    return total
-
-
-def board_rows(project: SprintProject, store: RunStore) -> list[dict[str, Any]]:
-    """The board as `stepline sprint status` and the dashboard show it: each entry of sprint-status.yaml with its
-    story's latest run — the loop's state, the current stage, builds tried, tokens and cost, the last event."""
-    from stepline import Engine
-
+def deferred_run(project: SprintProject, store: RunStore, story: str) -> tuple[str, str]:
+    """The story ``story`` names (its key, or its ``N-M`` prefix) and its latest run, which deferred it: what
+    ``stepline sprint retry`` takes again. Anything else is refused in one line."""
     board = read_board(project.board_path)
-    runs = latest_story_runs(store)
-    loader = Engine(project_root=project.root)
-    rows: list[dict[str, Any]] = []
-    for entry in board.entries:
-        row: dict[str, Any] = {"key": entry.key, "kind": entry.kind, "status": entry.status, "run": None,
-                               "state": None, "stage": None, "attempts": 0, "tokens": 0, "cost_usd": 0.0,
-                               "last_event": None}
-        story_run = runs.get(entry.key)
-        if story_run is not None:
-            run_dir = store.open(story_run.run_id)
-            story = loader.load(run_dir)
-            events = run_dir.events()
-            usage = story_usage(story)
-            defer = story.steps.get("defer")
-            state = ("deferred" if defer is not None and defer.status.value == "completed" else story.status.value)
-            started = [e.step_id for e in events if e.type == "WorkflowStepStarted" and e.step_id]
-            current = started[-1] if started else None
-            stage = f"{current} ({story.steps[current].status.value})" if current in story.steps else None
-            row.update(run=story.run_id, state=state, stage=stage,
-                       attempts=sum(1 for sid in story.steps if sid.split("@")[0] == "build"
-                                    and story.steps[sid].status.value != "pending"),
-                       tokens=int(usage.tokens), cost_usd=round(usage.cost_usd, 4),
-                       last_event=f"{events[-1].type} {events[-1].time[11:19]}" if events else None)
-        rows.append(row)
-    return rows
-
-
-def waiting_on_board(project: SprintProject, store: RunStore) -> list[Waiting]:
-    """What the board's blocked stories wait on (their latest runs), in board order."""
-    runs = latest_story_runs(store)
-    return waiting(store, [(entry.key, runs[entry.key].run_id) for entry in read_board(project.board_path).entries
-                           if entry.key in runs and runs[entry.key].status == "blocked"])
-
-
-@dataclass(frozen=True, slots=True)
-class Waiting:
-    """A question or gate a blocked story waits on, and the command that settles it."""
-
-    key: str
-    run_id: str
-    gate_id: str
-    kind: str
-    question: str
-
-    @property
-    def command(self) -> str:
-        """What a person types to settle it (``ANSWER`` stands for their answer)."""
-        if self.kind == "question":
-            return f"stepline answer {self.run_id} ANSWER --gate {self.gate_id}"
-        if self.gate_id:
-            return f"stepline approve {self.run_id} {self.gate_id} --by NAME (or reject)"
-        return f"stepline gates {self.run_id}"
-
-    def line(self) -> str:
-        """One line: the story, the command, the question (cut short)."""
-        question = " ".join(self.question.split())
-        return f"story {self.key}: `{self.command}` — {question[:400]}"
-
-
-def waiting(store: RunStore, blocked: list[tuple[str, str]]) -> list[Waiting]:
-    """Every question and gate the stories ``blocked`` (story key, run id) wait on, in that order."""
-    found: list[Waiting] = []
-    for key, run_id in blocked:
-        gates = store.open(run_id).read("gates.json", []) or []
-        pending = [Waiting(key, run_id, str(gate.get("gate_id")), str(gate.get("kind")), str(gate.get("reason") or ""))
-                   for gate in gates if isinstance(gate, dict) and gate.get("status") == "pending"]
-        found += pending or [Waiting(key, run_id, "", "", "blocked, with no pending gate found in its gates.json")]
-    return found
+    named = [entry.key for entry in board.stories if entry.key == story or entry.key.startswith(story + "-")]
+    if len(named) != 1:
+        raise NotFoundError(f"{board.path}: {story!r} names no single story (matches: {', '.join(named) or 'none'})",
+                            hint="pass a story key as `stepline sprint status` shows it")
+    key = named[0]
+    latest = latest_story_runs(store).get(key)
+    if latest is None:
+        raise RunStateError(f"story {key} was never taken by the loop: there is nothing to retry",
+                            hint=f"`stepline sprint run --story {key}` takes it")
+    events = store.open(latest.run_id).events()
+    if not any(e.type == "WorkflowStepCompleted" and e.step_id == "defer" for e in events):
+        raise RunStateError(f"story {key} was not deferred: its latest run {latest.run_id} is {latest.status}",
+                            hint="`stepline sprint status` shows each story's state; `stepline sprint resume` goes "
+                                 "on with an unfinished one")
+    return key, latest.run_id
 
 
 def loop_outcome(results: list[StoryResult]) -> str:
@@ -241,16 +166,20 @@ def settled_and_unfinished(store: RunStore) -> tuple[set[str], dict[str, str]]:
     return settled, unfinished
 
 
-def plan(project: SprintProject, store: RunStore, options: LoopOptions) -> tuple[Board, list[str], dict[str, str]]:
+def plan_loop(project: SprintProject, store: RunStore, options: LoopOptions) -> tuple[Board, list[str], dict[str, str]]:
     """The board, the stories the loop takes in order, and the runs of those to resume."""
     board = read_board(project.board_path)
     settled, unfinished = settled_and_unfinished(store)
+    runs = latest_story_runs(store)
+    retried = {key for key, run_id in options.retry.items() if key in runs and runs[key].run_id == run_id}
+    settled -= retried  # taken again, whatever the board says of it
+    taken_anyway = {*unfinished, *retried}
     keys = plan_stories(board, epic=options.epic, story=options.story, max_stories=options.max_stories,
-                        unfinished=unfinished, settled=settled)
+                        unfinished=taken_anyway, settled=settled)
     if options.max_stories is not None and options.taken:  # a resumed loop: the stories it started count
         room = options.max_stories - len(options.taken)
         keys = []
-        for key in plan_stories(board, epic=options.epic, story=options.story, unfinished=unfinished,
+        for key in plan_stories(board, epic=options.epic, story=options.story, unfinished=taken_anyway,
                                 settled=settled):
             if key in options.taken:
                 keys.append(key)  # unfinished (a settled one is not planned): already counted
@@ -258,23 +187,6 @@ def plan(project: SprintProject, store: RunStore, options: LoopOptions) -> tuple
                 keys.append(key)
                 room -= 1
     return board, keys, {k: unfinished[k] for k in keys if k in unfinished}
-
-
-def _loop_lock(root: Path) -> Path:
-    return root / ".stepline" / "sprint" / "loop.lock"
-
-
-def loop_log_path(root: Path) -> Path:
-    """``.stepline/sprint/loop.jsonl``: what the loops here did, story by story (``stepline sprint watch`` reads it;
-    a view, never state: each story's run journal is the truth)."""
-    return root / ".stepline" / "sprint" / "loop.jsonl"
-
-
-def loop_driver(root: Path) -> int | None:
-    """The pid of the process driving a loop here now, or None."""
-    from stepline.store import lock_holder
-
-    return lock_holder(_loop_lock(root))
 
 
 class _LoopLog:
@@ -324,8 +236,8 @@ async def run_loop(engine: Engine, project: SprintProject, config: SprintConfig,
     if probe.returncode != 0:
         raise RunStateError(f"{project.root} is not a git repository with a commit",
                             hint="the loop commits each story: `git init` and commit the project first")
-    _loop_lock(project.root).parent.mkdir(parents=True, exist_ok=True)
-    lock = RunLock(_loop_lock(project.root), options.sprint_id)
+    loop_lock_path(project.root).parent.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(loop_lock_path(project.root), options.sprint_id)
     try:
         lock.acquire()
     except RunLockedError:
@@ -335,8 +247,11 @@ async def run_loop(engine: Engine, project: SprintProject, config: SprintConfig,
     log = _LoopLog(project.root)
     results: list[StoryResult] = []
     try:
-        _, keys, to_resume = plan(project, engine.store, options)
+        _, keys, to_resume = plan_loop(project, engine.store, options)
         log.write("loop-started", sprint_id=options.sprint_id, pid=os.getpid(), resumed=resumed, stories=keys)
+        for key in [key for key in keys if key in options.retry and key not in to_resume]:
+            kept = await _set_aside(project.root, key, options.retry[key])
+            log.write("story-retried", key=key, run_id=options.retry[key], kept=kept)
         width = options.jobs or config.max_parallel
         if width > 1:
             results = await _parallel_stories(engine, project, config, options, width, keys, to_resume, log, report)
@@ -351,6 +266,28 @@ async def run_loop(engine: Engine, project: SprintProject, config: SprintConfig,
     return results
 
 
+async def _set_aside(root: Path, key: str, run_id: str) -> str:
+    """Before a deferred story is built again: its kept worktree and branch (the deferred attempt) move out of the
+    new run's way, to ``.stepline/sprint/deferred/<key>-<run>`` on branch ``sprint-deferred/<key>/<run>`` (done
+    again harmlessly after a crash halfway). Says where the attempt is kept."""
+    from stepline.tools._git import git, git_error
+
+    folder = root / ".stepline" / "sprint" / "worktrees" / key
+    aside = root / ".stepline" / "sprint" / "deferred" / f"{key}-{run_id}"
+    branch = f"sprint-deferred/{key}/{run_id}"
+    if (folder / ".git").exists():
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        code, out = await git(root, "worktree", "move", str(folder), str(aside))
+        if code != 0:
+            raise RunStateError(f"cannot move the deferred attempt of {key} out of the way: {git_error(out)}",
+                                hint=f"move or remove the worktree {folder} by hand, then retry")
+    code, _ = await git(root, "rev-parse", "--verify", "-q", f"refs/heads/sprint/{key}")
+    if code == 0:
+        await git(aside if (aside / ".git").exists() else root, "branch", "-m", f"sprint/{key}", branch)
+        return f"branch {branch}" + (f" (worktree {aside})" if (aside / ".git").exists() else "")
+    return "its patch under .stepline/sprint/deferred/"
+
+
 def _workflow(key: str, config: SprintConfig) -> WorkflowSpec:
     return story_workflow(key, builds=config.retries.build, reviews=config.retries.review,
                           merge=config.isolation == "worktree", plan_gate=config.checkpoints.before_build,
@@ -363,7 +300,7 @@ def _story_ended(run: Run, spent: Usage, limit: BudgetLimit, log: _LoopLog, repo
     outcome, summary = _outcome(run)
     usage = story_usage(run)
     spent = spent + usage
-    key = run.variables.get("sprint_story") or run.workflow.id.removeprefix(_PREFIX)
+    key = run.variables.get("sprint_story") or run.workflow.meta.get("story")
     result = StoryResult(key=str(key), run_id=run.run_id, outcome=outcome, summary=summary, usage=usage)
     log.write("story-ended", key=result.key, run_id=run.run_id, outcome=outcome, summary=summary,
               usage=usage.to_dict(), loop_spent=spent.to_dict(),

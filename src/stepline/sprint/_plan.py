@@ -41,7 +41,8 @@ def plan_stories(board: Board, *, epic: int | None = None, story: str | None = N
         why = ("an earlier loop settled it (committed or deferred)" if named_story.key in settled
                else f"its status is {named_story.status}, not ready-for-dev")
         raise RunStateError(f"{board.path}: story {named_story.key} is not taken: {why}",
-                            hint="see `stepline sprint status`; a story is taken once it is ready-for-dev")
+                            hint="see `stepline sprint status`; a story is taken once it is ready-for-dev, a deferred "
+                                 f"one again with `stepline sprint retry {named_story.key}`")
     if max_stories is not None:
         if max_stories < 1:
             raise UsageError("--max-stories must be at least 1")

@@ -13,7 +13,7 @@ import asyncio
 import os
 from pathlib import Path
 
-__all__ = ["find_commit", "git", "git_ok", "is_ancestor", "with_trailers"]
+__all__ = ["find_commit", "git", "git_error", "git_ok", "is_ancestor", "with_trailers"]
 
 
 async def git(root: Path, *args: str, stdin: str | None = None,
@@ -28,12 +28,18 @@ async def git(root: Path, *args: str, stdin: str | None = None,
     return process.returncode or 0, out.decode("utf-8", "replace").strip()
 
 
+def git_error(out: str) -> str:
+    """The line of git's output that says what went wrong: its first ``fatal:`` or ``error:`` line (git prints its
+    progress, "Preparing worktree …", before), else its last line."""
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    return next((line for line in lines if line.startswith(("fatal:", "error:"))), lines[-1] if lines else "")
+
+
 async def git_ok(root: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    """Run git and return its output; a non-zero exit raises :class:`RuntimeError` with git's first line."""
+    """Run git and return its output; a non-zero exit raises :class:`RuntimeError` with git's error line."""
     code, out = await git(root, *args, env=env)
     if code != 0:
-        first = out.splitlines()[0] if out else f"exit status {code}"
-        raise RuntimeError(f"git {' '.join(args[:2])}: {first}")
+        raise RuntimeError(f"git {' '.join(args[:2])}: {git_error(out) or f'exit status {code}'}")
     return out
 
 

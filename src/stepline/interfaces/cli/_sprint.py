@@ -11,7 +11,6 @@ from stepline.interfaces.cli._options import (
     EXIT_BLOCKED,
     EXIT_FAILED,
     BackendOption,
-    ConcurrencyOption,
     ConfigOption,
     Directory,
     JsonOutput,
@@ -25,9 +24,7 @@ from stepline.interfaces.cli._render import console, err_console, print_json
 
 if TYPE_CHECKING:
     from stepline.executors._budget import Usage
-    from stepline.sprint._config import SprintConfig
-    from stepline.sprint._loop import LoopOptions, StoryResult, Waiting
-    from stepline.sprint._project import SprintProject
+    from stepline.sprint import LoopOptions, SprintConfig, SprintProject, StoryResult, Waiting
 
 sprint_app = typer.Typer(name="sprint", help="Run BMAD stories from sprint-status.yaml: build, verify, review, "
                                              "commit, advance the board.", no_args_is_help=True)
@@ -35,12 +32,15 @@ app.add_typer(sprint_app, name="sprint")
 
 SprintConfigOption = Annotated[Path | None, typer.Option("--sprint-config", help="The sprint loop's config "
                                                          "(default: config/sprint.yaml in the project root).")]
+#: ``--concurrency`` without its ``-j``: in the sprint commands ``-j`` is ``--jobs`` (stories at once).
+ConcurrencyOption = Annotated[int | None, typer.Option("--concurrency", min=1, help="Agent calls of one story at "
+                                                       "once (its review layers). Default: runtime.concurrency (4); "
+                                                       "with --backend ray, the cluster's CPUs.")]
 
 
 def _project(at: Where, sprint_config: Path | None) -> tuple[SprintProject, SprintConfig]:
     from stepline.errors import NotFoundError
-    from stepline.sprint._config import load_sprint_config
-    from stepline.sprint._project import find_project
+    from stepline.sprint import find_project, load_sprint_config
 
     if not (at.root / "_bmad").is_dir():
         raise NotFoundError(f"{at.root}: not a BMAD project (no _bmad/ folder)", hint="run it in the project (or "
@@ -113,7 +113,7 @@ def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, opti
 
     from stepline.errors import StorageError, UsageError
     from stepline.interfaces.cli._driving import build_engine, use_backend
-    from stepline.sprint._loop import loop_outcome, run_loop, save_loop, waiting
+    from stepline.sprint import loop_outcome, run_loop, save_loop, waiting
 
     project, config = _project(at, sprint_config)
     executor = options.executor or config.executor
@@ -146,9 +146,17 @@ def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, opti
                      "usage": r.usage.to_dict()} for r in results])
     elif not results:
         console.print("no story is ready-for-dev")
+    for stopped in [r for r in results if r.outcome == "stopped"]:  # why a loop that built nothing exits 11
+        err_console.print(f"the loop stopped before story {stopped.key}: {stopped.summary}; raise budgets.run in "
+                          "config/sprint.yaml (or set budgets.mode: warn), then `stepline sprint resume` takes the "
+                          "stories left", markup=False, soft_wrap=True)
     outcome = loop_outcome(results)
     if outcome == "blocked":
-        _print_waiting(waiting(engine.store, [(r.key, r.run_id) for r in results if r.outcome == "blocked"]))
+        if found := waiting(engine.store, [(r.key, r.run_id) for r in results if r.outcome == "blocked"]):
+            _print_waiting(found)
+        else:  # answered while the loop went on with other stories
+            err_console.print("every question the loop stopped at is answered: `stepline sprint resume` goes on",
+                              markup=False)
     elif outcome == "failed":
         failed = next(r for r in results if r.outcome == "failed")
         err_console.print(f"story {failed.key} failed (see `stepline logs {failed.run_id}`); fix the cause, then "
@@ -189,7 +197,7 @@ def run(
     """Take the board's ready-for-dev stories in sprint order; per story one durable run: baseline, build,
     verify, review, verify, commit, advance the board. Stories that do not converge are deferred."""
     from stepline.interfaces.cli._options import project_runs
-    from stepline.sprint._loop import LoopOptions, plan
+    from stepline.sprint import LoopOptions, plan_loop
 
     at = where(directory, project_root)
     options = LoopOptions(epic=epic, story=story, max_stories=max_stories, executor=executor, jobs=jobs)
@@ -201,7 +209,7 @@ def run(
         check_backend_name(backend)  # the plan is what a run would do: refuse what the run would refuse
         if options.executor or sprint.executor:
             build_engine(at, config, options.executor or sprint.executor, None, "non-interactive", True)
-        _, keys, resume = plan(project, project_runs(at, config).store, options)
+        _, keys, resume = plan_loop(project, project_runs(at, config).store, options)
         _print_plan(project, sprint, keys, resume, as_json)
         return
     _drive(at, config, sprint_config, options, quiet, as_json, (backend, ray_address, concurrency))
@@ -221,11 +229,38 @@ def resume(
 ) -> None:
     """Go on with the last `sprint run` here: its interrupted or blocked story first (no finished stage,
     commit or model call is repeated), then the stories left."""
-    from stepline.sprint._loop import load_loop
+    from stepline.sprint import load_loop
 
     at = where(directory, project_root)
     _drive(at, config, sprint_config, load_loop(at.root), quiet, as_json, (backend, ray_address, concurrency),
            resumed=True)
+
+
+@sprint_app.command("retry")
+def retry(
+    story: Annotated[str, typer.Argument(help="The deferred story (its key, or N-M).")],
+    executor: Annotated[str | None, typer.Option("--executor", "-e", help="Who builds and reviews (cli-agent, "
+                                                 "openai, anthropic, scripted, …).")] = None,
+    sprint_config: SprintConfigOption = None,
+    directory: Directory = None,
+    project_root: ProjectRoot = None,
+    config: ConfigOption = None,
+    as_json: JsonOutput = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+    backend: BackendOption = None,
+    ray_address: RayAddressOption = None,
+    concurrency: ConcurrencyOption = None,
+) -> None:
+    """Take a deferred story again: a new run of it, from the integration branch as it is now (its deferred attempt
+    is kept: the patch, or its worktree and branch moved to .stepline/sprint/deferred/ and sprint-deferred/…)."""
+    from stepline.interfaces.cli._options import project_runs
+    from stepline.sprint import LoopOptions, deferred_run
+
+    at = where(directory, project_root)
+    project, _ = _project(at, sprint_config)
+    key, run_id = deferred_run(project, project_runs(at, config).store, story)
+    _drive(at, config, sprint_config, LoopOptions(story=key, executor=executor, retry={key: run_id}), quiet, as_json,
+           (backend, ray_address, concurrency))
 
 
 @sprint_app.command("status")
@@ -236,28 +271,37 @@ def status(
     config: ConfigOption = None,
     as_json: JsonOutput = False,
 ) -> None:
-    """The board: each story's status, the loop's stage and attempts, tokens/cost, last event."""
-    from rich.table import Table
-
+    """The board: each story's status, the loop's stage and attempts, tokens/cost, last event; the questions the
+    stories wait on; a story held back by a deferred dependency; whether the loop was killed."""
     from stepline.interfaces.cli._options import project_runs
-    from stepline.sprint._loop import board_rows, waiting_on_board
+    from stepline.interfaces.cli._render import print_table
+    from stepline.sprint import board_rows, loop_state, waiting_on_board
 
     at = where(directory, project_root)
     project, _ = _project(at, sprint_config)
     store = project_runs(at, config).store
     rows = board_rows(project, store)
     asked = waiting_on_board(project, store)
+    loop = loop_state(at.root)
     if as_json:
-        print_json({"board": str(project.board_path), "entries": rows,
+        print_json({"board": str(project.board_path), "loop": loop, "entries": rows,
                     "waiting": [{"key": w.key, "run_id": w.run_id, "gate_id": w.gate_id, "kind": w.kind,
                                  "question": w.question, "command": w.command} for w in asked]})
         return
-    table = Table("key", "status", "loop", "stage", "builds", "tokens", "cost $", "last event", box=None)
-    for row in rows:
-        table.add_row(row["key"], row["status"], row["state"] or "", row["stage"] or "",
-                      str(row["attempts"] or ""), str(row["tokens"] or ""),
-                      f"{row['cost_usd']:.4f}" if row["cost_usd"] else "", row["last_event"] or "")
-    console.print(table)
+    print_table(["key", "status", "loop", "stage", "builds", "tokens", "cost $", "last event"], [
+        [row["key"], row["status"], row["state"] or (f"waits: {', '.join(row['waits_for'])} deferred"
+                                                     if row["waits_for"] else ""),
+         row["stage"] or "", str(row["attempts"] or ""), str(row["tokens"] or ""),
+         f"{row['cost_usd']:.4f}" if row["cost_usd"] else "", row["last_event"] or ""] for row in rows],
+        fit_last=True)
+    if loop == "killed":
+        err_console.print("the sprint loop is not running: it did not end and no process drives it (killed?); "
+                          "`stepline sprint resume` goes on where it stopped", markup=False, soft_wrap=True)
+    if held := [row for row in rows if row["waits_for"]]:
+        console.print()
+        for row in held:
+            console.print(f"story {row['key']} waits for {', '.join(row['waits_for'])}, which was deferred: "
+                          f"`stepline sprint retry {row['waits_for'][0]}` takes it again", markup=False, soft_wrap=True)
     if asked:
         console.print()
         for found in asked:
@@ -282,6 +326,8 @@ def _loop_line(record: dict[str, Any]) -> str | None:
         return f"{when} ── story {key}: run {record.get('run_id')}"
     if event == "story-waiting":  # a parallel loop's story held back: a dependency, a file a running story changes
         return f"{when} ── story {key} waits: {record.get('reason')}"
+    if event == "story-retried":
+        return f"{when} ── story {key} taken again (deferred in run {record.get('run_id')}; kept: {record.get('kept')})"
     if event == "story-ended":
         said = f"{when} ── story {key} {record.get('outcome')}: {record.get('summary')}"
         if record.get("usage") is None:
@@ -312,7 +358,7 @@ def watch(
     from stepline.errors import NotFoundError, RunStateError
     from stepline.interfaces.cli._logs import AgentLogs, log_line
     from stepline.interfaces.cli._options import project_runs
-    from stepline.sprint._loop import loop_driver, loop_log_path
+    from stepline.sprint import loop_driver, loop_log_path
     from stepline.store import read_journal
 
     at = where(directory, project_root)
@@ -321,8 +367,10 @@ def watch(
     if not path.is_file():
         raise NotFoundError(f"{path}: no sprint loop was started here", hint="start one with `stepline sprint run`")
     lines = path.read_text(encoding="utf-8").splitlines()
-    last = max((n for n, line in enumerate(lines) if '"event": "loop-started"' in line), default=0)
-    offset = sum(len(line.encode("utf-8")) + 1 for line in lines[:last])  # from the last loop's start
+    # From the start of the last loop, its resumes included (`sprint run` starts a loop; a resume goes on with it).
+    last = max((n for n, line in enumerate(lines) if '"event": "loop-started"' in line
+                and '"resumed": false' in line), default=0)
+    offset = sum(len(line.encode("utf-8")) + 1 for line in lines[:last])
     runs: dict[str, tuple[str, Any, AgentLogs]] = {}  # run id -> story, run dir, its agents' logs
     seen: dict[str, int] = {}
     ended: str | None = None

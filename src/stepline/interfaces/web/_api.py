@@ -278,7 +278,7 @@ def sprint_project(state: WebState) -> SprintProject:
 def sprint_board(state: State) -> dict[str, Any]:
     """What `stepline sprint status --json` gives: each story's status, the loop's state and stage, builds,
     tokens and cost, last event (read-only). 404 when the project has no sprint-status.yaml."""
-    from stepline.sprint._loop import board_rows
+    from stepline.sprint import board_rows
 
     project = sprint_project(state)
     return {"board": str(project.board_path), "entries": board_rows(project, state.runs.store)}

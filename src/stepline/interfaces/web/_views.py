@@ -283,8 +283,7 @@ def sprint_view(project: SprintProject, engine: Engine) -> dict[str, Any]:
     state, the stages it went through in order, the one it is at, tokens and cost against the story's budget),
     the budgets of config/sprint.yaml, and deferred-work.md. Stages the flow never started are not shown: a
     committed story's unused ``defer`` is no step left to do."""
-    from stepline.sprint._config import load_sprint_config
-    from stepline.sprint._loop import board_rows
+    from stepline.sprint import board_rows, load_sprint_config
 
     budgets = load_sprint_config(project.root).budgets
     limit = budgets.story
