@@ -231,8 +231,8 @@ _REPAIRS = ("unclosed-tag", "misnested-tag", "stray-close-tag")
 
 
 def structure_repairs(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
-    """The parse repairs of control-flow tags (``<check>`` closed by ``</step>``, …): where the reader had to
-    guess which instructions a condition or step governs, so running the workflow would be a guess too."""
+    """The parse repairs of control-flow tags (``<check>`` closed by ``</step>``, …): the reader closed the open
+    element at its parent's end, as an HTML parser does; the run says so at its start (``validate`` warns)."""
     found = []
     for diag in diagnostics:
         tag = re.match(r"</?([\w-]+)>", diag.message)

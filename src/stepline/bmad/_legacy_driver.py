@@ -200,10 +200,8 @@ class _Interpreter:
     # -- the step -------------------------------------------------------------------------------------------
     async def execute(self) -> None:
         problems = self.workflow.meta.get("structure_problems") or []
-        if "next" not in self.run.cursor and problems:
-            first = problems[0]
-            raise StepFailed(f"{first['path']}:{first['line']}: {first['message']} (the step structure is "
-                             "uncertain, so the workflow is not run)", retryable=False)
+        if "next" not in self.run.cursor and problems:  # recovered as an HTML parser does; said once, at the start
+            self.note = "; ".join(f"recovered {p['path']}:{p['line']}: {p['message']}" for p in problems)
         if self.run.cursor.get("yolo"):
             self.run.mode = "yolo"
         start = await self._op("start", self._start, key="start")

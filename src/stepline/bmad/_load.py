@@ -23,12 +23,6 @@ def load_bmad_workflow(path: Path, *, project_root: Path, variables: dict[str, A
 
         return _confined(load_bmad_microfile(path, project_root=project_root, variables=variables, mode=mode))
     spec = load_bmad_legacy(legacy if legacy.is_file() else path, project_root=project_root, variables=variables)
-    problems = spec.meta.get("structure_problems") or []
-    if problems:  # refuse to run what the reader had to guess (stepline validate lists every problem)
-        first = problems[0]
-        raise ReaderError(f"{first['message']}; the step structure is uncertain, so it is not run",
-                          path=first["path"], line=first["line"],
-                          hint="fix the tag nesting; `stepline validate` lists every problem")
     if spec.format != "bmad-hybrid":
         return spec
     # Hybrid (R-F4): config from the yaml, execution as a micro-file workflow.

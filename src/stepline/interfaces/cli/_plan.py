@@ -32,7 +32,10 @@ def plan(
     from stepline.families import read_plans
 
     at = where(directory, project_root)
-    plans = read_plans(at.path(path), project_root=at.root if project_root is not None or directory else None)
+    target = at.path(path)
+    if not target.is_absolute() and Path.cwd().resolve() != at.root:
+        target = target.absolute()  # readers take a relative path from the project folder, which this is not
+    plans = read_plans(target, project_root=at.root if project_root is not None or directory else None)
     if as_json:
         print_json([p.to_json() for p in plans] if len(plans) > 1 else plans[0].to_json())
         return

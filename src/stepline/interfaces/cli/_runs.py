@@ -89,6 +89,9 @@ def run(
     use_backend(engine, backend, ray_address, concurrency, quiet=quiet or as_json)
     workflow = load_workflow(at.path(path).absolute(), project_root=at.root, variables=variables,
                              mode=workflow_mode)
+    for problem in workflow.meta.get("structure_problems") or []:  # upstream markup the reader recovered
+        print(f"{problem['path']}:{problem['line']}: warning: {problem['message']} (recovered: closed at its "
+              "parent's end, as an HTML parser does)", file=sys.stderr)
     register_drivers(workflow.format)
     import asyncio  # here, not at the top: `stepline --help` imports every command module
 

@@ -28,7 +28,10 @@ def validate(
     from stepline.families import lint_tree
 
     at = where(directory, project_root)
-    diagnostics, checked = lint_tree(at.path(path), project_root=at.root)
+    target = at.path(path)
+    if not target.is_absolute() and Path.cwd().resolve() != at.root:
+        target = target.absolute()  # readers take a relative path from the project folder, which this is not
+    diagnostics, checked = lint_tree(target, project_root=at.root)
     # A problem of a file many workflows read (_bmad/config.toml, a shared template) is one problem, said once.
     diagnostics = list(dict.fromkeys(diagnostics))
     errors = sum(1 for d in diagnostics if d.severity == "error")
