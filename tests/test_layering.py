@@ -163,6 +163,11 @@ def test_no_import_circle_among_the_interfaces_and_the_run_service() -> None:
     _check_no_circle((*INTERFACES, SERVICE))
 
 
+def test_no_import_circle_anywhere() -> None:
+    """No module of stepline imports itself through others at run time (bench/import_circles.py counts them)."""
+    _check_no_circle(("stepline",))
+
+
 @pytest.mark.parametrize("interface", INTERFACES)
 def test_no_interface_imports_another(interface: str) -> None:
     """An interface reads and decides runs through the run service; what two interfaces share lives there (or
