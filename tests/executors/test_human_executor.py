@@ -184,7 +184,7 @@ def test_a_micro_file_menu_chosen_at_the_step_is_not_asked_again(tmp_path: Path,
     if first == "A":
         typed += ["elicited"]  # the elicitation side trip: its summary
     typed += ["Closed.", ".", "done"]  # step 3
-    executor, typist, _ = _executor(typed)
+    executor, typist, screen = _executor(typed)
     asked: list[str] = []
 
     def prompt(question: str, choices: list[str] | None) -> str:
@@ -198,6 +198,9 @@ def test_a_micro_file_menu_chosen_at_the_step_is_not_asked_again(tmp_path: Path,
     assert run.status.value == "completed", run.error
     assert [p for p in typist.prompts if p.startswith("Choose")] == [  # the options are listed one per line above
         "Choose [A/P/R/X/C] (Enter: C): "]
+    shown = screen.getvalue()
+    assert "│ [A] Advanced Elicitation" in shown and "│ [C] Continue (default: Enter)" in shown
+    assert "[A] and [P] are side trips: the menu comes back after" in shown
     assert len(asked) == (1 if first == "A" else 0)  # only the redisplay after the side trip
     answers = [e.data for e in engine.store.open(run.run_id).events() if e.type == "AnswerGiven"]
     expected = [{"gate_id": "ask:step-02-draft/1/menu/0", "answer": first, "by": "human"}]
