@@ -10,10 +10,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from stepline.engine import Engine, RuntimeConfig, load_runtime_config
+from stepline.engine import Engine, RuntimeConfig
 from stepline.executors import Executor
 from stepline.families import load_workflow, register_drivers
 from stepline.model import Run, RunMode
+from stepline.service import RunService
 
 __all__ = ["Engine", "resume_run", "run_workflow"]
 
@@ -23,11 +24,9 @@ register_drivers()
 def _engine(project_root: Path | str | None, config: RuntimeConfig | Path | str | None,
             executor: Executor | str | None, executor_options: dict[str, Any] | None, mode: RunMode,
             engine_options: dict[str, Any]) -> Engine:
-    root = Path(project_root or ".").resolve()
-    if not isinstance(config, RuntimeConfig):
-        config = load_runtime_config(root, Path(config) if config else None)
-    return Engine(project_root=root, config=config, executor=executor, executor_options=executor_options,
-                  mode=mode, **engine_options)
+    runs = RunService(Path(project_root or "."),
+                      config if isinstance(config, RuntimeConfig) else Path(config) if config else None)
+    return runs.engine(executor=executor, executor_options=executor_options, mode=mode, **engine_options)
 
 
 def run_workflow(path: Path | str, *, project_root: Path | str | None = None,

@@ -89,14 +89,16 @@ class RunService:
     # -- engines --------------------------------------------------------------------------------------------
     def engine(self, *, executor: Executor | str | None = None, executor_options: dict[str, Any] | None = None,
                mode: RunMode = "normal", listeners: Sequence[Callable[[Event], None]] = (),
-               human: HumanChannel | None = None) -> Engine:
-        """An engine for this project: the one place an interface gets one. Without an executor it reads and
-        checks runs and decides gates; with one (or on resume, the run's own) it drives a run. The caller
-        registers the families' step drivers it needs (:func:`stepline.families.register_drivers`)."""
+               human: HumanChannel | None = None, **options: Any) -> Engine:
+        """An engine for this project: the one place an interface (and the Python API) gets one. Without an
+        executor it reads and checks runs and decides gates; with one (or on resume, the run's own) it drives a
+        run. ``options``: the rest of :class:`Engine`'s (``sleep``, ``concurrency``). The caller registers the
+        families' step drivers it needs (:func:`stepline.families.register_drivers`)."""
         from stepline.engine import Engine
 
         return Engine(project_root=self.project_root, config=self.config, executor=executor,
-                      executor_options=executor_options, mode=mode, listeners=list(listeners), human=human)
+                      executor_options=executor_options, mode=mode, listeners=list(listeners), human=human,
+                      **options)
 
     def resume_executor(self, run_dir: RunDir) -> tuple[str | None, str | None]:
         """The executor a resume from here uses when none is named, and the line saying why: (None, None) for
