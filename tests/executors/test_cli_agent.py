@@ -113,11 +113,15 @@ def test_claude_runs_a_native_workflow_with_an_mcp_config_file(tmp_path: Path, a
 
 @pytest.mark.parametrize("agent", ["gemini", "qwen", "opencode"])
 def test_other_agents_report_their_session_and_usage(agent: str, agent_log: Path) -> None:
-    """gemini, qwen and opencode finish the step over MCP; their session id is recorded under the execution id."""
+    """gemini, qwen and opencode finish the step over MCP; their session id is recorded under the execution id (with
+    qwen, whose ``result`` line reports the session's running usage, that total too)."""
     session = RecordingSession()
     _perform(agent, _request(), session, execution_id="E1")
     assert session.calls[0] == ("write_output", f"{agent} did s1: Do it. MARK-S1\n")
-    assert ("set_var", "cli_session:E1", {"agent": agent, "session_id": f"{agent}-session-s1"}) in session.calls
+    known: dict[str, Any] = {"agent": agent, "session_id": f"{agent}-session-s1"}
+    if agent == "qwen":
+        known["usage"] = {"input_tokens": 120, "output_tokens": 30, "cache_read_tokens": 0, "cache_write_tokens": 0}
+    assert ("set_var", "cli_session:E1", known) in session.calls
     assert session.calls[-1] == ("finish", None, f"{agent} finished s1")
     record = session.memos[f"cli-agent:{agent}"]
     assert record["usage"]["input_tokens"] > 0 and record["text"] == "done with s1"
@@ -140,9 +144,9 @@ def test_fork_and_resume_continue_the_recorded_sessions(agent_log: Path) -> None
     assert ("set_var", "cli_session:B", {"agent": "claude", "session_id": "claude-session-s1"}) in forked.calls
     assert codex_argv[-3:] == ["resume", "codex-native-C", "-"]
     assert resumed.memos["cli-agent:codex"]["usage"] == {"input_tokens": 30, "output_tokens": 5,
-                                                         "cached_input_tokens": 0}
+                                                         "cache_read_tokens": 0, "cache_write_tokens": 0}
     assert ("set_var", "cli_session:C", {"agent": "codex", "session_id": "codex-native-C", "usage": {
-        "input_tokens": 100, "output_tokens": 20, "cached_input_tokens": 0}}) in resumed.calls
+        "input_tokens": 100, "output_tokens": 20, "cache_read_tokens": 0, "cache_write_tokens": 0}}) in resumed.calls
 
 
 def test_unknown_parent_execution_is_a_clear_error(agent_log: Path) -> None:

@@ -33,8 +33,7 @@ from stepline.errors import (
     BudgetExceeded,
     ExecutorError,
 )
-from stepline.executors import StepRequest, create_executor
-from stepline.executors.cli_agents._executor import AGENTS
+from stepline.executors import StepRequest, Usage, create_executor
 from stepline.executors.cli_agents._process import _group_alive
 
 #: What one fake model answer uses; the usage stepline reads back is made of it.
@@ -140,12 +139,13 @@ def _hung(project: Path) -> bool:
 
 
 def _recorded_session(cli: Cli, record: dict[str, Any], parent: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ``cli_session:ID`` variable a call recording ``record`` sets: with a CLI that reports a thread's running
-    usage (codex), that total (the ``parent`` session's and this call's), for the next call to take off."""
+    """The ``cli_session:ID`` variable a call recording ``record`` sets: with a CLI that reports a session's running
+    usage (codex, qwen), that total (the ``parent`` session's and this call's), for the next call to take off."""
     known = {"agent": cli.name, "session_id": record["session_id"]}
-    if AGENTS[cli.name].usage_is_cumulative:
-        before = (parent or {}).get("usage") or {}
-        known["usage"] = {name: before.get(name, 0.0) + used for name, used in record["usage"].items()}
+    if cli.name in ("codex", "qwen"):
+        before = Usage.from_record((parent or {}).get("usage") or {"calls": 0})
+        known["usage"] = Usage.from_record(record["session_usage"]).to_record()
+        assert Usage.from_record(record["session_usage"]).since(before) == Usage.from_record(record["usage"])
     return known
 
 

@@ -235,35 +235,54 @@ def _wait_for(probe: Callable[[], Any], timeout: float = 30) -> Any:
 
 
 def test_the_agents_streamed_usage_is_read_per_cli() -> None:
-    """Claude's repeated message usage counts once; codex's cached tokens are recorded apart, and a resumed codex
-    thread's running total counts only past the total it had; opencode sums steps."""
+    """Each CLI's usage normalizer: input is the whole prompt, its cached part included, whichever way the CLI
+    counts it. Claude's repeated message usage counts once and its cache reads and writes are added to its uncached
+    input; its result is the call's; codex's and qwen's session totals count only past the total the session had;
+    gemini's ``stats.cached`` are cache reads; opencode sums its steps, reasoning as output."""
+    from stepline.executors import Usage
     from stepline.executors.cli_agents import AGENTS, StreamedUsage
 
     claude = StreamedUsage(AGENTS["claude"].streamed_usage)
-    message = {"id": "m1", "usage": {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 100}}
+    message = {"id": "m1", "model": "claude-x", "usage": {"input_tokens": 10, "output_tokens": 5,
+                                                          "cache_read_input_tokens": 100,
+                                                          "cache_creation_input_tokens": 20}}
     for _ in range(2):  # one event per content block, the same message
         assert claude.feed(json.dumps({"type": "assistant", "message": message}))
     assert not claude.feed("plain text") and not claude.feed('{"type": "user"}')
-    assert claude.usage == {"input_tokens": 10, "output_tokens": 5, "cached_input_tokens": 100}
+    assert claude.usage == Usage(130, 5, 100, 20, None, 1) and claude.model == "claude-x"
     claude.feed(json.dumps({"type": "result", "total_cost_usd": 0.5,
                             "usage": {"input_tokens": 11, "output_tokens": 6}}))
-    assert claude.usage["cost_usd"] == 0.5 and claude.usage["input_tokens"] == 11
+    assert claude.usage == Usage(11, 6, 0, 0, 0.5, 1)
     codex = StreamedUsage(AGENTS["codex"].streamed_usage)
     codex.feed(json.dumps({"type": "turn.completed",
                            "usage": {"input_tokens": 100, "cached_input_tokens": 40, "output_tokens": 7}}))
-    assert codex.usage == {"input_tokens": 60, "output_tokens": 7, "cached_input_tokens": 40}
-    # a resumed thread's turn.completed is its running total: the latest one counts, less the total before the call
-    resumed = StreamedUsage(AGENTS["codex"].streamed_usage, since={"input_tokens": 60, "output_tokens": 7,
-                                                                    "cached_input_tokens": 40})
-    for total in (150, 180):
-        resumed.feed(json.dumps({"type": "turn.completed",
-                                 "usage": {"input_tokens": total, "cached_input_tokens": 50, "output_tokens": 9}}))
-    assert resumed.usage == {"input_tokens": 70, "output_tokens": 2, "cached_input_tokens": 10}
+    assert codex.usage == Usage(100, 7, 40, 0, None, 1)
+    # a resumed thread's totals are its running total: the latest one counts, less the total before the call; a
+    # rollout file's token_count event reads the same
+    resumed = StreamedUsage(AGENTS["codex"].streamed_usage, Usage(100, 7, 40, 0, None, 1))
+    resumed.feed(json.dumps({"type": "event_msg", "payload": {"type": "token_count", "info": {"total_token_usage": {
+        "input_tokens": 150, "cached_input_tokens": 45, "output_tokens": 8}}}}))
+    assert resumed.usage == Usage(50, 1, 5, 0, None, 1)
+    resumed.feed(json.dumps({"type": "turn.completed",
+                             "usage": {"input_tokens": 180, "cached_input_tokens": 50, "output_tokens": 9}}))
+    assert resumed.usage == Usage(80, 2, 10, 0, None, 1)
+    qwen = StreamedUsage(AGENTS["qwen"].streamed_usage, Usage(1000, 100, 800, 0, None, 1))
+    for n in (1, 2):  # qwen's input_tokens hold its cached part: not added to it again
+        qwen.feed(json.dumps({"type": "assistant", "message": {"id": f"q{n}", "usage": {
+            "input_tokens": 50, "output_tokens": 5, "cache_read_input_tokens": 40}}}))
+    assert qwen.usage == Usage(100, 10, 80, 0, None, 2)
+    qwen.feed(json.dumps({"type": "result", "usage": {"input_tokens": 1100, "output_tokens": 110,
+                                                      "cache_read_input_tokens": 880}}))
+    assert qwen.usage == Usage(100, 10, 80, 0, None, 1)
+    gemini = StreamedUsage(AGENTS["gemini"].streamed_usage)
+    gemini.feed(json.dumps({"type": "result", "stats": {"input_tokens": 90, "output_tokens": 4, "cached": 60,
+                                                        "input": 30, "models": {"gemini-x": {}}}}))
+    assert gemini.usage == Usage(90, 4, 60, 0, None, 1) and gemini.model == "gemini-x"
     opencode = StreamedUsage(AGENTS["opencode"].streamed_usage)
     for n in (1, 2):
         opencode.feed(json.dumps({"type": "step_finish", "part": {"id": f"p{n}", "cost": 0.25, "tokens": {
-            "input": 5, "output": 1, "cache": {"read": 3 * n, "write": 0}}}}))
-    assert opencode.usage == {"input_tokens": 10, "output_tokens": 2, "cached_input_tokens": 9, "cost_usd": 0.5}
+            "input": 5, "output": 1, "reasoning": 1, "cache": {"read": 3 * n, "write": 0}}}}))
+    assert opencode.usage == Usage(19, 4, 9, 0, 0.5, 2)
 
 
 @pytest.mark.parametrize(("line", "said"), [

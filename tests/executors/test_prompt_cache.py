@@ -83,13 +83,15 @@ def test_anthropic_marks_its_cache_breakpoint_and_cached_tokens_are_recorded_and
         requests = list(server.requests)
     assert all(r["system"][-1]["cache_control"] == {"type": "ephemeral"} for r in requests)
     usages = [record["result"]["usage"] for record in memo_records(engine, run, "anthropic")]
-    assert usages[0]["cache_write_tokens"] > 0 and usages[0]["cached_input_tokens"] == 0
-    assert all(u["cached_input_tokens"] > 0 and u["cache_write_tokens"] == 0 for u in usages[1:])
+    assert usages[0]["cache_write_tokens"] > 0 and usages[0]["cache_read_tokens"] == 0
+    assert all(u["cache_read_tokens"] > 0 and u["cache_write_tokens"] == 0 for u in usages[1:])
+    assert all(u["input_tokens"] == 120 for u in usages)  # the whole prompt: the fake's, cached part included
     u = usages[1]
-    expected = (u["input_tokens"] * 3.0 + u["output_tokens"] * 15.0 + u["cached_input_tokens"] * 0.3) / 1e6
+    uncached = u["input_tokens"] - u["cache_read_tokens"]
+    expected = (uncached * 3.0 + u["output_tokens"] * 15.0 + u["cache_read_tokens"] * 0.3) / 1e6
     assert u["cost_usd"] == round(expected, 8)
     totals = build_timeline(engine.store.open(run.run_id))["usage"]
-    assert sum(b["cached_input_tokens"] for b in totals.values()) == sum(u["cached_input_tokens"] for u in usages)
+    assert sum(b["cache_read_tokens"] for b in totals.values()) == sum(u["cache_read_tokens"] for u in usages)
 
 
 def test_openai_passes_the_run_as_cache_key_and_records_cached_tokens(tmp_path: Path, capsys: Any,
@@ -100,11 +102,11 @@ def test_openai_passes_the_run_as_cache_key_and_records_cached_tokens(tmp_path: 
         requests = list(server.requests)
     assert {r["prompt_cache_key"] for r in requests} == {run.run_id}
     usages = [record["result"]["usage"] for record in memo_records(engine, run, "openai")]
-    assert usages[0]["cached_input_tokens"] == 0 and all(u["cached_input_tokens"] > 0 for u in usages[1:])
-    assert all(u["input_tokens"] + u["cached_input_tokens"] == 100 for u in usages)  # the fake's prompt_tokens
+    assert usages[0]["cache_read_tokens"] == 0 and all(u["cache_read_tokens"] > 0 for u in usages[1:])
+    assert all(u["input_tokens"] == 100 for u in usages)  # the fake's prompt_tokens: the whole prompt
     assert run_cli(["show", run.run_id, "-C", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "cached (read)" in out and "cached (written)" in out
+    assert "cache read" in out and "cache write" in out
 
 
 def test_show_prompt_prints_exactly_what_a_step_sent(tmp_path: Path, capsys: Any) -> None:

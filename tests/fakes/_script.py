@@ -54,6 +54,8 @@ class Script:
         self.headers: list[dict[str, str]] = []
         #: Report prompt caching in the usage, as the provider would (see :meth:`add_cache_usage`).
         self.caching = False
+        #: The key of a reply's usage object (Gemini's is ``usageMetadata``).
+        self.usage_key = "usage"
         self._lock = threading.Lock()
 
     def reset(self) -> None:
@@ -106,9 +108,9 @@ class Script:
                     reply = Reply(400, error(f"fake: the responder failed: {type(exc).__name__}: {exc}"))
             else:
                 reply = Reply(400, error("fake: no scripted reply left"))
-            if self.caching and reply.status == 200 and isinstance(reply.body.get("usage"), dict):
-                usage = self.add_cache_usage(body, dict(reply.body["usage"]))
-                reply = Reply(reply.status, {**reply.body, "usage": usage}, reply.delay)
+            if self.caching and reply.status == 200 and isinstance(reply.body.get(self.usage_key), dict):
+                usage = self.add_cache_usage(body, dict(reply.body[self.usage_key]))
+                reply = Reply(reply.status, {**reply.body, self.usage_key: usage}, reply.delay)
         if reply.delay:
             await asyncio.sleep(reply.delay)
         if stream is not None and reply.status == 200:

@@ -98,6 +98,7 @@ class FakeGemini(Script):
         super().__init__()
         self.app = FastAPI()
         self.base_url = ""
+        self.usage_key = "usageMetadata"
 
         @self.app.post("/{version}/models/{call}")
         async def models_call(version: str, call: str, request: Request) -> Any:
@@ -114,6 +115,19 @@ class FakeGemini(Script):
         async def models(version: str) -> Any:
             return {"models": [{"name": "models/fake-gemini", "displayName": "Fake Gemini",
                                 "supportedGenerationMethods": ["generateContent", "countTokens"]}]}
+
+    def add_cache_usage(self, body: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+        """Gemini's implicit caching: the prompt's prefix shared with an earlier request (system instruction, tools,
+        then contents, as serialised; a token taken as 4 characters) is reported as ``cachedContentTokenCount``, a
+        part of ``promptTokenCount``."""
+        def text(request: dict[str, Any]) -> str:
+            return json.dumps([request.get("systemInstruction"), request.get("tools")], sort_keys=True) + "".join(
+                json.dumps(c, sort_keys=True) for c in request.get("contents") or [])
+
+        mine = text(body)
+        shared = self.shared_prefix(mine, [text(r) for r in self.requests[:-1]])
+        prompt = usage["promptTokenCount"]
+        return {**usage, "cachedContentTokenCount": min(prompt, prompt * shared // max(1, len(mine)))}
 
     @contextmanager
     def running(self) -> Iterator[FakeGemini]:

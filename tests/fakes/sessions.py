@@ -17,6 +17,8 @@ class RecordingSession(StepSession):
         self.calls: list[tuple[Any, ...]] = []
         self.memos = {} if memos is None else memos
         self.processes: list[dict[str, Any]] = []
+        #: What calls that ended without a result used, by label (:meth:`StepSession.record_usage`).
+        self.usages: list[tuple[str, dict[str, Any]]] = []
 
     async def read(self, path: str) -> str:
         self.calls.append(("read", path))
@@ -54,3 +56,6 @@ class RecordingSession(StepSession):
         self.processes.append(process)
         return self.processes[-2] if len(self.processes) > 1 else None
 
+
+    async def record_usage(self, label: str, usage: dict[str, Any]) -> None:
+        self.usages.append((label, usage))

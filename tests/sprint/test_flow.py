@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stepline.executors._budget import Prices
+from stepline.executors import Price, PriceTable
 from stepline.model import Run, RunStatus, StepStatus, WorkflowSpec
 from stepline.sprint._driver import story_workflow
 from stepline.sprint._flow import Budget, SprintFlow, next_stage
@@ -107,24 +107,24 @@ def test_the_flow_stops_at_a_stage_that_did_not_complete() -> None:
 
 
 def test_usage_is_summed_and_weighed_by_price_when_no_cost_is_reported() -> None:
-    prices = Prices(input=3.0, output=15.0, cache_read=0.3)
+    prices = PriceTable(fallback=Price(3.0, 15.0, 0.3))
     records = [
-        {"op": "memo:cli-agent:claude", "result": {"usage": {"input_tokens": 1000, "output_tokens": 100,
-                                                             "cache_read_input_tokens": 10000}}},
+        {"op": "memo:cli-agent:claude", "result": {"usage": {"input_tokens": 11000, "output_tokens": 100,
+                                                             "cache_read_tokens": 10000, "cache_write_tokens": 0}}},
         {"op": "memo:cli-agent:claude", "result": {"usage": {"input_tokens": 5, "output_tokens": 5,
                                                              "cost_usd": 0.5}}},
-        # the cli-agent records codex's cache reads apart from its input tokens, as the LLM executors do
+        # a record of an older run: codex's cache reads apart from its input tokens
         {"op": "memo:cli-agent:codex", "result": {"usage": {"input_tokens": 500, "cached_input_tokens": 1500,
                                                             "output_tokens": 0}}},
         {"op": "read", "result": {"usage": {"input_tokens": 99}}},  # not a model call
     ]
-    usage = usage_of_calls(records, prices)
-    assert usage.calls == 3 and usage.cache_read_tokens == 11500 and usage.input_tokens == 1005 + 500
+    usage = usage_of_calls([{"key": f"s/1/1/{n}", **r} for n, r in enumerate(records)], prices)
+    assert usage.calls == 3 and usage.cache_read_tokens == 11500 and usage.input_tokens == 11005 + 2000
     expected = (1000 * 3 + 100 * 15 + 10000 * 0.3) / 1e6 + 0.5 + (500 * 3 + 1500 * 0.3) / 1e6
     assert usage.cost_usd == pytest.approx(expected)
     assert over_limit(usage, 10000, None) == "13110 tokens > the limit of 10000"
     assert over_limit(usage, None, 0.1) is not None and over_limit(usage, 1e9, 10) is None
-    assert Usage.from_dict(usage.to_dict()).tokens == usage.tokens
+    assert Usage.from_record(usage.to_record()) == usage
 
 
 def test_a_reviewers_report_is_triaged_line_by_line() -> None:

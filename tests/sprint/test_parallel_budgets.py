@@ -216,6 +216,7 @@ def test_a_deferred_story_does_not_stop_the_others_commit(
 
 def test_a_loop_meter_stops_the_calls_of_every_story_within_it_and_leaves_with_its_last_call() -> None:
     """executors/_budget's sharing, as the loop uses it: each story's stage pool within the loop's pool."""
+    from stepline.executors import Usage
     from stepline.executors._budget import CallBudget, Meters
 
     loop = CallBudget(tokens=3000, what="the loop's budget", pool="sprint-loop:/p")
@@ -225,10 +226,10 @@ def test_a_loop_meter_stops_the_calls_of_every_story_within_it_and_leaves_with_i
     one, two = object(), object()
     with meters.join(first) as a, meters.join(second) as b:
         assert a is not None and b is not None and a.within is b.within
-        a.report(one, {"input_tokens": 1500})
-        b.report(two, {"input_tokens": 1400})
+        a.report(one, Usage(1500, calls=1))
+        b.report(two, Usage(1400, calls=1))
         assert not a.crossed.is_set() and not b.crossed.is_set()  # 2,900 of 3,000 together; each far from its own
-        b.report(two, {"input_tokens": 1600})  # a running total: 3,100 together
+        b.report(two, Usage(1600, calls=1))  # a running total: 3,100 together
         assert a.crossed.is_set() and b.crossed.is_set()
         assert a.reason == b.reason == "the loop's budget: 3100 tokens > the 3000 left"
         with meters.join(first) as late:  # a call joining a stopped pool is not started

@@ -189,7 +189,7 @@ def test_the_real_agent_builds_three_stories_stepline_reviews_and_commits_each_o
     # Each build: the agent's edits, stepline's finish, its closing text; each review: the finish, the closing text.
     assert Counter(model.requests) == Counter({"build:0": 3, "build:1": 3, "build:2": 3, "review:0": 3,
                                                "review:1": 3})
-    assert all(r["usage"]["input_tokens"] + r["usage"]["cache_read_tokens"] >= 3 * 1500 for r in results)
+    assert all(r["usage"]["input_tokens"] >= 3 * 1500 for r in results)  # the whole prompt, cached part included
     assert _left_in(root) == []
 
 

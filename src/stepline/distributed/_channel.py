@@ -44,7 +44,7 @@ __all__ = ["Channel", "RemoteCallError", "RemoteSession", "SessionServer", "orig
 
 #: A reply line may carry a whole file a step read (``read``): far above asyncio's 64 KiB default.
 _LINE_LIMIT = 256 * 1024 * 1024
-_OPS = frozenset({"read", "ask", "write_output", "set_var", "call_tool", "decide", "finish"})
+_OPS = frozenset({"read", "ask", "write_output", "set_var", "call_tool", "decide", "finish", "record_usage"})
 
 
 def _dumps(data: Any) -> bytes:
@@ -292,6 +292,10 @@ class RemoteSession(StepSession):
         """See :meth:`StepSession.call_tool`."""
         result: dict[str, Any] = await self._call("call_tool", name=name, args=args)
         return result
+
+    async def record_usage(self, label: str, usage: dict[str, Any]) -> None:
+        """See :meth:`StepSession.record_usage`."""
+        await self._call("record_usage", label=label, usage=usage)
 
     async def decide(self, value: bool, reason: str) -> None:
         """See :meth:`StepSession.decide`."""

@@ -12,11 +12,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from stepline._yaml import find_yaml_line, load_yaml_text
 from stepline.context._config import TelisConfig
 from stepline.errors import ConfigError
+from stepline.executors import DEFAULT_PRICES, Price, PriceTable
 from stepline.formats._files import read_text
 from stepline.guardrails import GuardrailPolicy
 from stepline.time import DEFAULT_TIMEZONE
 
-__all__ = ["HitlPolicy", "RuntimeConfig", "load_runtime_config"]
+__all__ = ["HitlPolicy", "PricesSection", "RuntimeConfig", "load_runtime_config"]
 
 
 class _Section(BaseModel):
@@ -84,6 +85,36 @@ class PromptsSection(_Section):
                                  "menu, next-step loading, frontmatter rules the runtime owns)")
 
 
+class ModelPrice(_Section):
+    """Dollars per million tokens; a cache read or write without its own price costs ``input``'s."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_read: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)
+
+    def price(self) -> Price:
+        """As the executors weigh with it."""
+        return Price(self.input, self.output, self.cache_read, self.cache_write)
+
+
+class PricesSection(_Section):
+    """What tokens cost, for ``stepline cost`` and the budgets: a model's price is the one under its name (or the
+    longest name it starts with), these over the dated defaults; ``fallback`` for any other model (none: unknown)."""
+
+    models: dict[str, ModelPrice] = Field(default_factory=dict)
+    fallback: ModelPrice | None = None
+    defaults: bool = Field(default=True, description="start from stepline's dated list prices of the main models")
+    as_of: str | None = Field(default=None, description="when these prices were taken (said next to the figures)")
+
+    def table(self) -> PriceTable:
+        """The price table these settings make."""
+        base = DEFAULT_PRICES if self.defaults else PriceTable()
+        mine = {name: price.price() for name, price in self.models.items()}
+        as_of = self.as_of or (base.as_of if not mine else None)
+        return PriceTable({**base.models, **mine}, None if self.fallback is None else self.fallback.price(), as_of)
+
+
 class RuntimeConfig(_Section):
     """The whole runtime configuration."""
 
@@ -95,6 +126,7 @@ class RuntimeConfig(_Section):
     executors: dict[str, dict[str, Any]] = Field(default_factory=dict)
     prompts: PromptsSection = Field(default_factory=PromptsSection)
     telis: TelisConfig = Field(default_factory=TelisConfig)  # TELIS context: shards, retrieval, language servers
+    prices: PricesSection = Field(default_factory=PricesSection)
     source: str | None = Field(default=None, exclude=True)
 
 

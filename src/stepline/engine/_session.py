@@ -96,6 +96,12 @@ class JournaledSession(StepSession):
         run_dir = self.ctx.engine._dir
         return run_dir.step_log(self.ctx.spec.id) if run_dir is not None else None
 
+    async def record_usage(self, label: str, usage: dict[str, Any]) -> None:
+        """Journal what a call that ended without a result used, under a key of its own (replay never reads it)."""
+        base = f"{self.prefix}/usage/"
+        number = 1 + sum(1 for key in self.ctx.engine.calls.recorded if key.startswith(base))
+        self._record(f"{base}{number}", "usage:" + label, {}, {"usage": usage})
+
     async def agent_process(self, process: dict[str, Any]) -> dict[str, Any] | None:
         """Journal the agent process as an intent (synced before it starts), under this request's own key: a
         resumed request reads back the one an earlier driver left, whichever call it had reached."""

@@ -12,11 +12,13 @@ from typing import Any
 
 from stepline._paths import escape
 from stepline.errors import JournalError, OutsideRootError
+from stepline.executors import Ledger
 from stepline.model import Event, EventType, InvalidTransition, Run, RunStatus, RunStep, StepStatus
 
 __all__ = ["CallLog", "apply", "fold", "stamp"]
 
 _E = EventType
+_RECORDED = EventType.CALL_RECORDED.value
 
 
 @dataclass(slots=True)
@@ -29,6 +31,8 @@ class CallLog:
     #: Bumped whenever a variable changes, so views of the variables (redacted copies) can be cached.
     variables_version: int = 0
     decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The usage of the run's calls (every step's, kept when a step's calls are forgotten).
+    ledger: Ledger = field(default_factory=Ledger)
 
     def forget_step(self, step_id: str) -> None:
         """Drop the calls of a finished step (they will never be replayed), keeping memory flat."""
@@ -51,6 +55,9 @@ def apply(run: Run, event: Event, calls: CallLog) -> None:
     fold = _RUN_FOLDS.get(event.type)
     if fold is not None:
         fold(run, event.data, calls)
+        if event.type == _RECORDED:  # a usage that is no object of numbers: TypeError, a damaged record
+            calls.ledger.record(run.run_id, event.step_id, event.data["key"], str(event.data.get("op", "")),
+                                event.data.get("result"), at=event.time)
         return
     step_fold = _STEP_FOLDS.get(event.type)
     if step_fold is not None and event.step_id is not None:
@@ -137,24 +144,7 @@ def _call_recorded(run: Run, data: dict[str, Any], calls: CallLog) -> None:
         args = _mapping(data["args"], "args")
         run.variables[str(args["name"])] = args.get("value")
         calls.variables_version += 1
-    elif str(data.get("op", "")).startswith("memo:") and isinstance(data.get("result"), dict):
-        _usage(data["result"].get("usage"))
     calls.recorded[key] = data
-
-
-#: The counts of a model call's usage that ``show`` and ``export`` sum (the timeline's).
-_USAGE_COUNTS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens", "cost_usd")
-
-
-def _usage(value: Any) -> None:
-    """A model call's recorded usage: absent, or an object whose counts are numbers (or absent)."""
-    if value is None:
-        return
-    usage = _mapping(value, "result.usage")
-    for name in _USAGE_COUNTS:
-        number = usage.get(name)
-        if number is not None and (isinstance(number, bool) or not isinstance(number, int | float)):
-            raise TypeError(f"result.usage.{name} is not a number")
 
 
 def _call_started(run: Run, data: dict[str, Any], calls: CallLog) -> None:

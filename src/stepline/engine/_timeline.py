@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from stepline.executors import Ledger, usage_row
 from stepline.model import Event, EventType
 from stepline.store import RunDir
 
@@ -27,21 +28,14 @@ def build_timeline(run_dir: RunDir, events: Iterable[Event] | None = None, *, wh
     """
     entries: list[dict[str, Any]] = []
     steps: dict[str, dict[str, Any]] = {}
-    usage: dict[str, dict[str, float]] = {}
+    ledger = Ledger()
     for event in run_dir.events() if events is None else events:
         kind, sid = event.type, event.step_id
         if kind == _RECORDED:
-            result = event.data.get("result")
             # A model's (or an agent's) call journals its usage with its result; a person's answers (the human
             # executor's memo) carry none and are no model call.
-            tokens = result.get("usage") if isinstance(result, dict) else None
-            if str(event.data.get("op", "")).startswith("memo:") and isinstance(tokens, dict):
-                bucket = usage.setdefault(sid or "-", {"calls": 0, "input_tokens": 0, "cached_input_tokens": 0,
-                                                       "cache_write_tokens": 0, "output_tokens": 0, "cost_usd": 0.0})
-                bucket["calls"] += 1
-                for name in ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens",
-                             "cost_usd"):
-                    bucket[name] += float(tokens.get(name) or 0)
+            ledger.record(run_dir.run_id, sid, str(event.data.get("key", "")), str(event.data.get("op", "")),
+                          event.data.get("result"), at=event.time)
             continue
         if kind in _HIDDEN:
             continue
@@ -69,7 +63,7 @@ def build_timeline(run_dir: RunDir, events: Iterable[Event] | None = None, *, wh
         "evidence": run_dir.read("evidence.json", []) or [],
         "drr": run_dir.read("drr.json", []) or [],
         "tool_results": run_dir.read("tool_results.json", []) or [],
-        "usage": usage,
+        "usage": {step: usage_row(used) for step, used in ledger.by(lambda entry: entry.step_id).items()},
     })
     return timeline
 

@@ -24,18 +24,35 @@ from stepline.executors._protocol import (
     standing_text,
 )
 from stepline.executors._scripted import ScriptedExecutor, load_script
+from stepline.executors._usage import (
+    DEFAULT_PRICES,
+    ROW,
+    Entry,
+    Ledger,
+    Price,
+    PriceTable,
+    Usage,
+    usage_row,
+)
 
 __all__ = [
+    "DEFAULT_PRICES",
+    "ROW",
     "STANDING_HINT",
     "Choice",
     "DryRunExecutor",
+    "Entry",
     "Executor",
     "ExecutorFactory",
+    "Ledger",
     "MenuOption",
+    "Price",
+    "PriceTable",
     "RequestKind",
     "ScriptedExecutor",
     "StepRequest",
     "StepSession",
+    "Usage",
     "WriteMode",
     "available_executors",
     "create_executor",
@@ -46,4 +63,5 @@ __all__ = [
     "options_named",
     "register_executor",
     "standing_text",
+    "usage_row",
 ]

@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from stepline.executors._llm import LLMExecutor, ToolCall, ToolResult, Turn, sdk_errors
+from stepline.executors._usage import Usage
 
 if TYPE_CHECKING:
     import anthropic
@@ -86,9 +87,9 @@ class AnthropicExecutor(LLMExecutor):
         text = "".join(block.text for block in response.content if block.type == "text")
         calls = [ToolCall(id=block.id, name=block.name, arguments=json.dumps(block.input))
                  for block in response.content if block.type == "tool_use"]
+        read = response.usage.cache_read_input_tokens or 0
+        write = response.usage.cache_creation_input_tokens or 0
+        used = Usage(response.usage.input_tokens + read + write,  # Anthropic's input_tokens: the uncached part only
+                     response.usage.output_tokens, read, write, calls=1)
         return Turn(text=text, tool_calls=calls, stop_reason=response.stop_reason,
-                    usage={"input_tokens": response.usage.input_tokens,  # Anthropic's: the uncached part only
-                           "cached_input_tokens": response.usage.cache_read_input_tokens or 0,
-                           "cache_write_tokens": response.usage.cache_creation_input_tokens or 0,
-                           "output_tokens": response.usage.output_tokens,
-                           "model": response.model or self.settings.model})
+                    usage={**used.to_record(), "model": response.model or self.settings.model})

@@ -7,9 +7,9 @@ review layers of one stage) share what is left: their usages are summed. A budge
 that calls of other pools share too (the sprint loop's, shared by the stories running at once): a call is
 stopped when either is crossed, and when the enclosing one is, every call within it is.
 
-Usage is counted the way the executors record it: ``input_tokens`` billed in full, ``cached_input_tokens``
-(cache reads) apart, ``output_tokens``, and ``cost_usd`` when the CLI reports a price; without one, the tokens
-are weighed by the budget's prices (dollars per million tokens, cache reads at theirs).
+A call's usage is a :class:`~stepline.executors._usage.Usage` (its tokens: the whole prompt and the output), its
+dollars weighed by the budget's :class:`~stepline.executors._usage.PriceTable` (the cost the CLI reported, else its
+model's price, else the table's fallback) — the one weighing ``stepline cost`` and the sprint loop use too.
 """
 
 from __future__ import annotations
@@ -17,78 +17,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from stepline.errors import UsageError
+from stepline.executors._usage import DEFAULT_PRICES, PriceTable, Usage
 
-__all__ = ["BUDGET_HINT", "CallBudget", "Meters", "Prices", "SharedMeter", "Usage", "weigh"]
+__all__ = ["BUDGET_HINT", "CallBudget", "Meters", "SharedMeter"]
 
 #: The hint a caller puts a :class:`CallBudget` under (as :meth:`CallBudget.to_hint`).
 BUDGET_HINT = "budget"
-
-
-@dataclass(frozen=True, slots=True)
-class Prices:
-    """Dollars per million tokens, for usage reported without a cost."""
-
-    input: float = 3.0
-    output: float = 15.0
-    cache_read: float = 0.3
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Tokens and dollars, weighed (:func:`weigh`) and summed over ``calls`` calls."""
-
-    input_tokens: float = 0.0
-    output_tokens: float = 0.0
-    cache_read_tokens: float = 0.0
-    cost_usd: float = 0.0
-    calls: int = 0
-
-    @property
-    def tokens(self) -> float:
-        """Every token counted (cache reads too: they are tokens the model read)."""
-        return self.input_tokens + self.output_tokens + self.cache_read_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens,
-                     self.cache_read_tokens + other.cache_read_tokens, self.cost_usd + other.cost_usd,
-                     self.calls + other.calls)
-
-    def to_dict(self) -> dict[str, float]:
-        """Plain JSON (a run variable)."""
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                "cache_read_tokens": self.cache_read_tokens, "cost_usd": round(self.cost_usd, 6),
-                "calls": self.calls}
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> Usage:
-        """Back from :meth:`to_dict`."""
-        return cls(float(raw.get("input_tokens") or 0), float(raw.get("output_tokens") or 0),
-                   float(raw.get("cache_read_tokens") or 0), float(raw.get("cost_usd") or 0),
-                   int(raw.get("calls") or 0))
-
-
-def _number(raw: Mapping[str, Any], *keys: str) -> float:
-    for key in keys:
-        value = raw.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    return 0.0
-
-
-def weigh(usage: Mapping[str, Any], prices: Prices) -> Usage:
-    """What ``usage`` (an executor's recorded usage) counts for: its tokens, and its reported cost or, without
-    one, its tokens at ``prices``."""
-    inp = _number(usage, "input_tokens")
-    out = _number(usage, "output_tokens")
-    cache = _number(usage, "cached_input_tokens", "cache_read_input_tokens", "cache_read_tokens")
-    cost = _number(usage, "cost_usd")
-    if cost <= 0:
-        cost = (inp * prices.input + out * prices.output + cache * prices.cache_read) / 1e6
-    return Usage(inp, out, cache, cost, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +35,7 @@ class CallBudget:
 
     tokens: float | None = None
     cost_usd: float | None = None
-    prices: Prices = field(default_factory=Prices)
+    prices: PriceTable = DEFAULT_PRICES
     what: str = "the budget"
     pool: str | None = None
     #: The budget enclosing this one, shared with the calls of other pools (None: none).
@@ -106,9 +44,7 @@ class CallBudget:
     def to_hint(self) -> dict[str, Any]:
         """Plain JSON, for ``hints["budget"]``."""
         return {"tokens": self.tokens, "cost_usd": self.cost_usd, "what": self.what, "pool": self.pool,
-                "prices": {"input": self.prices.input, "output": self.prices.output,
-                           "cache_read": self.prices.cache_read},
-                "within": None if self.within is None else self.within.to_hint()}
+                "prices": self.prices.to_dict(), "within": None if self.within is None else self.within.to_hint()}
 
     @classmethod
     def from_hints(cls, hints: Mapping[str, Any]) -> CallBudget | None:
@@ -118,21 +54,20 @@ class CallBudget:
             return None
         if not isinstance(raw, Mapping):
             raise UsageError(f"the request's budget hint must be a mapping, not {type(raw).__name__}")
-        prices = raw.get("prices") or {}
         try:
             return cls(tokens=None if raw.get("tokens") is None else float(raw["tokens"]),
                        cost_usd=None if raw.get("cost_usd") is None else float(raw["cost_usd"]),
-                       prices=Prices(**{k: float(v) for k, v in prices.items()}),
+                       prices=PriceTable.from_dict(raw["prices"]) if raw.get("prices") else DEFAULT_PRICES,
                        what=str(raw.get("what") or "the budget"), pool=raw.get("pool"),
                        within=cls.from_hints({BUDGET_HINT: raw["within"]}) if raw.get("within") else None)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, AttributeError) as exc:
             raise UsageError(f"the request's budget hint is not understood: {exc}") from None
 
     def crossed(self, spent: Usage) -> str | None:
         """Why ``spent`` is past this budget, in words; None while it is within."""
         if self.tokens is not None and spent.tokens > self.tokens:
             return f"{self.what}: {spent.tokens:.0f} tokens > the {self.tokens:.0f} left"
-        if self.cost_usd is not None and spent.cost_usd > self.cost_usd:
+        if self.cost_usd is not None and (spent.cost_usd or 0.0) > self.cost_usd:
             return f"{self.what}: ${spent.cost_usd:.4f} > the ${self.cost_usd:.4f} left"
         return None
 
@@ -162,14 +97,14 @@ class SharedMeter:
         if self.reason is not None:
             self.crossed.set()
 
-    def report(self, call: object, usage: Mapping[str, Any]) -> None:
-        """Call ``call`` (a key no other call shares) has used ``usage`` so far (its total, not an increment);
-        the meter this one is within is told too."""
-        self.spent[call] = weigh(usage, self.budget.prices)
+    def report(self, call: object, usage: Usage, model: str | None = None) -> None:
+        """Call ``call`` (a key no other call shares) of ``model`` has used ``usage`` so far (its total, not an
+        increment), weighed at the budget's prices; the meter this one is within is told too."""
+        self.spent[call] = self.budget.prices.priced(usage, model)
         if self.reason is None and (reason := self.budget.crossed(sum(self.spent.values(), Usage()))):
             self._stop(reason)
         if self.within is not None:
-            self.within.report(call, usage)
+            self.within.report(call, usage, model)
 
     def _stop(self, reason: str) -> None:
         """Past the budget: this pool's calls, and those of every pool within it, are stopped for ``reason``."""

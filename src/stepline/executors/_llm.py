@@ -30,6 +30,7 @@ from stepline.errors import ExecutorError, NotFoundError, OutsideRootError, Step
 from stepline.executors._base import Executor
 from stepline.executors._protocol import STANDING_HINT, StepRequest, StepSession, WriteMode
 from stepline.executors._reliability import Backoff, CircuitBreaker, Reliability
+from stepline.executors._usage import Price, PriceTable, Usage
 
 __all__ = [
     "LLMExecutor",
@@ -65,7 +66,8 @@ class LLMSettings:
     backoff: Backoff = field(default_factory=Backoff)
     breaker_threshold: int = 5
     breaker_reset_seconds: float = 30.0
-    prices: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: Prices (USD per million tokens) to journal each call's cost with; none: it is weighed when read.
+    prices: PriceTable = field(default_factory=PriceTable)
 
     @classmethod
     def from_options(cls, provider: str, options: dict[str, Any], env_prefix: str, *,
@@ -100,30 +102,11 @@ class LLMSettings:
                                 max_seconds=float(opt("max_backoff_seconds") or 8.0)),
                 breaker_threshold=int(opt("breaker_threshold") or 5),
                 breaker_reset_seconds=float(opt("breaker_reset_seconds") or 30.0),
-                prices={str(k): {str(n): float(p) for n, p in dict(v).items()}
-                        for k, v in dict(opt("prices") or {}).items()},
+                prices=PriceTable({str(k): Price.from_dict(dict(v)) for k, v in dict(opt("prices") or {}).items()}),
             )
         except (TypeError, ValueError) as exc:
             raise ExecutorError(f"bad option for the {provider} executor: {exc}",
                                 hint="see examples/runtime.yaml, section executors") from None
-
-    def cost_usd(self, model: str, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0,
-                 cache_write_tokens: int = 0) -> float | None:
-        """Cost from ``prices`` (USD per million tokens), or None when no price is configured.
-
-        ``input_tokens`` are the prompt tokens billed at the full ``input`` price: a provider's cached part is
-        counted apart, ``cached_input_tokens`` at ``cached_input`` (a cache read) and ``cache_write_tokens`` at
-        ``cache_write`` (written to the cache); either price defaults to ``input`` when not configured, so no
-        discount is assumed that the provider did not state.
-        """
-        price = self.prices.get(model) or self.prices.get(self.model)
-        if price is None:
-            return None
-        full = price.get("input", 0.0)
-        total = (input_tokens * full + output_tokens * price.get("output", 0.0)
-                 + cached_input_tokens * price.get("cached_input", full)
-                 + cache_write_tokens * price.get("cache_write", full))
-        return round(total / 1e6, 8)
 
 
 # -- errors: the one translation of a provider failure ---------------------------------------------------
@@ -212,11 +195,6 @@ class Turn:
         """Rebuild from a memo result."""
         return cls(text=str(raw.get("text") or ""), tool_calls=[ToolCall(**c) for c in raw.get("tool_calls") or []],
                    stop_reason=raw.get("stop_reason"), usage=dict(raw.get("usage") or {}))
-
-
-#: The token counts a turn's usage holds: ``input_tokens`` billed in full, the prompt's cached part apart (read from
-#: the provider's cache, written to it), ``output_tokens``.
-_TOKEN_COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens", "cache_write_tokens")
 
 
 # -- the protocol as tools ---------------------------------------------------------------------------------
@@ -429,9 +407,9 @@ class LLMExecutor(Executor):
     @abstractmethod
     async def send(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
                    cache_key: str | None = None) -> Turn:
-        """Send one request; return the turn with ``usage`` (the counts of ``_TOKEN_COUNTS`` the provider reports)
-        and model filled in. ``cache_key`` names the run, for a provider that routes a run's requests to the same
-        prefix cache by it.
+        """Send one request; return the turn with ``usage`` (:meth:`Usage.to_record` of what the provider reports:
+        this method is the provider's usage normalizer) and ``model`` filled in. ``cache_key`` names the run, for a
+        provider that routes a run's requests to the same prefix cache by it.
 
         Errors are raised as :class:`ExecutorError` (via :func:`status_error` / :func:`transport_error`).
         """
@@ -507,10 +485,9 @@ class LLMExecutor(Executor):
             self.client()
             started = self.clock()
             turn = await self.reliability.call(lambda: self.send(system, messages, tools, cache_key=cache_key))
-            counts = {name: int(turn.usage.get(name) or 0) for name in _TOKEN_COUNTS}
             model = str(turn.usage.get("model") or self.settings.model)
-            turn.usage = {**counts, "cost_usd": self.settings.cost_usd(model, **counts), "model": model,
-                          "latency_ms": round((self.clock() - started) * 1000, 1)}
+            used = self.settings.prices.priced(Usage.from_record(turn.usage), model)
+            turn.usage = {**used.to_record(), "model": model, "latency_ms": round((self.clock() - started) * 1000, 1)}
             return turn.to_dict()
 
         return Turn.from_dict(await session.memo(self.name, payload, compute))

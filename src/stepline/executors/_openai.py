@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from stepline.errors import ExecutorError
 from stepline.executors._llm import LLMExecutor, ToolCall, ToolResult, Turn, sdk_errors
+from stepline.executors._usage import Usage
 
 if TYPE_CHECKING:
     import openai
@@ -89,9 +90,7 @@ class OpenAIExecutor(LLMExecutor):
                  for c in choice.message.tool_calls or [] if c.type == "function"]
         usage = response.usage
         details = usage.prompt_tokens_details if usage else None
-        cached = (details.cached_tokens or 0) if details else 0
+        used = Usage(usage.prompt_tokens, usage.completion_tokens,  # the whole prompt, its cached part included
+                     (details.cached_tokens or 0) if details else 0, calls=1) if usage else Usage(calls=1)
         return Turn(text=choice.message.content or "", tool_calls=calls, stop_reason=choice.finish_reason,
-                    usage={"input_tokens": (usage.prompt_tokens - cached) if usage else 0,  # the part billed in full
-                           "cached_input_tokens": cached,
-                           "output_tokens": usage.completion_tokens if usage else 0,
-                           "model": response.model or self.settings.model})
+                    usage={**used.to_record(), "model": response.model or self.settings.model})

@@ -174,3 +174,10 @@ class StepSession(ABC):
         """Where to append what a running agent prints, line by line, for people watching it (``stepline logs
         -f``): a log in the run's folder, never state (the journal stays the truth). None: the run keeps none."""
         return None
+
+    async def record_usage(self, label: str, usage: dict[str, Any]) -> None:
+        """Journal what a call that ended without a result used (an agent stopped at its timeout, or one that ended
+        without finishing; ``usage`` as :meth:`stepline.executors.Usage.to_record` makes it), for the run's
+        usage. Never replayed: a call run again on resume records its own. A session without a journal keeps
+        none."""
+        return None

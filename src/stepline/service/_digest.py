@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Any
 
+from stepline.executors import ROW
 from stepline.service._facts import context_detail, context_lines, one_line, run_errors, secrets_in_artifacts
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ _NOTABLE = frozenset({
     "WorkflowStepFailed", "StepBlocked", "StepRetry", "ValidationFailed", "HumanGateRequired", "HumanGateApproved",
     "HumanGateRejected", "ToolFailed", "ToolApprovalRequired", "ContextDrift", "AnswerGiven"})
 _HIDDEN = frozenset({"CallStarted", "CursorMoved", "CallRecorded"})
-_USAGE = ("calls", "input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens", "cost_usd")
+_USAGE = ROW
 
 #: A digest: the JSON document saved in summary.json (see make_digest).
 Digest = dict[str, Any]

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from stepline.executors._budget import CallBudget, Prices
+from stepline.executors import PriceTable
+from stepline.executors._budget import CallBudget
 from stepline.model import EventType
+from stepline.sprint._config import DEFAULT_BUDGET_PRICE
 from stepline.sprint._stage import gate_key, link, set_var, sprint_config, story_key, story_vars
-from stepline.sprint._usage import Usage, over_limit, usage_of_calls
+from stepline.sprint._usage import Usage, budget_prices, over_limit, usage_of_calls
 
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
@@ -24,12 +26,13 @@ __all__ = ["LOOP_BUDGET", "budget_spent", "call_budget", "note_usage", "over_bud
 LOOP_BUDGET = "the loop's budget"
 
 
-def _prices(ctx: StepContext) -> Prices:
+def _prices(ctx: StepContext) -> PriceTable:
+    """The runtime's price table, the budgets' prices for a model it has none for."""
     budgets = sprint_config(ctx).get("budgets") or {}
-    default = Prices()  # a key missing from the run's config: the same defaults config/sprint.yaml has
-    return Prices(input=float(budgets.get("input_per_mtok", default.input)),
-                  output=float(budgets.get("output_per_mtok", default.output)),
-                  cache_read=float(budgets.get("cache_read_per_mtok", default.cache_read)))
+    default = DEFAULT_BUDGET_PRICE  # a key missing from the run's config: the same defaults config/sprint.yaml has
+    return budget_prices(ctx.engine.config.prices.table(), float(budgets.get("input_per_mtok", default.input)),
+                         float(budgets.get("output_per_mtok", default.output)),
+                         float(budgets.get("cache_read_per_mtok", default.cache_read or default.input)))
 
 
 def _earlier_usage(ctx: StepContext) -> Usage:
@@ -38,7 +41,7 @@ def _earlier_usage(ctx: StepContext) -> Usage:
     total = Usage()
     for name, value in story_vars(ctx).items():
         if name.startswith("sprint_usage:") and name != f"sprint_usage:{ctx.spec.id}" and isinstance(value, dict):
-            total = total + Usage.from_dict(value)
+            total = total + Usage.from_record(value)
     return total
 
 
@@ -56,7 +59,7 @@ def report_usage(ctx: StepContext) -> None:
 
 def note_usage(ctx: StepContext) -> None:
     """Journal what this stage's calls used (``sprint_usage:<stage>``), and report it to the loop."""
-    set_var(ctx, f"sprint_usage:{ctx.spec.id}", _stage_usage(ctx).to_dict())
+    set_var(ctx, f"sprint_usage:{ctx.spec.id}", _stage_usage(ctx).to_record())
     report_usage(ctx)
 
 
@@ -71,7 +74,7 @@ def _spent_by_others(ctx: StepContext) -> Usage:
     ended, and what each running one has reported); else what the loop had spent when this story started."""
     if (ledger := link(ctx).ledger) is not None:
         return ledger.spent(but=story_key(ctx))
-    return Usage.from_dict(story_vars(ctx).get("sprint_spent_before") or {})
+    return Usage.from_record(story_vars(ctx).get("sprint_spent_before") or {"calls": 0})
 
 
 def over_budget(ctx: StepContext) -> str | None:
@@ -107,7 +110,7 @@ def call_budget(ctx: StepContext) -> dict[str, Any] | None:
              ) -> CallBudget:
         tokens, cost = limits.get("tokens"), limits.get("cost_usd")
         return CallBudget(tokens=None if tokens is None else float(tokens) - used.tokens,
-                          cost_usd=None if cost is None else float(cost) - used.cost_usd,
+                          cost_usd=None if cost is None else float(cost) - (used.cost_usd or 0.0),
                           prices=_prices(ctx), what=what, pool=pool, within=within)
 
     run_limits = budgets.get("run") or {}

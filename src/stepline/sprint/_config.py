@@ -13,11 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stepline._yaml import find_yaml_line, load_yaml_text
 from stepline.errors import ConfigError
-from stepline.executors._budget import Prices
+from stepline.executors import Price
 from stepline.formats._files import read_text
 
-#: The executors' default prices: a budget weighs tokens the same whether or not sprint.yaml names prices.
-_DEFAULT_PRICES = Prices()
+#: The budgets' prices for a model the runtime's price table has none for, unless sprint.yaml names others.
+DEFAULT_BUDGET_PRICE = Price(3.0, 15.0, 0.3)
 
 __all__ = ["BudgetLimit", "SprintConfig", "load_sprint_config"]
 
@@ -73,9 +73,9 @@ class BudgetsSection(_Section):
     story: BudgetLimit = Field(default_factory=BudgetLimit)
     run: BudgetLimit = Field(default_factory=BudgetLimit)
     #: Dollars per million tokens, for executors that report tokens but no cost.
-    input_per_mtok: float = Field(default=_DEFAULT_PRICES.input, ge=0)
-    output_per_mtok: float = Field(default=_DEFAULT_PRICES.output, ge=0)
-    cache_read_per_mtok: float = Field(default=_DEFAULT_PRICES.cache_read, ge=0)
+    input_per_mtok: float = Field(default=DEFAULT_BUDGET_PRICE.input, ge=0)
+    output_per_mtok: float = Field(default=DEFAULT_BUDGET_PRICE.output, ge=0)
+    cache_read_per_mtok: float = Field(default=DEFAULT_BUDGET_PRICE.cache_read or 0.0, ge=0)
 
 
 class CheckpointsSection(_Section):

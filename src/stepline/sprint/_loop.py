@@ -151,7 +151,7 @@ def _variables(project: SprintProject, config: SprintConfig, key: str, options: 
     return {"sprint_story": key, "sprint_id": options.sprint_id, "sprint_board": str(project.board_path),
             "sprint_isolation": config.isolation, "sprint_config": config.model_dump(mode="json"),
             "sprint_dev": {"name": dev.name, "path": str(dev.path), "era": dev.era} if dev else None,
-            "sprint_layers": layers, "sprint_spent_before": spent.to_dict()}
+            "sprint_layers": layers, "sprint_spent_before": spent.to_record()}
 
 
 def settled_and_unfinished(store: RunStore) -> tuple[set[str], dict[str, str]]:
@@ -303,9 +303,9 @@ def _story_ended(run: Run, spent: Usage, limit: BudgetLimit, log: _LoopLog, repo
     key = run.variables.get("sprint_story") or run.workflow.meta.get("story")
     result = StoryResult(key=str(key), run_id=run.run_id, outcome=outcome, summary=summary, usage=usage)
     log.write("story-ended", key=result.key, run_id=run.run_id, outcome=outcome, summary=summary,
-              usage=usage.to_dict(), loop_spent=spent.to_dict(),
+              usage=usage.to_record(), loop_spent=spent.to_record(),
               loop_left={"tokens": None if limit.tokens is None else limit.tokens - spent.tokens,
-                         "cost_usd": None if limit.cost_usd is None else limit.cost_usd - spent.cost_usd})
+                         "cost_usd": None if limit.cost_usd is None else limit.cost_usd - (spent.cost_usd or 0.0)})
     if report is not None:
         report(result)
     return result

@@ -49,7 +49,7 @@ def story_usage(run: Run) -> Usage:
     total = Usage()
     for name, value in run.variables.items():
         if name.startswith("sprint_usage:") and isinstance(value, dict):
-            total = total + Usage.from_dict(value)
+            total = total + Usage.from_record(value)
     return total
 
 
@@ -127,7 +127,7 @@ def board_rows(project: SprintProject, store: RunStore) -> list[dict[str, Any]]:
             row.update(run=story.run_id, state="killed" if killed and state == "running" else state, stage=stage,
                        attempts=sum(1 for sid in story.steps if sid.split("@")[0] == "build"
                                     and story.steps[sid].status.value != "pending"),
-                       tokens=int(usage.tokens), cost_usd=round(usage.cost_usd, 4),
+                       tokens=int(usage.tokens), cost_usd=round(usage.cost_usd or 0.0, 4),
                        last_event=f"{events[-1].type} {events[-1].time[11:19]}" if events else None)
         rows.append(row)
     _deferred_dependencies(project, board.stories, rows)

@@ -29,6 +29,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanK
 from opentelemetry.util.types import AttributeValue
 
 from stepline import time
+from stepline.executors import Usage
 from stepline.model import Event, EventType, Run, StepStatus
 
 __all__ = ["SpanObserver"]
@@ -401,22 +402,17 @@ class SpanObserver:
 
 
 def _usage(span: Span, usage: Any) -> None:
-    """A call's usage as the conventions count it: ``input_tokens`` the whole prompt, its cached part (read
-    from the cache, written to it) included. A journal records it so (``cache_read_tokens`` and
-    ``cache_write_tokens`` beside it), or, written before, the part billed in full apart from
-    ``cached_input_tokens`` and ``cache_write_tokens``."""
+    """A call's usage as the conventions count it, as :class:`stepline.executors.Usage` does: ``input_tokens`` the
+    whole prompt, its cached part (read from the cache, written to it) included."""
     if not isinstance(usage, dict):
         return
-    whole = "cache_read_tokens" in usage and "cache_write_tokens" in usage
-    read = int(float(usage.get("cache_read_tokens") or usage.get("cached_input_tokens") or 0))
-    written = int(float(usage.get("cache_write_tokens") or 0))
-    prompt = int(float(usage.get("input_tokens") or 0))
-    span.set_attribute("gen_ai.usage.input_tokens", prompt if whole else prompt + read + written)
-    span.set_attribute("gen_ai.usage.output_tokens", int(float(usage.get("output_tokens") or 0)))
-    span.set_attribute("gen_ai.usage.cache_read.input_tokens", read)
-    span.set_attribute("gen_ai.usage.cache_creation.input_tokens", written)
-    if usage.get("cost_usd"):
-        span.set_attribute("stepline.usage.cost_usd", float(usage["cost_usd"]))
+    used = Usage.from_record(usage)
+    span.set_attribute("gen_ai.usage.input_tokens", int(used.input_tokens))
+    span.set_attribute("gen_ai.usage.output_tokens", int(used.output_tokens))
+    span.set_attribute("gen_ai.usage.cache_read.input_tokens", int(used.cache_read_tokens))
+    span.set_attribute("gen_ai.usage.cache_creation.input_tokens", int(used.cache_write_tokens))
+    if used.cost_usd:
+        span.set_attribute("stepline.usage.cost_usd", used.cost_usd)
 
 
 def _provider(executor: str) -> str:

@@ -15,14 +15,13 @@ from typing import Any
 from stepline._paths import inside
 from stepline.engine import Engine
 from stepline.errors import JournalError, NotFoundError
+from stepline.executors import Usage, usage_row
 from stepline.executors._cassette import memo_digest
 from stepline.model import Event, EventType, Run
 from stepline.store import RunDir
 from stepline.store._blobs import read_blob
 
 __all__ = ["ModelRequest", "RecordedRun", "read_run"]
-
-_USAGE = ("input_tokens", "output_tokens", "cached_input_tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,13 +45,10 @@ class ModelRequest:
             return "\n".join(lines) + "\n"
         return _json(prompt) + "\n"
 
-    def usage(self) -> dict[str, float]:
-        """Its tokens and cost (zero where the answer records none)."""
+    def usage(self) -> Usage:
+        """Its tokens and recorded cost (none where the answer records none)."""
         raw = self.result.get("usage") if isinstance(self.result, dict) else None
-        raw = raw if isinstance(raw, dict) else {}
-        counts: dict[str, float] = {name: float(raw.get(name) or 0) for name in _USAGE}
-        counts["cost_usd"] = float(raw.get("cost_usd") or 0)
-        return counts
+        return Usage.from_record(raw) if isinstance(raw, dict) else Usage()
 
 
 @dataclass(slots=True)
@@ -158,13 +154,9 @@ class RecordedRun:
         return table
 
     def usage(self) -> dict[str, float]:
-        """The run's model usage: tokens and cost summed over its requests, and their number."""
-        total = {name: 0.0 for name in (*_USAGE, "cost_usd")}
-        for request in self.requests:
-            for name, value in request.usage().items():
-                total[name] += value
-        total["requests"] = float(len(self.requests))
-        return total
+        """The run's model usage: tokens and recorded cost summed over its requests, and their number."""
+        return {**usage_row(sum((request.usage() for request in self.requests), Usage())),
+                "requests": float(len(self.requests))}
 
     def unreadable(self, index: int, what: str) -> JournalError:
         """The error for record ``index`` (0-based) that time travel cannot read."""

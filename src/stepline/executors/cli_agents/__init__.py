@@ -5,7 +5,15 @@ failure that is not the work's from one that is."""
 from stepline.executors.cli_agents._executor import AGENTS, CliAgentExecutor
 from stepline.executors.cli_agents._process import stop_left_over
 from stepline.executors.cli_agents._prompt import build_prompt, describe_output
-from stepline.executors.cli_agents._spec import TOTAL, AgentCli, AgentReport, Invocation, StreamedUsage
+from stepline.executors.cli_agents._spec import (
+    CALL,
+    SESSION,
+    AgentCli,
+    AgentReport,
+    Invocation,
+    Reported,
+    StreamedUsage,
+)
 
-__all__ = ["AGENTS", "TOTAL", "AgentCli", "AgentReport", "CliAgentExecutor", "Invocation", "StreamedUsage",
-           "build_prompt", "describe_output", "stop_left_over"]
+__all__ = ["AGENTS", "CALL", "SESSION", "AgentCli", "AgentReport", "CliAgentExecutor", "Invocation", "Reported",
+           "StreamedUsage", "build_prompt", "describe_output", "stop_left_over"]

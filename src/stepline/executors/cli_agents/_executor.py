@@ -7,9 +7,10 @@ the agent's conversation so a later step can resume it or fork it (CCW's ``--id`
 shows them — goes on stdin. The agent reports through stepline's MCP server, served on a free 127.0.0.1 port for
 this one request (the ``mcp-bridge`` machinery), so every ``write_output``/``finish`` it makes is checked and
 journaled like any other executor's. Its stdout (JSON / stream-JSON) gives the session id, the final text and
-token usage. How each CLI is called: one module per agent in this package. A CLI whose usage in a continued
-session is the session's running total (``usage_is_cumulative``: codex) has that total recorded with the session,
-so a call resuming or forking it records and meters only what it used itself.
+token usage. How each CLI is called and how its usage reads: one module per agent in this package. A CLI that reports
+a session's running total (codex, qwen) has that total recorded with the session, so a call resuming or forking it
+records and meters only what it used itself; one that writes each model response's usage only to its session's
+file (codex, gemini) has that file followed while it runs.
 
 The agent runs under a supervisor (:mod:`._process`): it dies with the driver that started it, however that ends,
 and it is journaled (pid, start time, process group) before it starts, so a resumed step first stops an agent a
@@ -18,9 +19,10 @@ dead driver left. While it runs, each line it prints is appended to the step's o
 against the call's budget — the caller's (``hints["budget"]``, see :mod:`stepline.executors._budget`) or
 ``max_call_tokens`` / ``max_call_cost_usd``. Past it, the agent's process group is stopped (SIGTERM, SIGKILL after
 ``stop_grace_seconds``), the call is journaled as stopped with what it had used, and
-:class:`~stepline.errors.BudgetExceeded` is raised. An agent that prints nothing and changes no file in its folder
-for ``stall_seconds`` is stopped too (:class:`~stepline.errors.AgentStalled`); one that ends at a permission or
-login prompt, a rate limit or quota, or an unreachable endpoint raises the matching
+:class:`~stepline.errors.BudgetExceeded` is raised; a call stopped at its ``timeout_seconds`` or ended without
+finishing has what it used journaled (:meth:`StepSession.record_usage`), then raised. An agent that prints nothing
+and changes no file in its folder for ``stall_seconds`` is stopped too (:class:`~stepline.errors.AgentStalled`); one
+that ends at a permission or login prompt, a rate limit or quota, or an unreachable endpoint raises the matching
 :class:`~stepline.errors.AgentEnvironmentError` (its ``kind`` in the message), not a plain failure of the work.
 
 The whole agent run is one :meth:`StepSession.memo`: a resumed step replays the agent's journaled calls
@@ -47,10 +49,14 @@ Options:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +64,16 @@ from stepline.errors import AgentStalled, BudgetExceeded, ExecutorError, UsageEr
 from stepline.executors._base import Executor
 from stepline.executors._budget import CallBudget, Meters
 from stepline.executors._protocol import StepRequest, StepSession
+from stepline.executors._usage import Usage
 from stepline.executors.cli_agents._classify import classify
-from stepline.executors.cli_agents._process import PRIVATE_PREFIX, OutputLog, Ran, run_process, stop_left_over
+from stepline.executors.cli_agents._process import (
+    PRIVATE_PREFIX,
+    FileTail,
+    OutputLog,
+    Ran,
+    run_process,
+    stop_left_over,
+)
 from stepline.executors.cli_agents._prompt import build_prompt, describe_output
 from stepline.executors.cli_agents._spec import (
     SERVER,
@@ -68,7 +82,6 @@ from stepline.executors.cli_agents._spec import (
     Mode,
     StreamedUsage,
     mcp_servers,
-    usage_since,
 )
 from stepline.executors.cli_agents.claude import CLAUDE
 from stepline.executors.cli_agents.codex import CODEX
@@ -83,6 +96,9 @@ AGENTS: dict[str, AgentCli] = {cli.name: cli for cli in (CLAUDE, CODEX, GEMINI, 
 
 #: The default ``stall_seconds``: long enough for a model to think, short enough not to burn a night.
 STALL_SECONDS = 600.0
+
+#: How often a CLI's session file is read for the usage it adds (a read of what it appended, if anything).
+FOLLOW_SECONDS = 0.5
 
 
 def _tail(text: str, limit: int = 400) -> str:
@@ -127,9 +143,9 @@ class CliAgentExecutor(Executor):
             raise ExecutorError(f"the agent's working folder {cwd} does not exist", hint="check the cd option")
         return cwd.resolve()
 
-    def _execution(self, request: StepRequest) -> tuple[str | None, str | None, bool, dict[str, float]]:
+    def _execution(self, request: StepRequest) -> tuple[str | None, str | None, bool, Usage]:
         """(id to record this conversation under, native session id to continue, whether to fork it, the session's
-        recorded running usage for a CLI that counts it in a continued session's usage)."""
+        recorded running usage, for a CLI that reports a continued session's running total)."""
         hinted = request.hints.get("cli_execution")
         if isinstance(hinted, dict):  # a CCW task's cli_execution block, per step
             merge_from = hinted.get("merge_from") or [None]
@@ -141,15 +157,15 @@ class CliAgentExecutor(Executor):
         strategy = spec.get("strategy") or ("resume" if parent else "new")
         record_as = spec.get("execution_id") or (parent if strategy == "resume" else None)
         if not parent or strategy == "new":
-            return record_as, None, False, {}
+            return record_as, None, False, Usage()
         known = request.variables.get(f"cli_session:{parent}")
         if not isinstance(known, dict) or not known.get("session_id"):
             raise ExecutorError(f"no {self.cli.name} session is recorded for execution id {parent!r}",
                                 hint="the step that starts it must run first with that execution_id")
         if known.get("agent") != self.cli.name:
             raise ExecutorError(f"execution {parent!r} was a {known.get('agent')} session, not {self.cli.name}")
-        since = dict(known.get("usage") or {}) if self.cli.usage_is_cumulative else {}
-        return record_as, str(known["session_id"]), strategy in ("fork", "merge_fork"), since
+        before = Usage.from_record(known["usage"]) if isinstance(known.get("usage"), dict) else Usage()
+        return record_as, str(known["session_id"]), strategy in ("fork", "merge_fork"), before
 
     async def perform(self, request: StepRequest, session: StepSession) -> None:
         """Run the agent once for ``request`` (or replay its journaled run) and end the request as it did."""
@@ -158,7 +174,7 @@ class CliAgentExecutor(Executor):
         executable = self._executable()
         mode = self._mode(request)
         cwd = self._cwd(request)
-        record_as, resume, fork, since = self._execution(request)
+        record_as, resume, fork, before = self._execution(request)
         prompt = build_prompt(request, mode, self.cli)
         live = False
 
@@ -166,7 +182,7 @@ class CliAgentExecutor(Executor):
             nonlocal live
             live = True
             return await self._run(executable, request, session, prompt,
-                                   mode=mode, cwd=cwd, resume=resume, fork=fork, since=since)
+                                   mode=mode, cwd=cwd, resume=resume, fork=fork, before=before)
 
         payload = {"agent": self.cli.name, "mode": mode, "cwd": str(cwd), "resume": resume, "fork": fork,
                    "prompt_sha256": hashlib.sha256(prompt.encode("utf-8")).hexdigest()}
@@ -178,9 +194,8 @@ class CliAgentExecutor(Executor):
                                  usage=record.get("usage") or {})
         if record_as and record.get("session_id"):
             known: dict[str, Any] = {"agent": self.cli.name, "session_id": record["session_id"]}
-            if self.cli.usage_is_cumulative:  # what the next call on this session subtracts from its reports
-                used = record.get("usage") or {}
-                known["usage"] = {name: since.get(name, 0.0) + used.get(name, 0.0) for name in {**since, **used}}
+            if record.get("session_usage"):  # what the next call on this session takes off its reports
+                known["usage"] = record["session_usage"]
             await session.set_var(f"cli_session:{record_as}", known)
         final = record["final"]
         if final["method"] == "decide":
@@ -189,10 +204,9 @@ class CliAgentExecutor(Executor):
             await session.finish(final["args"].get("choice"), final["args"].get("summary"))
 
     async def _run(self, executable: str, request: StepRequest, session: StepSession, prompt: str, *,
-                   mode: Mode, cwd: Path, resume: str | None, fork: bool,
-                   since: dict[str, float]) -> dict[str, Any]:
+                   mode: Mode, cwd: Path, resume: str | None, fork: bool, before: Usage) -> dict[str, Any]:
         """One agent run with a per-request MCP server; returns what the memo journals: the usage is the call's
-        own, ``since`` (the session's running usage before it) taken off what the CLI reports."""
+        own (``before``, the session's running total when it started, taken off a total of the session)."""
         from mcp.server.mcpserver import MCPServer
 
         from stepline.executors._mcp_bridge import StepBridge, add_step_tools, serve_http, step_payload
@@ -211,8 +225,10 @@ class CliAgentExecutor(Executor):
         grace = float(self.options.get("exit_grace_seconds", 30))
         stop_grace = float(self.options.get("stop_grace_seconds", 3))
         stall = float(self.options.get("stall_seconds", STALL_SECONDS) or 0) or None
-        streamed = StreamedUsage(self.cli.streamed_usage, since)
+        streamed = StreamedUsage(self.cli.streamed_usage, before)
+        model = self.options.get("model")
         label = f"{self.cli.name}#{request.hints.get('invocation', 0)}"
+        session_id: str | None = None
         # A private folder (0700) for what a CLI reads only from files; removed with the run.
         with (tempfile.TemporaryDirectory(prefix=PRIVATE_PREFIX) as tmp,
               self._meters.join(self._budget(request)) as meter, OutputLog(session.output_log(), label) as log):
@@ -222,10 +238,16 @@ class CliAgentExecutor(Executor):
                 return {"final": None, "calls": [], "session_id": None, "text": "", "usage": {}, "exit_status": None,
                         "stopped": meter.reason}
 
+            def used(line: str) -> None:
+                if streamed.feed(line) and meter is not None:
+                    meter.report(call, streamed.usage, streamed.model or model)
+
             def on_line(stream: str, text: str) -> None:
+                nonlocal session_id
                 log.line(stream, text)
-                if stream == "out" and streamed.feed(text) and meter is not None:
-                    meter.report(call, streamed.usage)
+                if stream == "out":
+                    session_id = session_id or _session_id(text)
+                    used(text)
 
             async def journal(process: dict[str, Any]) -> None:
                 left = await session.agent_process({**process, "agent": self.cli.name, "tmp": tmp})
@@ -243,10 +265,13 @@ class CliAgentExecutor(Executor):
                 config.write_text(mcp_servers({"type": "http", "url": url}), encoding="utf-8")
                 env = {**os.environ, **extra_env, "STEPLINE_MCP_URL": url, "STEPLINE_MCP_CONFIG": str(config)}
                 log.line("---", f"started {executable} ({mode} mode) in {cwd}")
+                tail = FileTail(_since(datetime.now(UTC), used))  # the CLI's own wall-clock stamps, compared
                 serving = asyncio.ensure_future(bridge.serve(request, session))
                 running = asyncio.ensure_future(run_process(
                     [executable, *args], prompt, cwd, env, on_line=on_line, journal=journal,
                     budget=meter.crossed if meter is not None else asyncio.Event(), grace=stop_grace, stall=stall))
+                following = asyncio.ensure_future(self._follow(tail, env, lambda: session_id))
+                timed_out = False
                 try:
                     async with asyncio.timeout(float(timeout) if timeout else None):
                         await asyncio.wait({serving, running}, return_when=asyncio.FIRST_COMPLETED)
@@ -258,28 +283,53 @@ class CliAgentExecutor(Executor):
                         await asyncio.wait({running}, timeout=grace)
                 except TimeoutError:
                     log.line("---", f"stopped: it ran past {timeout}s")
-                    raise ExecutorError(f"{self.cli.name} did not finish step {request.step_id!r} within "
-                                        f"{timeout}s; it was stopped", retryable=True) from None
+                    timed_out = True
                 finally:
-                    for task in (serving, running):
+                    for task in (serving, running, following):
                         task.cancel()
-                    await asyncio.gather(serving, running, return_exceptions=True)
-                ran = Ran(-1, "", "", None) if running.cancelled() else running.result()
+                    await asyncio.gather(serving, running, following, return_exceptions=True)
+                    with contextlib.suppress(OSError):  # what it wrote to its session's file up to the end
+                        tail.read(self._session_file(env, session_id))
+                ran = Ran(-1, "", "", None) if running.cancelled() or running.exception() else running.result()
                 # Past its budget without finishing: stopped for it (a CLI that reports usage only as it ends, too).
-                stopped = meter.reason if meter is not None and bridge.final is None else None
-                log.line("---", f"stopped for its budget: {stopped}" if stopped
-                         else f"stopped: no output and no file change for {stall:g}s" if ran.stopped == "stall"
-                         else f"exited {ran.status}")
+                stopped = meter.reason if meter is not None and bridge.final is None and not timed_out else None
+                if not timed_out:
+                    log.line("---", f"stopped for its budget: {stopped}" if stopped
+                             else f"stopped: no output and no file change for {stall:g}s" if ran.stopped == "stall"
+                             else f"exited {ran.status}")
         report = self.cli.parse(ran.stdout)
-        usage = streamed.usage or usage_since(report.usage, since)
+        usage = {**streamed.usage.to_record(), **({"model": m} if (m := streamed.model or model) else {})}
+        record: dict[str, Any] = {"final": bridge.final, "calls": bridge.calls, "session_id": report.session_id,
+                                  "text": _tail(report.text, 2000), "usage": usage, "exit_status": ran.status}
+        if streamed.session is not None:
+            record["session_usage"] = streamed.session.to_record()
         if stopped is not None:  # no final text: what it was saying last, said short
             said = report.text or " | ".join(describe_output(line) for line in ran.stdout.splitlines()[-3:])
-            return {"final": None, "calls": bridge.calls, "session_id": report.session_id,
-                    "text": _tail(said, 2000), "usage": usage, "exit_status": ran.status, "stopped": stopped}
-        if bridge.final is None:
+            return {**record, "final": None, "text": _tail(said, 2000), "stopped": stopped}
+        if timed_out or bridge.final is None:  # no result to journal: what it used is, then the failure is raised
+            await session.record_usage(f"cli-agent:{self.cli.name}", usage)
+            if timed_out:
+                raise ExecutorError(f"{self.cli.name} did not finish step {request.step_id!r} within {timeout}s; it "
+                                    "was stopped", retryable=True)
             raise self._failure(request, ran, report.error, report.text, stall)
-        return {"final": bridge.final, "calls": bridge.calls, "session_id": report.session_id,
-                "text": _tail(report.text, 2000), "usage": usage, "exit_status": ran.status}
+        return record
+
+    def _session_file(self, env: Mapping[str, str], session_id: str | None) -> Path | None:
+        if self.cli.session_file is None or session_id is None:
+            return None
+        return self.cli.session_file(env, session_id)
+
+    async def _follow(self, tail: FileTail, env: Mapping[str, str], session_id: Any) -> None:
+        """Read what the CLI appends to its session's file while it runs (once its session id is known)."""
+        if self.cli.session_file is None:
+            return
+        path: Path | None = None
+        while True:
+            await asyncio.sleep(FOLLOW_SECONDS)
+            path = path or await asyncio.to_thread(self._session_file, env, session_id())
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    tail.read(path)
 
     def _failure(self, request: StepRequest, ran: Ran, error: str | None, text: str,
                  stall: float | None) -> ExecutorError:
@@ -316,3 +366,28 @@ class CliAgentExecutor(Executor):
             budget = CallBudget(tokens=float(tokens) if tokens else None, cost_usd=float(cost) if cost else None,
                                 what=f"the {self.cli.name} call's limit")
         return budget
+
+
+def _session_id(line: str) -> str | None:
+    """The session id a line of a CLI's stream names (``session_id``, codex's ``thread_id``, ``sessionID``)."""
+    if '"session' not in line and '"thread_id"' not in line:
+        return None
+    with contextlib.suppress(ValueError):
+        event = json.loads(line)
+        if isinstance(event, dict):
+            found = event.get("session_id") or event.get("thread_id") or event.get("sessionID")
+            return str(found) if found else None
+    return None
+
+
+def _since(started: datetime, feed: Any) -> Any:
+    """``feed`` for the lines of a session's file stamped at or after ``started``: a resumed or forked session's
+    file holds the earlier calls' responses too."""
+    def fed(line: str) -> None:
+        with contextlib.suppress(ValueError, TypeError):
+            event = json.loads(line)
+            stamp = event.get("timestamp") if isinstance(event, dict) else None
+            if isinstance(stamp, str) and datetime.fromisoformat(stamp) < started:
+                return
+        feed(line)
+    return fed

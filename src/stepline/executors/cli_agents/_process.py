@@ -19,7 +19,7 @@ from typing import Any
 
 from stepline.errors import ExecutorError
 
-__all__ = ["PRIVATE_PREFIX", "OutputLog", "Ran", "identity", "run_process", "stop_left_over"]
+__all__ = ["PRIVATE_PREFIX", "FileTail", "OutputLog", "Ran", "identity", "run_process", "stop_left_over"]
 
 #: The name of an agent's private folder in the temporary directory starts so (removed after its step, or once
 #: a resume has stopped an agent a dead driver left).
@@ -251,6 +251,30 @@ async def run_process(argv: list[str], prompt: str, cwd: Path, env: dict[str, st
             reading.cancel()
             await asyncio.gather(reading, return_exceptions=True)
     return Ran(proc.returncode or 0, "\n".join(out), "\n".join(err), stopped)
+
+
+class FileTail:
+    """The lines another process appends to a file, each handed to ``on_line`` once, as :meth:`read` finds them."""
+
+    def __init__(self, on_line: Callable[[str], None]) -> None:
+        self.on_line = on_line
+        self.path: Path | None = None
+        self.offset = 0
+        self.pending = b""
+
+    def read(self, path: Path | None) -> None:
+        """Hand on the whole lines appended to ``path`` since the last read (a file cut shorter is read again)."""
+        if path is None:
+            return
+        if path != self.path or path.stat().st_size < self.offset:
+            self.path, self.offset, self.pending = path, 0, b""
+        with path.open("rb") as file:
+            file.seek(self.offset)
+            data = file.read()
+        self.offset += len(data)
+        *lines, self.pending = (self.pending + data).split(b"\n")
+        for line in lines:
+            self.on_line(line.decode("utf-8", "replace"))
 
 
 class OutputLog:

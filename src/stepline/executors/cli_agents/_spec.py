@@ -8,10 +8,12 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-__all__ = ["SERVER", "TOOLS", "TOTAL", "AgentCli", "AgentReport", "Invocation", "Mode", "StreamedUsage",
-           "json_lines", "mcp_servers", "tokens", "usage_since"]
+from stepline.executors._usage import Usage
+
+__all__ = ["CALL", "SERVER", "SESSION", "TOOLS", "AgentCli", "AgentReport", "Invocation", "Mode", "Reported",
+           "StreamedUsage", "count", "json_lines", "mcp_servers"]
 
 Mode = Literal["analysis", "write"]
 
@@ -21,8 +23,21 @@ SERVER = "stepline"
 #: The tools of stepline's per-step MCP server, as an agent is told them.
 TOOLS = ("get_step", "read", "ask", "write_output", "set_var", "call_tool", "decide", "finish")
 
-#: The key of a streamed usage that is the whole call's (a CLI's final result), not one message's.
-TOTAL = "*"
+#: The key of a reported usage that is the whole call's (a CLI's final result), not one response's.
+CALL = "*"
+#: The key of a reported usage that is the session's running total, a resumed session's earlier calls included
+#: (codex's, qwen's): the call's own is what it adds to the total the session had (:class:`StreamedUsage`).
+SESSION = "**"
+
+
+class Reported(NamedTuple):
+    """One usage a line of a CLI's output reports: one model response's (``key`` names it; a later line with the
+    same key replaces it), the whole call's (:data:`CALL`) or the session's (:data:`SESSION`); and the model (a line
+    may name only that: ``usage`` None)."""
+
+    key: str
+    usage: Usage | None
+    model: str | None = None
 
 
 @dataclass(slots=True)
@@ -43,11 +58,11 @@ class Invocation:
 
 @dataclass(slots=True)
 class AgentReport:
-    """What the agent printed, parsed: its session id, final text, token usage and any error it reported."""
+    """What the agent printed, parsed: its session id, final text and any error it reported (its usage:
+    :class:`StreamedUsage`)."""
 
     session_id: str | None = None
     text: str = ""
-    usage: dict[str, float] = field(default_factory=dict)
     error: str | None = None
 
 
@@ -59,9 +74,11 @@ class AgentCli:
     install: str
     command: Callable[[Invocation], tuple[list[str], dict[str, str]]]
     parse: Callable[[str], AgentReport]
-    #: The usage one line of its stream reports: (what it counts for, usage), or None. The key names one
-    #: model message or turn (a later line with the same key replaces it); :data:`TOTAL` is the whole call.
-    streamed_usage: Callable[[dict[str, Any]], tuple[str, dict[str, float]] | None] = lambda event: None
+    #: Its usage normalizer: the usage one line of its stream (or of its session file) reports, or None.
+    streamed_usage: Callable[[dict[str, Any]], Reported | None] = lambda event: None
+    #: The file it keeps a session's record in as it runs, if that carries usage per model response where its stream
+    #: does not (codex, gemini): found from its environment, the session id and when the call started.
+    session_file: Callable[[Mapping[str, str], str], Path | None] | None = None
     #: The name the model sees for one of stepline's tools (``finish`` -> ``mcp__stepline__finish``).
     tool_name: Callable[[str], str] = lambda tool: tool
     #: What the agent must be told on top of the tool names (claude: how to load deferred tools).
@@ -69,9 +86,6 @@ class AgentCli:
     #: Known lines of its output that mean it cannot go on unattended, with the setting the user must give:
     #: (a lowercase fragment of the line, the one-line fix).
     setup_problems: tuple[tuple[str, str], ...] = ()
-    #: Whether the usage it reports in a resumed or forked session is the session's running total, the earlier
-    #: calls' included (codex): the executor records that total with the session and subtracts it next time.
-    usage_is_cumulative: bool = False
 
 
 def mcp_servers(server: dict[str, Any]) -> str:
@@ -97,29 +111,34 @@ def json_lines(stdout: str) -> Iterator[dict[str, Any]]:
                     yield item
 
 
-def usage_since(total: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
-    """What a running ``total`` adds to the ``before`` it started from."""
-    return {name: max(0.0, value - float(before.get(name) or 0)) for name, value in total.items()}
-
-
-def tokens(raw: dict[str, Any], *, inp: str = "input_tokens", out: str = "output_tokens") -> dict[str, float]:
-    """Input and output tokens under the names the executors record."""
-    return {"input_tokens": float(raw.get(inp) or 0), "output_tokens": float(raw.get(out) or 0)}
+def count(raw: Mapping[str, Any], *names: str) -> float:
+    """The sum of the counts ``names`` of a CLI's usage object (absent or not a number: 0)."""
+    total = 0.0
+    for name in names:
+        value = raw.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            total += float(value)
+    return total
 
 
 class StreamedUsage:
-    """What an agent has used so far, from the usage lines it streams while it runs; ``since``: the session's
-    running total before this call, for a CLI whose usage counts the earlier calls of a continued session too."""
+    """What an agent has used so far, from the usage it reports while it runs (each line of its stream, and of the
+    file it keeps its session in, fed to :meth:`feed`): the call's own total when it reports one, else the sum of
+    its responses'. A session's running total (:data:`SESSION`) counts for what it adds to ``before``, the total the
+    session had when this call resumed or forked it."""
 
-    def __init__(self, read: Callable[[dict[str, Any]], tuple[str, dict[str, float]] | None],
-                 since: Mapping[str, float] | None = None) -> None:
+    def __init__(self, read: Callable[[dict[str, Any]], Reported | None], before: Usage | None = None) -> None:
         self._read = read
-        self._since = since or {}
-        self._parts: dict[str, dict[str, float]] = {}
-        self._total: dict[str, float] | None = None
+        self._before = before or Usage()
+        self._parts: dict[str, Usage] = {}
+        self._call: Usage | None = None
+        #: The last running total of the session the CLI reported (None: it reports none).
+        self.session: Usage | None = None
+        #: The model the CLI last named in its usage (None: it names none).
+        self.model: str | None = None
 
     def feed(self, line: str) -> bool:
-        """Take one line of the agent's stdout; True when it reported usage."""
+        """Take one line of the agent's output; True when it reported usage."""
         line = line.strip()
         if not line.startswith("{"):
             return False
@@ -130,20 +149,23 @@ class StreamedUsage:
         found = self._read(event) if isinstance(event, dict) else None
         if found is None:
             return False
-        key, usage = found
-        if key == TOTAL:
-            self._total = usage
+        self.model = found.model or self.model
+        if found.usage is None:
+            return False
+        if found.key == SESSION:  # the latest; a stale read of the session file may come after the turn's end
+            if self.session is None or found.usage.tokens >= self.session.tokens:
+                self.session = found.usage
+        elif found.key == CALL:
+            self._call = found.usage
         else:
-            self._parts[key or f"#{len(self._parts)}"] = usage
+            self._parts[found.key or f"#{len(self._parts)}"] = found.usage
         return True
 
     @property
-    def usage(self) -> dict[str, float]:
-        """The call's own usage so far: its reported total, else the sum of its messages'."""
-        if self._total is not None:
-            return usage_since(self._total, self._since)
-        summed: dict[str, float] = {}
-        for part in self._parts.values():
-            for name, value in part.items():
-                summed[name] = summed.get(name, 0.0) + value
-        return usage_since(summed, self._since)
+    def usage(self) -> Usage:
+        """The call's own usage so far."""
+        if self.session is not None:
+            return self.session.since(self._before)
+        if self._call is not None:
+            return self._call
+        return sum(self._parts.values(), Usage())

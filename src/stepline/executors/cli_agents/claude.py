@@ -12,19 +12,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from stepline.executors._usage import Usage
 from stepline.executors.cli_agents._spec import (
+    CALL,
     SERVER,
     TOOLS,
-    TOTAL,
     AgentCli,
     AgentReport,
     Invocation,
+    Reported,
+    count,
     json_lines,
     mcp_servers,
-    tokens,
 )
 
-__all__ = ["CLAUDE", "parse_stream", "streamed_usage"]
+__all__ = ["CLAUDE", "parse_stream"]
 
 
 def _config(inv: Invocation) -> Path:
@@ -50,19 +52,23 @@ def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
     return argv + inv.extra_args, {}
 
 
-def _tokens(raw: dict[str, Any]) -> dict[str, float]:
-    """Claude's usage as the executors record it: cache reads apart (its ``input_tokens`` leave them out)."""
-    return {**tokens(raw), "cached_input_tokens": float(raw.get("cache_read_input_tokens") or 0)}
+def _usage(raw: dict[str, Any], cost: Any = None) -> Usage:
+    """Anthropic's usage: ``input_tokens`` is the prompt's uncached part, the cache reads and writes come apart."""
+    read, write = count(raw, "cache_read_input_tokens"), count(raw, "cache_creation_input_tokens")
+    return Usage(count(raw, "input_tokens") + read + write, count(raw, "output_tokens"), read, write,
+                 float(cost) if isinstance(cost, int | float) else None, 1)
 
 
-def streamed_usage(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
-    """The usage of a claude-style stream line: an assistant message's, or the ``result``'s (the whole call's)."""
-    # stream-json: each assistant message carries its usage (repeated per content block, under one message id)
+def _streamed(event: dict[str, Any]) -> Reported | None:
+    """An assistant message's usage (repeated per content block, under one message id), or the ``result``'s: the
+    whole call's, with the cost Claude Code reckoned (a resumed session's ``result`` counts this call only)."""
     message = event.get("message")
     if event.get("type") == "assistant" and isinstance(message, dict) and isinstance(message.get("usage"), dict):
-        return str(message.get("id") or ""), _tokens(message["usage"])
+        return Reported(str(message.get("id") or ""), _usage(message["usage"]), message.get("model"))
     if event.get("type") == "result" and isinstance(event.get("usage"), dict):
-        return TOTAL, {**_tokens(event["usage"]), "cost_usd": float(event.get("total_cost_usd") or 0)}
+        models = event.get("modelUsage")
+        model = next(iter(models)) if isinstance(models, dict) and len(models) == 1 else None
+        return Reported(CALL, _usage(event["usage"], event.get("total_cost_usd")), model)
     return None
 
 
@@ -74,7 +80,6 @@ def parse_stream(stdout: str) -> AgentReport:
         report.session_id = event.get("session_id") or report.session_id
         if event.get("type") == "result":
             report.text = str(event.get("result") or "")
-            report.usage = {**_tokens(event.get("usage") or {}), "cost_usd": float(event.get("total_cost_usd") or 0)}
             if event.get("is_error"):
                 error = event.get("error")
                 report.error = (report.text or (error.get("message") if isinstance(error, dict) else None)
@@ -83,7 +88,7 @@ def parse_stream(stdout: str) -> AgentReport:
 
 
 CLAUDE = AgentCli(
-    "claude", "npm install -g @anthropic-ai/claude-code", _command, parse_stream, streamed_usage,
+    "claude", "npm install -g @anthropic-ai/claude-code", _command, parse_stream, _streamed,
     tool_name=lambda tool: f"mcp__{SERVER}__{tool}",
     tool_note=("If these tools are not in your tool list, load them first with ToolSearch, query "
                f"\"select:{','.join(f'mcp__{SERVER}__{tool}' for tool in TOOLS)}\"."),

@@ -4,14 +4,31 @@ stepline's MCP server is a ``-c mcp_servers.stepline.url=…`` override (no file
 ``workspace-write`` sandbox (``--full-auto`` is gone since 0.1xx), analysis mode ``read-only``; either way
 ``approval_policy="never"``: nobody is there to approve. The model provider (``model_provider`` and its
 ``base_url``/``env_key``) is the user's ``~/.codex/config.toml`` (or ``$CODEX_HOME``), read as it is.
+
+Its usage is the thread's running total (a resumed or forked thread's earlier turns included), with
+``input_tokens`` the whole prompt: on stdout only as a turn ends (``turn.completed``), and after each model response
+in the thread's rollout file (``$CODEX_HOME/sessions/Y/M/D/rollout-*-<thread>.jsonl``, ``token_count`` events).
 """
 
 from __future__ import annotations
 
+import glob
 import json
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from stepline.executors.cli_agents._spec import SERVER, TOTAL, AgentCli, AgentReport, Invocation, json_lines
+from stepline.executors._usage import Usage
+from stepline.executors.cli_agents._spec import (
+    SERVER,
+    SESSION,
+    AgentCli,
+    AgentReport,
+    Invocation,
+    Reported,
+    count,
+    json_lines,
+)
 
 __all__ = ["CODEX"]
 
@@ -32,17 +49,30 @@ def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
     return [*argv, "-"], {}
 
 
-def _tokens(raw: dict[str, Any]) -> dict[str, float]:
-    """Codex counts its cache reads inside ``input_tokens``: recorded apart, as the other executors do."""
-    cached = float(raw.get("cached_input_tokens") or 0)
-    return {"input_tokens": max(0.0, float(raw.get("input_tokens") or 0) - cached),
-            "output_tokens": float(raw.get("output_tokens") or 0), "cached_input_tokens": cached}
+def _usage(raw: dict[str, Any]) -> Usage:
+    return Usage(count(raw, "input_tokens"), count(raw, "output_tokens"), count(raw, "cached_input_tokens"),
+                 count(raw, "cache_write_input_tokens"), None, 1)
 
 
-def _streamed(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
+def _streamed(event: dict[str, Any]) -> Reported | None:
+    """The thread's running total: a ``turn.completed`` line's, or a rollout file's ``token_count`` event's."""
     if event.get("type") == "turn.completed" and isinstance(event.get("usage"), dict):
-        return TOTAL, _tokens(event["usage"])  # the thread's running total, the resumed turns' included
+        return Reported(SESSION, _usage(event["usage"]))
+    payload = event.get("payload")
+    if event.get("type") == "event_msg" and isinstance(payload, dict) and payload.get("type") == "token_count":
+        info = payload.get("info")
+        if isinstance(info, dict) and isinstance(info.get("total_token_usage"), dict):
+            return Reported(SESSION, _usage(info["total_token_usage"]))
+    if event.get("type") == "turn_context" and isinstance(payload, dict) and payload.get("model"):
+        return Reported(SESSION, None, str(payload["model"]))  # the model its later totals are of
     return None
+
+
+def _rollout(env: Mapping[str, str], thread: str) -> Path | None:
+    """The rollout file of ``thread`` under ``$CODEX_HOME`` (default ``~/.codex``), once codex has made it."""
+    home = Path(env.get("CODEX_HOME") or Path(env.get("HOME") or Path.home()) / ".codex")
+    found = sorted(glob.glob(str(home / "sessions" / "*" / "*" / "*" / f"rollout-*-{glob.escape(thread)}.jsonl")))
+    return Path(found[-1]) if found else None
 
 
 def _parse(stdout: str) -> AgentReport:
@@ -53,8 +83,6 @@ def _parse(stdout: str) -> AgentReport:
             report.session_id = event.get("thread_id")
         elif kind == "item.completed" and (event.get("item") or {}).get("type") == "agent_message":
             report.text = str(event["item"].get("text") or "")
-        elif kind == "turn.completed":
-            report.usage = _tokens(event.get("usage") or {})
         elif kind in ("error", "turn.failed"):
             report.error = str(event.get("message") or (event.get("error") or {}).get("message") or kind)
     return report
@@ -65,5 +93,5 @@ CODEX = AgentCli(
     tool_note=f"They are in the `mcp__{SERVER}` tool namespace.",
     setup_problems=(("not logged in", "log in with `codex login`, or set the provider's env_key in "
                                       "~/.codex/config.toml"),),
-    usage_is_cumulative=True,
+    session_file=_rollout,
 )

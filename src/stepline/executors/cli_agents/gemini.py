@@ -10,6 +10,9 @@ trusted for the session (``--skip-trust``), so write mode's ``--approval-mode yo
 A later step resumes a session with ``--resume ID``: gemini keeps it in the user's ``.gemini/tmp/<project>/chats``,
 linked into the run's home (made there first if missing, so a session outlives the run). Gemini has no fork: a fork
 starts from a copy, ``--session-file`` of the session's file, which gemini imports under a new session id.
+
+Its usage: the ``result`` line's ``stats`` are the whole call's (``input_tokens`` the whole prompt, ``cached`` its
+cached part); each model response's (``tokens``) is in the session's file as gemini writes it, not on stdout.
 """
 
 from __future__ import annotations
@@ -17,11 +20,22 @@ from __future__ import annotations
 import glob
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from stepline.errors import ExecutorError
-from stepline.executors.cli_agents._spec import SERVER, TOTAL, AgentCli, AgentReport, Invocation, json_lines, tokens
+from stepline.executors._usage import Usage
+from stepline.executors.cli_agents._spec import (
+    CALL,
+    SERVER,
+    AgentCli,
+    AgentReport,
+    Invocation,
+    Reported,
+    count,
+    json_lines,
+)
 
 __all__ = ["GEMINI"]
 
@@ -56,14 +70,22 @@ def _home(inv: Invocation) -> Path:
     return home
 
 
-def _session_file(session_id: str) -> Path:
+def _kept(session_id: str, env: Mapping[str, str] = os.environ) -> Path | None:
     """The file gemini keeps session ``session_id`` in: ``tmp/<project>/chats/session-<time>-<id[:8]>.jsonl`` of the
-    user's ``.gemini``, its ``sessionId`` near the start."""
-    chats = _user() / "tmp"
+    user's ``.gemini``, its ``sessionId`` near the start; None until gemini has made it."""
+    chats = Path(env.get("GEMINI_CLI_HOME") or env.get("HOME") or Path.home()) / ".gemini" / "tmp"
     for path in sorted(chats.glob(f"*/chats/session-*-{glob.escape(session_id[:8])}.json*")):
         with path.open(encoding="utf-8", errors="replace") as file:
             if f'"{session_id}"' in file.read(4096):
                 return path
+    return None
+
+
+def _session_file(session_id: str) -> Path:
+    """The user's file of session ``session_id`` (:func:`_kept`), for a fork to import."""
+    if (path := _kept(session_id)) is not None:
+        return path
+    chats = _user() / "tmp"
     raise ExecutorError(f"no gemini session {session_id} is kept under {chats}/*/chats, so it cannot be forked",
                         hint="resume it in the gemini home it was made in (GEMINI_CLI_HOME), or start a new session")
 
@@ -80,11 +102,24 @@ def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
     return argv + inv.extra_args, {"GEMINI_CLI_HOME": str(_home(inv))}
 
 
-def _streamed(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
-    """The usage of a gemini-style ``result`` line (the whole call's)."""
+def _streamed(event: dict[str, Any]) -> Reported | None:
+    """The ``result`` line's ``stats`` (the whole call's), or a model response's ``tokens`` in the session's file."""
     if event.get("type") == "result" and isinstance(event.get("stats"), dict):
-        return TOTAL, tokens(event["stats"])
+        stats = event["stats"]
+        models = stats.get("models")
+        model = next(iter(models)) if isinstance(models, dict) and len(models) == 1 else None
+        return Reported(CALL, Usage(count(stats, "input_tokens"), count(stats, "output_tokens", "thoughts"),
+                                    count(stats, "cached"), 0.0, None, 1), model)
+    if event.get("type") == "gemini" and isinstance(event.get("tokens"), dict):
+        tokens = event["tokens"]
+        return Reported(str(event.get("id") or ""), Usage(count(tokens, "input"), count(tokens, "output", "thoughts"),
+                                                          count(tokens, "cached"), 0.0, None, 1), event.get("model"))
     return None
+
+
+def _session_of(env: Mapping[str, str], session_id: str) -> Path | None:
+    """Where the run's gemini home keeps session ``session_id`` (its ``tmp`` is the user's)."""
+    return _kept(session_id, env)
 
 
 def _parse(stdout: str) -> AgentReport:
@@ -97,7 +132,6 @@ def _parse(stdout: str) -> AgentReport:
         if kind == "message" and event.get("role") == "assistant":
             parts.append(str(event.get("content") or ""))
         elif kind == "result" or "response" in event:
-            report.usage = tokens(event.get("stats") or {})
             if event.get("response"):
                 parts = [str(event["response"])]
             if event.get("status") == "error" or event.get("error"):
@@ -110,6 +144,7 @@ def _parse(stdout: str) -> AgentReport:
 GEMINI = AgentCli(
     "gemini", "npm install -g @google/gemini-cli", _command, _parse, _streamed,
     tool_name=lambda tool: f"mcp_{SERVER}_{tool}",
+    session_file=_session_of,
     setup_problems=tuple((fragment, "set security.auth.selectedType in ~/.gemini/settings.json (gemini-api-key, with "
                                     "GEMINI_API_KEY set; also when GOOGLE_GEMINI_BASE_URL points elsewhere)")
                          for fragment in ("invalid auth method", "please set an auth method",

@@ -16,7 +16,8 @@ import os
 from typing import Any
 
 from stepline.errors import ExecutorError
-from stepline.executors.cli_agents._spec import SERVER, AgentCli, AgentReport, Invocation, json_lines, tokens
+from stepline.executors._usage import Usage
+from stepline.executors.cli_agents._spec import SERVER, AgentCli, AgentReport, Invocation, Reported, count, json_lines
 
 __all__ = ["OPENCODE"]
 
@@ -41,38 +42,34 @@ def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
     return argv + inv.extra_args, {"OPENCODE_CONFIG_CONTENT": json.dumps(config)}
 
 
-def _usage(part: dict[str, Any]) -> dict[str, float]:
+def _streamed(event: dict[str, Any]) -> Reported | None:
+    """A ``step_finish`` line: one model response's tokens (``input`` its prompt's uncached part, the cache's
+    ``read`` and ``write`` apart; reasoning counted as output) and the cost opencode reckoned."""
+    part = event.get("part")
+    if event.get("type") != "step_finish" or not isinstance(part, dict):
+        return None
     raw: dict[str, Any] = part["tokens"] if isinstance(part.get("tokens"), dict) else {}
     cache: dict[str, Any] = raw["cache"] if isinstance(raw.get("cache"), dict) else {}
-    return {**tokens(raw, inp="input", out="output"), "cached_input_tokens": float(cache.get("read") or 0),
-            "cost_usd": float(part.get("cost") or 0)}
-
-
-def _streamed(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
-    part = event.get("part")
-    if event.get("type") == "step_finish" and isinstance(part, dict):
-        return str(part.get("id") or ""), _usage(part)
-    return None
+    read, write = count(cache, "read"), count(cache, "write")
+    cost = part.get("cost")
+    return Reported(str(part.get("id") or ""), Usage(
+        count(raw, "input") + read + write, count(raw, "output", "reasoning"), read, write,
+        float(cost) if isinstance(cost, int | float) else None, 1))
 
 
 def _parse(stdout: str) -> AgentReport:
     report = AgentReport()
     parts: list[str] = []
-    steps: dict[str, dict[str, float]] = {}
     for event in json_lines(stdout):
         report.session_id = event.get("sessionID") or report.session_id
         part = event.get("part") or {}
         if event.get("type") == "text":
             parts.append(str(part.get("text") or ""))
-        elif (found := _streamed(event)) is not None:
-            steps[found[0] or f"#{len(steps)}"] = found[1]
         elif event.get("type") == "error":
             error = event.get("error")
             if isinstance(error, dict):
                 error = (error.get("data") or {}).get("message") or error.get("message") or error.get("name")
             report.error = str(error or "error")
-    report.usage = {name: sum(step.get(name, 0.0) for step in steps.values())
-                    for name in ("input_tokens", "output_tokens", "cached_input_tokens", "cost_usd")} if steps else {}
     report.text = "".join(parts)
     return report
 

@@ -4,24 +4,27 @@ mode is ``--approval-mode yolo``, analysis mode ``plan``. Like Claude Code, Qwen
 ``tool_search``/``tool_call``), so the prompt names them. Unattended, Qwen needs an auth type set by the user
 (``security.auth.selectedType`` in ``~/.qwen/settings.json``, or ``--auth-type`` in the executor's ``extra_args``)
 and that provider's key. A later step resumes a session with ``--resume ID`` or forks it with ``--resume ID
---fork-session`` (qwen copies it under a new id; its sessions are in ``~/.qwen``). The usage recorded is the sum of
-the assistant messages': a resumed session's ``result`` line counts its earlier calls too.
+--fork-session`` (qwen copies it under a new id; its sessions are in ``~/.qwen``). Its usage is OpenAI's:
+``input_tokens`` is the whole prompt, ``cache_read_input_tokens`` its cached part; each assistant message has its
+own, and the ``result`` line the session's running total (a resumed session's earlier calls included).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from stepline.executors._usage import Usage
 from stepline.executors.cli_agents._spec import (
     SERVER,
+    SESSION,
     TOOLS,
     AgentCli,
-    AgentReport,
     Invocation,
-    StreamedUsage,
+    Reported,
+    count,
     mcp_servers,
 )
-from stepline.executors.cli_agents.claude import parse_stream, streamed_usage
+from stepline.executors.cli_agents.claude import parse_stream
 
 __all__ = ["QWEN"]
 
@@ -39,25 +42,23 @@ def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
     return argv + inv.extra_args, {}
 
 
-def _streamed(event: dict[str, Any]) -> tuple[str, dict[str, float]] | None:
-    """An assistant message's usage. The ``result`` line's total is the session's: a resumed or forked session's
-    counts the earlier calls' usage too."""
-    return streamed_usage(event) if event.get("type") == "assistant" else None
+def _usage(raw: dict[str, Any]) -> Usage:
+    return Usage(count(raw, "input_tokens"), count(raw, "output_tokens"), count(raw, "cache_read_input_tokens"),
+                 count(raw, "cache_creation_input_tokens"), None, 1)
 
 
-def _parse(stdout: str) -> AgentReport:
-    """claude's stream, its usage this call's messages' (see :func:`_streamed`); the ``result``'s total only when
-    no message carries usage."""
-    report = parse_stream(stdout)
-    used = StreamedUsage(_streamed)
-    for line in stdout.splitlines():
-        used.feed(line)
-    report.usage = used.usage or report.usage
-    return report
+def _streamed(event: dict[str, Any]) -> Reported | None:
+    """An assistant message's usage, or the ``result``'s: the session's running total."""
+    message = event.get("message")
+    if event.get("type") == "assistant" and isinstance(message, dict) and isinstance(message.get("usage"), dict):
+        return Reported(str(message.get("id") or ""), _usage(message["usage"]), message.get("model"))
+    if event.get("type") == "result" and isinstance(event.get("usage"), dict):
+        return Reported(SESSION, _usage(event["usage"]))
+    return None
 
 
 QWEN = AgentCli(
-    "qwen", "npm install -g @qwen-code/qwen-code", _command, _parse, _streamed,
+    "qwen", "npm install -g @qwen-code/qwen-code", _command, parse_stream, _streamed,
     tool_name=lambda tool: f"mcp__{SERVER}__{tool}",
     tool_note=("Qwen Code defers MCP tools: call each through tool_call with its name and arguments (tool_search "
                f"\"select:{','.join(f'mcp__{SERVER}__{tool}' for tool in TOOLS)}\" shows their parameters)."),

@@ -92,6 +92,7 @@ def replay(
     Exit 0: the artifacts are the same; 12: they differ."""
     import asyncio
 
+    from stepline.executors import Usage, usage_row
     from stepline.families import load_workflow, register_drivers
     from stepline.timetravel import read_run, serving
     from stepline.timetravel import replay as run_replay
@@ -115,8 +116,7 @@ def replay(
         print_json({"run": result.run.run_id, "status": result.run.status.value, "served": result.served,
                     "sent": [r.step_id for r in result.sent], "stopped_at": result.stopped_at, **report.to_dict()})
     else:
-        spent = {name: sum(request.usage()[name] for request in result.sent)
-                 for name in ("input_tokens", "output_tokens", "cost_usd")}
+        spent = usage_row(sum((request.usage() for request in result.sent), Usage()))
         sent = (f" (steps {', '.join(dict.fromkeys(r.step_id for r in result.sent))}: {int(spent['input_tokens'])} "
                 f"input and {int(spent['output_tokens'])} output tokens, {spent['cost_usd']:.6f} USD spent)"
                 if result.sent else "")

@@ -306,7 +306,7 @@ def _print_show(shown_id: str, view: dict[str, Any]) -> None:
         print_table(("step", "answer", "by", "gate"),
                     ([step, answer, by, gate] for step, gate, answer, by in view["answers"]))
     if view["usage"]:
-        print_table(("step", "model calls", "input tokens", "cached (read)", "cached (written)", "output tokens",
+        print_table(("step", "model calls", "input tokens", "output tokens", "cache read", "cache write",
                      "cost (USD)"),
                     [*([sid, *(f"{v:g}" for v in values)] for sid, *values in view["usage"]),
                      ["run", *(f"{v:g}" for v in view["usage_total"])]])

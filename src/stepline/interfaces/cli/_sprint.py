@@ -23,7 +23,7 @@ from stepline.interfaces.cli._options import (
 from stepline.interfaces.cli._render import console, err_console, print_json
 
 if TYPE_CHECKING:
-    from stepline.executors._budget import Usage
+    from stepline.executors import Usage
     from stepline.sprint import LoopOptions, SprintConfig, SprintProject, StoryResult, Waiting
 
 sprint_app = typer.Typer(name="sprint", help="Run BMAD stories from sprint-status.yaml: build, verify, review, "
@@ -143,7 +143,7 @@ def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, opti
         raise
     if as_json:
         print_json([{"key": r.key, "run_id": r.run_id, "outcome": r.outcome, "summary": r.summary,
-                     "usage": r.usage.to_dict()} for r in results])
+                     "usage": r.usage.to_record()} for r in results])
     elif not results:
         console.print("no story is ready-for-dev")
     for stopped in [r for r in results if r.outcome == "stopped"]:  # why a loop that built nothing exits 11
@@ -309,12 +309,12 @@ def status(
 
 
 def _money(usage: Usage) -> str:
-    return f"{usage.tokens:.0f} tokens, ${usage.cost_usd:.4f}"
+    return f"{usage.tokens:.0f} tokens, ${usage.cost_usd or 0.0:.4f}"
 
 
 def _loop_line(record: dict[str, Any]) -> str | None:
     """One line of `sprint watch` for a record of the loop's log (None: nothing to say)."""
-    from stepline.executors._budget import Usage
+    from stepline.executors import Usage
 
     when, event, key = str(record.get("time", ""))[11:19], record.get("event"), record.get("key")
     if event == "loop-started":
@@ -334,8 +334,9 @@ def _loop_line(record: dict[str, Any]) -> str | None:
             return said
         left = [f"{v:.0f} tokens left" if k == "tokens" else f"${v:.4f} left"
                 for k, v in (record.get("loop_left") or {}).items() if v is not None]
-        return (said + f"  [story: {_money(Usage.from_dict(record['usage']))}; loop: "
-                f"{_money(Usage.from_dict(record.get('loop_spent') or {}))}" + "".join(f"; {x}" for x in left) + "]")
+        spent = Usage.from_record(record.get("loop_spent") or {"calls": 0})
+        return (said + f"  [story: {_money(Usage.from_record(record['usage']))}; loop: {_money(spent)}"
+                + "".join(f"; {x}" for x in left) + "]")
     if event == "loop-ended":
         return f"{when} loop ended: {record.get('outcome')}" + (f": {record['error']}" if record.get("error") else "")
     return None

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from stepline._paths import confine
 from stepline.errors import NotFoundError, OutsideRootError
+from stepline.executors import ROW
 from stepline.model import Event, Run
 from stepline.store import RunDir, RunSummary
 
@@ -89,8 +90,7 @@ def run_view(run: Run, timeline: dict[str, Any], *, parent: str | None,
     from stepline.service import resume_command, secrets_in_artifacts
 
     usage = timeline.get("usage") or {}
-    totals = {name: sum(float(bucket.get(name) or 0) for bucket in usage.values())
-              for name in ("calls", "input_tokens", "output_tokens", "cost_usd")}
+    totals = {name: sum(float(bucket.get(name) or 0) for bucket in usage.values()) for name in ROW}
     spans = {span["step_id"]: span for span in timeline.get("steps") or []}
     finished = run.status.value == "completed"
     return {
