@@ -154,9 +154,9 @@ def test_phoenix_holds_the_skill_runs_trace_as_the_journal_says(traced: Traced) 
         assert {k: v for k, v in attributes.items() if k.startswith("gen_ai.")} == {
             "gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "fake-model",
             "gen_ai.response.model": "fake-model", "gen_ai.response.finish_reasons": ["tool_calls"],
-            "gen_ai.usage.input_tokens": usage["input_tokens"] + usage["cached_input_tokens"],
+            "gen_ai.usage.input_tokens": usage["input_tokens"],  # the whole prompt, as recorded
             "gen_ai.usage.output_tokens": usage["output_tokens"],
-            "gen_ai.usage.cache_read.input_tokens": usage["cached_input_tokens"],
+            "gen_ai.usage.cache_read.input_tokens": usage["cache_read_tokens"],
             "gen_ai.usage.cache_creation.input_tokens": 0}
         assert attributes["llm.token_count.prompt"] == attributes["gen_ai.usage.input_tokens"]  # as Phoenix counts
     assert any(c["attributes"]["gen_ai.usage.cache_read.input_tokens"] > 0 for c in chats)
