@@ -316,6 +316,9 @@ _HANDOVER = re.compile(
     r"|`(?P<d>" + _SKILL_NAME + r")`\s+takes\s+(?:the\s+workflow\s+|it\s+|over)"
     r"|\bSkill\(\s*(?:skill\s*=\s*|\{\s*skill\s*:\s*)?[\"'](?P<e>[\w:-]+)[\"']", re.I)
 _OFFERED = re.compile(r"\boffer(?:s|ing)?\s+to\s+$|\boffer(?:s|ing)?\s+to\s+\w+\s+$", re.I)
+#: a word every hand-over's wording holds (the cheap test before the patterns)
+_HANDOVER_WORDS = ("invok", "forward", "hand", "consolidated", "merged", "redirect", "delegate", "launch", "continue",
+                   "switch", "run the", "use the", "call", "start", "takes", "skill(")
 #: a skill named as advice or an aside, not a hand-over
 _NOT_HANDOVER = re.compile(r"\b(?:can|could|may|might|should|would)\s+(?:also\s+)?(?:invoke|use|run)\b|"
                            r"\bsuggest|\brecommend|\bcommon\s+next\b|\bnext\s+steps?\s*:|"
@@ -566,6 +569,9 @@ class _Reader:
         return None
 
     def routes(self, s: _Sentence) -> None:
+        lowered = s.text.lower()
+        if not any(mark in lowered for mark in (".md", ".xml", "read(", "step ", "phase ", "section ", "`##")):
+            return
         for match in _PATH_RE.finditer(s.text):
             raw = next(g for g in match.groups() if g)
             before = s.text[:match.start()]
@@ -622,6 +628,9 @@ class _Reader:
                                condition=cells[0].strip("* ") or None)
 
     def handovers(self, s: _Sentence) -> None:
+        lowered = s.text.lower()
+        if not any(verb in lowered for verb in _HANDOVER_WORDS):
+            return
         text = _masked(s.text)
         for match in _HANDOVER.finditer(text):
             name = next(g for g in match.groups() if g)
