@@ -127,3 +127,36 @@ def test_execution_flow_phases_are_routes(tmp_path: Path) -> None:
 def test_a_point_survives_json(tmp_path: Path) -> None:
     points = _points("**Working mode.** Offer the choice:\n\n- **Fast** — a\n- **Slow** — b\n", tmp_path)
     assert Point.from_json(points[0].to_json()) == points[0]
+
+
+def test_a_menu_shown_as_a_fenced_block_keeps_every_option(tmp_path: Path) -> None:
+    """``#### Display Format`` then a block of ``1.``–``5.``, ``r.``, ``a.``, ``x.`` lines: eight options, the five
+    methods included (they were dropped)."""
+    text = ("#### Display Format\n\n```\n**Advanced Elicitation Options**\n"
+            "Choose a number (1-5), [r] to Reshuffle, [a] List All, or [x] to Proceed:\n\n"
+            + "".join(f"{n}. [Method Name]\n" for n in range(1, 6))
+            + "r. Reshuffle the list\na. List all methods\nx. Proceed / No Further Actions\n```\n")
+    choices = [p for p in _points(text, tmp_path) if p.kind is PointKind.CHOICE]
+    assert len(choices) == 1
+    assert [o.key for o in choices[0].options] == ["1", "2", "3", "4", "5", "r", "a", "x"]
+
+
+def test_an_options_handler_line_offers_no_option(tmp_path: Path) -> None:
+    """``If user selects **[1]** (continue): …`` says what option 1 does; the menu above is the only choice."""
+    text = ("Ask the user:\n\n**[1]** Continue this session\n**[2]** Start a new session\n\n"
+            "- If user selects **[1]** (continue): load `./step-01b-continue.md`\n"
+            "- If user selects **[2]** (new): proceed\n")
+    choices = [p for p in _points(text, tmp_path) if p.kind is PointKind.CHOICE]
+    assert [[o.label for o in c.options] for c in choices] == [["Continue this session", "Start a new session"]]
+
+
+def test_a_checkpoint_with_backticked_options_is_a_choice(tmp_path: Path) -> None:
+    points = _points("HALT and ask human: `[A] Approve` | `[E] Edit`\n", tmp_path)
+    assert [(p.kind.value, [(o.key, o.label) for o in p.options]) for p in points] == [
+        ("choice", [("A", "Approve"), ("E", "Edit")])]
+
+
+def test_negated_and_described_turns_are_no_points(tmp_path: Path) -> None:
+    text = ("Never ask what a scan could answer. Do not ask. User can chat or ask questions at any time. "
+            "Asking the user to confirm a path-checked claim is a defect.\n")
+    assert _points(text, tmp_path) == ()

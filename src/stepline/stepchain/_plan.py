@@ -265,7 +265,8 @@ _SLASH_MENU = re.compile(r"\b(?P<opts>[\w-]+(?:\s*/\s*[\w-]+)+)\s+menu\b"
 #: a table column naming the file to load for its row
 _LOAD_COLUMN = re.compile(r"(?i)load|route(?:\s+to)?|reference|read|follow|go\s+to|file\s+to\s+load")
 #: the line before a fenced block the text presents as its menu (``## The Menu``, ``Present these options:``)
-_PRESENTS = re.compile(r"(?i)^(?:#{1,6}\s.*\b(?:menu|options|choices?)\b.*|.*\b(?:present|display|show)\b[^:]*:\**)$")
+_PRESENTS = re.compile(r"(?i)^(?:#{1,6}\s.*\b(?:menu|options|choices?|display|present)\b.*"
+                       r"|.*\b(?:present|display|show)\b[^:]*:\**)$")
 #: a sentence that presents a choice whose options follow it (a list, or bold spans after a colon)
 _CHOICE_LEAD = re.compile(
     r"\b(?:offer|present|show|display|give|list)\b(?!\s+(?:the\s+)?(?:chosen|selected|recommended)\b)[^.]*?"
@@ -514,6 +515,8 @@ class _Reader:
         self.handovers(s)
         if s.line in self.claimed or _TITLE.match(s.text) or _DESCRIBING_LABEL.match(s.text):
             return
+        if _MENU_HANDLER.match(self.prose[s.index][1]):
+            return  # what an option does (``IF A: …``): the menu is the person's turn, its routes are read above
         inline = _inline_keyed(s.text)
         kind = self.classify(_masked(s.text), s.text) if not inline else (
             PointKind.CONFIRM if {o.key for o in inline} <= {"Y", "N"} else PointKind.CHOICE)
@@ -725,8 +728,7 @@ def _inline_keyed(text: str) -> tuple[Option, ...]:
 
 
 def _rules_lines(prose: list[tuple[int, str]]) -> set[int]:
-    """The lines of the sections (with their subsections) whose heading says they restate rules for a model, and
-    of the handling of a menu's options (``IF A: …``, ``IF Any other comments…``: the runtime's)."""
+    """The lines of the sections (with their subsections) whose heading says they restate rules for a model."""
     lines: set[int] = set()
     level: int | None = None
     tag: str | None = None
@@ -746,8 +748,7 @@ def _rules_lines(prose: list[tuple[int, str]]) -> set[int]:
                 level = None
             if level is None and _RULES_SECTION.search(heading[2]):
                 level = depth
-        handles = _MENU_HANDLER.match(line) and not _PATH_RE.search(line) and not _HANDOVER.search(line)
-        if level is not None or handles:
+        if level is not None:
             lines.add(line_no)
     return lines
 

@@ -37,6 +37,7 @@ _MENU_KINDS = {
     "X": ("exit", ("exit",)),
 }
 _NOT_MENU_KEYS = frozenset({"N", "URL"})
+_HANDLES_RE = re.compile(r"(?i)^[\s\-*]*(?:if|when|on)\b[^:\[]{0,30}\b(?:selects?|chooses?|picks?|enters?|types?)\b")
 #: "HALT" followed (in the same sentence or the next) by waiting for, or asking, the person.
 _HALT_RE = re.compile(r"\bhalt\b(?!\s+with\b)[*.:—–\s-]{0,6}(?:[^.\n]{0,40}?)\b(?:wait(?:ing)?\b|until (?:the )?user|"
                       r"ask (?:the )?(?:user|human)\b(?!\s*:\s*`\[)|for (?:the )?user|give (?:the )?(?:user|human))",
@@ -209,6 +210,8 @@ def _menu_lines(prose: list[tuple[int, str]]) -> tuple[list[tuple[int, str, str,
             handlers.setdefault(handler[1].upper(), (handler[2].strip(), line_no))
         if not (in_menu or "select" in line.lower() or line.lstrip().startswith(("**[", "[", "- **[", "`["))):
             continue
+        if _HANDLES_RE.search(line):
+            continue  # ``If user selects **[1]** (continue): …`` says what an option does; it offers none
         under = _indent(line) > 0 and _condition(prose, index, "")[1] is not None
         for key, label in _options_on(_CODE_SPAN_RE.sub("", line)):
             found.append((index, key, label, under))
