@@ -82,7 +82,7 @@ def test_cassette_holds_requests_and_calls_without_secrets(tmp_path: Path) -> No
     ops = [c["op"] for c in data["interactions"][1]["calls"]]
     assert ops == ["memo", "read", "read", "memo", "write_output", "set_var", "memo", "finish"]
     escape = data["interactions"][1]["calls"][2]
-    assert escape["error"]["type"] == "UsageError"
+    assert escape["error"]["type"] == "OutsideRootError"
 
 
 def test_replay_of_an_unrecorded_request_names_step_and_request(tmp_path: Path) -> None:

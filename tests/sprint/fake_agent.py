@@ -52,8 +52,9 @@ FUNCTIONS = {"1-1": ("add", "a + b", 5), "1-2": ("sub", "a - b", -1), "1-3": ("m
 class Mcp:
     """Just enough streamable-HTTP MCP client: initialize, then tools/call."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
         self.url = url
+        self.headers = headers  # the step's secret, as the MCP config gives it
         self.session: str | None = None
         self.ids = 0
         self._post({"jsonrpc": "2.0", "id": self._id(), "method": "initialize",
@@ -66,7 +67,7 @@ class Mcp:
         return self.ids
 
     def _post(self, body: dict[str, Any]) -> Any:
-        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        headers = {**self.headers, "Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
         if self.session:
             headers["mcp-session-id"] = self.session
         request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
@@ -270,7 +271,8 @@ def main() -> int:
     argv = sys.argv[1:]
     prompt = sys.stdin.read()
     config = json.loads(Path(argv[argv.index("--mcp-config") + 1]).read_text())
-    mcp = Mcp(config["mcpServers"]["stepline"]["url"])
+    server = config["mcpServers"]["stepline"]
+    mcp = Mcp(server["url"], server.get("headers") or {})
     step = mcp.call("get_step", {})
     hints = step.get("hints") or {}
     stage, story = hints.get("stage"), str(hints.get("story") or "")

@@ -18,13 +18,16 @@ answers it too). The agent is the person's voice: its ``finish`` choice answers 
 (``speaks_for_user``), so the menu is never asked twice.
 
 :func:`add_step_tools` registers the protocol as MCP tools on a server; :func:`serve_http` serves such a
-server on a free loopback port for the length of one step (how a CLI agent subprocess reaches it).
+server on a free loopback port for the length of one step (how a CLI agent subprocess reaches it), answering
+only requests that carry the step's secret (``Authorization: Bearer <token>``): another local process that finds
+the port can neither do the step's work nor write into the project.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import itertools
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -534,14 +537,34 @@ def _uvicorn_server(app: Any) -> Any:
                                  timeout_graceful_shutdown=2))
 
 
+class _BearerOnly:
+    """An ASGI app that passes on only the HTTP requests carrying ``Authorization: Bearer <token>``; any other
+    gets 401 before the MCP server sees it."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
+            if not hmac.compare_digest(given, self.expected):
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": b"this step's MCP server serves its agent only\n"})
+                return
+        await self.app(scope, receive, send)
+
+
 @contextlib.asynccontextmanager
-async def serve_http(server: MCPServer[Any], *, startup_timeout: float = 10.0) -> AsyncIterator[str]:
-    """Serve ``server`` over streamable HTTP on a free 127.0.0.1 port while the block runs; yield its URL."""
+async def serve_http(server: MCPServer[Any], *, token: str, startup_timeout: float = 10.0) -> AsyncIterator[str]:
+    """Serve ``server`` over streamable HTTP on a free 127.0.0.1 port while the block runs, to the requests that
+    carry ``Authorization: Bearer <token>`` only; yield its URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    http = _uvicorn_server(server.streamable_http_app(host="127.0.0.1"))
+    http = _uvicorn_server(_BearerOnly(server.streamable_http_app(host="127.0.0.1"), token))
     task = asyncio.ensure_future(http.serve(sockets=[sock]))
     try:
         async with asyncio.timeout(startup_timeout):

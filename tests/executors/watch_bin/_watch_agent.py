@@ -21,17 +21,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
-def _url(argv: list[str]) -> str:
+def _server(argv: list[str]) -> dict[str, Any]:
     config = json.loads(Path(argv[argv.index("--mcp-config") + 1]).read_text(encoding="utf-8"))
-    return str(config["mcpServers"]["stepline"]["url"])
+    return dict(config["mcpServers"]["stepline"])
 
 
-async def _finish(url: str, summary: str) -> None:
+async def _finish(server: dict[str, Any], summary: str) -> None:
     from mcp import Client
+    from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
-    async with Client(url) as client:
+    transport = streamable_http_client(server["url"], http_client=create_mcp_http_client(headers=server["headers"]))
+    async with Client(transport) as client:
         await client.call_tool("finish", {"summary": summary})
 
 
@@ -70,7 +73,7 @@ def _slow(argv: list[str]) -> int:
     deadline = time.monotonic() + 60
     while not gate.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    asyncio.run(_finish(_url(argv), "did it slowly"))
+    asyncio.run(_finish(_server(argv), "did it slowly"))
     print(json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "did it slowly",
                       "session_id": "slow", "total_cost_usd": 0.01,
                       "usage": {"input_tokens": 100, "output_tokens": 20}}), flush=True)

@@ -31,23 +31,31 @@ def _json_or_file(value: str) -> dict[str, Any]:
     return dict(json.loads(value if value.lstrip().startswith("{") else Path(value).read_text(encoding="utf-8")))
 
 
-def _mcp_url(agent: str, argv: list[str]) -> str:
+def _mcp_server(agent: str, argv: list[str]) -> tuple[str, dict[str, str]]:
+    """The step's MCP server as the real CLI would find it: its URL and the headers it sends."""
     if agent == "claude":
         assert argv[0] == "-p" and _option(argv, "--output-format") == "stream-json" and "--verbose" in argv
-        return str(_json_or_file(str(_option(argv, "--mcp-config")))["mcpServers"]["stepline"]["url"])
+        server = _json_or_file(str(_option(argv, "--mcp-config")))["mcpServers"]["stepline"]
+        return str(server["url"]), dict(server.get("headers") or {})
     if agent == "codex":
         assert argv[0] == "exec" and "--json" in argv and argv[-1] == "-", argv
-        setting = next(v for k, v in itertools.pairwise(argv) if k == "-c" and v.startswith("mcp_servers."))
-        return str(json.loads(setting.split("=", 1)[1]))
+        settings = dict(v.split("=", 1) for k, v in itertools.pairwise(argv) if k == "-c"
+                        and v.startswith("mcp_servers.stepline."))
+        token_env = settings.get("mcp_servers.stepline.bearer_token_env_var")
+        headers = {"Authorization": f"Bearer {os.environ[json.loads(token_env)]}"} if token_env else {}
+        return str(json.loads(settings["mcp_servers.stepline.url"])), headers
     if agent == "gemini":
         assert _option(argv, "--output-format") == "stream-json"
-        settings = Path(os.environ["GEMINI_CLI_HOME"]) / ".gemini" / "settings.json"
-        return str(json.loads(settings.read_text(encoding="utf-8"))["mcpServers"]["stepline"]["httpUrl"])
+        settings_file = Path(os.environ["GEMINI_CLI_HOME"]) / ".gemini" / "settings.json"
+        server = json.loads(settings_file.read_text(encoding="utf-8"))["mcpServers"]["stepline"]
+        return str(server["httpUrl"]), dict(server.get("headers") or {})
     if agent == "qwen":
         assert _option(argv, "--output-format") == "stream-json"
-        return str(_json_or_file(str(_option(argv, "--mcp-config")))["mcpServers"]["stepline"]["httpUrl"])
+        server = _json_or_file(str(_option(argv, "--mcp-config")))["mcpServers"]["stepline"]
+        return str(server["httpUrl"]), dict(server.get("headers") or {})
     assert argv[:3] == ["run", "--format", "json"], argv
-    return str(json.loads(os.environ["OPENCODE_CONFIG_CONTENT"])["mcp"]["stepline"]["url"])
+    server = json.loads(os.environ["OPENCODE_CONFIG_CONTENT"])["mcp"]["stepline"]
+    return str(server["url"]), dict(server.get("headers") or {})
 
 
 def _session_id(agent: str, argv: list[str], step_id: str) -> str:
@@ -59,8 +67,9 @@ def _session_id(agent: str, argv: list[str], step_id: str) -> str:
     return f"{agent}-session-{step_id}"
 
 
-async def _work(agent: str, url: str) -> dict[str, Any]:
+async def _work(agent: str, url: str, headers: dict[str, str]) -> dict[str, Any]:
     from mcp import Client
+    from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
     async def call(client: Client, name: str, args: dict[str, Any]) -> Any:
         result = await client.call_tool(name, args)
@@ -68,7 +77,7 @@ async def _work(agent: str, url: str) -> dict[str, Any]:
             raise SystemExit(f"{name} failed: {result.content}")
         return result.structured_content
 
-    async with Client(url) as client:
+    async with Client(streamable_http_client(url, http_client=create_mcp_http_client(headers=headers))) as client:
         step = await call(client, "get_step", {})
         if step["kind"] == "decide":
             await call(client, "decide", {"value": True, "reason": f"fake says yes to {step['condition']}"})
@@ -111,7 +120,7 @@ def main(agent: str) -> int:
     """Behave like ``agent`` would for one prompt on stdin."""
     argv = sys.argv[1:]
     prompt = sys.stdin.read()
-    url = _mcp_url(agent, argv)
+    url, headers = _mcp_server(agent, argv)
     log = os.environ.get("FAKE_AGENT_LOG")
     if log:
         with open(log, "a", encoding="utf-8") as handle:
@@ -133,6 +142,6 @@ def main(agent: str) -> int:
     if behavior == "no-finish":
         print(os.environ.get("FAKE_AGENT_SAYS", "I could not do it"), file=sys.stderr)
         return 3
-    step = asyncio.run(_work(agent, url))
+    step = asyncio.run(_work(agent, url, headers))
     _print_result(agent, _session_id(agent, argv, step["step_id"]), f"done with {step['step_id']}")
     return 0

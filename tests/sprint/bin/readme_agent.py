@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%"}
 
@@ -31,7 +31,9 @@ def build(prompt: str) -> str:
 
 async def main() -> int:
     prompt = sys.stdin.read()
-    async with streamable_http_client(os.environ["STEPLINE_MCP_URL"]) as (read, write), \
+    headers = {"Authorization": f"Bearer {os.environ['STEPLINE_MCP_TOKEN']}"}
+    async with streamable_http_client(os.environ["STEPLINE_MCP_URL"],
+                                      http_client=create_mcp_http_client(headers=headers)) as (read, write), \
             ClientSession(read, write) as mcp:
         await mcp.initialize()
         step = json.loads((await mcp.call_tool("get_step", {})).content[0].text)

@@ -53,6 +53,7 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -77,11 +78,12 @@ from stepline.executors.cli_agents._process import (
 from stepline.executors.cli_agents._prompt import build_prompt, describe_output
 from stepline.executors.cli_agents._spec import (
     SERVER,
+    TOKEN_ENV,
     AgentCli,
     Invocation,
     Mode,
     StreamedUsage,
-    mcp_servers,
+    mcp_config_file,
 )
 from stepline.executors.cli_agents.claude import CLAUDE
 from stepline.executors.cli_agents.codex import CODEX
@@ -254,16 +256,18 @@ class CliAgentExecutor(Executor):
                 if left is not None and (done := await stop_left_over(left, stop_grace)):
                     log.line("---", done)
 
-            async with serve_http(server) as url:
-                inv = Invocation(mode=mode, cwd=cwd, mcp_url=url, config_dir=Path(tmp),
+            token = secrets.token_urlsafe(32)  # this step's: its MCP server answers its agent only
+            async with serve_http(server, token=token) as url:
+                inv = Invocation(mode=mode, cwd=cwd, mcp_url=url, mcp_token=token, config_dir=Path(tmp),
                                  include_dirs=[str(d) for d in self.options.get("include_dirs") or []]
                                  + [str(d) for d in request.hints.get("include_dirs") or []],
                                  model=self.options.get("model"), resume=resume, fork=fork,
                                  extra_args=[str(a) for a in self.options.get("extra_args") or []])
                 args, extra_env = self.cli.command(inv)
-                config = Path(tmp) / "mcp.json"  # for a custom agent (the ``command`` option): docs/guides/sprint.md
-                config.write_text(mcp_servers({"type": "http", "url": url}), encoding="utf-8")
-                env = {**os.environ, **extra_env, "STEPLINE_MCP_URL": url, "STEPLINE_MCP_CONFIG": str(config)}
+                # for a custom agent (the ``command`` option): docs/guides/sprint.md
+                config = mcp_config_file(inv, "mcp.json", {"type": "http", "url": url, "headers": inv.mcp_headers()})
+                env = {**os.environ, **extra_env, "STEPLINE_MCP_URL": url, "STEPLINE_MCP_CONFIG": str(config),
+                       TOKEN_ENV: token}
                 log.line("---", f"started {executable} ({mode} mode) in {cwd}")
                 tail = FileTail(_since(datetime.now(UTC), used))  # the CLI's own wall-clock stamps, compared
                 serving = asyncio.ensure_future(bridge.serve(request, session))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,8 +13,8 @@ from typing import Any, Literal, NamedTuple
 
 from stepline.executors._usage import Usage
 
-__all__ = ["CALL", "SERVER", "SESSION", "TOOLS", "AgentCli", "AgentReport", "Invocation", "Mode", "Reported",
-           "StreamedUsage", "count", "json_lines", "mcp_servers"]
+__all__ = ["CALL", "SERVER", "SESSION", "TOKEN_ENV", "TOOLS", "AgentCli", "AgentReport", "Invocation", "Mode",
+           "Reported", "StreamedUsage", "count", "json_lines", "mcp_config_file", "mcp_servers"]
 
 Mode = Literal["analysis", "write"]
 
@@ -39,21 +40,31 @@ class Reported(NamedTuple):
     usage: Usage | None
     model: str | None = None
 
+#: The environment variable holding the step's MCP secret (for a CLI that reads a header's value from one).
+TOKEN_ENV = "STEPLINE_MCP_TOKEN"
+
 
 @dataclass(slots=True)
 class Invocation:
     """Everything that shapes one agent command line. ``config_dir`` is a private folder (mode 0700) of this one
-    run, for a CLI that reads its MCP configuration only from a file or a home folder."""
+    run, for a CLI that reads its MCP configuration only from a file or a home folder. ``mcp_token`` is the step's
+    secret the MCP server asks of every request (:meth:`mcp_headers`): it goes in a file of ``config_dir`` or the
+    environment, never on the command line, which any local process can read."""
 
     mode: Mode
     cwd: Path
     mcp_url: str
+    mcp_token: str
     config_dir: Path
     include_dirs: list[str] = field(default_factory=list)
     model: str | None = None
     resume: str | None = None
     fork: bool = False
     extra_args: list[str] = field(default_factory=list)
+
+    def mcp_headers(self) -> dict[str, str]:
+        """The HTTP header that admits the agent to its step's MCP server."""
+        return {"Authorization": f"Bearer {self.mcp_token}"}
 
 
 @dataclass(slots=True)
@@ -88,9 +99,19 @@ class AgentCli:
     setup_problems: tuple[tuple[str, str], ...] = ()
 
 
+
 def mcp_servers(server: dict[str, Any]) -> str:
     """The ``{"mcpServers": {"stepline": server}}`` JSON most CLIs read."""
     return json.dumps({"mcpServers": {SERVER: server}})
+
+
+def mcp_config_file(inv: Invocation, name: str, server: dict[str, Any]) -> Path:
+    """``config_dir/name`` holding :func:`mcp_servers` of ``server``, readable by its owner only (it holds the
+    step's secret)."""
+    path = inv.config_dir / name
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
+        handle.write(mcp_servers(server))
+    return path
 
 
 def json_lines(stdout: str) -> Iterator[dict[str, Any]]:

@@ -23,16 +23,14 @@ from stepline.executors.cli_agents._spec import (
     Reported,
     count,
     json_lines,
-    mcp_servers,
+    mcp_config_file,
 )
 
 __all__ = ["CLAUDE", "parse_stream"]
 
 
 def _config(inv: Invocation) -> Path:
-    path = inv.config_dir / "claude-mcp.json"
-    path.write_text(mcp_servers({"type": "http", "url": inv.mcp_url}), encoding="utf-8")
-    return path
+    return mcp_config_file(inv, "claude-mcp.json", {"type": "http", "url": inv.mcp_url, "headers": inv.mcp_headers()})
 
 
 def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:

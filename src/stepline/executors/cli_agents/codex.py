@@ -1,6 +1,7 @@
 """Codex (``@openai/codex``, tested with 0.169.x): ``codex exec --json``, the prompt on stdin (``-``).
 
-stepline's MCP server is a ``-c mcp_servers.stepline.url=…`` override (no file). Write mode is the
+stepline's MCP server is a ``-c mcp_servers.stepline.url=…`` override (no file), its secret read from
+``$STEPLINE_MCP_TOKEN`` (``bearer_token_env_var``: not on the command line). Write mode is the
 ``workspace-write`` sandbox (``--full-auto`` is gone since 0.1xx), analysis mode ``read-only``; either way
 ``approval_policy="never"``: nobody is there to approve. The model provider (``model_provider`` and its
 ``base_url``/``env_key``) is the user's ``~/.codex/config.toml`` (or ``$CODEX_HOME``), read as it is.
@@ -22,6 +23,7 @@ from stepline.executors._usage import Usage
 from stepline.executors.cli_agents._spec import (
     SERVER,
     SESSION,
+    TOKEN_ENV,
     AgentCli,
     AgentReport,
     Invocation,
@@ -43,10 +45,11 @@ def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
     # required: the first turn waits for the server (else its tools may never be offered); approve: with the
     # approval policy "never", a tool call that needs approval fails instead
     argv += ["-c", f"mcp_servers.{SERVER}.url={json.dumps(inv.mcp_url)}", "-c", f"mcp_servers.{SERVER}.required=true",
-             "-c", f'mcp_servers.{SERVER}.default_tools_approval_mode="approve"', *inv.extra_args]
+             "-c", f'mcp_servers.{SERVER}.default_tools_approval_mode="approve"',
+             "-c", f"mcp_servers.{SERVER}.bearer_token_env_var={json.dumps(TOKEN_ENV)}", *inv.extra_args]
     if inv.resume:
         argv += ["fork" if inv.fork else "resume", inv.resume]
-    return [*argv, "-"], {}
+    return [*argv, "-"], {TOKEN_ENV: inv.mcp_token}
 
 
 def _usage(raw: dict[str, Any]) -> Usage:

@@ -65,7 +65,7 @@ def _home(inv: Invocation) -> Path:
             (mine / entry.name).symlink_to(entry)
     servers = settings.get("mcpServers")
     servers = servers if isinstance(servers, dict) else {}
-    settings["mcpServers"] = {**servers, SERVER: {"httpUrl": inv.mcp_url, "trust": True}}
+    settings["mcpServers"] = {**servers, SERVER: {"httpUrl": inv.mcp_url, "trust": True, "headers": inv.mcp_headers()}}
     (mine / "settings.json").write_text(json.dumps(settings), encoding="utf-8")
     return home
 

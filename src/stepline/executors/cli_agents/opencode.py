@@ -32,7 +32,8 @@ def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
     if not isinstance(config, dict) or not isinstance(servers, dict | None):
         raise ExecutorError("OPENCODE_CONFIG_CONTENT is not a JSON object with an `mcp` object",
                             hint="fix the variable (stepline adds its MCP server to it)")
-    config["mcp"] = {**(servers or {}), SERVER: {"type": "remote", "url": inv.mcp_url, "enabled": True}}
+    config["mcp"] = {**(servers or {}), SERVER: {"type": "remote", "url": inv.mcp_url, "enabled": True,
+                                                 "headers": inv.mcp_headers()}}
     argv = ["run", "--format", "json", "--print-logs", "--log-level", "WARN", "--dir", str(inv.cwd)]
     argv += ["--agent", "build", "--auto"] if inv.mode == "write" else ["--agent", "plan"]
     if inv.model:

@@ -1,5 +1,5 @@
 """Qwen Code (``@qwen-code/qwen-code``, tested with 0.24.x): ``qwen --output-format stream-json``, the prompt on
-stdin; its stream is claude's stream-JSON. stepline's MCP server is given inline (``--mcp-config '<json>'``); write
+stdin; its stream is claude's stream-JSON. stepline's MCP server is given in a file (``--mcp-config FILE``); write
 mode is ``--approval-mode yolo``, analysis mode ``plan``. Like Claude Code, Qwen Code defers MCP tools (behind
 ``tool_search``/``tool_call``), so the prompt names them. Unattended, Qwen needs an auth type set by the user
 (``security.auth.selectedType`` in ``~/.qwen/settings.json``, or ``--auth-type`` in the executor's ``extra_args``)
@@ -22,7 +22,7 @@ from stepline.executors.cli_agents._spec import (
     Invocation,
     Reported,
     count,
-    mcp_servers,
+    mcp_config_file,
 )
 from stepline.executors.cli_agents.claude import parse_stream
 
@@ -31,7 +31,8 @@ __all__ = ["QWEN"]
 
 def _command(inv: Invocation) -> tuple[list[str], dict[str, str]]:
     argv = ["--output-format", "stream-json", "--approval-mode", "yolo" if inv.mode == "write" else "plan",
-            "--mcp-config", mcp_servers({"httpUrl": inv.mcp_url, "trust": True}),
+            "--mcp-config", str(mcp_config_file(inv, "qwen-mcp.json", {"httpUrl": inv.mcp_url, "trust": True,
+                                                                       "headers": inv.mcp_headers()})),
             "--allowed-mcp-server-names", SERVER]
     if inv.include_dirs:
         argv += ["--include-directories", ",".join(inv.include_dirs)]
