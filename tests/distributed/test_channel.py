@@ -15,7 +15,7 @@ import yaml
 from stepline import Engine
 from stepline.distributed._channel import RemoteSession, SessionServer, original_failure, serve_calls
 from stepline.engine import RuntimeConfig
-from stepline.errors import UsageError
+from stepline.errors import OutsideRootError
 from stepline.executors import Executor, StepRequest, StepSession
 from stepline.model import Run
 from stepline.store import read_journal
@@ -140,12 +140,12 @@ def test_a_step_over_the_channel_journals_what_a_step_done_here_does(tmp_path: P
 
 
 def test_a_refused_call_reaches_the_worker_as_the_same_error_and_fails_the_step_as_here(tmp_path: Path) -> None:
-    """A write outside the project is a UsageError on the worker too; the step fails with the local message."""
+    """A write outside the project is an OutsideRootError on the worker too; the step fails with the local message."""
     here, there = _project(tmp_path, "here", [{"id": "w"}]), _project(tmp_path, "there", [{"id": "w"}])
     agent = Outside()
     local = _run(here, Outside())
     remote = _run(there, Loopback(agent))
-    assert agent.caught == [UsageError]
+    assert agent.caught == [OutsideRootError]
     assert remote.status.value == "failed"
     assert remote.steps["w"].error == local.steps["w"].error.replace(str(here), str(there))  # type: ignore[union-attr]
     assert not (tmp_path / "outside.txt").exists()
