@@ -306,21 +306,17 @@ def test_rejected_gate_with_on_reject_skip_goes_on_without_the_step(project: Pat
     assert "rejected by grace (on_reject: skip)" in (resumed.steps["b"].summary or "")
 
 
-def test_redoing_an_interrupted_append_keeps_other_steps_lines(tmp_path: Path) -> None:
-    """A redo after a crash neither duplicates a finished append, nor erases later appends, nor keeps a torn one."""
-    from stepline.engine._session import _write_append
+def test_an_append_landed_before_the_crash_is_found_at_its_recorded_size_and_nothing_else_is(tmp_path: Path) -> None:
+    """A redo writes nothing only when the content sits whole at the size its intent recorded; other steps'
+    lines there, or a file not there, mean the append is still to do (a redo journals a new intent for it)."""
+    from stepline.engine._session import _landed_at
 
     log = tmp_path / "effects.log"
-    log.write_text("a\n")
-    _write_append(log, "b\n", 2)  # first time: appended at the recorded size
-    log.write_text(log.read_text() + "c\n")  # another step appends after it
-    _write_append(log, "b\n", 2)  # redo of a write that had completed: nothing changes
-    assert log.read_text() == "a\nb\nc\n"
-    log.write_text("a\nb\nc\nd")  # the crash tore "d-line\n" at the end
-    _write_append(log, "d-line\n", 6)
-    assert log.read_text() == "a\nb\nc\nd-line\n"
-    _write_append(log, "eee\n", 13)  # never written before the crash: appended once
-    assert log.read_text() == "a\nb\nc\nd-line\neee\n"
+    assert not _landed_at(log, "b\n", 0)
+    log.write_text("a\nb\nc\n")
+    assert _landed_at(log, "b\n", 2)  # whole, then another step's line after it
+    assert not _landed_at(log, "b\n", 4)  # another step's line where it would have landed
+    assert not _landed_at(log, "d\n", 6)  # at the end: never written
 
 
 def _append_intent(seq: int, key: str, path: str, pre_size: int | None, *, recorded: bool) -> list[Any]:

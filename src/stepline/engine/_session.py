@@ -162,20 +162,22 @@ class JournaledSession(StepSession):
             raise StepFailed(f"step {self.ctx.spec.id!r} wrote output but declares no output file",
                              hint="pass path= or declare outputs: on the step", retryable=False)
         target = confine(self.ctx.project_root, rel)
-        if started is not None:
-            pre_size = started["args"].get("pre_size")
-        else:
+        landed = started is not None and mode == "append" and _landed_at(target, content,
+                                                                          started["args"].get("pre_size"))
+        if not landed:
+            # A redo journals its own intent: the last append intent of a file must name the last write to it,
+            # which a resume's repair_torn_appends cuts off if it has no record.
             pre_size = target.stat().st_size if target.exists() else None
             self.ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "write_output",
                                                    "args": {"path": rel, "mode": mode, "section": section,
                                                             "pre_size": pre_size}}, sync=True)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if section and mode == "section":
-            self.ctx.write_section(target, section, content)
-        elif mode == "replace":
-            _write_replace(target, content)
-        else:
-            _write_append(target, content, pre_size)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if section and mode == "section":
+                self.ctx.write_section(target, section, content)
+            elif mode == "replace":
+                _write_replace(target, content)
+            else:
+                _fsync_write(target, content.encode("utf-8"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         self.outcome.written.append(rel)
         if section:
             self.outcome.sections[section] = content
@@ -272,28 +274,21 @@ def _fsync_write(target: Path, data: bytes, flags: int) -> None:
         raise
 
 
-def _write_append(target: Path, content: str, pre_size: int | None) -> None:
-    """Append ``content``; redo-safe when the intent recorded the size the file had just before (``pre_size``).
+def _landed_at(target: Path, content: str, pre_size: int | None) -> bool:
+    """Whether an append journaled at ``pre_size`` landed whole before a crash (only its record is missing).
 
-    The intent and the write happen with no await between them, so the write landed exactly at ``pre_size``.
-    On a redo after a crash the bytes there tell what happened: the content whole (done: write nothing), a
-    prefix of it at the very end (torn by the crash: cut it off and write again), or other steps' lines or
-    nothing (never written: append). Cutting the file back unconditionally would erase lines that other
-    steps of a parallel run appended after this one.
+    The intent and the write happen with no await between them, so the write landed exactly at ``pre_size``; a
+    torn one was cut off by :func:`repair_torn_appends` before any step ran, as was a whole one whose intent was
+    the file's last. Anything else there is other steps' lines: this append is still to do.
     """
     data = content.encode("utf-8")
     start = pre_size or 0
-    if target.exists():
-        size = target.stat().st_size
-        if size > start:
-            with target.open("rb") as handle:
-                handle.seek(start)
-                found = handle.read(len(data))
-            if found == data:
-                return
-            if size - start < len(data) and data.startswith(found):
-                os.truncate(target, start)
-    _fsync_write(target, data, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        with target.open("rb") as handle:
+            handle.seek(start)
+            return handle.read(len(data)) == data
+    except FileNotFoundError:
+        return False
 
 
 def repair_torn_appends(events: Iterable[Event], project_root: Path) -> None:
