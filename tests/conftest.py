@@ -1,9 +1,12 @@
-"""Shared fixtures: a scratch project, native workflow writers, the corpus location."""
+"""Shared fixtures: a scratch project, native workflow writers, the corpus location, the prompt-economy bench."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -15,6 +18,18 @@ from fakes.fake_openai import FakeOpenAI
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus"
+
+
+@pytest.fixture(scope="session")
+def prompt_economy() -> ModuleType:
+    """bench/prompt_economy.py as a module: its simulated prompt-run, and its count of what a provider serves from
+    its cache (the one the tests of the prompt economy use too)."""
+    spec = importlib.util.spec_from_file_location("prompt_economy_under_test", REPO / "bench" / "prompt_economy.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture

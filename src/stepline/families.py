@@ -22,7 +22,8 @@ from stepline.native import is_native_workflow, lint_native, load_native
 if TYPE_CHECKING:
     from stepline.stepchain._plan import Plan, PlanStep, Point
 
-__all__ = ["detect_format", "lint_path", "lint_tree", "load_workflow", "read_plan", "read_plans", "register_drivers"]
+__all__ = ["detect_format", "lint_path", "lint_tree", "load_workflow", "read_plan", "read_plans", "register_drivers",
+           "workflows_of_kind"]
 
 #: The modules that register each family's step drivers (and flows) with the engine when imported.
 _DRIVERS = (
@@ -228,6 +229,19 @@ def lint_tree(path: Path, *, project_root: Path | None = None) -> tuple[list[Dia
                                       "workflow.md with steps, SKILL.md, WFS-* session or native workflow file)",
                                       str(path)))
     return diagnostics, counts
+
+
+def workflows_of_kind(folder: Path, kind: str) -> list[Path]:
+    """The workflows under ``folder`` that ``validate`` counts as ``kind`` (``bmad-skill/step-files``), in path
+    order; an unreadable one is none of them."""
+    found = []
+    for candidate in _workflows_under(folder):
+        try:
+            if _kind(detect_format(candidate), candidate) == kind:
+                found.append(candidate)
+        except ReaderError:
+            continue
+    return found
 
 
 def _is_broken_skill(folder: Path) -> bool:
