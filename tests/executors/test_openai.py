@@ -236,7 +236,7 @@ def test_prompt_holds_the_current_step_only_with_secrets_redacted() -> None:
     assert "# Step step-03: Review" in user and "Check the PRD of {project}" in user
     assert "[C] Continue (default)" in user and "PRDs live in docs/" in user and '"project": "demo"' in user
     assert SECRET not in user
-    assert "x" * 500 not in user and "not named by this step): unused" in user  # only what the step names
+    assert "x" * 500 not in user and "Others set: unused" in user  # only what the step names
     assert protocol_tools() == protocol_tools()  # no per-request part (a menu's enum) in the tools
 
 

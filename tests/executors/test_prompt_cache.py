@@ -58,11 +58,11 @@ def test_only_the_variables_a_step_names_are_sent() -> None:
     _, user = build_prompt(request)
     assert '"user_name": "Ada"' in user and '"date": "2026-01-01"' in user and '"output_folder": "out"' in user
     assert "a long description" not in user and "wf-name" not in user
-    assert "Also set (not named by this step): description, name, spec_file" in user
+    assert "Others set: description, name, spec_file" in user
     # the names the run's standing configuration shows are not named again
     configured = StepRequest(**{**request.to_dict(), "menu": [],
                                 "hints": {STANDING_HINT: "Rules.\n\n## Configuration\n- name: wf-name\n- x: 1"}})
-    assert "Also set (not named by this step): description, spec_file" in build_prompt(configured)[1]
+    assert "Others set: description, spec_file" in build_prompt(configured)[1]
 
 
 def _run(tmp_path: Path, provider: str, server: Any, responder: Any, prices: dict[str, Any]) -> tuple[Engine, Any]:

@@ -243,6 +243,22 @@ a tool call is not kept. End a decide request by calling `decide`, any other req
 exactly once, after your other tool calls; make them all in one reply when you can. Paths are relative to the \
 project root, where commands run. {mode}"""
 
+#: How a request's user message reads, said once in the system text (the same for every request of every run)
+#: rather than in each request: its parts, what each asks of the model, and what the runtime does instead.
+_GUIDE = """A request's user message: `# Step <id>: <title>`, what it asks, then the parts that apply:
+- `## Step instructions`: the step's text, without what the runtime does itself (presenting its menu, loading the \
+next step file, updating the frontmatter and stepsCompleted): do not do those.
+- `## Condition` / `## Question`: what a decide / answer request asks.
+- `## Choices`: the only values `finish`'s `choice` may take.
+- `## Menu`: in a work request, the step's menu, which the runtime presents after it: do the work up to the menu, \
+do not present it, and put the option you would pick in `choice` (in #yolo it is the answer; otherwise the person \
+answers). In a choose request: the options, by key.
+- `## Output`: where `write_output` writes without `path`.
+- `## Variables`: the run's variables the step names, then the names of the others set. `## Context`: facts for \
+this step.
+A subagent request (`"fresh_context": true` in its context) works only from its own instructions, not from the \
+workflow's standing instructions."""
+
 _KIND = {
     "work": "Do the step's work described below.",
     "generate": "Generate the content of template section `{section}` and write it with write_output.",
@@ -266,17 +282,16 @@ def build_prompt(request: StepRequest) -> tuple[str, str]:
 
     mode = ("Run mode #yolo: do not wait for confirmations; where a question needs an answer, answer it yourself "
             "as an expert user would." if request.mode == "yolo" else "")
-    shared = [_SYSTEM.format(mode=mode).strip(), f"Workflow: {request.workflow_id or '-'}."]
+    shared = [_SYSTEM.format(mode=mode).strip(), _GUIDE, f"Workflow: {request.workflow_id or '-'}."]
     standing = str(request.hints.get(STANDING_HINT) or "").strip()
     if standing:
         shared.append("## Standing instructions of this workflow (for every step)\n" + standing)
     root = str(request.context.get("project_root") or "")
     system = redact(project_relative("\n\n".join(shared), root))
-    parts = [f"# Step {request.step_id}: {request.title}",
-             _KIND[request.kind].format(section=request.section) + f"\nAttempt {request.attempt}."]
+    parts = [f"# Step {request.step_id}: {request.title}", _KIND[request.kind].format(section=request.section)
+             + (f"\nAttempt {request.attempt}." if request.attempt > 1 else "")]
     if standing and request.context.get("fresh_context"):  # a subagent: the shared prefix is not its context
-        parts[1] += ("\nYou are a subagent with a fresh context: work only from the instructions below, not from "
-                     "the workflow's standing instructions.")
+        parts[1] += "\nA subagent with a fresh context: work only from the instructions below."
     if request.content:
         parts.append("## Step instructions\n" + request.content)
     if request.condition:
@@ -290,11 +305,14 @@ def build_prompt(request: StepRequest) -> tuple[str, str]:
                                              for o in request.menu))
     outputs = request.hints.get("outputs")
     if outputs:
-        parts.append("## Output\nwrite_output without `path` writes to " + str(outputs[0]) + ".")
-    if request.variables:
-        parts.append(_variables(request, _configured(standing)))
+        parts.append("## Output\n" + str(outputs[0]))
+    configured = _configured(project_relative(standing, root))
+    variables = _variables(request, set(configured)) if request.variables else ""
+    if variables:
+        parts.append(variables)
     context = {key: value for key, value in request.context.items()  # what the text above does not say
-               if value not in (None, "", [], {}) and key != "project_root" and not (key == "output" and outputs)}
+               if value not in (None, "", [], {}) and key != "project_root" and not (key == "output" and outputs)
+               and configured.get(key.replace("_", "-"), configured.get(key)) != _shown(value, root)}
     if context:
         parts.append("## Context\n" + _compact(redact_obj(context)))
     if request.telis_context:  # TELIS (R-C1): shards and a language server's answer, resolved for this step
@@ -314,10 +332,16 @@ def project_relative(text: str, root: str) -> str:
     return re.sub(prefix + r"(?![\w.-])", ".", re.sub(prefix + "/+", "", text))
 
 
-def _configured(standing: str) -> set[str]:
-    """The names the standing text's configuration lists (``- name: value`` under ``## Configuration``, as
-    :func:`~stepline.executors.standing_text` writes it)."""
-    return set(re.findall(r"(?m)^- ([^\s:]+): ", standing.partition("## Configuration\n")[2]))
+def _configured(standing: str) -> dict[str, str]:
+    """The names and values the standing text's configuration lists (``- name: value`` under ``## Configuration``,
+    as :func:`~stepline.executors.standing_text` writes it)."""
+    return dict(re.findall(r"(?m)^- ([^\s:]+): (.*)$", standing.partition("## Configuration\n")[2]))
+
+
+def _shown(value: Any, root: str) -> str:
+    """A context value as the standing configuration would show it (a path under the project root relative to
+    it), so that an entry the configuration already shows is not repeated in every request's context."""
+    return project_relative(str(value).lower() if isinstance(value, bool) else str(value), root)
 
 
 def _variables(request: StepRequest, configured: set[str] | frozenset[str] = frozenset()) -> str:
@@ -329,10 +353,10 @@ def _variables(request: StepRequest, configured: set[str] | frozenset[str] = fro
     others = sorted(name for name in request.variables if name not in used and name not in configured)
     from stepline.guardrails import redact_obj
 
-    lines = ["## Variables", _compact(redact_obj(used)) if used else "(none named by this step)"]
+    lines = ["## Variables", *([_compact(redact_obj(used))] if used else [])]
     if others:
-        lines.append("Also set (not named by this step): " + ", ".join(others))
-    return "\n".join(lines)
+        lines.append("Others set: " + ", ".join(others))
+    return "\n".join(lines) if len(lines) > 1 else ""
 
 
 _PLAIN_WORD = re.compile(r"[A-Za-z]+")

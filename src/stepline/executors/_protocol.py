@@ -31,7 +31,8 @@ STANDING_HINT = "standing"
 def standing_text(instructions: str, variables: dict[str, Any]) -> str:
     """The text of a run's standing hint: the workflow-level ``instructions``, then the run's configuration (the
     workflow's variables as loaded — config values, the project's folders — which every step may need)."""
-    facts = [f"- {name}: {value}" for name, value in sorted(variables.items())
+    facts = [f"- {name}: {str(value).lower() if isinstance(value, bool) else value}"
+             for name, value in sorted(variables.items())
              if isinstance(value, str | int | float | bool) and str(value).strip() and "\n" not in str(value)]
     return "\n\n".join(filter(None, (instructions.strip(), "## Configuration\n" + "\n".join(facts) if facts else "")))
 

@@ -64,7 +64,7 @@ from stepline.executors import STANDING_HINT, MenuOption, standing_text
 from stepline.executors._human import PERSON_HINT
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
-from stepline.formats._prose import lean_step_text
+from stepline.formats._prose import lean_step_text, shared_sections
 from stepline.model import EventType, Run, StepStatus, WorkflowSpec
 from stepline.skills._headless import ResultFacts, executor_status, fill_result, pick_shape, result_shapes
 from stepline.skills._load import SKILL_FORMAT, find_skill
@@ -179,12 +179,13 @@ def _scripts(ctx: StepContext, doc: SkillDoc) -> list[dict[str, Any]]:
 
 
 def _base_context(ctx: StepContext) -> dict[str, Any]:
-    """What every request of the skill carries besides its instructions. An unattended run (#yolo,
-    non-interactive) is the skill's headless mode: its ``references/headless.md``, if any, is named (the
-    executor reads it through ``read``, as the skill says to, for the whole run)."""
+    """What every request of the skill carries besides its instructions: the skill it is of, under the names the
+    run's standing configuration gives them (an executor sends only what that does not already show, a skill
+    handed over to). An unattended run (#yolo, non-interactive; the standing configuration's ``headless``) is the
+    skill's headless mode: its ``references/headless.md``, if any, is named (the executor reads it through
+    ``read``, as the skill says to, for the whole run)."""
     skill = _skill(ctx)
-    context = {"skill": skill["name"], "skill_root": skill["root"], "headless": ctx.run.mode != "normal",
-               "intent": ctx.variables.get("intent")}
+    context = {"skill-name": skill["name"], "skill-root": skill["root"], "intent": ctx.variables.get("intent")}
     headless = Path(skill["root"]) / "references" / "headless.md"
     if ctx.run.mode != "normal" and headless.is_file():
         context["headless_reference"] = str(headless)
@@ -205,15 +206,29 @@ def _entry_rules(ctx: StepContext) -> str:
     return _render(ctx, "\n\n".join(filter(None, [lead, *keep])))
 
 
+def _shared_sections(ctx: StepContext) -> tuple[str, ...]:
+    """The sections the skill's step files repeat word for word (see :func:`formats._prose.shared_sections`): sent
+    once, in the standing text, and left out of each step's own; none when the full step text is configured."""
+    if ctx.engine.config.prompts.full_step_text:
+        return ()
+    skill = _skill(ctx)
+    files = [Path(skill["root"]) / str(spec.meta["file"]) for spec in ctx.run.workflow.steps
+             if spec.meta.get("role") == "step-file" and spec.meta.get("skill") == ctx.spec.meta["skill"]]
+    return shared_sections([lean_step_text(read_text(file)).text for file in dict.fromkeys(files) if file.is_file()])
+
+
 def _standing(ctx: StepContext, **more: Any) -> dict[str, Any]:
-    """The hints of a request that sees the whole run (issue 21): the skill's standing rules and the persistent
-    facts activation loaded, the same text for every request of the run, which the executor sends once in the
-    prefix a provider caches, instead of restated in each step's context."""
+    """The hints of a request that sees the whole run (issue 21): the skill's standing rules, the sections its step
+    files repeat and the persistent facts activation loaded, the same text for every request of the run, which the
+    executor sends once in the prefix a provider caches, instead of restated in each step's context."""
     facts = [f"- {f['fact']}" if "fact" in f else f"- {f['path']}:\n{f['text']}"
              for f in ctx.variables.get("persistent_facts") or [] if isinstance(f, dict) and ("fact" in f or
                                                                                              f.get("text"))]
-    text = _entry_rules(ctx) + ("\n\n## Persistent facts\n" + "\n".join(facts) if facts else "")
-    return {STANDING_HINT: standing_text(text, ctx.run.workflow.variables), **more}
+    repeated = _render(ctx, "\n\n".join(section.strip("\n") for section in _shared_sections(ctx)))
+    text = "\n\n".join(filter(None, [_entry_rules(ctx), repeated])) + (
+        "\n\n## Persistent facts\n" + "\n".join(facts) if facts else "")
+    configuration = {**ctx.run.workflow.variables, "headless": ctx.run.mode != "normal"}
+    return {STANDING_HINT: standing_text(text, configuration), **more}
 
 
 # --------------------------------------------------------------------------------------------------- activate
@@ -488,7 +503,7 @@ def _subagent_layers(ctx: StepContext, text: str) -> list[tuple[str, list[dict[s
     that launch subagents, each with its active layers (an empty instruction disables one)."""
     skill = _skill(ctx)
     found = []
-    for match in CUSTOM_TOKEN.finditer(text):
+    for match in {m[0]: m for m in CUSTOM_TOKEN.finditer(text)}.values():  # a token named twice is one set of layers
         value = (skill["customization"].get(match[1]) or {}).get(match[2])
         if not isinstance(value, list) or not value or not all(isinstance(v, dict) for v in value):
             continue
@@ -779,7 +794,7 @@ async def _step_file(ctx: StepContext) -> None:
     context = {**_base_context(ctx), "step_file": str(path), "scripts": _scripts(ctx, doc)}
     layers = _subagent_layers(ctx, doc.text)
     # The link to the next step file and the rules the runtime keeps are not sent (unless configured).
-    lean = None if ctx.engine.config.prompts.full_step_text else lean_step_text(doc.text)
+    lean = None if ctx.engine.config.prompts.full_step_text else lean_step_text(doc.text, _shared_sections(ctx))
     raw = lean.text if lean is not None else doc.text
     for token, active in layers:  # the runtime launches them: the step is told so, and what they need from it
         needs = sorted({n for layer in active for n in _PLACEHOLDER.findall(_render(ctx, layer["instruction"]))})
