@@ -8,18 +8,20 @@ refused while it is parsed, and TOML/JSON nesting is bounded the same way. Excee
 memory bounded by the file's size.
 
 Each limit can be set in the environment (``STEPLINE_MAX_FILE_BYTES``, ``STEPLINE_MAX_YAML_VALUES``,
-``STEPLINE_MAX_DEPTH``), read at every check so a test or a wrapper can change it.
+``STEPLINE_MAX_DEPTH``), read at every check so a test or a wrapper can change it. Python itself reads no whole
+number of more than 4,300 digits (``sys.get_int_max_str_digits``); :func:`long_number` says so in one line.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from stepline.errors import ConfigError
 
-__all__ = ["ReadLimits", "nesting", "read_limits"]
+__all__ = ["ReadLimits", "cut", "long_number", "nesting", "read_limits"]
 
 #: The defaults: 8 MiB is thirty times the largest file of the BMAD and CCW releases in the corpus and holds a
 #: 20,000-step native workflow (6.5 MB); two million values is eight times what that workflow has; 200 levels
@@ -74,3 +76,27 @@ def nesting(value: Any, stop: int) -> int:
         elif isinstance(item, list):
             stack.extend((child, depth + 1) for child in item)
     return deepest
+
+
+#: Python's refusal to read a whole number longer than it reads (json, tomllib and YAML's int all raise it).
+_LONG_NUMBER = re.compile(r"Exceeds the limit \((\d+) digits\) for integer string conversion")
+
+
+def cut(text: str, keep: int = 12) -> str:
+    """``text`` for a one-line message: as it is when short, else its first and last ``keep`` characters."""
+    return text if len(text) <= 2 * keep + 1 else f"{text[:keep]}…{text[-keep:]}"
+
+
+def long_number(exc: BaseException, text: str | None = None) -> tuple[str, int | None] | None:
+    """When ``exc`` is Python's refusal of a number too long to read: what to say of it (the number cut short, its
+    digits, the limit) and its 1-based line in ``text`` (None when ``text`` is not given or does not show it);
+    else None."""
+    found = _LONG_NUMBER.search(str(exc)) if isinstance(exc, ValueError) else None
+    if found is None:
+        return None
+    limit = int(found[1])
+    number = re.search(rf"\d{{{limit + 1},}}", text) if text is not None else None
+    if number is None:
+        return f"a number of more than {limit} digits (no number may have more)", None
+    line = text.count("\n", 0, number.start()) + 1 if text is not None else None
+    return f"the number {cut(number[0])} has {len(number[0])} digits (no number may have more than {limit})", line

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 
-from stepline._limits import read_limits
+from stepline._limits import cut, long_number, read_limits
 from stepline.errors import ReaderError
 
 __all__ = [
@@ -96,8 +96,11 @@ def _guarded(construct: Callable[[Any, yaml.Node], Any]) -> Callable[[Any, yaml.
             return construct(loader, node)
         except (ValueError, KeyError, TypeError, OverflowError) as exc:
             kind = str(node.tag).rpartition(":")[2]
+            number = long_number(exc, str(node.value))
+            if number is not None:
+                raise ConstructorError(None, None, number[0], node.start_mark) from None
             reason = exc.args[0] if exc.args and isinstance(exc, KeyError) else exc
-            raise ConstructorError(None, None, f"{node.value!r} is not a valid {kind} ({reason})",
+            raise ConstructorError(None, None, f"{cut(str(node.value), 40)!r} is not a valid {kind} ({reason})",
                                    node.start_mark) from None
 
     return guarded

@@ -12,9 +12,9 @@ import pytest
 
 from hostile.hostile_support import cli
 from stepline.errors import ConfigError, ReaderError
+from stepline.formats._data import load_toml
 from stepline.formats._frontmatter import read_frontmatter
 from stepline.native import load_native
-from stepline.skills._customize import load_toml
 
 RECURSIVE = "description: &a [*a]\n"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from stepline.errors import ReaderError
+from stepline.formats._data import load_toml
 from stepline.skills import load_central_config, resolve_customization, structural_merge
-from stepline.skills._customize import load_toml
 
 from .conftest import CORPUS_V611
 

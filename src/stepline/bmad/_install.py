@@ -28,8 +28,11 @@ from typing import Any
 
 import yaml
 
+from stepline._paths import inside
 from stepline.bmad._config import load_yaml
 from stepline.errors import NotFoundError, ReaderError, UsageError
+from stepline.formats._data import load_toml, parse_json
+from stepline.formats._files import read_text
 
 __all__ = ["InstallReport", "InstalledModule", "install_bmad"]
 
@@ -199,15 +202,12 @@ def _plugin_modules(src: Path) -> list[_Source]:
     market = src / ".claude-plugin" / "marketplace.json"
     if not market.is_file():
         return []
-    try:
-        data = json.loads(market.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ReaderError(f"marketplace.json is not JSON: {exc}", path=str(market)) from exc
+    data = parse_json(read_text(market), market, what="marketplace.json is not JSON")
     found: list[_Source] = []
     plugins = data.get("plugins") if isinstance(data, dict) else None
     for plugin in [p for p in plugins or [] if isinstance(p, dict)]:
-        skills = [(src / rel).resolve() for rel in plugin.get("skills") or [] if isinstance(rel, str)]
-        skills = [s for s in skills if s.is_relative_to(src) and (s / "SKILL.md").is_file()]
+        found_skills = [inside(src, rel) for rel in plugin.get("skills") or [] if isinstance(rel, str)]
+        skills = [s for s in found_skills if s is not None and (s / "SKILL.md").is_file()]
         if not skills:
             continue
         common = Path(os.path.commonpath(skills)) if len(skills) > 1 else skills[0].parent
@@ -283,15 +283,13 @@ def _toml_document(data: Mapping[str, Any]) -> list[str]:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    import tomllib
-
     if not path.is_file():
         return {}
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ReaderError(f"cannot update it: {exc}", path=str(path),
-                          hint="fix or delete it, then install again") from exc
+        return load_toml(path)
+    except ReaderError as exc:
+        raise ReaderError(f"cannot update it: {exc.detail}", path=str(path), line=exc.line,
+                          hint="fix or delete it, then install again") from None
 
 
 def _write_central_config(bmad: Path, sources: list[_Source], collected: Mapping[str, Mapping[str, Any]]

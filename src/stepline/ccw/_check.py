@@ -6,7 +6,6 @@ everything it can and reports all of it. It never repairs anything.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from stepline._paths import escape
@@ -15,6 +14,7 @@ from stepline.ccw._session import SESSION_FILE, confined_session, natural_key, s
 from stepline.ccw._task import TaskRef, TaskView, line_of, ref_from_data, validate_task_data
 from stepline.ccw._todo import TodoList, read_todo_list
 from stepline.errors import NotFoundError, ReaderError
+from stepline.formats._data import parse_json
 from stepline.formats._diagnostics import Diagnostic, Severity
 from stepline.formats._files import read_text
 
@@ -46,11 +46,9 @@ def _read_json(report: _Report, path: Path) -> tuple[object, str] | None:
         report.unreadable_file(exc, path)
         return None
     try:
-        return json.loads(text), text
-    except json.JSONDecodeError as exc:
-        report.add("error", "json-syntax", f"{path.name} does not parse: {exc.msg}", path, exc.lineno)
-    except RecursionError:
-        report.add("error", "json-syntax", f"{path.name} does not parse: nested too deeply", path)
+        return parse_json(text, path, what=f"{path.name} does not parse"), text
+    except ReaderError as exc:
+        report.add("error", "json-syntax", exc.detail, path, exc.line)
     return None
 
 

@@ -31,7 +31,6 @@ import asyncio
 import fnmatch
 import hashlib
 import heapq
-import json
 import os
 import re
 import shlex
@@ -68,6 +67,7 @@ from stepline.errors import (
     StepFailed,
     StorageError,
 )
+from stepline.formats._data import parse_json
 from stepline.model import EventType, Run, RunStatus, StepStatus, WorkflowSpec
 
 if TYPE_CHECKING:
@@ -843,12 +843,11 @@ def read_session_file(session_dir: Path) -> dict[str, Any]:
     """workflow-session.json as a dict (a :class:`ReaderError` when it is missing or not a JSON object)."""
     path = session_dir / SESSION_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ReaderError(f"{SESSION_FILE} is missing", path=str(path),
                           hint="`stepline ccw check` reports it") from None
-    except json.JSONDecodeError as exc:
-        raise ReaderError(f"{SESSION_FILE} does not parse: {exc.msg}", path=str(path), line=exc.lineno) from exc
+    data = parse_json(text, path, what=f"{SESSION_FILE} does not parse")
     if not isinstance(data, dict):
         raise ReaderError(f"{SESSION_FILE} must be a JSON object", path=str(path), line=1)
     return data
@@ -923,12 +922,12 @@ def archive_session(session_dir: Path, archives_dir: Path, now: str, *, relative
 def _append_manifest(path: Path, entry: dict[str, Any]) -> None:
     """Append to a manifest that is a list (CCW 2025-11+) or ``{"archives": [...]}``; once per archive path."""
     try:
-        manifest: Any = json.loads(path.read_text(encoding="utf-8"))
+        manifest: Any = parse_json(path.read_text(encoding="utf-8"), path, what="manifest.json does not parse")
     except FileNotFoundError:
         manifest = []
-    except json.JSONDecodeError as exc:
-        raise ReaderError(f"manifest.json does not parse: {exc.msg}", path=str(path), line=exc.lineno,
-                          hint="fix it by hand; the session is already in the archive") from exc
+    except ReaderError as exc:
+        exc.hint = "fix it by hand; the session is already in the archive"
+        raise
     entries = manifest.get("archives") if isinstance(manifest, dict) else manifest
     if not isinstance(entries, list):
         raise ReaderError("manifest.json is neither a list nor {\"archives\": [...]}", path=str(path), line=1)

@@ -10,7 +10,6 @@ Both sources may only make a run more sequential, so when they disagree the stri
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from stepline.errors import ReaderError
+from stepline.formats._data import parse_json
 from stepline.formats._files import read_text
 
 ExecutionModel = Literal["sequential", "parallel", "phased", "tdd"]
@@ -161,12 +161,7 @@ def parse_impl_plan(text: str, known: Collection[str]) -> ExecutionStrategy:
 
 def read_plan_json(path: Path) -> dict[str, Any]:
     """Read ``plan.json``; a syntax error or a non-object is a ReaderError at the offending line."""
-    try:
-        data = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise ReaderError(f"plan.json does not parse: {exc.msg}", path=str(path), line=exc.lineno) from exc
-    except RecursionError:
-        raise ReaderError("plan.json does not parse: nested too deeply", path=str(path)) from None
+    data = parse_json(read_text(path), path, what="plan.json does not parse")
     if not isinstance(data, dict):
         raise ReaderError("plan.json must be an object", path=str(path), line=1)
     return data

@@ -53,6 +53,7 @@ from stepline.ccw._todo import (
     summary_href_for,
 )
 from stepline.errors import NotFoundError, ReaderError, UsageError
+from stepline.formats._data import parse_json
 from stepline.formats._files import read_text
 from stepline.model import WorkflowSpec
 
@@ -119,12 +120,7 @@ def confined_session(session_dir: Path) -> Path:
 
 def read_json_object(path: Path) -> dict[str, Any]:
     """Read a JSON object file; syntax errors and non-objects are ReaderErrors at file:line."""
-    try:
-        data = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise ReaderError(f"{path.name} does not parse: {exc.msg}", path=str(path), line=exc.lineno) from exc
-    except RecursionError:
-        raise ReaderError(f"{path.name} does not parse: nested too deeply", path=str(path)) from None
+    data = parse_json(read_text(path), path, what=f"{path.name} does not parse")
     if not isinstance(data, dict):
         raise ReaderError(f"{path.name} must be a JSON object", path=str(path), line=1)
     return data

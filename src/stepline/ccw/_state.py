@@ -38,8 +38,9 @@ from stepline.ccw._todo import (
     render_todo_line_completed,
     summary_href_for,
 )
-from stepline.errors import JournalError, ReaderError
-from stepline.formats._files import FileVersion, file_version, read_file
+from stepline.errors import JournalError
+from stepline.formats._data import parse_json
+from stepline.formats._files import FileVersion, decode_text, file_version, read_file
 from stepline.model import EventType, Run, StepStatus
 from stepline.store import RunDir, datasync, fsync_path
 from stepline.store._blobs import keep_blob
@@ -239,10 +240,7 @@ class SessionWriter:
         except orjson.JSONDecodeError:
             floats = True  # what orjson refuses but Python reads (NaN), or the error
         if floats:  # Python's parser: orjson reads an integer beyond 64 bits as a float
-            try:
-                data = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise ReaderError(f"task JSON does not parse: {exc.msg}", path=str(path), line=exc.lineno) from exc
+            data = parse_json(decode_text(raw, path), path, what="task JSON does not parse")
         history = data.get("status_history")
         history = list(history) if isinstance(history, list) else []
         added = list(completion.history)

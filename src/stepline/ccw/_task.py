@@ -24,6 +24,7 @@ from typing import Any, Literal
 import orjson
 
 from stepline.errors import ReaderError
+from stepline.formats._data import parse_json
 from stepline.formats._files import FileVersion, decode_text, read_file
 
 TaskStatus = Literal["pending", "in_progress", "completed", "blocked", "container", "failed", "skipped"]
@@ -153,18 +154,15 @@ class CcwTask:
 def parse_task_text(text: str | bytes, path: Path) -> dict[str, Any]:
     """Parse task JSON; a syntax error or a non-object is a ReaderError at the offending line."""
     try:
-        try:
-            data = orjson.loads(text)  # several times faster; every task is read at load and when it runs
-        except orjson.JSONDecodeError:
-            if isinstance(text, bytes):  # bytes that are not UTF-8 are a ReaderError naming the offset
-                text = decode_text(text, path)
-            data = json.loads(text)  # what orjson refuses but Python reads (NaN, huge integers), or the error
-    except json.JSONDecodeError as exc:
-        raise ReaderError(f"task JSON does not parse: {exc.msg}", path=str(path), line=exc.lineno,
-                          hint="fix the file or restore it from its last good version") from exc
-    except RecursionError:
-        raise ReaderError("task JSON does not parse: nested too deeply", path=str(path),
-                          hint="fix the file or restore it from its last good version") from None
+        data = orjson.loads(text)  # several times faster; every task is read at load and when it runs
+    except orjson.JSONDecodeError:
+        if isinstance(text, bytes):  # bytes that are not UTF-8 are a ReaderError naming the offset
+            text = decode_text(text, path)
+        try:  # what orjson refuses but Python reads (NaN, huge integers), or the error
+            data = parse_json(text, path, what="task JSON does not parse")
+        except ReaderError as exc:
+            exc.hint = "fix the file or restore it from its last good version"
+            raise
     if not isinstance(data, dict):
         raise ReaderError("task JSON must be an object", path=str(path), line=1)
     return data

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from pydantic import ValidationError
 from stepline._limits import read_limits
 from stepline._yaml import find_yaml_line, load_yaml_lines
 from stepline.errors import ReaderError
+from stepline.formats._data import parse_json
 from stepline.formats._diagnostics import Diagnostic
 from stepline.formats._files import read_text
 from stepline.model import NativeWorkflowFile, SourceRef, WorkflowSpec
@@ -20,6 +20,8 @@ __all__ = ["is_native_workflow", "lint_native", "load_native"]
 
 
 _TOP_LEVEL_STEPS = re.compile(rb'^(steps:|\s*"steps"\s*:)', re.MULTILINE)
+#: A JSON string (a key when a colon follows it) or a bracket: enough to follow a JSON file's nesting.
+_JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"\s*:?|[{}\[\]]')
 
 
 def is_native_workflow(path: Path) -> bool:
@@ -34,7 +36,24 @@ def is_native_workflow(path: Path) -> bool:
             data = file.read(read_limits().max_file_bytes + 1)
     except OSError:
         return False
-    return bool(_TOP_LEVEL_STEPS.search(data))
+    if _TOP_LEVEL_STEPS.search(data):
+        return True
+    return path.suffix.lower() == ".json" and _json_top_level_steps(data)
+
+
+def _json_top_level_steps(data: bytes) -> bool:
+    """Whether the JSON ``data`` has a ``steps`` key in its top-level object, wherever its lines break (a file
+    written on one line: ``{"id": "x", "steps": [...]}``); a file that is not JSON is followed as far as it goes."""
+    depth = 0
+    for token in _JSON_TOKEN.finditer(data):
+        text = token[0]
+        if text in (b"{", b"["):
+            depth += 1
+        elif text in (b"}", b"]"):
+            depth -= 1
+        elif depth == 1 and text.endswith(b":") and text[:-1].rstrip() == b'"steps"':
+            return True
+    return False
 
 
 def _parse(path: Path) -> tuple[Any, str, dict[tuple[Any, ...], int] | None]:
@@ -46,12 +65,7 @@ def _parse(path: Path) -> tuple[Any, str, dict[tuple[Any, ...], int] | None]:
     except OSError as exc:
         raise ReaderError(f"cannot read the file ({exc.strerror or exc})", path=str(path)) from None
     if path.suffix.lower() == ".json":
-        try:
-            return json.loads(text), text, None
-        except json.JSONDecodeError as exc:
-            raise ReaderError(f"JSON error: {exc.msg}", path=str(path), line=exc.lineno) from None
-        except RecursionError:
-            raise ReaderError("JSON error: nested too deeply", path=str(path)) from None
+        return parse_json(text, path), text, None
     data, lines = load_yaml_lines(text, path=str(path))
     return data, text, lines
 

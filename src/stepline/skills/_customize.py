@@ -15,47 +15,24 @@ into the same shape. Pure: reads files, writes none.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stepline._limits import nesting, read_limits
 from stepline._yaml import load_yaml_text
 from stepline.errors import ReaderError
+from stepline.formats._data import load_toml
 from stepline.formats._files import read_text
 
 __all__ = [
     "Customization",
     "load_central_config",
     "load_module_config",
-    "load_toml",
     "resolve_customization",
     "structural_merge",
 ]
 
 _KEYED_FIELDS = ("code", "id")
-_TOML_LINE = re.compile(r"\(at line (\d+), column \d+\)")
-
-
-def load_toml(path: Path) -> dict[str, Any]:
-    """Parse one TOML file; a syntax error is a ReaderError naming file:line, and so is nesting past the
-    reader's depth limit (``STEPLINE_MAX_DEPTH``: a 5,000-deep table would break every later walk of it)."""
-    text = read_text(path)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        found = _TOML_LINE.search(str(exc))
-        line = int(found[1]) if found else max(1, text.count("\n"))
-        raise ReaderError(f"TOML does not parse: {_TOML_LINE.sub('', str(exc)).strip()}", path=str(path),
-                          line=line, hint="fix the TOML syntax") from exc
-    except RecursionError:  # tomllib parses arrays and inline tables recursively
-        data = None
-    limit = read_limits().max_depth
-    if data is None or nesting(data, limit) > limit:
-        raise ReaderError(f"values nest deeper than {limit} levels", path=str(path),
-                          hint="STEPLINE_MAX_DEPTH sets the limit")
-    return data
 
 
 def _keyed_field(items: list[Any]) -> str | None:

@@ -15,13 +15,13 @@
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from stepline._yaml import load_yaml_text
 from stepline.errors import ReaderError
+from stepline.formats._data import load_toml
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
 
@@ -98,10 +98,7 @@ def _module_config(root: Path) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     toml_path = root / "_bmad" / "config.toml"
     if toml_path.is_file():
-        try:
-            data = tomllib.loads(read_text(toml_path))
-        except tomllib.TOMLDecodeError as exc:
-            raise ReaderError(str(exc), path=str(toml_path)) from None
+        data = load_toml(toml_path)
         merged.update(data.get("core") or {})
         merged.update((data.get("modules") or {}).get("bmm") or {})
     for name in ("config.yaml", "config.user.yaml"):
@@ -119,13 +116,6 @@ def _resolve(root: Path, value: object) -> Path:
     return path if path.is_absolute() else root / path
 
 
-def _load_toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(read_text(path))
-    except tomllib.TOMLDecodeError as exc:
-        raise ReaderError(str(exc), path=str(path)) from None
-
-
 def _review_layers(skill_dir: Path, root: Path) -> tuple[ReviewLayer, ...]:
     """``[[workflow.review_layers]]`` of the skill's customize.toml, with _bmad/custom overrides merged by id
     (a matching id replaces, a new id appends; an empty instruction disables the layer)."""
@@ -134,7 +124,7 @@ def _review_layers(skill_dir: Path, root: Path) -> tuple[ReviewLayer, ...]:
                root / "_bmad" / "custom" / f"{skill_dir.name}.user.toml"]
     for source in sources:
         if source.is_file():
-            for raw in ((_load_toml(source).get("workflow") or {}).get("review_layers") or []):
+            for raw in ((load_toml(source).get("workflow") or {}).get("review_layers") or []):
                 if isinstance(raw, dict) and raw.get("id"):
                     layers[str(raw["id"])] = {**layers.get(str(raw["id"]), {}), **raw}
     return tuple(ReviewLayer(id=lid, name=str(raw.get("name") or lid), instruction=str(raw.get("instruction") or ""))
