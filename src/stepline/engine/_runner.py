@@ -760,16 +760,27 @@ class Engine:
         await run_validation_gates(ctx)
 
     async def _run_step_tools(self, ctx: StepContext) -> None:
-        """Run the tool calls the StepSpec declares, through the pipeline, before the executor."""
+        """Run the tool calls the StepSpec declares, through the pipeline, before the executor. A required tool
+        that fails fails the step; so does the failure of every tool the step declares (none of the work it
+        declared was done)."""
+        results: list[dict[str, Any]] = []
         for index, call in enumerate(ctx.spec.tools):
             key = f"{ctx.spec.id}/{ctx.calls_attempt}/tools/{index}"
             if key in self.calls.recorded:
+                results.append(self.calls.recorded[key]["result"])
                 continue
             args = {k: render_variables(v, ctx.variables) if isinstance(v, str) else v for k, v in call.args.items()}
             result = await run_tool_once(ctx, key, "step_tool", call.name, args, lambda: self.run_tool(
                 ctx, call.name, args, required=call.required, risk=call.risk))  # noqa: B023  # awaited at once
             ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": "step_tool", "args": {"name": call.name},
                                                "result": result})
+            results.append(result)
+        if results and all(result.get("status") != "ok" for result in results):
+            failures = "; ".join(f"{r.get('name')} {r.get('status')}: {str(r.get('error') or '')[:200]}"
+                                 for r in results)
+            raise ToolError(f"every tool step {ctx.spec.id!r} declares failed ({failures})",
+                            hint="fix the tools' calls; a step none of whose tools worked did none of its work",
+                            retryable=any(r.get("status") in ("error", "timeout") for r in results))
 
     def _block(self, spec: StepSpec, blocked: StepBlocked) -> StepStatus:
         self.emit(EventType.STEP_BLOCKED, {"reason": blocked.reason, "gate_id": blocked.gate_id},
