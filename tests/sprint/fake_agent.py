@@ -10,6 +10,8 @@ behaviour) says:
 ``breaker`` the first time writes its module but breaks an earlier story's code; then honest (and repairs);
 ``stubborn`` always writes a module whose test fails.
 ``noter``   builds honestly and has the story's line in NOTES.md (once, however often it is built);
+``reporter`` builds honestly, then writes ``REPORT-<prefix>.md`` with stepline's ``write_output`` (logged with
+            whether it landed in its folder and whether in the main checkout, ``FAKE_MAIN``);
 ``appender`` writes the story's module, appends a line to NOTES.md (twice if built twice on top of itself) and,
             killed mid-build (``FAKE_KILL``), goes on editing a second later as an orphaned agent would (with
             ``FAKE_ORPHAN``: its supervisor killed too, once the resume has put the checkout back);
@@ -292,6 +294,14 @@ def main() -> int:
                 time.sleep(0.05)
         behaviour = json.loads(os.environ.get("FAKE_SPRINT", "{}")).get(prefix, "honest")
         summary = build(prefix, behaviour, retry="What failed last time" in prompt, run=step["run_id"])
+        if behaviour == "reporter":  # its report through stepline's write_output, as a dev agent's notes
+            report = f"REPORT-{prefix}.md"
+            written = mcp.call("write_output", {"content": f"report of story {prefix}\n", "path": report,
+                                                "mode": "replace"})
+            with open(os.environ["FAKE_LOG"], "a", encoding="utf-8") as log:
+                log.write(json.dumps({"story": story, "stage": "report", "written": written,
+                                      "here": Path(report).is_file(),
+                                      "in_main": (Path(os.environ["FAKE_MAIN"]) / report).exists()}) + "\n")
     else:
         _kill_point(prefix, "review", hints.get("layer"), step["run_id"])
         behaviour = json.loads(os.environ.get("FAKE_SPRINT", "{}")).get(prefix)

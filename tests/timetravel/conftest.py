@@ -137,7 +137,9 @@ def requested_steps(server: fake_openai.FakeOpenAI, since: int = 0) -> list[str]
     """The step of each request the fake server received (from the ``# Step <id>:`` header it was sent)."""
     steps = []
     for body in server.requests[since:]:
-        found = _STEP.search(json.dumps(body["messages"]).replace("\\n", "\n"))
+        # the request's own header, in its first user message (the system text shows the header's shape)
+        user = next(m for m in body["messages"] if m["role"] == "user")
+        found = _STEP.search(json.dumps(user["content"]).replace("\\n", "\n"))
         assert found, body
         steps.append(found.group("step"))
     return steps

@@ -110,6 +110,12 @@ class JournaledSession(StepSession):
         self.ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "agent_process", "args": process}, sync=True)
         return dict(before["args"]) if before is not None else None
 
+    def _folder(self) -> Path:
+        """The folder this request's paths are relative to: its context's ``project_root`` (a sprint story's
+        worktree, with ``isolation: worktree``), which must be in the project; by default the project."""
+        given = self.request.context.get("project_root")
+        return confine(self.ctx.project_root, given) if given else self.ctx.project_root
+
     def _check_open(self, op: str) -> None:
         if self.outcome.finished:
             raise StepFailed(f"step {self.ctx.spec.id!r}: {op} after finish", retryable=False)
@@ -119,7 +125,7 @@ class JournaledSession(StepSession):
         """Read a project file (re-read on replay; the journal keeps its hash for the audit)."""
         self._check_open("read")
         key, recorded, _ = self._next_key("read")
-        target = confine(self.ctx.project_root, path)
+        target = confine(self._folder(), path)
         try:
             # A file that is not UTF-8 (an image, say) reaches the executor with U+FFFD in place of bad bytes.
             text = target.read_bytes().decode("utf-8", "replace").replace("\r\n", "\n")
@@ -161,7 +167,10 @@ class JournaledSession(StepSession):
         if not rel:
             raise StepFailed(f"step {self.ctx.spec.id!r} wrote output but declares no output file",
                              hint="pass path= or declare outputs: on the step", retryable=False)
-        target = confine(self.ctx.project_root, rel)
+        folder = self._folder()
+        target = confine(folder, rel)
+        if folder != self.ctx.project_root:  # the journal names project files from the project (fork, repair)
+            rel = target.relative_to(self.ctx.project_root).as_posix()
         landed = started is not None and mode == "append" and _landed_at(target, content,
                                                                           started["args"].get("pre_size"))
         if not landed:
