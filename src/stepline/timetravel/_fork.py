@@ -12,6 +12,7 @@ project, as the journal names it and through symlinks: one that is not refuses t
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from stepline._paths import confine, escape
 from stepline.ccw._state import Completion, SessionWriter
 from stepline.engine import Engine
 from stepline.engine._human import HumanChannel
-from stepline.errors import OutsideRootError, UsageError
+from stepline.errors import OutsideRootError, StorageError, UsageError
 from stepline.model import Event, EventType
 from stepline.store import RunDir, atomic_write_bytes
 from stepline.store._blobs import link_blob, read_blob
@@ -97,19 +98,37 @@ def prepare_fork(engine: Engine, parent: RecordedRun, step_id: str, variables: d
     prefix = parent.events[:cut]
     plan = _plan(parent, cut)  # read (and checked) before anything is written
     child = engine.store.create()
+    try:
+        return child, _make(engine, parent, child, prefix, step_id, variables, plan)
+    except BaseException as exc:
+        # A fork is made whole or not at all: one a full disk stopped must not be offered as a run to resume
+        # with its files (blobs, or the project's files put back) missing.
+        shutil.rmtree(child.path, ignore_errors=True)
+        error = StorageError.from_os(exc, exc.filename or child.path) if isinstance(exc, OSError) else exc
+        if isinstance(error, StorageError):
+            error.hint = (f"{error.remedy}; the fork was not made (no run is left to resume; files already put "
+                          "back stay so): then fork again")
+        if error is exc:
+            raise
+        raise error from exc
+
+
+def _make(engine: Engine, parent: RecordedRun, child: RunDir, prefix: list[Event], step_id: str,
+          variables: dict[str, Any], plan: _Plan) -> Restoration:
+    """Write the fork's run directory and put the project's files back (:func:`prepare_fork`)."""
     stamp = time.now_iso()
     events = [Event(seq=e.seq, type=e.type, run_id=child.run_id, time=e.time, step_id=e.step_id, data=e.data)
               for e in prefix]
     for name, value in variables.items():
         events.append(Event(seq=len(events) + 1, type=EventType.VARIABLE_SET.value, run_id=child.run_id,
-                            time=stamp, data={"name": name, "value": value}))
+                            time=stamp, data={"name": name, "value": engine.redact(value)}))
     atomic_write_bytes(child.journal_path, b"".join(event.to_bytes() + b"\n" for event in events))
     before = {e.step_id for e in prefix if e.step_id}
     for name in _AUDIT:
         kept = [record for record in parent.run_dir.audit(name) if record.get("step_id") in before]
         if kept:
             child.write(name, kept)
-    for digest in [digest for digest, _ in parent.artifacts(cut).values()] + _ccw_before(prefix):
+    for digest in [digest for digest, _ in parent.artifacts(len(prefix)).values()] + _ccw_before(prefix):
         link_blob(parent.run_dir.path, child.path, digest)
     manifest = orjson.loads(parent.run_dir.manifest_path.read_bytes())
     for stale in ("error", "blocked_reason"):
@@ -120,7 +139,7 @@ def prepare_fork(engine: Engine, parent: RecordedRun, step_id: str, variables: d
                     journal_seq=len(events), created_at=stamp, updated_at=stamp,
                     variables=parent.given_variables())
     child.write_text("manifest.json", orjson.dumps(manifest).decode("utf-8") + "\n")
-    return child, _restore(parent, plan)
+    return _restore(parent, plan)
 
 
 def rewind(run: RecordedRun, cut: int) -> Restoration:
