@@ -9,13 +9,16 @@ runs, each against a baseline measured in the same run (issue 30).
   installed, also that run sending its spans (``OTEL_EXPORTER_OTLP_ENDPOINT`` set, a local sink taking them);
 * ``status``, ``show`` (a run of S steps) and ``list`` (R runs of S steps): CPU of the process, against the
   old way's core, one full load of one such run (what each of them cost per run before the digest);
-  ``list`` is timed with every run's digest in place, and one digest rebuild (a stale one) apart.
+  ``list`` is timed with every run's digest in place, and one digest rebuild (a stale one) apart;
+* ``serve``: ``stepline serve`` until it answers its first request (the runs list, ``/``), wall and CPU of the
+  server process, in an empty project (the start-up itself) and in one with R runs of S steps (``--serve-runs``,
+  ``--serve-steps``) none of which has a digest yet (a sprint loop's, the MCP server's), then started again.
 
 The R runs are one real run copied under new ids (every record rewritten to its id), each given the digest the
 first one's `status` saved, rewritten the same way and fingerprinted for its own files (what a writer saves).
 
 Usage: python bench/cli_scale.py [--steps 20000] [--runs 100] [--per-step 2000] [--repeat 3] [--cold-samples 15]
-       [--only cold-start]
+       [--serve-runs 60] [--serve-steps 5000] [--only serve]
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -186,6 +191,68 @@ def readers(folder: Path, steps: int, runs: int, repeat: int) -> None:
           f"~{replay * runs:.0f} s CPU (bar: < 1 s CPU)")
 
 
+def serve_ready(folder: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of ``stepline serve`` in ``folder`` until it has answered ``GET /`` (the runs list)."""
+    token = "bench-token-0123456789"
+    start = time.perf_counter()
+    server = subprocess.Popen([*STEPLINE, "serve", "--port", "0", "--token", token], cwd=folder,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        line = server.stderr.readline()  # "stepline dashboard for ROOT: http://127.0.0.1:PORT/"
+        if "http://" not in line:
+            sys.exit(f"stepline serve did not start: {line}{server.stderr.read()[-500:]}")
+        url = line[line.index("http://"):].strip()
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+        while True:
+            try:
+                with urllib.request.urlopen(request, timeout=600) as answer:
+                    answer.read()
+                break
+            except urllib.error.URLError as exc:  # printed, not listening yet
+                if not isinstance(exc.reason, ConnectionRefusedError):
+                    raise
+                time.sleep(0.01)
+        wall = time.perf_counter() - start
+        with open(f"/proc/{server.pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime of the server
+    finally:
+        server.terminate()
+        server.wait()
+    return wall, cpu
+
+
+def serve(folder: Path, steps: int, runs: int, repeat: int) -> None:
+    import asyncio
+
+    from stepline.engine import Engine
+    from stepline.families import load_workflow, register_drivers
+    from stepline.service import record_digest
+
+    empty = folder / "empty"
+    empty.mkdir()
+    samples = [serve_ready(empty) for _ in range(repeat)]
+    base_wall, base_cpu = statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
+    print(f"serve, empty project, until it answers its first request: {base_wall:.2f} s wall, {base_cpu:.2f} s CPU "
+          f"(median of {repeat}; bar: < 2 s wall)")
+    project = folder / "project"
+    project.mkdir()
+    register_drivers("native")
+    engine = Engine(project_root=project, executor="dry-run", mode="yolo")
+    run = asyncio.run(engine.start(load_workflow(flow(project, steps))))
+    run_dir = engine.store.open(run.run_id)
+    record_digest(run_dir, run, run_dir.events())
+    copy_runs(run_dir.path, runs - 1)
+    for copied in (project / ".stepline" / "runs").iterdir():
+        (copied / "summary.json").unlink()  # written by a process that keeps no digest
+    first = serve_ready(project)
+    again = serve_ready(project)
+    print(f"serve, {runs} runs of {steps} steps, none with a digest: {first[0]:.2f} s wall, {first[1]:.2f} s CPU "
+          f"= {first[1] / base_cpu:.1f}x the empty project's CPU; started again: {again[0]:.2f} s wall, "
+          f"{again[1]:.2f} s CPU = {again[1] / base_cpu:.1f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20000)
@@ -193,11 +260,13 @@ def main() -> None:
     parser.add_argument("--per-step", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--cold-samples", type=int, default=15, help="pairs of cold starts (help, run) measured")
-    parser.add_argument("--only", choices=("per-step", "cold-start", "readers"), help="measure just this")
+    parser.add_argument("--serve-runs", type=int, default=60)
+    parser.add_argument("--serve-steps", type=int, default=5000)
+    parser.add_argument("--only", choices=("per-step", "cold-start", "readers", "serve"), help="measure just this")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        for name in ("per-step", "readers"):
+        for name in ("per-step", "readers", "serve"):
             (folder / name).mkdir()
         if options.only in (None, "per-step"):
             per_step(folder / "per-step", options.per_step, options.repeat)
@@ -205,6 +274,8 @@ def main() -> None:
             cold_start(folder, options.cold_samples)
         if options.only in (None, "readers"):
             readers(folder / "readers", options.steps, options.runs, options.repeat)
+        if options.only in (None, "serve"):
+            serve(folder / "serve", options.serve_steps, options.serve_runs, options.repeat)
 
 
 if __name__ == "__main__":

@@ -190,7 +190,7 @@ class Server:
         raise AssertionError(f"stepline serve did not start: {self.lines}")
 
     def stop(self) -> None:
-        """Stop the server (Ctrl-C) and wait for it."""
+        """Stop the server (Ctrl-C) and wait for it; :attr:`lines` then holds all it printed."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)
             try:
@@ -198,5 +198,6 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if self.process.stderr is not None:
+        if self.process.stderr is not None and not self.process.stderr.closed:
+            self.lines += [line.rstrip() for line in self.process.stderr]  # what it said after it started
             self.process.stderr.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -62,9 +63,29 @@ def test_a_run_page_shows_steps_gate_artifacts_and_timeline(browser: TestClient,
     assert "Child runs:" in page and f'href="/runs/{shared.child}"' in page
     assert f'Started by <a href="/runs/{shared.blocked}"' in browser.get(f"/runs/{shared.child}").text
     evidence = browser.get(f"/runs/{shared.completed}").text
-    assert "WLNK 0.72" in evidence and "ev-old" in evidence and "expired" in evidence
+    assert "weakest link 0.72" in evidence and "ev-old" in evidence and "expired" in evidence
     question = browser.get(f"/runs/{shared.question}").text
-    assert "Which colour? [red/blue]" in question and 'name="answer"' in question
+    assert '<p class="question">Which colour?</p>' in question  # its options are buttons, not a free-text field
+    assert re.findall(r'<button type="submit" name="answer" value="(\w+)"', question) == ["red", "blue"]
+    assert '<input name="answer"' not in question
+
+
+def test_run_pages_say_evidence_in_plain_words_with_a_legend(browser: TestClient, shared: Project) -> None:
+    """No L0/L1/L2, CL1-CL3 or WLNK in the run page's text: plain words, and a legend that says what each code
+    means in one sentence."""
+    page = browser.get(f"/runs/{shared.completed}").text
+    section = page[page.index('<section id="evidence">'):]
+    section = section[:section.index("</section>")]
+    cut = section.index('<details class="legend"')
+    table, legend = section[:cut], section[cut:]
+    text = re.sub(r"<[^>]+>", " ", table)
+    assert not re.search(r"\b(L[012]|CL[123]|WLNK)\b", text), text
+    assert "checked" in text and "asserted" in text and "close" in text and "weakest link 0.72" in text
+    terms = dict(re.findall(r"<dt>([^<]+) <code>([^<]+)</code></dt>", legend))
+    assert {terms[w] for w in ("asserted", "checked", "verified", "loose fit", "close fit", "exact fit",
+                               "weakest link")} == {"L0", "L1", "L2", "CL1", "CL2", "CL3", "WLNK"}
+    meanings = re.findall(r"<dd>([^<]+)</dd>", legend)
+    assert len(meanings) == len(terms) and all(m.count(". ") == 0 and m.endswith(".") for m in meanings)
 
 
 def test_a_damaged_run_page_shows_the_error(browser: TestClient, shared: Project) -> None:
@@ -111,7 +132,7 @@ def test_the_gate_form_decides_with_the_csrf_value_only(fresh: Project) -> None:
         decided = client.post(url, data=form, headers=ORIGIN, follow_redirects=False)
         assert decided.status_code == 303, decided.text
         page = client.get(decided.headers["location"]).text
-        assert "Gate step:announce decided" in page and 'value="ada"' not in page  # no gate pending any more
+        assert "step:announce: approved by ada." in page and 'value="ada"' not in page  # no gate pending any more
         assert "Approval needed" not in page and ">ada<" in page
     assert read_json(gates)[0]["status"] == "approved" and read_json(gates)[0]["approver"] == "ada"
 
@@ -151,7 +172,6 @@ def test_live_only_while_a_process_drives_the_run(browser: TestClient, shared: P
     """"● live" is shown only while a process holds the run's lock (its driver), never for a blocked or completed
     run nothing drives, however the page listens."""
     import os
-    import re
 
     from stepline.store import RunLock
 
@@ -198,7 +218,7 @@ def test_the_gate_card_shows_what_is_approved_and_what_approving_does(fresh: Pro
         assert '<span class="add">+- **Smaller** journals</span>' in card and "<code>docs/new.md</code>" in card
         assert "<strong>Approve:</strong> Step announce (Announce) does its work when the run continues." in card
         assert "<strong>Reject:</strong> Step announce (Announce) fails, and the run with it." in card
-        assert f"continues with <code>stepline resume {fresh.blocked}</code>" in card
+        assert "the run goes on at once, here (its executor: scripted), until it ends or asks again" in card
         api = client.get(f"/api/runs/{fresh.blocked}", headers={"Authorization": f"Bearer {TOKEN}"}).json()
         [gate] = api["pending_gates"]
         assert gate["step_text"] == "Announce." and gate["declared_outputs"] == ["docs/announce.txt"]

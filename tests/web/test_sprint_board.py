@@ -69,7 +69,7 @@ def test_a_completed_story_run_shows_no_step_left_to_do(client: TestClient,
     assert defer and "not needed" in defer.group(0) and ">pending<" not in defer.group(0)
     assert ">pending<" not in page
     question = client.get(f"/runs/{sprint[1]['1-3-mul']}").text  # a story's loop goes on as a whole
-    assert "the run continues with <code>stepline sprint resume</code>" in question
+    assert "cannot go on from here: a sprint story goes on with its loop: stepline sprint resume" in question
     listing = client.get("/").text
     row = re.search(rf'<tr class="row-completed" data-run-id="{run_id}">.*?</tr>', listing, re.DOTALL)
     assert row and "7 <span class=\"sub\">(1 not needed)</span>" in row.group(0)

@@ -111,6 +111,45 @@ class RunService:
         return "human", (f"run {run_dir.run_id} was driven by {driver}; here its steps go to you (the human "
                          "executor; --executor NAME picks another)")
 
+    def unattended(self, run_dir: RunDir) -> str | None:
+        """Why the run cannot go on in a process with nobody at its terminal (a sprint story goes on with its
+        loop; a run whose executor is a person, or an executor of another interface, needs that person), or None:
+        :meth:`resume_unattended` continues it with the executor it was started with."""
+        manifest = run_dir.manifest()
+        if manifest.workflow.format == "sprint":
+            return f"a sprint story goes on with its loop: {resume_command(run_dir.run_id, 'sprint')}"
+        driver = INTERFACE_EXECUTORS.get(manifest.executor)
+        if driver is not None:
+            return (f"it was driven by {driver}; its steps go to a person at a terminal now: "
+                    f"stepline resume {run_dir.run_id}")
+        if manifest.executor == "human":
+            return (f"its executor is a person at a terminal (the human executor): stepline resume {run_dir.run_id} "
+                    "there")
+        return None
+
+    async def resume_unattended(self, run_id: str, *, listeners: Sequence[Callable[[Event], None]] = ()) -> Run:
+        """Continue a run with the executor it was started with, nobody at this process's terminal: a question
+        or an approval blocks it again, as a gate to decide here. Its digest is kept when it stops.
+
+        Raises:
+            UsageError: :meth:`unattended` says why it cannot go on so.
+            RunStateError: it is completed, or another process drives it (the run's lock).
+        """
+        from stepline.engine import HumanChannel
+        from stepline.errors import UsageError
+        from stepline.families import register_drivers
+        from stepline.service._digest import record_digest
+
+        run_dir = self.store.open(run_id)
+        why = self.unattended(run_dir)
+        if why is not None:
+            raise UsageError(f"run {run_dir.run_id} cannot go on from here: {why}")
+        register_drivers()
+        engine = self.engine(human=HumanChannel(interactive=False), listeners=listeners)
+        run = await engine.resume(run_dir.run_id)
+        record_digest(run_dir, run, run_dir.events())
+        return run
+
     # -- runs -----------------------------------------------------------------------------------------------
     def open(self, run_id: str | None) -> RunDir:
         """The directory of the run ``run_id`` names (its id or a unique part of it), or of the latest run."""
@@ -132,12 +171,14 @@ class RunService:
         return self.engine().diagnose(run_dir)
 
     def damage(self, run_dir: RunDir) -> str | None:
-        """The first thing :meth:`diagnose` finds wrong (``file:line: problem``), or None."""
+        """The first thing :meth:`diagnose` finds wrong (``file:line: problem``), or None. A run nobody drives is
+        read from its digest, so its journal is folded once for its files as they are, not on every look (as
+        ``stepline list`` does: the digest is built and saved when missing or stale)."""
+        if run_dir.holder() is None:
+            digest = self.digest(run_dir)
+            return None if digest.get("row") is not None else str(digest.get("damage"))
         first = self.diagnose(run_dir).first()
-        if first is None:
-            return None
-        where = f"{first.path.name}:{first.line}" if first.line else first.path.name
-        return f"{where}: {first.problem}"
+        return None if first is None else first.short()
 
     def digest(self, run_dir: RunDir) -> dict[str, Any]:
         """The run's digest (what status, show and list print), kept in its summary.json."""

@@ -57,7 +57,7 @@ def serve(
     application = create_app(at.root, runtime, token, allowed_hosts=LOOPBACK_HOSTS if loopback else None,
                              stopping=lambda: server is not None and server.should_exit)
     server = uvicorn.Server(uvicorn.Config(application, log_level="warning", timeout_graceful_shutdown=2,
-                                           lifespan="off", http=HeaderTimeoutH11))
+                                           lifespan="on", http=HeaderTimeoutH11))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -67,6 +67,7 @@ def serve(
         listener.close()
         raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
                          hint="pick another --port (0 takes any free one)") from None
+    listener.listen(128)  # the address printed below takes connections at once (they wait for the server)
     bound = listener.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     err_console.print(f"stepline dashboard for {at.root}: http://{shown}:{bound}/", markup=False, soft_wrap=True)

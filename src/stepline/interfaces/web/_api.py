@@ -36,7 +36,8 @@ from stepline.store import RunDir
 if TYPE_CHECKING:
     from stepline.sprint._project import SprintProject
 
-__all__ = ["POLL_SECONDS", "SPRINT_STORY", "api", "run_detail", "runs_page", "sprint_project"]
+__all__ = ["POLL_SECONDS", "SPRINT_STORY", "api", "continuation_view", "run_detail", "runs_page", "sprint_project",
+           "start_continuation"]
 
 #: The workflow id of a sprint story's run starts with this (the sprint loop names them so).
 SPRINT_STORY = "sprint-story:"
@@ -100,7 +101,26 @@ def run_detail(state: WebState, run_id: str) -> dict[str, Any]:
                 "children": [{"run_id": c.run_id, "workflow": c.workflow, "status": c.status}
                              for c in state.index.children_of(run_dir.run_id)]}
     return {**run_view(run, timeline, parent=state.index.parent_of(run.run_id),
-                       children=state.index.children_of(run.run_id)), "driver_pid": run_dir.holder()}
+                       children=state.index.children_of(run.run_id)), "driver_pid": run_dir.holder(),
+            "continuation": continuation_view(state, run.run_id),
+            "cannot_go_on_here": None if run.status.value == "completed" else state.runs.unattended(run_dir)}
+
+
+def continuation_view(state: WebState, run_id: str) -> dict[str, Any] | None:
+    """Whether this server continues the run now, and what stopped it when it could not go on."""
+    continuation = state.continuations.get(run_id)
+    return None if continuation is None else {"active": continuation.active, "error": continuation.error}
+
+
+def start_continuation(state: WebState, run_id: str) -> dict[str, Any]:
+    """Continue a run in the background once no gate of it waits (RunStateError naming the gate otherwise)."""
+    pending, _ = state.runs.pending_gates(run_id)
+    if pending:
+        gate = pending[0]
+        raise RunStateError(f"run {run_id} waits for a person at {gate.get('gate_id')} ({gate.get('reason')})",
+                            hint="decide it first: POST …/gates/{gate}/approve, /reject or /answer")
+    state.continuations.start(run_id)
+    return {"run_id": run_id, "continuing": True, "stream": f"/api/runs/{run_id}/stream"}
 
 
 @api.get("/runs", summary="List runs (newest first, paged)")
@@ -136,9 +156,10 @@ async def stream_events(state: State, request: Request, run_id: str,
                         after: Annotated[int, Query(ge=0, description="Send events with a greater seq")] = 0,
                         ) -> StreamingResponse:
     """``text/event-stream``: one ``journal`` event per new record (``id`` is its seq), ``reset`` when the
-    journal was cut back (reload), ``damaged`` when a new record is damaged, and ``driver`` (``{"pid": …}``, null
-    when none) first and whenever the process driving the run (the holder of its lock) comes or goes. Reads only
-    the bytes appended since the last look; never takes the run's lock."""
+    journal was cut back (reload), ``damaged`` when a new record is damaged, ``driver`` (``{"pid": …}``, null
+    when none) first and whenever the process driving the run (the holder of its lock) comes or goes, and
+    ``continuation`` (``{"active", "error"}``) whenever this server's continuing of the run starts or ends. Reads
+    only the bytes appended since the last look; never takes the run's lock."""
     run_dir = state.run_dir(run_id)
     resume_from = request.headers.get("last-event-id", "")
     if resume_from.isdigit():
@@ -159,12 +180,17 @@ async def _follow(request: Request, state: WebState, run_dir: RunDir, after: int
     tail = JournalTail(run_dir.journal_path, run_dir.run_id)
     driver: int | None = None
     told = False
+    continuation: dict[str, Any] | None = None
     yield b"retry: 2000\n\n"
     while not state.stopping() and not await request.is_disconnected():
         holder = run_dir.holder()  # one flock probe: "live" means a process drives the run, not that we stream
         if not told or holder != driver:
             driver, told = holder, True
             yield _sse("driver", {"pid": holder})
+        continued = continuation_view(state, run_dir.run_id)
+        if continued != continuation:
+            continuation = continued
+            yield _sse("continuation", continued)
         try:
             events = tail.read_new()
         except TailReset as exc:
@@ -260,6 +286,15 @@ def reject(state: State, request: Request, how: Auth, run_id: str, gate_id: str,
 def answer(state: State, request: Request, how: Auth, run_id: str, gate_id: str, body: Answer) -> dict[str, Any]:
     """Recorded as ``stepline answer`` records it; then ``next`` (``stepline resume RUN``) continues the run."""
     return _decide(state, request, how, run_id, gate_id, approved=True, by=body.by, notes=None, answer=body.answer)
+
+
+@api.post("/runs/{run_id}/continue", summary="Continue a run here, in the background", status_code=202)
+def continue_run(state: State, request: Request, how: Auth, run_id: str) -> dict[str, Any]:
+    """The server resumes the run with the executor it was started with, until it completes, fails or blocks at
+    its next gate; ``stream`` follows it. 409 when a gate still waits or another process drives the run; 400
+    when only a person at a terminal can continue it (the message names the command)."""
+    check_cross_site(request, how)
+    return start_continuation(state, state.run_dir(run_id).run_id)
 
 
 def sprint_project(state: WebState) -> SprintProject:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stepline.engine import RuntimeConfig
@@ -62,7 +65,12 @@ def create_app(project_root: Path, config: RuntimeConfig, token: str, *,
     from stepline.interfaces.web._api import api
     from stepline.interfaces.web._pages import error_page, login_page, pages, refused_page
 
-    app = FastAPI(title="stepline", version=_version(), openapi_url=None, docs_url=None,
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await asyncio.to_thread(app.state.web.continuations.stop)  # the runs it drives stay resumable
+
+    app = FastAPI(title="stepline", version=_version(), openapi_url=None, docs_url=None, lifespan=lifespan,
                   redoc_url=None, description="Runs, events, artifacts, evidence and gates of one stepline "
                   "project. Every call needs `Authorization: Bearer <token>` (the token `stepline serve` printed).")
     app.state.web = WebState(project_root=project_root, config=config, auth=Auth(token), stopping=stopping)
@@ -85,6 +93,11 @@ def create_app(project_root: Path, config: RuntimeConfig, token: str, *,
                              "hint": "a script sends Authorization: Bearer <the token `stepline serve` printed> "
                                      f"(then no CSRF value is needed); in a browser: {exc.advice}"},
                             status_code=403)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, exc: ClientDisconnect) -> Response:
+        # Its body never came whole (it left, or _limits closed it for being too slow): nobody reads an answer.
+        return Response(status_code=408)
 
     @app.exception_handler(SteplineError)
     async def user_error(request: Request, exc: SteplineError) -> Response:

@@ -9,7 +9,9 @@ dashboard needs is a gate decision or an answer (a few hundred bytes), so:
   body larger than the limit is ever read;
 * :class:`HeaderTimeoutH11` closes a connection whose request headers are not complete
   :data:`HEADER_TIMEOUT_SECONDS` (``STEPLINE_HEADER_TIMEOUT_SECONDS`` sets it) after it opened or after its
-  last response.
+  last response, and answers 408 and closes one whose declared body has not all arrived
+  :data:`BODY_TIMEOUT_SECONDS` (``STEPLINE_BODY_TIMEOUT_SECONDS``) after its headers: a body sent a byte at a
+  time would otherwise hold the connection, and the request's handler, for ever.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["HEADER_TIMEOUT_SECONDS", "MAX_BODY_BYTES", "BodyLimit", "HeaderTimeoutH11"]
+__all__ = ["BODY_TIMEOUT_SECONDS", "HEADER_TIMEOUT_SECONDS", "MAX_BODY_BYTES", "BodyLimit", "HeaderTimeoutH11"]
 
 MAX_BODY_BYTES = 64 * 1024
 HEADER_TIMEOUT_SECONDS = 10.0
+BODY_TIMEOUT_SECONDS = 10.0
 
 
 class BodyLimit:
@@ -61,9 +64,11 @@ async def _refuse(send: Any, status: int, why: str) -> None:
 class HeaderTimeoutH11(H11Protocol):
     """uvicorn's h11 protocol, closing a connection whose request headers are not complete
     :data:`HEADER_TIMEOUT_SECONDS` after it opened or after its last response (uvicorn's keep-alive timer stops
-    at the first byte, so a client sending a byte at a time would hold the connection for ever)."""
+    at the first byte, so a client sending a byte at a time would hold the connection for ever), and one whose
+    body is not complete :data:`BODY_TIMEOUT_SECONDS` after its headers (408 when nothing was answered yet)."""
 
     _header_timer: asyncio.TimerHandle | None = None
+    _body_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:  # uvicorn's hooks
         super().connection_made(transport)
@@ -74,9 +79,33 @@ class HeaderTimeoutH11(H11Protocol):
         self._await_headers()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
+        for timer in (self._header_timer, self._body_timer):
+            if timer is not None:
+                timer.cancel()
         super().connection_lost(exc)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        receiving = self.conn.their_state is h11.SEND_BODY
+        if receiving and self._body_timer is None:
+            seconds = float(os.environ.get("STEPLINE_BODY_TIMEOUT_SECONDS") or BODY_TIMEOUT_SECONDS)
+            self._body_timer = self.loop.call_later(seconds, self._body_late)
+        elif not receiving and self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_late(self) -> None:
+        self._body_timer = None
+        if self.conn.their_state is not h11.SEND_BODY or self.transport.is_closing():
+            return
+        if self.conn.our_state is h11.SEND_RESPONSE:  # nothing answered yet: say why the request ends
+            body = json.dumps({"error": "the request body did not arrive in time"}).encode()
+            for event in (h11.Response(status_code=408, reason=b"Request Timeout",
+                                       headers=[(b"content-type", b"application/json"), (b"connection", b"close"),
+                                                (b"content-length", str(len(body)).encode())]),
+                          h11.Data(data=body), h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event) or b"")
+        self.transport.close()  # the handler waiting for the body is told the client is gone
 
     def _await_headers(self) -> None:
         if self._header_timer is not None:

@@ -6,6 +6,7 @@ value, sent through the same run service as the API.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote, urlsplit
@@ -14,7 +15,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from stepline.errors import JournalError, NotFoundError, SteplineError
+from stepline.errors import JournalError, NotFoundError, RunStateError, SteplineError, UsageError
 from stepline.interfaces.web._api import run_detail, runs_page, session_dir
 from stepline.interfaces.web._auth import COOKIE, CSRF_FIELD
 from stepline.interfaces.web._markdown import render_markdown
@@ -132,6 +133,12 @@ def runs_list(request: Request, state: State, _: Authenticated,
 @pages.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(request: Request, state: State, _: Authenticated, run_id: str) -> HTMLResponse:
     """A run: steps, pending gate, artifacts, evidence, decisions, usage and its timeline, followed live."""
+    return _run_page(request, state, run_id, notice=_decided_notice(state, run_id, request.query_params.get("decided")))
+
+
+def _run_page(request: Request, state: WebState, run_id: str, *, notice: str | None = None,
+              refused: str | None = None, status_code: int = 200) -> HTMLResponse:
+    """The run page; ``refused``: why the answer just given was refused (nothing was recorded)."""
     run = run_detail(state, run_id)
     run_dir = state.run_dir(run["run_id"])
     if run["status"] in ("damaged", "starting", "not started"):
@@ -146,16 +153,31 @@ def run_page(request: Request, state: State, _: Authenticated, run_id: str) -> H
     except JournalError as exc:  # the run changed between two reads and is damaged now
         run = {**run, "status": "damaged", "damage": exc.format_message()}
         return _render(request, "run.html", run=run, damaged=True)
-    from stepline.interfaces.web._views import HIDDEN_EVENTS, event_view
+    from stepline.interfaces.web._views import EVIDENCE_LEGEND, HIDDEN_EVENTS, event_view
 
     shown = [e for e in events if e.type not in HIDDEN_EVENTS]
     timeline = [event_view(e) for e in shown[-TIMELINE_ROWS:]]
     diff = project_diff(state.project_root) if run["pending_gates"] else None
-    return _render(request, "run.html", run=run, damaged=False, timeline=timeline,
+    return _render(request, "run.html", status_code=status_code, run=run, damaged=False, timeline=timeline,
                    earlier=max(0, len(shown) - TIMELINE_ROWS),
                    last_seq=events[-1].seq if events else 0, artifacts=artifacts, evidence=evidence, gates=gates,
-                   drr=drr, diff=diff, decided_by=request.cookies.get("stepline_by", ""),
-                   notice=request.query_params.get("decided"))
+                   evidence_legend=EVIDENCE_LEGEND, drr=drr, diff=diff,
+                   decided_by=request.cookies.get("stepline_by") or state.person(), notice=notice, refused=refused)
+
+
+def _decided_notice(state: WebState, run_id: str, gate_id: str | None) -> str | None:
+    """What the person just decided, in words: ``ask:…: answered A (Approve) by ada``."""
+    if not gate_id:
+        return None
+    gate = next((g for g in gates_view(state.run_dir(run_id))["decided"] if g.get("gate_id") == gate_id), None)
+    if gate is None:
+        return None
+    who = f" by {gate.get('approver')}" if gate.get("approver") else ""
+    if gate.get("kind") == "question" and gate.get("answer") is not None:
+        label = next((c.get("label") for c in gate.get("choices") or () if isinstance(c, dict)
+                      and c.get("key") == gate["answer"] and c.get("label")), None)
+        return f"{gate_id}: answered {gate['answer']}{f' ({label})' if label else ''}{who}."
+    return f"{gate_id}: {gate.get('status')}{who}."
 
 
 @pages.get("/runs/{run_id}/artifact", response_class=HTMLResponse)
@@ -169,7 +191,8 @@ def artifact_page(request: Request, state: State, _: Authenticated, run_id: str,
 
 @pages.post("/runs/{run_id}/gates/{gate_id:path}", response_class=HTMLResponse)
 async def decide(request: Request, state: State, how: Authenticated, run_id: str, gate_id: str) -> Response:
-    """Approve, reject or answer a gate from the run page's form; back to the run page."""
+    """Approve, reject or answer a gate from the run page's form; once no gate waits, the run goes on here (see
+    :mod:`._continue`); back to the run page, which follows it. A refused answer shows the page again, saying so."""
     form = await request.form()
     check_cross_site(request, how, form)
     decision = str(form.get("decision") or "")
@@ -185,15 +208,41 @@ async def decide(request: Request, state: State, how: Authenticated, run_id: str
 
     run_dir = state.run_dir(run_id)
     if decision == "answer":
-        await asyncio.to_thread(state.runs.answer, run_dir.run_id, str(form.get("answer") or ""), gate_id=gate_id,
-                                by=by)
+        try:
+            await asyncio.to_thread(state.runs.answer, run_dir.run_id, str(form.get("answer") or ""),
+                                    gate_id=gate_id, by=by)
+        except UsageError as exc:  # not among the question's options: nothing was recorded
+            return _run_page(request, state, run_dir.run_id, refused=exc.format_message(), status_code=400)
     else:
         await asyncio.to_thread(state.runs.decide, run_dir.run_id, gate_id, approved=decision == "approve", by=by,
                                 notes=notes)
+    await asyncio.to_thread(_go_on, state, run_dir.run_id)
     response = RedirectResponse(f"/runs/{quote(run_dir.run_id)}?decided={quote(gate_id)}", status_code=303)
     response.set_cookie("stepline_by", by, httponly=True, samesite="strict", path="/",
                         secure=request.url.scheme == "https")
     return response
+
+
+def _go_on(state: WebState, run_id: str) -> None:
+    """Continue the run once no gate of it waits, when it can go on without a person at a terminal (else its
+    page says why, and the command that continues it)."""
+    if state.runs.pending_gates(run_id)[0] or state.runs.unattended(state.run_dir(run_id)) is not None:
+        return
+    with contextlib.suppress(RunStateError):  # another process drives it now (it read the decision): its page
+        state.continuations.start(run_id)     # follows it
+
+
+@pages.post("/runs/{run_id}/continue", response_class=HTMLResponse)
+async def continue_run(request: Request, state: State, how: Authenticated, run_id: str) -> Response:
+    """Continue a blocked run whose gates are all decided (the run page's Continue button)."""
+    import asyncio
+
+    from stepline.interfaces.web._api import start_continuation
+
+    check_cross_site(request, how, await request.form())
+    run_dir = state.run_dir(run_id)
+    await asyncio.to_thread(start_continuation, state, run_dir.run_id)
+    return RedirectResponse(f"/runs/{quote(run_dir.run_id)}", status_code=303)
 
 
 @pages.get("/sprint", response_class=HTMLResponse)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Request
 
 from stepline.interfaces.web._auth import COOKIE, CSRF_FIELD, CSRF_HEADER, Auth, same_origin
+from stepline.interfaces.web._continue import Continuations
 from stepline.interfaces.web._index import RunIndex
 from stepline.service import RunService
 
@@ -48,10 +49,22 @@ class WebState:
     #: The project's runs: what every route reads and decides through.
     runs: RunService = field(init=False)
     index: RunIndex = field(init=False)
+    #: The runs this server continues once their gates are decided.
+    continuations: Continuations = field(init=False)
+    _person: str | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.runs = RunService(self.project_root, self.config)
         self.index = RunIndex(self.runs.store, self.runs.damage)
+        self.continuations = Continuations(self.runs)
+
+    def person(self) -> str:
+        """Who decides here unless they say otherwise: git's ``user.name`` for the project, else the OS user."""
+        if self._person is None:
+            from stepline.service import person
+
+            self._person = person(self.project_root)
+        return self._person
 
     def run_dir(self, run_id: str) -> RunDir:
         """The directory of ``run_id`` (a unique part of the id is enough), or NotFoundError."""

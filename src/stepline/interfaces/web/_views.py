@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from stepline.sprint._project import SprintProject
 
 __all__ = [
+    "EVIDENCE_LEGEND",
     "HIDDEN_EVENTS",
     "MAX_ARTIFACT_BYTES",
     "artifact_content",
@@ -36,6 +37,7 @@ __all__ = [
     "gate_card",
     "gates_view",
     "project_diff",
+    "question_view",
     "run_view",
     "sprint_view",
     "summary_view",
@@ -144,10 +146,33 @@ def gate_card(run: Run, gate: dict[str, Any]) -> dict[str, Any]:
         reject = (f"{name} is not done, and the run goes on without it." if step is not None
                   and step.on_reject == "skip" else f"{name} fails, and the run with it.")
     body = step.body.strip() if step is not None else ""
-    return {**gate, "step_name": step.name if step is not None else None,
+    return {**gate, **question_view(gate), "step_name": step.name if step is not None else None,
             "step_text": body[:MAX_GATE_TEXT], "step_text_cut": len(body) > MAX_GATE_TEXT,
             "declared_outputs": list(step.outputs) if step is not None else [],
             "approve": approve, "reject": reject}
+
+
+def question_view(gate: dict[str, Any]) -> dict[str, Any]:
+    """A question gate as its buttons show it: ``choices`` (each ``key`` and ``label``, as recorded with the
+    question, whatever asked it: a menu, a choice, a checkpoint; empty: it takes free text) and ``question``, its
+    text without the options it lists (the buttons show them). Another gate: no choices, its reason."""
+    from pydantic import ValidationError
+
+    from stepline.engine import gate_choices, gate_question
+    from stepline.model import Gate
+
+    try:
+        recorded = Gate.model_validate(gate)
+    except ValidationError:  # gates.json edited by hand: shown as it is, answered as free text
+        return {"question": str(gate.get("reason") or ""), "choices": []}
+    if recorded.kind != "question":
+        return {"question": recorded.reason, "choices": []}
+    choices = gate_choices(recorded)
+    question = gate_question(recorded)
+    listed = "  ".join(f"[{c.key}] {c.label}" for c in choices if c.label)
+    if listed and question.endswith(listed):  # a menu's line of options: the buttons say them
+        question = question[:-len(listed)].rstrip().rstrip(":")
+    return {"question": question, "choices": [c.model_dump() for c in choices]}
 
 
 def project_diff(project_root: Path) -> dict[str, Any] | None:
@@ -239,6 +264,26 @@ def artifact_content(run_dir: RunDir, project_root: Path, path: str) -> dict[str
             "markdown": path.lower().endswith((".md", ".markdown"))}
 
 
+#: The evidence records' codes in a person's words: the run page says these, its legend (EVIDENCE_LEGEND) the codes.
+STRENGTH_WORDS = {"L0": "asserted", "L1": "checked", "L2": "verified", "invalid": "invalid"}
+FIT_WORDS = {"CL1": "loose", "CL2": "close", "CL3": "exact"}
+#: What each evidence term means, one sentence each: (the word shown, the code in evidence.json, the meaning).
+EVIDENCE_LEGEND = (
+    ("asserted", "L0", "Strength: the claim is stated, and nothing has checked it yet."),
+    ("checked", "L1", "Strength: the claim was checked (a review, an inspection) and held."),
+    ("verified", "L2", "Strength: the claim was verified by a test or a measurement, the strongest kind."),
+    ("invalid", "invalid", "Strength: the record was found wrong, and it never counts."),
+    ("loose fit", "CL1", "The evidence comes from another context than the claim's, so half its reliability counts "
+                         "(×0.5)."),
+    ("close fit", "CL2", "The evidence comes from a context like the claim's, so most of its reliability counts "
+                         "(×0.8)."),
+    ("exact fit", "CL3", "The evidence comes from the claim's own context, so all of its reliability counts (×1.0)."),
+    ("score", "reliability × fit", "How much one record assures its claim: its reliability times its fit."),
+    ("weakest link", "WLNK", "The lowest score among the valid, unexpired records of a step (or of the run): the "
+                             "assurance is only as strong as its weakest record."),
+)
+
+
 def evidence_view(run_dir: RunDir) -> dict[str, Any]:
     """Evidence records with each one's score (reliability × congruence) and expiry, and the weakest link
     (WLNK) per step and for the whole run, expired and invalid records left out as the engine leaves them."""
@@ -251,6 +296,8 @@ def evidence_view(run_dir: RunDir) -> dict[str, Any]:
     valid: dict[str, list[Evidence]] = {}
     for raw in _records(run_dir, "evidence.json"):
         row = dict(raw)
+        row.update(strength=STRENGTH_WORDS.get(str(raw.get("level")), str(raw.get("level", ""))),
+                   fit=FIT_WORDS.get(str(raw.get("congruence") or "CL3"), str(raw.get("congruence"))))
         try:
             record = Evidence.model_validate(raw)
         except ValidationError as exc:

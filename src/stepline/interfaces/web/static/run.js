@@ -1,6 +1,8 @@
 // The run page follows its journal: one server-sent event per new record appends a timeline row and moves the
-// step's and the run's status. When the run stops (blocked, completed, failed) the page reloads once, to show
-// the pending gate, the artifacts and the decisions as the server renders them.
+// step's and the run's status. When the run stops (blocked, completed, failed) and its process has let it go (no
+// driver), the page reloads once, to show the next question's buttons, the artifacts and the decisions as the
+// server renders them. A run this server continues (a gate was just decided here) is followed the same way; one
+// that could not go on (the continuation ended with nothing journaled) reloads to say why.
 (function () {
   "use strict";
   var root = document.getElementById("run");
@@ -20,6 +22,9 @@
     WorkflowFailed: "failed", WorkflowBlocked: "blocked"
   };
   var live = document.getElementById("live");
+  var continuing = root.dataset.continuing === "1";  // as rendered: this server was continuing the run
+  var driverPid = null;
+  var stopped = false;  // the run stopped since the page was rendered (a journal event said so)
 
   function cell(row, text, className) {
     var td = document.createElement("td");
@@ -76,8 +81,12 @@
       var shown = document.getElementById("run-status");
       shown.textContent = status;
       shown.className = "badge " + status;
-      if (status !== "running") { reloadSoon(); }
+      if (status !== "running") { stopped = true; reloadWhenLetGo(); }
     }
+  }
+
+  function reloadWhenLetGo() {  // the process that stopped the run releases its lock just after its last record
+    if (stopped && driverPid === null) { reloadSoon(); }
   }
 
   var reloading = false;
@@ -91,6 +100,8 @@
   // "live" says a process drives the run now (it holds the run's lock), not merely that this page listens.
   source.addEventListener("driver", function (message) {
     var pid = JSON.parse(message.data).pid;
+    driverPid = pid;
+    reloadWhenLetGo();
     if (live) {
       live.hidden = pid === null;
       live.title = pid === null ? "" : "a process (pid " + pid + ") drives this run now";
@@ -98,6 +109,10 @@
   });
   source.addEventListener("error", function () { if (live) { live.hidden = true; } });  // we cannot tell now
   source.addEventListener("journal", function (message) { onEvent(JSON.parse(message.data)); });
+  source.addEventListener("continuation", function (message) {
+    var state = JSON.parse(message.data);
+    if (continuing && state && !state.active) { stopped = true; reloadWhenLetGo(); }  // ended since rendered
+  });
   source.addEventListener("reset", function () { source.close(); reloadSoon(); });
   source.addEventListener("damaged", function () { source.close(); reloadSoon(); });
 })();
