@@ -107,3 +107,24 @@ def test_a_snapshot_link_that_leaves_the_skill_is_refused_before_the_run_starts(
     step.write_text(step.read_text(encoding="utf-8").replace("[[bmad-snapshot:step-03-do.md]]",
                                                              "[[bmad-snapshot:../../../../x.md]]"), encoding="utf-8")
     refused(mini, SKILL, f"{step}:", "[[bmad-snapshot:../../../../x.md]] leaves the skill")
+
+
+def test_a_ccw_task_id_holding_a_path_is_one_line_and_an_error_of_validate(project: Path) -> None:
+    """A task id names its step and its summary file (.summaries/<id>-summary.md): one that holds a path was a
+    traceback for `ccw execute` and only a warning for `validate`."""
+    import shutil
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "ccw_run" / "WFS-phased"
+    session = project / ".workflow" / "active" / "WFS-phased"
+    shutil.copytree(fixtures, session)
+    escape = "../../../../outside"
+    task = session / ".task" / "IMPL-1.json"
+    task.write_text(task.read_text(encoding="utf-8").replace('"IMPL-1"', json.dumps(escape), 1), encoding="utf-8")
+    todo = session / "TODO_LIST.md"
+    todo.write_text(todo.read_text(encoding="utf-8").replace("**IMPL-1**", f"**{escape}**"), encoding="utf-8")
+    outcome = cli("ccw", "execute", "-y", "--executor", "dry-run", "-q", "-C", str(project))
+    assert outcome.code == 4 and len(outcome.errors) == 1, outcome
+    assert "IMPL-1.json" in outcome.err and "may not hold a slash" in outcome.err
+    checked = cli("validate", str(session), "-C", str(project))
+    assert checked.code == 10 and "error: task id '../../../../outside' may not hold a slash" in checked.out, checked
+    assert not list(project.parent.rglob("outside-summary.md"))

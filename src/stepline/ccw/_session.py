@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
+from stepline._limits import cut
 from stepline._paths import escape, link_out
 from stepline.ccw._graph import task_cycle
 from stepline.ccw._plan import (
@@ -215,6 +218,20 @@ class CcwSession:
                     "module": entry.section if entry else None,
                 },
             })
+        try:
+            return self._spec(steps)
+        except ValidationError as exc:  # a task's id or fields a workflow step cannot have: one line, at its file
+            first = exc.errors()[0]
+            loc = first["loc"]
+            index = loc[1] if len(loc) > 1 and loc[0] == "steps" and isinstance(loc[1], int) else None
+            where = steps[index]["meta"]["task_json"] if index is not None else None
+            problem = ("may not hold a slash, a backslash or white space"
+                       if first["type"] == "string_pattern_mismatch" and loc[-1] == "id" else first["msg"])
+            raise ReaderError(f"{'.'.join(str(p) for p in loc[2:] or loc)} {cut(repr(first.get('input')), 40)}: "
+                              f"{problem}", path=where or str(self.session_dir / SESSION_FILE),
+                              hint="fix the task JSON and TODO_LIST.md") from None
+
+    def _spec(self, steps: list[dict[str, Any]]) -> WorkflowSpec:
         strategy = self.strategy
         return WorkflowSpec.model_validate({
             "id": self.session_id,

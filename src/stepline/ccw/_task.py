@@ -287,6 +287,10 @@ def validate_task_data(data: Mapping[str, Any], text: str | bytes) -> list[tuple
     for key in ("id", "title"):
         if key in data:
             _expect(problems, text, data, key, str, "a string")
+    if isinstance(data.get("id"), str) and re.search(r"[\s/\\]", data["id"]):
+        # a task id names its step and its summary file: .summaries/<id>-summary.md
+        problems.append((f"task id {data['id']!r} may not hold a slash, a backslash or white space",
+                         line_of(text, "id") or 1))
     if "status" in data and normalize_status(data["status"]) is None:
         problems.append((f"unknown status {data['status']!r}", line_of(text, "status") or 1))
     if schema == "six-field":
