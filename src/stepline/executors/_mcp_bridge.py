@@ -575,6 +575,11 @@ async def serve_http(server: MCPServer[Any], *, token: str, startup_timeout: flo
                 await asyncio.sleep(0.01)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
+        # The step is over: a connection its agent still holds (an MCP client's event stream, open while the step
+        # stopped on a full disk, say) is cut now, so that the server stops at once instead of cancelling that
+        # request after its grace period (uvicorn then prints a traceback into the user's terminal).
+        for connection in list(http.server_state.connections):
+            connection.transport.close()
         http.should_exit = True
         try:
             await asyncio.wait_for(asyncio.shield(task), timeout=5)
