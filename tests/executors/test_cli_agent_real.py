@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from fakes import agents
+from fakes._script import Reply
 from fakes.fake_anthropic import responder as anthropic_responder
 from fakes.fake_gemini import responder as gemini_responder
 from fakes.fake_openai import responder as openai_responder
@@ -184,12 +185,53 @@ def test_a_budget_stop_kills_the_real_agents_process_group(project: Path, cli: C
 
 def test_a_timeout_stops_the_real_agents_process_group(project: Path, cli: Cli) -> None:
     """An agent whose command hangs is stopped at its timeout (retryable); nothing of it is left, the command
-    included."""
-    cli.script([_hang(cli, project)])
+    included; what it used before the stop is journaled: its answers' usage, streamed (opencode's once a step's
+    tools have run) or, for codex and gemini, read from the session file they keep as they run."""
+    cli.script([cli.shell("echo one")], [_hang(cli, project)])
     session = RecordingSession()
-    with pytest.raises(ExecutorError, match="within 8s") as caught:
-        _perform(cli.name, cli.binary, _request(project), session, timeout_seconds=8, **cli.options)
+    limit = 30 if cli.name == "opencode" else 10  # opencode takes ~10 s of CPU to reach its first answer
+    with pytest.raises(ExecutorError, match=f"within {limit}s") as caught:
+        _perform(cli.name, cli.binary, _request(project), session, timeout_seconds=limit, **cli.options)
     assert caught.value.retryable and _gone(session.processes[0]["pgid"]) and not _hung(project)
+    [(label, recorded)] = session.usages
+    assert label == f"cli-agent:{cli.name}" and Usage.from_record(recorded).input_tokens >= USAGE[0], recorded
+
+
+def test_the_real_cli_records_the_whole_prompt_and_its_cached_part(project: Path, cli: Cli) -> None:
+    """With the model's prompt cache on, each CLI's usage is recorded one way: input is the whole prompt of every
+    answer (the cached part included, counted once: qwen's input already holds it, claude's and opencode's leave it
+    out), cache reads apart (gemini's ``stats.cached`` among them)."""
+    cli.serve.caching = True
+    cli.script([cli.shell("echo one")], [cli.shell("echo two")], [(FINISH, {"summary": "done"})])
+    session = RecordingSession()
+    _perform(cli.name, cli.binary, _request(project), session, **cli.options)
+    used = Usage.from_record(session.memos[f"cli-agent:{cli.name}"]["usage"])
+    answers = used.input_tokens / USAGE[0]
+    assert answers >= 3 and answers == int(answers) and used.output_tokens == USAGE[1] * answers, used
+    assert 0 < used.cache_read_tokens < used.input_tokens, used  # the later answers repeat the first's prefix
+
+
+def test_each_answers_usage_holds_the_real_cli_to_its_budget_mid_turn(project: Path, cli: Cli) -> None:
+    """The model answers twice, then holds its third answer: the call is stopped for ``max_call_tokens`` by the
+    usage the CLI reported for those two answers, while its turn is still on (codex and gemini report an answer's
+    usage only in their session file, followed while they run), not at its timeout."""
+    answered: list[dict[str, Any]] = []
+    plain = cli.responder(agents.turns(*[[cli.shell(f"echo step {n}")] for n in range(6)]), usage=USAGE)
+
+    def held(body: dict[str, Any]) -> Reply:
+        reply = plain(body)
+        if body.get("tools"):
+            answered.append(body)
+        return Reply(reply.status, reply.body, 60.0) if len(answered) > 2 else reply
+
+    cli.serve.responder = held
+    session = RecordingSession()
+    with pytest.raises(BudgetExceeded, match="tokens"):
+        _perform(cli.name, cli.binary, _request(project), session, max_call_tokens=sum(USAGE) * 2 - 1,
+                 timeout_seconds=90, **cli.options)
+    record = session.memos[f"cli-agent:{cli.name}"]
+    assert record["stopped"] and Usage.from_record(record["usage"]).input_tokens >= 2 * USAGE[0], record
+    assert _gone(session.processes[0]["pgid"])
 
 
 @pytest.mark.parametrize("cli", ["claude", "codex"], indirect=True)

@@ -55,3 +55,24 @@ def outputs_digest(root: Path, engine: Engine, run: Run) -> dict[str, str]:
     digests = {a["path"]: hashlib.sha256((root / a["path"]).read_bytes()).hexdigest() for a in artifacts}
     digests["artifacts.sha256"] = ",".join(f"{a['path']}={a['sha256']}" for a in artifacts)
     return digests
+
+
+def openai_run(root: Path, model: str = "gpt-4o-mini", workflow: WorkflowSpec | None = None) -> tuple[str, list[Any]]:
+    """A run of the openai executor against a fake endpoint that caches prompts (the greeting workflow, or
+    ``workflow`` with one step ``write``): two model calls; its id and the usage each call journaled (Usage)."""
+    import asyncio
+
+    from fakes.fake_openai import FakeOpenAI, completion
+    from stepline.executors import Usage
+
+    with FakeOpenAI().running() as server:
+        server.caching = True
+        server.queue(completion(("write_output", {"content": "Hello, Ada!\n"}), model=model),
+                     completion(("finish", {"summary": "greeted"}), model=model))
+        engine = Engine(project_root=root, executor="openai", mode="yolo", executor_options={
+            "base_url": server.base_url, "api_key": "sk-test-0123456789abcdefghijklmnopqrstuv", "model": model})
+        run = asyncio.run(engine.start(workflow or greeting_workflow()))
+    assert run.status.value == "completed", run.error
+    calls = [e.data["result"]["usage"] for e in engine.store.open(run.run_id).events()
+             if e.type == "CallRecorded" and str(e.data.get("op")).startswith("memo:openai")]
+    return run.run_id, [Usage.from_record(usage) for usage in calls]

@@ -50,6 +50,14 @@ def test_watch_follows_every_story_of_the_loop_live_and_ends_with_the_loop_s_exi
     ended = [line for line in lines if "── story 1-1-add committed" in line]
     assert ended and "[story: 3400 tokens" in ended[0] and "; loop: 3400 tokens" in ended[0] and " left]" in ended[0]
     assert "── story 1-2-sub deferred" in text
+    # The loop's budget as each agent call spends it: what is spent (only growing) and what the limit leaves.
+    spent = [line for line in lines if " loop budget: " in line]
+    assert all(re.search(r"^\d\d:\d\d:\d\d \S+\s+loop budget: [\d,]+ tokens, \$\d+\.\d{4} spent; \$\d+\.\d{4} of "
+                         r"\$5\.0000 left$", line) for line in spent), spent
+    tokens = [int(re.search(r"budget: ([\d,]+) tokens", line)[1].replace(",", "")) for line in spent]  # type: ignore[index]
+    assert len(spent) >= 3 and tokens == sorted(tokens) and tokens[0] == 1700
+    before_end = [line for line in lines[:lines.index(ended[0])] if " loop budget: " in line]
+    assert "loop budget: 3,400 tokens" in before_end[-1]  # what the story-ended line says the loop spent
     assert lines[-1].endswith("loop ended: deferred")
     # Watching a loop that has ended shows it whole, with the same code.
     again = subprocess.run([sys.executable, str(HERE / "crash_child.py"), "sprint", "watch", "-C", str(root)],
@@ -101,3 +109,25 @@ def test_ctrl_c_stops_the_loop_says_how_it_goes_on_and_leaves_no_agent(
     resumed.communicate(timeout=600)
     assert resumed.returncode == 0
     assert git(root, "log", "--format=%(trailers:key=Stepline-Story,valueonly)").split() == ["1-1-add"]
+
+
+def test_cost_of_the_sprint_is_what_the_loop_counted(tmp_path: Path, agent_env: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`stepline cost --sprint` weighs the stories' calls as the loop's budgets do: per story, the tokens and
+    dollars the loop's log says each story spent; per stage; the executor named."""
+    from stepline.interfaces.cli._app import run_cli
+
+    root = make_project(tmp_path / "calc", layers=1, builds=1)
+    assert run_cli(["sprint", "run", "--max-stories", "2", "-q", "-C", str(root)]) == 0
+    capsys.readouterr()
+    ended = {r["key"]: r["usage"] for r in map(json.loads, (root / ".stepline" / "sprint" / "loop.jsonl")
+                                               .read_text().splitlines()) if r.get("event") == "story-ended"}
+    assert run_cli(["cost", "--sprint", "--json", "-C", str(root)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert set(report["stories"]) == set(ended) == {"1-1-add", "1-2-sub"}
+    for key, usage in ended.items():
+        story = report["stories"][key]
+        assert story["input_tokens"] + story["output_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+        assert story["cost_usd"] == pytest.approx(usage["cost_usd"])
+    assert list(report["executors"]) == ["cli-agent:claude"] and report["fallback_priced_models"]
+    assert {step.split("/")[1] for step in report["steps"]} == {"build", "review"}

@@ -117,7 +117,7 @@ ROW = ("calls", *COUNTS, "cost_usd")
 
 def usage_row(usage: Usage) -> dict[str, float]:
     """``usage`` as a table's row: its calls, its counts and its cost (0 when unknown)."""
-    return {"calls": usage.calls, **{name: getattr(usage, name) for name in COUNTS},
+    return {"calls": usage.calls, **{name: _plain(getattr(usage, name)) for name in COUNTS},
             "cost_usd": round(usage.cost_usd or 0.0, 8)}
 
 
@@ -166,8 +166,12 @@ class PriceTable:
     as_of: str | None = None
 
     def price(self, model: str | None) -> Price | None:
-        """The price of ``model``: its own, else that of the longest name it starts with (``claude-sonnet-4-5``
-        for ``claude-sonnet-4-5-20250929``), a ``provider/`` prefix ignored; else the fallback."""
+        """The price of ``model`` (:meth:`listed`), else the fallback."""
+        return self.listed(model) or self.fallback
+
+    def listed(self, model: str | None) -> Price | None:
+        """The table's own price of ``model``: under its name, else the longest name it starts with
+        (``claude-sonnet-4-5`` for ``claude-sonnet-4-5-20250929``), a ``provider/`` prefix ignored."""
         if model:
             for name in (model, model.rpartition("/")[2]):
                 if name in self.models:
@@ -175,12 +179,18 @@ class PriceTable:
                 prefixes = [key for key in self.models if name.startswith(key)]
                 if prefixes:
                     return self.models[max(prefixes, key=len)]
-        return self.fallback
+        return None
+
+    @staticmethod
+    def reported(usage: Usage) -> bool:
+        """Whether ``usage``'s own cost counts: one was reported, and it is not $0 for tokens used (Claude Code
+        for a model it has no price for)."""
+        return usage.cost_usd is not None and (usage.cost_usd > 0 or not usage.tokens)
 
     def cost(self, usage: Usage, model: str | None) -> float | None:
-        """The cost the provider reported for ``usage``, else its tokens at ``model``'s price; None when neither is
-        known. A reported $0 for tokens used (Claude Code for a model it has no price for) is not believed."""
-        if usage.cost_usd is not None and (usage.cost_usd > 0 or not usage.tokens):
+        """The cost the provider reported for ``usage`` (:meth:`reported`), else its tokens at ``model``'s price;
+        None when neither is known."""
+        if self.reported(usage):
             return usage.cost_usd
         price = self.price(model)
         return None if price is None else price.cost(usage)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Any
 
-from stepline.executors import ROW
 from stepline.service._facts import context_detail, context_lines, one_line, run_errors, secrets_in_artifacts
 
 if TYPE_CHECKING:
@@ -25,7 +24,7 @@ __all__ = ["KEEP", "LAST", "VERSION", "Digest", "digest_of", "event_detail", "ma
            "row_of", "summary_row"]
 
 #: The digest's shape; a saved digest of another version is rebuilt.
-VERSION = 2
+VERSION = 3  # 3: usage columns as executors.ROW (input the whole prompt, cache reads and writes apart)
 #: The last steps and events always shown.
 LAST = 20
 #: At most this many steps, events, errors, contexts or usage rows worth a look are kept (the latest).
@@ -37,7 +36,6 @@ _NOTABLE = frozenset({
     "WorkflowStepFailed", "StepBlocked", "StepRetry", "ValidationFailed", "HumanGateRequired", "HumanGateApproved",
     "HumanGateRejected", "ToolFailed", "ToolApprovalRequired", "ContextDrift", "AnswerGiven"})
 _HIDDEN = frozenset({"CallStarted", "CursorMoved", "CallRecorded"})
-_USAGE = ROW
 
 #: A digest: the JSON document saved in summary.json (see make_digest).
 Digest = dict[str, Any]
@@ -85,6 +83,7 @@ def make_digest(run_dir: RunDir, run: Run, events: list[Event], *, keep: int | N
     public = [event for event in events if event.type not in _HIDDEN]
     notable_events = [n for n, e in enumerate(public) if e.type in _NOTABLE or "guardrail" in e.data]
     from stepline.engine import build_timeline
+    from stepline.executors import ROW
 
     usage: dict[str, dict[str, float]] = build_timeline(run_dir, events, whole=False)["usage"]
     usage_rows = list(usage.items())
@@ -106,9 +105,9 @@ def make_digest(run_dir: RunDir, run: Run, events: list[Event], *, keep: int | N
             "events_total": len(public),
             "events": [[e.seq, e.time, e.step_id or "", e.type, one_line(event_detail(e.data))]
                        for n in _pick(len(public), notable_events, keep) for e in (public[n],)],
-            "usage_total": [sum(bucket.get(name, 0) for bucket in usage.values()) for name in _USAGE],
+            "usage_total": [sum(bucket.get(name, 0) for bucket in usage.values()) for name in ROW],
             "usage_steps": len(usage),
-            "usage": [[sid, *(bucket.get(name, 0) for name in _USAGE)] for sid, bucket in usage_rows],
+            "usage": [[sid, *(bucket.get(name, 0) for name in ROW)] for sid, bucket in usage_rows],
             "errors_total": len(errors),
             "errors": [list(error) for error in (errors if keep is None else errors[-keep:])],
             "contexts_total": len(contexts),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from stepline._lazy import lazy_exports as _lazy_exports
 
 _EXPORTS = {
+    "STORY_PREFIX": "._status",
     "Board": "._board",
     "LoopOptions": "._loop",
     "SprintConfig": "._config",
@@ -42,6 +43,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "STORY_PREFIX",
     "Board",
     "LoopOptions",
     "SprintConfig",

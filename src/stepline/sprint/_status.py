@@ -19,10 +19,11 @@ if TYPE_CHECKING:
     from stepline.sprint._project import SprintProject
     from stepline.store import RunStore
 
-__all__ = ["StoryRun", "Waiting", "board_rows", "latest_story_runs", "loop_driver", "loop_lock_path",
+__all__ = ["STORY_PREFIX", "StoryRun", "Waiting", "board_rows", "latest_story_runs", "loop_driver", "loop_lock_path",
            "loop_log_path", "loop_state", "story_usage", "waiting", "waiting_on_board"]
 
-_PREFIX = "sprint-story:"
+#: The workflow id of a story's run is this and its key.
+STORY_PREFIX = "sprint-story:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +39,8 @@ def latest_story_runs(store: RunStore) -> dict[str, StoryRun]:
     """Each story's latest run in the store."""
     found: dict[str, StoryRun] = {}
     for summary in store.summaries():
-        if summary.workflow.startswith(_PREFIX):
-            key = summary.workflow[len(_PREFIX):]
+        if summary.workflow.startswith(STORY_PREFIX):
+            key = summary.workflow[len(STORY_PREFIX):]
             found[key] = StoryRun(key=key, run_id=summary.run_id, status=summary.status)
     return found
 

@@ -8,7 +8,7 @@ stepline's MCP server is a ``-c mcp_servers.stepline.url=…`` override (no file
 
 Its usage is the thread's running total (a resumed or forked thread's earlier turns included), with
 ``input_tokens`` the whole prompt: on stdout only as a turn ends (``turn.completed``), and after each model response
-in the thread's rollout file (``$CODEX_HOME/sessions/Y/M/D/rollout-*-<thread>.jsonl``, ``token_count`` events).
+in the thread's rollout file (``$CODEX_HOME/sessions/Y/M/D/rollout-*-<thread>.jsonl``, ``token_usage_record``).
 """
 
 from __future__ import annotations
@@ -58,10 +58,14 @@ def _usage(raw: dict[str, Any]) -> Usage:
 
 
 def _streamed(event: dict[str, Any]) -> Reported | None:
-    """The thread's running total: a ``turn.completed`` line's, or a rollout file's ``token_count`` event's."""
+    """The thread's running total: a ``turn.completed`` line's, or the rollout file's after each response
+    (``token_usage_record``, written as the response ends; ``token_count`` events come later)."""
     if event.get("type") == "turn.completed" and isinstance(event.get("usage"), dict):
         return Reported(SESSION, _usage(event["usage"]))
     payload = event.get("payload")
+    if event.get("type") == "token_usage_record" and isinstance(payload, dict) \
+            and isinstance(payload.get("thread_token_usage"), dict):
+        return Reported(SESSION, _usage(payload["thread_token_usage"]))
     if event.get("type") == "event_msg" and isinstance(payload, dict) and payload.get("type") == "token_count":
         info = payload.get("info")
         if isinstance(info, dict) and isinstance(info.get("total_token_usage"), dict):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from stepline.interfaces.cli import (  # noqa: F401 - each registers its commands
     _bmad,
     _ccw,
+    _cost,
     _doctor,
     _gates,
     _history,

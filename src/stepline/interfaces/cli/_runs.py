@@ -162,7 +162,9 @@ def status(
         raise typer.Exit(EXIT_DAMAGED) from None
     diagnosis = runs.diagnose(run_dir) if verbose else None
     if as_json:
-        summary = run_summary(found)
+        from stepline.service import project_prices, run_cost, usage_summary
+
+        summary = {**run_summary(found), "usage": usage_summary(run_cost(runs, run_dir).ledger, project_prices(runs))}
         if diagnosis is not None:
             summary["run_directory"] = diagnosis.to_dict()
         print_json(summary)

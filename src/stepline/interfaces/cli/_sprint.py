@@ -23,8 +23,9 @@ from stepline.interfaces.cli._options import (
 from stepline.interfaces.cli._render import console, err_console, print_json
 
 if TYPE_CHECKING:
-    from stepline.executors import Usage
+    from stepline.executors import Ledger, PriceTable, Usage
     from stepline.sprint import LoopOptions, SprintConfig, SprintProject, StoryResult, Waiting
+    from stepline.sprint._config import BudgetLimit
 
 sprint_app = typer.Typer(name="sprint", help="Run BMAD stories from sprint-status.yaml: build, verify, review, "
                                              "commit, advance the board.", no_args_is_help=True)
@@ -312,6 +313,15 @@ def _money(usage: Usage) -> str:
     return f"{usage.tokens:.0f} tokens, ${usage.cost_usd or 0.0:.4f}"
 
 
+def _budget_line(spent: Ledger, prices: PriceTable, limit: BudgetLimit) -> str:
+    """What the loop has spent after a call, and what its limit (``budgets.run``) leaves."""
+    total = spent.total(prices)
+    left = ([f"{limit.tokens - total.tokens:,.0f} of {limit.tokens:,.0f} tokens left"] if limit.tokens else []) + (
+        [f"${limit.cost_usd - (total.cost_usd or 0.0):.4f} of ${limit.cost_usd:.4f} left"] if limit.cost_usd else [])
+    return f"loop budget: {total.tokens:,.0f} tokens, ${total.cost_usd or 0.0:.4f} spent" + "".join(
+        f"; {part}" for part in left or ["no limit"])
+
+
 def _loop_line(record: dict[str, Any]) -> str | None:
     """One line of `sprint watch` for a record of the loop's log (None: nothing to say)."""
     from stepline.executors import Usage
@@ -351,19 +361,25 @@ def watch(
     config: ConfigOption = None,
 ) -> None:
     """Follow the sprint loop live, across its stories: each story's stages, checks with their output, the agent's
-    output as it prints it, tokens and cost, the loop's budget left. Ends when the loop ends, with its exit code
-    (0 all done, 11 a story deferred, 9 waiting for a person, 8 failed); a loop that ended is shown whole."""
+    output as it prints it, tokens and cost, the loop's budget as each call spends it. Ends when the loop ends, with
+    its exit code (0 all done, 11 a story deferred, 9 waiting for a person, 8 failed); a loop that ended is shown
+    whole."""
     import json
     import time as clock
 
     from stepline.errors import NotFoundError, RunStateError
+    from stepline.executors import Ledger
     from stepline.interfaces.cli._logs import AgentLogs, log_line
     from stepline.interfaces.cli._options import project_runs
-    from stepline.sprint import loop_driver, loop_log_path
+    from stepline.service import project_prices
+    from stepline.sprint import load_sprint_config, loop_driver, loop_log_path
     from stepline.store import read_journal
 
     at = where(directory, project_root)
-    store = project_runs(at, config).store
+    project = project_runs(at, config)
+    store = project.store
+    spent = Ledger()  # the loop's calls so far, weighed as its budgets weigh them
+    prices, limit = project_prices(project), load_sprint_config(at.root).budgets.run
     path = loop_log_path(at.root)
     if not path.is_file():
         raise NotFoundError(f"{path}: no sprint loop was started here", hint="start one with `stepline sprint run`")
@@ -394,8 +410,15 @@ def watch(
                 ended = str(record.get("outcome"))
         for run_id, (key, run_dir, agents) in runs.items():
             events = read_journal(run_dir.journal_path, run_id)
-            journaled = [(str(e.time), line) for e in events[seen.get(run_id, 0):]
-                         if (line := log_line(e)) is not None]
+            journaled = []
+            for event in events[seen.get(run_id, 0):]:
+                if (line := log_line(event)) is not None:
+                    journaled.append((str(event.time), line))
+                if event.type == "CallRecorded" and spent.record(
+                        run_id, event.step_id, str(event.data.get("key")), str(event.data.get("op")),
+                        event.data.get("result")) is not None:
+                    said = _budget_line(spent, prices, limit)
+                    journaled.append((str(event.time), f"{str(event.time)[11:19]} {said}"))
             for when, line in journaled + agents.new_lines():  # "<time> <rest>": the story's key after the time
                 clock_time, _, rest = line.partition(" ")
                 shown.append((when, f"{clock_time} {key:<10} {rest}"))

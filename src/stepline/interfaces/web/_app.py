@@ -111,8 +111,12 @@ def create_app(project_root: Path, config: RuntimeConfig, token: str, *,
         authenticate(request)  # the API's description is behind the token like the API
         return JSONResponse(app.openapi())
 
+    from stepline.interfaces.web._cost import cost_api, cost_pages
+
     app.include_router(api)
+    app.include_router(cost_api)
     app.include_router(pages)
+    app.include_router(cost_pages)
     app.mount("/static", StaticFiles(directory=str(Path(__file__).with_name("static"))), name="static")
     app.add_middleware(_SecurityHeaders)
     app.add_middleware(BodyLimit)  # outermost: a body over the limit is refused before anything reads it
