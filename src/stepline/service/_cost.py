@@ -51,7 +51,7 @@ def usage_summary(ledger: Ledger, prices: PriceTable) -> dict[str, Any]:
 
 def _row(usage: Usage) -> dict[str, Any]:
     """A usage as a table row; its cost None when a call's model has no price."""
-    return {**usage_row(usage), "cost_usd": None if usage.cost_usd is None else round(usage.cost_usd, 8)}
+    return {**usage_row(usage), "cost_usd": usage.cost_usd}
 
 
 def _rows(groups: dict[str, Usage]) -> dict[str, dict[str, Any]]:
