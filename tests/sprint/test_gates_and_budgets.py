@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -166,6 +167,15 @@ def test_a_dirty_shared_checkout_fails_the_story_before_any_agent_runs(
     assert run_cli(["sprint", "resume", "-C", str(root), "--json", "-q", "--sprint-config",
                     str(root / "config" / "sprint.yaml")]) == 0
     assert {r["outcome"] for r in json.loads(capsys.readouterr().out)} == {"committed"}
+
+
+def test_a_story_that_fails_before_any_agent_call_is_reported_with_no_cost(
+        tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_project(tmp_path / "calc", layers=1)
+    (root / "notes.txt").write_text("mine, not committed\n")
+    assert run_cli(["sprint", "run", "--max-stories", "1", "-C", str(root)]) == 8  # its usage has no cost at all
+    out = capsys.readouterr().out
+    assert re.search(r"^failed 1-1-add \(run run-\S+, 0 tokens, \$0\.0000\)$", out, re.M), out
 
 
 def test_a_check_that_cannot_run_fails_verification_and_says_why(

@@ -131,7 +131,7 @@ def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, opti
         if not as_json:
             style = _STYLE.get(result.outcome, "red")
             console.print(f"[{style}]{result.outcome}[/{style}] {result.key} (run {result.run_id}, "
-                          f"{result.usage.tokens:.0f} tokens, ${result.usage.cost_usd:.4f})")
+                          f"{_money(result.usage)})")
             console.print(f"  {result.summary}", markup=False, soft_wrap=True)
 
     try:
