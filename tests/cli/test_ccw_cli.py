@@ -82,6 +82,18 @@ def test_execute_with_an_ambiguous_answer_is_a_usage_error(
     assert _tree(active / ".workflow") == before
 
 
+def test_execute_with_several_sessions_and_nobody_to_ask_says_how_to_pick_one(
+        active: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """No terminal and no answer on stdin (CI, cron): one line naming the ways to pick (exit 2), nothing runs."""
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    before = _tree(active / ".workflow")
+    assert run_cli(["ccw", "execute", "-C", str(active)]) == 2
+    error = _one_line_error(capsys)
+    assert "2 active sessions and no terminal to choose one of them" in error
+    assert "--resume-session ID" in error and "-y" in error
+    assert _tree(active / ".workflow") == before
+
+
 def test_execute_yes_takes_the_first_and_complete_archives_it(active: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """-y takes the first session; --complete archives it once every task is done."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -101,7 +102,14 @@ def _choose(found: list[SessionInfo], take_first: bool) -> SessionInfo:
     err_console.print("Multiple active workflow sessions detected. Please select one:\n")
     for number, info in enumerate(found, start=1):
         err_console.print(f"{number}. {info.format_line()}")
-    answer = str(typer.prompt("\nWhich session do you want to execute?", err=True)).strip()
+    if sys.stdin.isatty():
+        answer = str(typer.prompt("\nWhich session do you want to execute?", err=True)).strip()
+    else:  # a pipe may carry the answer; with none there is nobody to ask
+        answer = sys.stdin.readline().strip()
+        if not answer:
+            raise UsageError(f"{len(found)} active sessions and no terminal to choose one of them",
+                             hint="name one with --resume-session ID (`stepline ccw sessions` lists them), or "
+                                  "take the first with -y")
     if answer.isdigit() and 1 <= int(answer) <= len(found):
         return found[int(answer) - 1]
     exact = [info for info in found if info.id == answer]
