@@ -1,5 +1,6 @@
-"""The Quick start's demo (examples/demo.py) runs end to end: a skill stops at its menu, takes the answer,
-writes its document and code; the changed skill's replay and the diff report the changed file."""
+"""The Quick start's demo (scripts/demo.sh runs examples/demo.py in the checkout's .venv) runs end to end: a skill
+stops at its menu, takes the answer, writes its document and code; the changed skill's replay and the diff report
+the changed file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""An agent written from the sprint guide's contract alone (tests/sprint/bin/readme_agent.py) builds and reviews."""
+"""The sprint guide's sample agent (examples/sprint/agent.py), written from the guide's contract alone with Python's
+standard library, builds and reviews."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ from sprint_kit import ARTIFACTS, BMAD, HERE, git, make_project
 
 from stepline.interfaces.cli._app import run_cli
 
+SAMPLE_AGENT = HERE.parents[1] / "examples" / "sprint" / "agent.py"
 pytestmark = [pytest.mark.corpus, pytest.mark.skipif(not BMAD.is_dir(), reason=f"no BMAD release at {BMAD}")]
 
 
-def test_an_agent_written_from_the_readme_alone_builds_reviews_and_its_stories_are_committed(
+def test_the_sample_agent_builds_reviews_and_its_stories_are_committed(
         tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = make_project(tmp_path / "calc", layers=1)
     (root / "config" / "runtime.yaml").write_text(
-        f"executors:\n  cli-agent: {{command: {HERE / 'bin' / 'readme_agent.py'}, exit_grace_seconds: 10}}\n")
+        f"executors:\n  cli-agent: {{command: {SAMPLE_AGENT}, exit_grace_seconds: 10}}\n")
     git(root, "commit", "-q", "-am", "our own agent")
     assert run_cli(["sprint", "run", "--max-stories", "2", "-C", str(root), "--json", "-q"]) == 0
     results = json.loads(capsys.readouterr().out)

@@ -1,0 +1,6 @@
+"""The docs tests import example_setups by name."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
