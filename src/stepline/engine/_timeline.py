@@ -64,6 +64,7 @@ def build_timeline(run_dir: RunDir, events: Iterable[Event] | None = None, *, wh
         "drr": run_dir.read("drr.json", []) or [],
         "tool_results": run_dir.read("tool_results.json", []) or [],
         "usage": {step: usage_row(used) for step, used in ledger.by(lambda entry: entry.step_id).items()},
+        "usage_total": usage_row(ledger.total()),
     })
     return timeline
 

@@ -85,7 +85,8 @@ def make_digest(run_dir: RunDir, run: Run, events: list[Event], *, keep: int | N
     from stepline.engine import build_timeline
     from stepline.executors import ROW
 
-    usage: dict[str, dict[str, float]] = build_timeline(run_dir, events, whole=False)["usage"]
+    timeline = build_timeline(run_dir, events, whole=False)
+    usage: dict[str, dict[str, float]] = timeline["usage"]
     usage_rows = list(usage.items())
     if keep is not None and len(usage_rows) > keep:  # the costliest steps, in the run's order
         costly = set(heapq.nlargest(keep, usage, key=lambda sid: (usage[sid]["cost_usd"], usage[sid]["calls"])))
@@ -105,7 +106,7 @@ def make_digest(run_dir: RunDir, run: Run, events: list[Event], *, keep: int | N
             "events_total": len(public),
             "events": [[e.seq, e.time, e.step_id or "", e.type, one_line(event_detail(e.data))]
                        for n in _pick(len(public), notable_events, keep) for e in (public[n],)],
-            "usage_total": [sum(bucket.get(name, 0) for bucket in usage.values()) for name in ROW],
+            "usage_total": [timeline["usage_total"][name] for name in ROW],
             "usage_steps": len(usage),
             "usage": [[sid, *(bucket.get(name, 0) for name in ROW)] for sid, bucket in usage_rows],
             "errors_total": len(errors),

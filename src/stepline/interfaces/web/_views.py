@@ -92,7 +92,7 @@ def run_view(run: Run, timeline: dict[str, Any], *, parent: str | None,
     from stepline.service import resume_command, secrets_in_artifacts
 
     usage = timeline.get("usage") or {}
-    totals = {name: sum(float(bucket.get(name) or 0) for bucket in usage.values()) for name in ROW}
+    totals = timeline.get("usage_total") or dict.fromkeys(ROW, 0)
     spans = {span["step_id"]: span for span in timeline.get("steps") or []}
     finished = run.status.value == "completed"
     return {
