@@ -4,7 +4,8 @@ A page's examples (fences marked ``bash``, ``sh``, ``shell`` or ``console``; in 
 after ``$ ``) run in order, line by line, as typed into one shell: in a temporary project folder (a git
 repository), with ``stepline`` on the PATH; what a line exports and the folder it ``cd``s to hold for the lines
 after it. A folder the page names beside the project (``../BMAD-METHOD``: BMAD v6.11, ``../stepline``: this
-checkout) is there. A MyST comment line says more; above a fence:
+checkout) is there. The output a ``console`` example shows after a command must be printed by it (each line, ``…``
+standing for what varies). A MyST comment line says more; above a fence:
 
 - ``% example: exit N``: the example's last command exits N (9: a run waits for a person); the others exit 0.
 - ``% example: file PATH``: the fence (any language) is a file the next examples use, written at PATH.
