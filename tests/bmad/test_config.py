@@ -7,14 +7,8 @@ from pathlib import Path
 import pytest
 
 from stepline import time
-from stepline.bmad._config import (
-    find_placeholders,
-    load_workflow_config,
-    parse_yaml,
-    resolve_references,
-    substitute,
-    unresolved_names,
-)
+from stepline._placeholders import resolve
+from stepline.bmad._config import load_workflow_config, parse_yaml, reference_diagnostics
 from stepline.errors import ReaderError
 
 
@@ -31,41 +25,14 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_find_placeholders_distinguishes_runtime() -> None:
-    """{name} is a load-time reference, {{name}} a runtime one; JSON-ish braces are not references."""
-    found = find_placeholders('{a}/{{b}}/{ "x": 1 }/{project-root}')
-    assert [(p.name, p.runtime) for p in found] == [("a", False), ("b", True), ("project-root", False)]
-    assert unresolved_names("{a} {{b}}", known=["a"]) == {"b"}
-    assert unresolved_names("{a} {{b}}", runtime=False) == {"a"}
-
-
-def test_substitute_keeps_type_of_whole_reference() -> None:
-    """A value that is exactly one reference keeps the referenced type; runtime references stay."""
-    assert substitute("{flag}", {"flag": True}) is True
-    assert substitute("x-{flag}-{{later}}-{unknown}", {"flag": False}) == "x-false-{{later}}-{unknown}"
-    assert substitute("{{later}}", {"later": 3}, runtime=True) == 3
-
-
-def test_resolve_references_in_dependency_order() -> None:
-    """Keys refer to keys declared later or earlier; nested values are filled too."""
-    result = resolve_references(
-        {"c": "{b}/c", "b": "{a}/b", "a": "{root}/a", "nested": {"x": ["{c}"]}}, {"root": "/r"}
-    )
-    assert result.values == {"c": "/r/a/b/c", "b": "/r/a/b", "a": "/r/a", "nested": {"x": ["/r/a/b/c"]}}
-    assert result.diagnostics == []
-
-
-def test_resolve_references_reports_cycles_and_unknowns() -> None:
+def test_cycles_and_unknowns_are_reported_with_their_lines() -> None:
     """A cycle is one error naming the loop with its line; an unknown name is a warning, left in place."""
-    result = resolve_references(
-        {"a": "{b}", "b": "{a}", "c": "{nope}/x"}, path="wf.yaml", lines={"a": 3, "b": 4, "c": 5}
-    )
-    assert result.cycles == [["a", "b", "a"]]
-    codes = {(d.code, d.line) for d in result.diagnostics}
-    assert ("variable-cycle", 4) in codes or ("variable-cycle", 3) in codes
-    assert ("unknown-variable", 5) in codes
-    assert result.values["c"] == "{nope}/x"
-    assert result.unresolved == {"c": ("nope",)}
+    result = resolve({"a": "{b}", "b": "{a}", "c": "{nope}/x"})
+    found = reference_diagnostics(result, path="wf.yaml", lines={"a": 3, "b": 4, "c": 5})
+    assert [(d.code, d.line) for d in found] == [("variable-cycle", 3), ("unknown-variable", 5)]
+    assert "a -> b -> a" in found[0].message and "{nope} in 'c'" in found[1].message
+    assert [d.code for d in reference_diagnostics(result, path="wf.yaml", report_unknown=False)] == [
+        "variable-cycle"]
 
 
 def test_parse_yaml_error_names_file_and_line() -> None:

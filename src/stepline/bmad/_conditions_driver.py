@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stepline._placeholders import Unresolved, substitute
 from stepline.bmad._conditions import ParsedCondition
-from stepline.engine._context import render_variables
 
 __all__ = ["Verdict", "evaluate", "is_known"]
 
-_PLACEHOLDER = re.compile(r"\{\{?\s*[A-Za-z_][\w.-]*\s*\}?\}")
 _GLOB = re.compile(r"[*?\[]")
 _ANSWER_NAMES = frozenset({"choice", "selection", "response", "answer", "user_choice", "user_response"})
 
@@ -143,8 +142,11 @@ def _file_exists(parsed: ParsedCondition, variables: Mapping[str, Any], root: Pa
         raw = str(variables[parsed.variable])
     else:
         raw = str(parsed.operand or "")
-    path = render_variables(raw, dict(variables)).strip().strip("'\"`")
-    if not path or _PLACEHOLDER.search(path):
+    try:
+        path = substitute(raw, variables, nested=True, strict=True).strip().strip("'\"`")
+    except Unresolved as exc:
+        return Verdict(None, f"the path {raw!r} is not fully known ({exc})")
+    if not path:
         return Verdict(None, f"the path {raw!r} is not fully known")
     target = Path(path) if Path(path).is_absolute() else root / path
     if _GLOB.search(path):

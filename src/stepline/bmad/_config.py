@@ -6,17 +6,15 @@ may be used as ``{key}`` inside another value), the flattened ``variables:`` map
 overrides (``--var k=v``). ``"{config_source}:key"`` pulls one value from the module config and
 ``date: system-generated`` is today's date from :mod:`stepline.time`.
 
-``{name}`` references are resolved here, in dependency order, with cycles reported; ``{{name}}``
-references are *runtime* variables the engine fills while the workflow runs, so they are listed
-(:func:`find_placeholders`) but left in place. The helpers :func:`find_placeholders`, :func:`substitute`
-and :func:`resolve_references` are format-neutral: the micro-file reader uses them for frontmatter
-variables too.
+``{name}`` references are resolved here (:func:`stepline._placeholders.resolve`: dependency order, cycles
+reported); ``{{name}}`` references are *runtime* variables the engine fills while the workflow runs, so they are
+left in place. :func:`reference_diagnostics` words what resolving found; the micro-file reader uses it for
+frontmatter variables too.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,231 +22,56 @@ from typing import Any
 import yaml
 
 from stepline import time
+from stepline._placeholders import (
+    PROJECT_ROOT,
+    Kind,
+    Resolution,
+    as_text,
+    find,
+    resolve,
+    substitute,
+    substitute_value,
+    whole,
+)
 from stepline._yaml import YamlLoader, describe_yaml_error, yaml_errors
 from stepline.errors import ReaderError
 from stepline.formats._diagnostics import Diagnostic
 from stepline.formats._files import read_text
 
 __all__ = [
-    "Placeholder",
-    "Resolution",
     "WorkflowConfig",
     "YamlDocument",
-    "find_placeholders",
     "load_workflow_config",
     "load_yaml",
     "parse_yaml",
-    "resolve_references",
-    "substitute",
-    "unresolved_names",
+    "reference_diagnostics",
 ]
 
-_PLACEHOLDER = re.compile(r"\{\{\s*(?P<runtime>[A-Za-z_][\w.-]*)\s*\}\}|(?<!\{)\{(?P<static>[A-Za-z_][\w-]*)\}(?!\})")
-_CONFIG_REF = re.compile(r"\{config_source\}:(?P<key>[A-Za-z_][\w-]*)")
 _SYSTEM_DATE = ("system-generated", "system-date", "system_generated")
 
-#: Name of the variable that holds the project root in every BMAD path.
-PROJECT_ROOT = "project-root"
 
-
-@dataclass(frozen=True, slots=True)
-class Placeholder:
-    """One ``{name}`` or ``{{name}}`` reference inside a string.
-
-    ``runtime`` is true for ``{{name}}`` (filled by the engine while the workflow runs).
-    """
-
-    name: str
-    runtime: bool
-    start: int
-    end: int
-
-
-def find_placeholders(text: str) -> list[Placeholder]:
-    """Return every ``{name}`` / ``{{name}}`` reference in ``text``, in order."""
-    found: list[Placeholder] = []
-    for match in _PLACEHOLDER.finditer(text):
-        runtime = match.group("runtime")
-        name = runtime if runtime is not None else match.group("static")
-        found.append(Placeholder(name=name, runtime=runtime is not None, start=match.start(), end=match.end()))
-    return found
-
-
-def unresolved_names(text: str, known: Iterable[str] = (), *, runtime: bool = True) -> set[str]:
-    """Return the names referenced in ``text`` that are not in ``known``.
+def reference_diagnostics(resolution: Resolution, *, path: str, lines: Mapping[str, int] | None = None,
+                          report_unknown: bool = True) -> list[Diagnostic]:
+    """The problems :func:`~stepline._placeholders.resolve` found, as diagnostics with file:line.
 
     Args:
-        text: any string.
-        known: names that have a value.
-        runtime: include ``{{name}}`` references too (else only ``{name}``).
+        resolution: what resolving a workflow's (or a frontmatter's) values gave.
+        path: the file the values came from.
+        lines: line of each key in that file.
+        report_unknown: an ``unknown-variable`` warning per unknown name (else only cycles are errors).
     """
-    names = set(known)
-    return {p.name for p in find_placeholders(text) if (runtime or not p.runtime) and p.name not in names}
-
-
-def _as_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "" if value is None else str(value)
-
-
-def substitute(text: str, values: Mapping[str, Any], *, runtime: bool = False) -> Any:
-    """Replace the ``{name}`` references of ``text`` whose names are in ``values``; leave the rest in place.
-
-    A string that is exactly one reference (``"{flag}"``) becomes the referenced value with its type kept.
-
-    Args:
-        text: the string to fill.
-        values: known values; mappings and lists are never spliced into text.
-        runtime: also replace ``{{name}}`` references (the engine does this while running).
-    """
-
-    def fill(match: re.Match[str]) -> str:
-        name = match.group("runtime") if match.group("runtime") is not None else match.group("static")
-        if match.group("runtime") is not None and not runtime:
-            return match.group(0)
-        if name not in values or isinstance(values[name], (dict, list)):
-            return match.group(0)
-        return _as_text(values[name])
-
-    whole = _PLACEHOLDER.fullmatch(text)
-    if whole is not None:
-        name = whole.group("runtime") if whole.group("runtime") is not None else whole.group("static")
-        if (
-            (whole.group("runtime") is None or runtime)
-            and name in values
-            and not isinstance(values[name], (dict, list))
-        ):
-            return values[name]
-    return _PLACEHOLDER.sub(fill, text)
-
-
-def _references(value: Any) -> set[str]:
-    """Names of the ``{name}`` references anywhere inside a (nested) value."""
-    if isinstance(value, str):
-        return {p.name for p in find_placeholders(value) if not p.runtime}
-    if isinstance(value, dict):
-        return set().union(*(_references(v) for v in value.values())) if value else set()
-    if isinstance(value, list):
-        return set().union(*(_references(v) for v in value)) if value else set()
-    return set()
-
-
-def _fill(value: Any, known: Mapping[str, Any]) -> Any:
-    if isinstance(value, str):
-        return substitute(value, known)
-    if isinstance(value, dict):
-        return {k: _fill(v, known) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_fill(v, known) for v in value]
-    return value
-
-
-@dataclass(slots=True)
-class Resolution:
-    """The result of :func:`resolve_references`.
-
-    Attributes:
-        values: every input value with its resolvable references filled in.
-        unresolved: for each key, the ``{name}`` references no value was found for (left in place).
-        cycles: each reference cycle found, as the list of keys around it.
-        diagnostics: one per cycle and per unknown name, with file:line when a path was given.
-    """
-
-    values: dict[str, Any]
-    unresolved: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    cycles: list[list[str]] = field(default_factory=list)
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-
-
-def resolve_references(
-    values: Mapping[str, Any],
-    known: Mapping[str, Any] | None = None,
-    *,
-    path: str = "<values>",
-    lines: Mapping[str, int] | None = None,
-    report_unknown: bool = True,
-) -> Resolution:
-    """Fill the ``{key}`` references between ``values`` in dependency order.
-
-    A value may refer to any other key of ``values`` or of ``known`` (``values`` wins); referring to a key
-    that itself refers back is a cycle, reported once, its values left unresolved. Unknown names stay in
-    place and are listed (the engine asks a person for them). ``{{name}}`` runtime references are untouched.
-
-    Args:
-        values: the mapping to resolve (nested dicts and lists are resolved inside).
-        known: values available to references but not resolved themselves (``project-root``, a config).
-        path: the file the values came from, for diagnostics.
-        lines: line of each key in that file, for diagnostics.
-        report_unknown: emit an ``unknown-variable`` warning per unknown name.
-    """
-    known = known or {}
     lines = lines or {}
-    result = Resolution(values={})
-    done: dict[str, Any] = {}
-    state: dict[str, int] = {}  # 1 = in progress, 2 = done
-    in_cycle: set[str] = set()
-
-    def visit(key: str, stack: list[str]) -> None:
-        if state.get(key) == 2:
-            return
-        if state.get(key) == 1:
-            cycle = [*stack[stack.index(key) :], key]
-            result.cycles.append(cycle)
-            in_cycle.update(cycle)
-            result.diagnostics.append(
-                Diagnostic(
-                    "error",
-                    "variable-cycle",
-                    f"variables refer to each other in a cycle: {' -> '.join(cycle)}; "
-                    "break the cycle by giving one "
-                    "of them a literal value",
-                    path,
-                    lines.get(key),
-                )
-            )
-            return
-        state[key] = 1
-        stack.append(key)
-        for name in sorted(_references(values[key])):
-            if name in values and not _asks_for_itself(key, values[key]):
-                visit(name, stack)
-        stack.pop()
-        state[key] = 2
-        scope = {**known, **{k: v for k, v in done.items() if k not in in_cycle}}
-        done[key] = values[key] if key in in_cycle else _fill(values[key], scope)
-
-    for key in values:
-        visit(key, [])
-    for key in values:
-        result.values[key] = done[key]
-        missing = sorted(
-            n
-            for n in _references(done[key])
-            if (n not in values and n not in known) or _asks_for_itself(key, done[key])
-        )
-        if missing:
-            result.unresolved[key] = tuple(missing)
-            if report_unknown:
-                for name in missing:
-                    result.diagnostics.append(
-                        Diagnostic(
-                            "warning",
-                            "unknown-variable",
-                            f"{{{name}}} in '{key}' names no variable of the workflow or its config; "
-                            "it will be "
-                            "asked for at run time (define it in workflow.yaml or pass --var "
-                            f"{name}=VALUE)",
-                            path,
-                            lines.get(key),
-                        )
-                    )
-    return result
-
-
-def _asks_for_itself(key: str, value: Any) -> bool:
-    """``key: "{key}"`` is not a cycle: it is a value to ask for (a config key that was not found)."""
-    return isinstance(value, str) and value.strip() == "{" + key + "}"
+    found = [Diagnostic("error", "variable-cycle",
+                        f"variables refer to each other in a cycle: {' -> '.join(cycle)}; break the cycle by giving "
+                        "one of them a literal value", path, lines.get(cycle[-1]))
+             for cycle in resolution.cycles]
+    if report_unknown:
+        found.extend(
+            Diagnostic("warning", "unknown-variable",
+                       f"{{{name}}} in '{key}' names no variable of the workflow or its config; it will be asked for "
+                       f"at run time (define it in workflow.yaml or pass --var {name}=VALUE)", path, lines.get(key))
+            for key, names in resolution.unresolved.items() for name in names)
+    return found
 
 
 @dataclass(slots=True)
@@ -350,7 +173,7 @@ class WorkflowConfig:
 
 def resolve_path(value: Any, project_root: Path) -> Path | None:
     """Turn a resolved path value into a Path; None if it is not a usable path string."""
-    if not isinstance(value, str) or not value.strip() or any(not p.runtime for p in find_placeholders(value)):
+    if not isinstance(value, str) or not value.strip() or find(value, {Kind.VAR}):
         return None
     candidate = Path(value.strip())
     return candidate if candidate.is_absolute() else project_root / candidate
@@ -391,7 +214,7 @@ def load_workflow_config(
     config: dict[str, Any] = {}
     if "config_source" in raw or "config_source" in overrides:
         source_value = overrides.get("config_source", raw.get("config_source"))
-        pre = resolve_references({**raw, **overrides}, root_known, path=where, lines=doc.lines, report_unknown=False)
+        pre = resolve({**raw, **overrides}, root_known)
         resolved_source = pre.values.get("config_source", source_value)
         config_path = resolve_path(resolved_source, project_root)
         if config_path is None:
@@ -400,8 +223,8 @@ def load_workflow_config(
                     "error",
                     "config-source",
                     f"config_source {source_value!r} is not a file path"
-                    + "".join(f"; nothing defines {{{name}}}: give it with --var {name}=PATH"
-                              for name in re.findall(r"\{([A-Za-z_][\w-]*)\}", str(resolved_source))[:1]),
+                    + "".join(f"; nothing defines {p.text}: give it with --var {p.name}=PATH"
+                              for p in find(str(resolved_source), {Kind.VAR})[:1]),
                     where,
                     doc.lines.get("config_source"),
                 )
@@ -411,14 +234,14 @@ def load_workflow_config(
             if problem is not None:
                 code = "yaml-syntax" if config_path.is_file() else "missing-config"
                 diagnostics.append(Diagnostic("error", code, problem, where, doc.lines.get("config_source")))
-    config = {k: _fill(v, root_known) for k, v in config.items()}
+    config = {k: substitute_value(v, root_known, kinds={Kind.VAR}) for k, v in config.items()}
 
     # 2. "{config_source}:key" and system dates.
     def from_config(value: Any, key: str) -> Any:
         if isinstance(value, str):
-            whole = _CONFIG_REF.fullmatch(value.strip())
-            if whole is not None:
-                name = whole.group("key")
+            reference = whole(value.strip(), {Kind.CONFIG_SOURCE})
+            if reference is not None:
+                name = reference.name
                 if name in config:
                     return config[name]
                 if config_path is not None and config:
@@ -433,7 +256,9 @@ def load_workflow_config(
                         )
                     )
                 return "{" + name + "}"
-            return _CONFIG_REF.sub(lambda m: _as_text(config.get(m.group("key"), m.group(0))), value)
+            # inside a longer value too, a key the config lacks is a variable to ask for
+            return substitute(value, lambda t: as_text(config[t.name]) if t.name in config else "{" + t.name + "}",
+                              kinds={Kind.CONFIG_SOURCE})
         if isinstance(value, dict):
             return {k: from_config(v, f"{key}.{k}") for k, v in value.items()}
         if isinstance(value, list):
@@ -466,8 +291,8 @@ def load_workflow_config(
             namespace.setdefault(str(key), value)
     namespace.update(overrides)
     known = {**config, **root_known}
-    resolution = resolve_references(namespace, known, path=where, lines=_flat_lines(doc.lines, namespace))
-    diagnostics.extend(resolution.diagnostics)
+    resolution = resolve(namespace, known)
+    diagnostics.extend(reference_diagnostics(resolution, path=where, lines=_flat_lines(doc.lines, namespace)))
 
     values = {**config, **resolution.values}
     document = {key: resolution.values.get(key, value) for key, value in prepared.items()}

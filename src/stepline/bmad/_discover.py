@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stepline.engine._context import render_variables
+from stepline._placeholders import Kind, Unresolved, find, substitute
 
 __all__ = ["DiscoveredGroup", "Discovery", "discover_inputs", "infer_selective", "selective_names"]
 
-_RUNTIME_VAR = re.compile(r"\{\{\s*([A-Za-z_][\w.-]*)\s*\}\}")
 _LINK = re.compile(r"\]\(\s*<?([^)\s#>]+\.md)>?(?:#[^)]*)?\s*\)|(?<![\w/.(-])([\w./-]+\.md)\b")
 _STRATEGIES = ("FULL_LOAD", "SELECTIVE_LOAD", "INDEX_GUIDED")
 
@@ -70,9 +69,9 @@ def selective_names(patterns: Mapping[str, Any], variables: Mapping[str, Any]) -
     for config in patterns.values():
         if not isinstance(config, dict) or _strategy(config) != "SELECTIVE_LOAD":
             continue
-        for name in _RUNTIME_VAR.findall(str(config.get("sharded_single") or "")):
-            if variables.get(name) in (None, "") and name not in names:
-                names.append(name)
+        for token in find(str(config.get("sharded_single") or ""), {Kind.RUNTIME}):
+            if variables.get(token.name) in (None, "") and token.name not in names:
+                names.append(token.name)
     return names
 
 
@@ -140,8 +139,9 @@ def _matches(pattern: Any, variables: Mapping[str, Any], root: Path) -> list[Pat
     """Files matching a glob pattern (relative to the project root), index.md of each folder first."""
     if not isinstance(pattern, str) or not pattern.strip():
         return []
-    rendered = render_variables(pattern.strip(), dict(variables))
-    if _RUNTIME_VAR.search(rendered):
+    try:
+        rendered = substitute(pattern.strip(), variables, nested=True, strict=True)
+    except Unresolved:
         return []
     full = rendered if Path(rendered).is_absolute() else str(root / rendered)
     found = [Path(p) for p in glob.glob(full, recursive=True) if Path(p).is_file()]

@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from stepline._paths import inside
+from stepline._placeholders import PROJECT_ROOT, Kind, Placeholder, find, substitute
 from stepline.bmad._config import load_yaml
 from stepline.errors import NotFoundError, ReaderError, UsageError
 from stepline.formats._data import load_toml, parse_json
@@ -38,7 +39,7 @@ __all__ = ["InstallReport", "InstalledModule", "install_bmad"]
 
 _IGNORED = shutil.ignore_patterns("_module-installer", ".git", "__pycache__", ".DS_Store", "node_modules")
 _META_KEYS = {"code", "name", "header", "subheader", "default_selected", "type", "description"}
-_PROJECT_ROOT = "{project-root}"
+_PROJECT_ROOT = "{" + PROJECT_ROOT + "}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +378,7 @@ def _module_config(
         else:
             value = item.get("default")
             if isinstance(value, str):
-                value = _fill(value.replace("{directory_name}", project.name), answers, collected)
+                value = _fill(value, {**answers, "directory_name": project.name}, collected)
         answers[key] = value
         result = item.get("result")
         # a result names other results (``{test_artifacts}/{value}``): this module's so far, then the others'
@@ -393,13 +394,13 @@ def _answer(value: Any) -> Any:
 
 def _adds_project_root(template: Any) -> bool:
     """Whether a ``result`` template puts ``{project-root}`` before the answer (``{project-root}/{value}``)."""
-    return isinstance(template, str) and _PROJECT_ROOT in template.replace("{value}", "")
+    return isinstance(template, str) and any(p.name == PROJECT_ROOT for p in find(template, {Kind.VAR}))
 
 
 def _unfilled(value: Any) -> list[str]:
     """The ``{name}`` variables a config value still names (``{project-root}`` is the runtime's)."""
-    names = re.findall(r"\{([A-Za-z_][\w-]*)\}", value) if isinstance(value, str) else []
-    return [n for n in dict.fromkeys(names) if n != "project-root"]
+    names = [p.name for p in find(value, {Kind.VAR})] if isinstance(value, str) else []
+    return [n for n in dict.fromkeys(names) if n != PROJECT_ROOT]
 
 
 def _coerce(raw: str, default: Any, key: str) -> Any:
@@ -424,41 +425,20 @@ def _result(template: Any, value: Any, answers: Mapping[str, Any], collected: Ma
         return value if template == "{value}" else template
     if template.strip() == "{value}":
         return value
-    text = template.replace("{value}", _text(value))
-    return _fill(text, answers, collected)
+    return _fill(substitute(template, {"value": value}, kinds={Kind.VAR}), answers, collected)
 
 
 def _fill(text: str, answers: Mapping[str, Any], collected: Mapping[str, Mapping[str, Any]]) -> str:
-    out: list[str] = []
-    pos = 0
-    while True:
-        start = text.find("{", pos)
-        end = text.find("}", start + 1) if start >= 0 else -1
-        if start < 0 or end < 0:
-            out.append(text[pos:])
-            return "".join(out)
-        name = text[start + 1 : end]
-        out.append(text[pos:start])
-        replacement = _lookup(name, answers, collected)
-        out.append(text[start : end + 1] if replacement is None else replacement)
-        pos = end + 1
+    """Fill the other variables a default or result names: an answer, else another module's result (the answer
+    behind it: without its ``{project-root}/``). ``{project-root}`` stays, for the runtime."""
 
+    def lookup(token: Placeholder) -> Any:
+        if answers.get(token.name) not in (None, ""):
+            return answers[token.name]
+        return next((_answer(config[token.name]) for config in collected.values()
+                     if config.get(token.name) not in (None, "")), None)
 
-def _lookup(name: str, answers: Mapping[str, Any], collected: Mapping[str, Mapping[str, Any]]) -> str | None:
-    if name in ("project-root", "value") or "{" in name:
-        return None
-    if answers.get(name) not in (None, ""):
-        return _text(answers[name])
-    for config in collected.values():
-        if config.get(name) not in (None, ""):
-            return _text(config[name]).replace(_PROJECT_ROOT + "/", "")
-    return None
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+    return substitute(text, lookup, kinds={Kind.VAR}, keep={PROJECT_ROOT, "value"})
 
 
 def _copy_tree(source: Path, target: Path) -> int:

@@ -18,15 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from stepline._paths import link_out
+from stepline._placeholders import PROJECT_ROOT, Kind, find, substitute_value
 from stepline.bmad._config import (
-    PROJECT_ROOT,
     WorkflowConfig,
     YamlDocument,
-    find_placeholders,
     load_workflow_config,
     parse_yaml,
     resolve_path,
-    substitute,
 )
 from stepline.bmad._instructions import (
     Anchor,
@@ -407,8 +405,7 @@ def _check_component_files(cfg: WorkflowConfig, diagnostics: list[Diagnostic]) -
             continue
         if key not in ("template", "validation", "checklist") and not _looks_like_path(value):
             continue
-        unresolved = [p.name for p in find_placeholders(value) if not p.runtime]
-        if unresolved:
+        if find(value, {Kind.VAR}):
             continue
         located = _locate(cfg, value, key, diagnostics)
         if located is None:
@@ -483,7 +480,7 @@ def _workflow_meta(cfg: WorkflowConfig, instructions_path: Path | None) -> dict[
     meta["config_path"] = str(cfg.config_path) if cfg.config_path else None
     meta["unresolved_variables"] = sorted({name for names in cfg.unresolved.values() for name in names})
     meta["runtime_variables"] = sorted(
-        {p.name for value in _strings(doc) for p in find_placeholders(value) if p.runtime}
+        {p.name for value in _strings(doc) for p in find(value, {Kind.RUNTIME})}
     )
     return meta
 
@@ -703,10 +700,10 @@ def _check_target(
     source: str,
     diagnostics: list[Diagnostic],
 ) -> None:
-    value = substitute(raw, known)
+    value = substitute_value(raw, known, kinds={Kind.VAR})
     if not isinstance(value, str):
         return
-    unknown = sorted({p.name for p in find_placeholders(value) if not p.runtime})
+    unknown = sorted({p.name for p in find(value, {Kind.VAR})})
     if unknown:
         diagnostics.append(
             Diagnostic(
@@ -718,7 +715,7 @@ def _check_target(
             )
         )
         return
-    if any(p.runtime for p in find_placeholders(value)):
+    if find(value, {Kind.RUNTIME}):
         return
     target = resolve_path(value, cfg.project_root)
     if target is None:

@@ -24,9 +24,9 @@ from typing import Any
 
 from stepline import time
 from stepline._paths import confine
+from stepline._placeholders import PROJECT_ROOT, Kind, Placeholder, Unresolved, find, substitute
 from stepline.bmad._conditions import classify
 from stepline.bmad._conditions_driver import evaluate, is_known
-from stepline.bmad._config import PROJECT_ROOT
 from stepline.bmad._discover import discover_inputs, infer_selective, selective_names
 from stepline.bmad._instructions import (
     Action,
@@ -51,12 +51,11 @@ from stepline.bmad._instructions import (
 )
 from stepline.bmad._template_output import (
     create_from_template,
-    fill_placeholders,
     placeholders,
     put_section,
     reopen_section,
 )
-from stepline.engine._context import StepContext, render_variables
+from stepline.engine._context import StepContext
 from stepline.engine._runner import Engine, register_driver
 from stepline.engine._session import sha256_file
 from stepline.engine._signals import StepBlocked
@@ -68,7 +67,6 @@ from stepline.model import EventType, Run, RunStatus, StepStatus, WorkflowSpec
 __all__ = ["LegacyFlow", "condition_counts", "run_legacy_step"]
 
 _HALT = re.compile(r"^\W*HALT\b(?!\s+if\b)", re.IGNORECASE)
-_STATIC_VAR = re.compile(r"\{\{\s*([A-Za-z_][\w.-]*)\s*\}\}|\{([A-Za-z_][\w-]*)\}")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MENU = ["a", "c", "p", "y"]
 _MAX_DEPTH = 8
@@ -460,7 +458,7 @@ class _Interpreter:
         return {PROJECT_ROOT: str(self.ctx.project_root), **self.run.variables}
 
     def _render(self, text: str) -> str:
-        return render_variables(text, self._scope())
+        return substitute(text, self._scope(), nested=True)
 
     def _rules(self) -> list[str]:
         preamble = [node_from_dict(raw) for raw in self.meta.get("preamble") or []]
@@ -591,7 +589,7 @@ class _Interpreter:
         default = self.meta.get("default_output_file")
         raw = attribute or default
         if isinstance(raw, str) and isinstance(default, str):
-            raw = raw.replace("{default_output_file}", default)
+            raw = substitute(raw, {"default_output_file": default}, kinds={Kind.VAR})
         if not isinstance(raw, str) or not raw.strip():
             return None
         is_default = raw == default
@@ -600,21 +598,18 @@ class _Interpreter:
             known = self.run.cursor.get(f"output:{raw}")
             if isinstance(known, str):
                 return known
-            asked: list[str] = []
+            asked = 0
+            for token in find(raw):
+                if not is_known(self.run.variables, token.name):
+                    answer = await self._human(f"Value for {token.name} (it names the output file)?", None,
+                                               f"{key}/{asked}")
+                    asked += 1
+                    self.ctx.emit(EventType.VARIABLE_SET, {"name": token.name, "value": answer})
 
-            async def part(match: re.Match[str]) -> str:
-                name = match.group(1) or match.group(2)
-                if not is_known(self.run.variables, name):
-                    answer = await self._human(f"Value for {name} (it names the output file)?", None,
-                                               f"{key}/{len(asked)}")
-                    asked.append(name)
-                    self.ctx.emit(EventType.VARIABLE_SET, {"name": name, "value": answer})
-                value = str(self.run.variables[name])
-                return _UNSAFE.sub("-", value).strip("-") or "unnamed"
+            def part(token: Placeholder) -> str:
+                return _UNSAFE.sub("-", str(self.run.variables[token.name])).strip("-") or "unnamed"
 
-            text = raw
-            for match in list(_STATIC_VAR.finditer(raw)):
-                text = text.replace(match.group(0), await part(match), 1)
+            text = substitute(raw, part)
             target = confine(self.ctx.project_root, text)
             rel = str(target.relative_to(self.ctx.project_root.resolve()))
             template = self.meta.get("template")
@@ -721,7 +716,7 @@ class _Interpreter:
                 answers[name] = await self._human(f"What should {name} say in {rel}? (its placeholder is still "
                                                   "open)", None, f"{key}/{i}")
             text = read_text(target)
-            filled = fill_placeholders(text, {**self.run.variables, **answers})
+            filled = substitute(text, {**self.run.variables, **answers}, kinds={Kind.RUNTIME})
             if filled != text:
                 from stepline.store import atomic_write_bytes
 
@@ -750,7 +745,7 @@ class _Interpreter:
         raw = node.path or ""
         rendered = self._render(raw)
         root = self.ctx.project_root
-        if not _STATIC_VAR.search(rendered):
+        if not find(rendered):
             candidate = Path(rendered) if Path(rendered).is_absolute() else root / rendered
             if candidate.is_file():
                 return candidate
@@ -797,7 +792,7 @@ class _Interpreter:
         for raw in self.spec.meta.get("points") or []:
             if raw.get("kind") != "question" or int(raw.get("line") or 0) >= line:
                 continue
-            names = re.findall(r"\{\{(\w+)\}\}", str(raw.get("text") or ""))
+            names = [p.name for p in find(str(raw.get("text") or ""), {Kind.RUNTIME})]
             if not names or any(is_known(self.run.variables, n) for n in names):
                 continue
             answer = await self._human(str(raw["text"]), None, f"{key}/text-{raw['line']}")
@@ -807,9 +802,11 @@ class _Interpreter:
         where = f"<invoke-workflow> at {self.source}:{node.line}"
         if not node.path:
             raise StepFailed(f"{where}: no path= names the workflow to run", retryable=False)
-        rendered = self._render(node.path)
-        if _STATIC_VAR.search(rendered):
-            raise StepFailed(f"{where}: path {node.path!r} uses a variable that has no value", retryable=False)
+        try:
+            rendered = substitute(node.path, self._scope(), nested=True, strict=True)
+        except Unresolved as exc:
+            raise StepFailed(f"{where}: path {node.path!r} uses a variable that has no value ({exc})",
+                             retryable=False) from None
         target = Path(rendered) if Path(rendered).is_absolute() else self.ctx.project_root / rendered
         if target.is_dir():
             inner = next((target / n for n in ("workflow.yaml", "workflow.md") if (target / n).is_file()), None)
@@ -881,17 +878,16 @@ class _Interpreter:
 
 def _section_name(written: str) -> str:
     """The variable of a ``<template-output>``: ``name``, or ``name = {{name}}`` in data-mode outputs."""
-    slot = re.search(r"\{\{\s*([A-Za-z_][\w.-]*)\s*\}\}", written)
+    slots = find(written, {Kind.RUNTIME})
     left = written.split("=", 1)[0].strip()
-    return left if "=" in written and left else slot.group(1) if slot else written.strip()
+    return left if "=" in written and left else slots[0].name if slots else written.strip()
 
 
 def _slotless(target: Path, name: str, previous: Any) -> bool:
     """A structured document (YAML, JSON) without a ``{{name}}`` slot cannot take free text appended."""
     if previous is not None or target.suffix not in (".yaml", ".yml", ".json"):
         return False
-    return not target.exists() or not re.search(r"\{\{\s*" + re.escape(name) + r"\s*\}\}",
-                                                  read_text(target))
+    return not target.exists() or name not in placeholders(read_text(target))
 
 
 def _count(value: Any, variables: dict[str, Any]) -> int | None:

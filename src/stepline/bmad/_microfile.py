@@ -37,8 +37,8 @@ file is read only when that step runs. Each :class:`~stepline.model.StepSpec` th
 engine presents when no mode was chosen), ``mode``, ``config`` and ``diagnostics`` (problems found while
 reading, as dicts; :func:`lint_bmad_microfile` returns them as :class:`Diagnostic` objects).
 
-``{name}`` references are resolved with :func:`stepline.bmad._config.resolve_references` (dependency
-order, cycles reported), the same resolution the legacy ``workflow.yaml`` reader uses.
+``{name}`` references are resolved with :func:`stepline._placeholders.resolve` (dependency order, cycles
+reported), the same resolution the legacy ``workflow.yaml`` reader uses.
 """
 
 from __future__ import annotations
@@ -53,8 +53,9 @@ from pathlib import Path
 from typing import Any
 
 from stepline._paths import link_out
+from stepline._placeholders import Kind, find, resolve, substitute, whole
 from stepline._yaml import load_yaml_text
-from stepline.bmad._config import resolve_references, substitute, unresolved_names
+from stepline.bmad._config import reference_diagnostics
 from stepline.errors import NotFoundError, ReaderError, UsageError
 from stepline.formats._diagnostics import Diagnostic, Severity
 from stepline.formats._files import decode_text, read_text
@@ -81,9 +82,8 @@ __all__ = [
     "resume_step_id",
 ]
 
-_VAR_RE = re.compile(r"(?<!\{)\{([A-Za-z_*][\w\-*]*)\}(?!\})")
 _TOKEN_RE = re.compile(r"[^\s`'\"()<>,|]+")
-_REF_LINE_RE = re.compile(r"\{|\.(?:md|csv|ya?ml|xml|json)\b")
+_FILE_WORD_RE = re.compile(r"\.(?:md|csv|ya?ml|xml|json)\b")
 _PATHISH_RE = re.compile(r"\.(?:md|csv|yaml|yml|xml|json)$")
 _MODE_EQ_RE = re.compile(r"mode\s*==\s*\**\s*([A-Za-z][\w\-]*)", re.IGNORECASE)
 _HEADING_RE = re.compile(r"^(#{1,6})\s+(.*)$")
@@ -102,9 +102,8 @@ def _substitute(value: str, env: Mapping[str, Any]) -> tuple[str, list[str]]:
 
     Returns the new text and the names that were not in ``env`` (left in place).
     """
-    known = {k: v for k, v in env.items() if v is not None}
-    text = str(substitute(value, known))
-    return text, sorted(unresolved_names(text, runtime=False))
+    text = substitute(value, env, kinds={Kind.VAR})
+    return text, sorted({p.name for p in find(text, {Kind.VAR})})
 
 
 def _resolve_mapping(
@@ -118,8 +117,8 @@ def _resolve_mapping(
     """
     carried = {k for k, v in raw.items() if v == f"{{{k}}}"}
     own = {k: v for k, v in raw.items() if k not in carried}
-    resolution = resolve_references(own, base, path=str(source), lines=lines, report_unknown=False)
-    for diagnostic in resolution.diagnostics:
+    resolution = resolve(own, base)
+    for diagnostic in reference_diagnostics(resolution, path=str(source), lines=lines, report_unknown=False):
         wf.report(diagnostic.severity, diagnostic.code, diagnostic.message, source, diagnostic.line)
     values = {k: (raw[k] if k in carried else resolution.values[k]) for k in raw}
     return values, resolution.unresolved
@@ -269,7 +268,7 @@ def _resolve_ref(
     text, unknown = _substitute(raw.strip().rstrip(".:;*"), env)
     if "{{" in text or "[" in text or "/.../" in text:
         return None
-    if unknown or _VAR_RE.search(text):
+    if unknown:
         return _Ref(raw, None, line, label, True)
     if not _PATHISH_RE.search(text) and not text.startswith(("/", "./", "../")):
         return None
@@ -297,14 +296,14 @@ def _prose_refs(
 ) -> list[_Ref]:
     refs = []
     for line_no, line in prose:
-        if not _REF_LINE_RE.search(line):
+        if "{" not in line and not _FILE_WORD_RE.search(line):
             continue
         for match in _TOKEN_RE.finditer(line):
             token = match[0].strip("*").rstrip(".:;*")
-            bare_var = _VAR_RE.fullmatch(token)
+            bare_var = whole(token, {Kind.VAR})
             if not (_PATHISH_RE.search(token) or bare_var):
                 continue
-            if bare_var and not isinstance(env.get(bare_var[1]), str):
+            if bare_var and not isinstance(env.get(bare_var.name), str):
                 continue
             ref = _resolve_ref(token, env, base_dir, wf, line_no, source, "")
             if ref is not None and ref.path is not None:
@@ -434,13 +433,13 @@ def _router_options(wf_fm: Frontmatter, env: Mapping[str, Any], wf: _Workflow) -
     seen: set[Path] = set()
     for ref in _prose_refs(prose, wf.file, env, wf.folder, wf):
         assert ref.path is not None
-        if ref.explicit and not _VAR_RE.fullmatch(ref.raw):
+        if ref.explicit and not whole(ref.raw, {Kind.VAR}):
             _check_exists(ref, wf, wf.file, None, declared=_in_folders(ref.path, wf.step_folders))
         if not _in_folders(ref.path, wf.step_folders):
             continue
-        named = _VAR_RE.fullmatch(ref.raw)
-        if named and named[1] in wf_fm.data:  # `{editWorkflow}`: a frontmatter entry step, missing is an error
-            _check_exists(ref, wf, wf.file, named[1])
+        named = whole(ref.raw, {Kind.VAR})
+        if named and named.name in wf_fm.data:  # `{editWorkflow}`: a frontmatter entry step, missing is an error
+            _check_exists(ref, wf, wf.file, named.name)
         mode = None
         for line_no in range((ref.line or 0), wf_fm.body_line - 1, -1):
             text = lines.get(line_no, "")
@@ -555,7 +554,7 @@ def _read_step(path: Path, base: Mapping[str, Any], wf: _Workflow) -> _Step:
     prose = _prose_lines(fm)
     for ref in _prose_refs(prose, path, env, path.parent, wf):
         assert ref.path is not None
-        if ref.explicit and not _VAR_RE.fullmatch(ref.raw):
+        if ref.explicit and not whole(ref.raw, {Kind.VAR}):
             _check_exists(ref, wf, path, None, declared=False)
         if ref.path == path or ref.path.suffix != ".md" or not ref.path.is_file():
             continue

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from stepline import time
+from stepline._placeholders import PROJECT_ROOT, Kind, find, substitute
 from stepline.bmad._microfile import Progress, completed_step_index, load_csv_data, read_progress
-from stepline.engine._context import StepContext, render_variables
+from stepline.engine._context import StepContext
 from stepline.engine._flow import CursorFlow
 from stepline.engine._runner import register_driver
 from stepline.engine._session import sha256_file
@@ -58,8 +59,6 @@ __all__ = ["INIT_STEP", "MicrofileFlow", "run_microfile_step"]
 INIT_STEP = "workflow-init"
 _ELICITATION = "{project-root}/_bmad/core/workflows/advanced-elicitation/workflow.xml"
 _PARTY_MODE = "{project-root}/_bmad/core/workflows/party-mode/workflow.md"
-_PLACEHOLDER_RE = re.compile(r"\{\{?\s*[A-Za-z_][\w\-]*\s*\}?\}")
-_RUNTIME_VAR_RE = re.compile(r"\{\{\s*([A-Za-z_][\w.-]*)\s*\}\}")
 _STYLE_RE = re.compile(r"stepsCompleted:?\**\s*\[\s*(['\"]?)(\d?)")
 
 
@@ -99,22 +98,12 @@ def _diagnostics_for(workflow: WorkflowSpec, file: str, codes: tuple[str, ...] |
             if d.get("path") == file and (codes is None or d.get("code") in codes)]
 
 
-def _render_runtime_vars(text: str, variables: dict[str, Any]) -> str:
-    """Substitute known ``{{var}}`` only: a template's other braces (``date: { system-date }``) stay as written."""
-
-    def sub(match: re.Match[str]) -> str:
-        value = variables.get(match[1])
-        return match[0] if value is None or isinstance(value, dict | list) else str(value)
-
-    return _RUNTIME_VAR_RE.sub(sub, text)
-
-
 def _output_path(ctx: StepContext, spec: StepSpec) -> Path | None:
     """The step's ``outputFile`` once every variable in it is known (else None: nothing to track)."""
     if not spec.outputs:
         return None
-    rendered = render_variables(spec.outputs[0], ctx.variables)
-    if _PLACEHOLDER_RE.search(rendered):
+    rendered = ctx.render(spec.outputs[0])
+    if find(rendered):
         return None
     path = Path(rendered)
     return path if path.is_absolute() else ctx.project_root / path
@@ -227,7 +216,7 @@ def _standing(ctx: StepContext, shared: tuple[str, ...]) -> str:
     entry = Path(source.path) if source is not None else None
     readable = entry is not None and entry.suffix == ".md" and entry.is_file()
     goal = workflow_standing(read_text(entry)) if entry is not None and readable else ""
-    text = render_variables("\n\n".join(filter(None, (goal, *(s.strip("\n") for s in shared)))), ctx.variables)
+    text = ctx.render("\n\n".join(filter(None, (goal, *(s.strip("\n") for s in shared)))))
     return standing_text(text, ctx.run.workflow.variables)
 
 
@@ -278,10 +267,10 @@ def _load_data(ctx: StepContext, path: Path, text: str) -> dict[str, list[dict[s
     shipped = (ctx.project_root / "_bmad", Path(ctx.run.workflow.root or path.parent))
     for key, value in ctx.spec.meta["frontmatter"].items():
         if isinstance(value, str) and value.lower().endswith(".csv"):
-            text = render_variables(value, ctx.variables)
+            text = ctx.render(value)
             rendered = Path(text)
             csv_path = rendered if rendered.is_absolute() else path.parent / rendered
-            if csv_path.is_file() or (not _PLACEHOLDER_RE.search(text)
+            if csv_path.is_file() or (not find(text)
                                       and any(csv_path.is_relative_to(root) for root in shipped)):
                 data[key] = load_csv_data(csv_path, referenced_from=f"{path}:{fm.line_of(key) or 1} ({key})")
     return data
@@ -290,15 +279,16 @@ def _load_data(ctx: StepContext, path: Path, text: str) -> dict[str, list[dict[s
 def _create_document(ctx: StepContext, document: Path) -> None:
     """Create the output document from the step's template the first time a step needs it (journaled)."""
     key = f"{ctx.spec.id}/{ctx.attempt}/document"
-    templates = [Path(render_variables(t, ctx.variables)) for t in ctx.spec.templates]
+    templates = [Path(ctx.render(t)) for t in ctx.spec.templates]
     template = next((t for t in templates if t.is_file()), None)
     if document.exists() or template is None or key in ctx.engine.calls.recorded:
         return
     args = {"path": str(document), "template": str(template)}
     ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "create_document", "args": args}, sync=True)
     document.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(document, _render_runtime_vars(read_text(template),
-                                                      ctx.variables).encode("utf-8"))
+    # only {{var}}: a template's other braces (``date: { system-date }``) stay as written
+    filled = substitute(read_text(template), ctx.variables, kinds={Kind.RUNTIME})
+    atomic_write_bytes(document, filled.encode("utf-8"))
     record(ctx, "document", "create_document", args, {"sha256": sha256_file(document)})
 
 
@@ -353,7 +343,7 @@ async def _side_trip(ctx: StepContext, option: Option, env: dict[str, Any]) -> N
     elicit = option.route.kind == "elicit"
     raw = env.get("advancedElicitationTask" if elicit else "partyModeWorkflow") or (
         _ELICITATION if elicit else _PARTY_MODE)
-    path = Path(render_variables(str(raw), {**env, "project-root": str(ctx.project_root)}))
+    path = Path(substitute(str(raw), {**env, PROJECT_ROOT: str(ctx.project_root)}, nested=True))
     text = read_text(path) if path.is_file() else ""
     await side_trip(ctx, option, path, text, text or f"{option.label}: {option.handler}",
                     context={"invoked_from": ctx.spec.meta["file"]}, hints=_standing_hints(ctx))
@@ -377,7 +367,7 @@ async def _run_step_file(ctx: StepContext) -> None:
     # the rules every step file repeats go once, with workflow.md's goal and role, in the run's standing text.
     shared = _shared_sections(ctx)
     lean = None if ctx.engine.config.prompts.full_step_text else lean_step_text(text, shared)
-    content = render_variables(lean.text if lean is not None else text, env)
+    content = substitute(lean.text if lean is not None else text, env, nested=True)
     visited = frozenset(str(s.meta.get("file")) for s in ctx.run.workflow.steps
                         if ctx.run.steps.get(s.id) is not None and ctx.run.steps[s.id].status != StepStatus.PENDING)
     options, authored = build_menu(meta, env, visited)

@@ -8,21 +8,20 @@ text. Writes go through a temporary file and a rename.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
+from stepline._placeholders import Kind, Placeholder, find, substitute
 from stepline.formats._files import read_text
 from stepline.store import atomic_write_bytes
 
-__all__ = ["create_from_template", "fill_placeholders", "placeholders", "put_section", "reopen_section"]
-
-_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][\w.-]*)\s*\}\}")
+__all__ = ["create_from_template", "placeholders", "put_section", "reopen_section"]
 
 
-def _marker(name: str) -> re.Pattern[str]:
-    return re.compile(r"\{\{\s*" + re.escape(name) + r"\s*\}\}")
+def _marker(text: str, name: str) -> Placeholder | None:
+    """The first ``{{name}}`` marker of ``text``."""
+    return next((p for p in find(text, {Kind.RUNTIME}) if p.name == name), None)
 
 
 def _write(target: Path, text: str) -> None:
@@ -32,20 +31,7 @@ def _write(target: Path, text: str) -> None:
 
 def placeholders(text: str) -> list[str]:
     """The distinct ``{{name}}`` placeholders of ``text``, in order."""
-    return list(dict.fromkeys(_PLACEHOLDER.findall(text)))
-
-
-def fill_placeholders(text: str, values: Mapping[str, Any], keep: Collection[str] = ()) -> str:
-    """Replace ``{{name}}`` with scalar ``values``; names in ``keep`` (sections still to generate) stay."""
-
-    def fill(match: re.Match[str]) -> str:
-        name = match.group(1)
-        value = values.get(name)
-        if name in keep or value is None or isinstance(value, dict | list):
-            return match.group(0)
-        return str(value).lower() if isinstance(value, bool) else str(value)
-
-    return _PLACEHOLDER.sub(fill, text)
+    return list(dict.fromkeys(p.name for p in find(text, {Kind.RUNTIME})))
 
 
 def create_from_template(target: Path, template: Path | None, values: Mapping[str, Any],
@@ -54,7 +40,7 @@ def create_from_template(target: Path, template: Path | None, values: Mapping[st
     if target.exists():
         return False
     text = read_text(template) if template is not None and template.is_file() else ""
-    _write(target, fill_placeholders(text, values, keep))
+    _write(target, substitute(text, values, kinds={Kind.RUNTIME}, keep=keep))  # sections still to generate stay
     return True
 
 
@@ -62,9 +48,9 @@ def put_section(target: Path, name: str, content: str) -> None:
     """Fill the ``{{name}}`` marker with ``content``; without a marker append it, unless it is already there."""
     text = read_text(target) if target.exists() else ""
     body = content.rstrip("\n")
-    marker = _marker(name)
-    if marker.search(text):
-        _write(target, marker.sub(lambda _m: body, text, count=1))
+    marker = _marker(text, name)
+    if marker is not None:
+        _write(target, text[:marker.start] + body + text[marker.end:])
     elif body not in text:
         _write(target, text + ("\n" if text and not text.endswith("\n") else "") + body + "\n")
 
@@ -75,7 +61,7 @@ def reopen_section(target: Path, name: str, previous: str) -> None:
         return
     text = read_text(target)
     body = previous.rstrip("\n")
-    if _marker(name).search(text) or not body or body not in text:
+    if _marker(text, name) is not None or not body or body not in text:
         return
     _write(target, text.replace(body, "{{" + name + "}}", 1))
 

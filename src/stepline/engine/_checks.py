@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stepline._placeholders import find
 from stepline.errors import StepFailed
 from stepline.formats._files import read_text
 from stepline.model import EventType
@@ -187,7 +188,7 @@ def _layout(ctx: StepContext) -> list[ValidationReport]:
 
     issues = [ValidationIssue(check="layout", path=out, message="output is not under {output_folder} or "
                               "{bmb_creations_output_folder}") for out in ctx.spec.outputs
-              if not re.search(r"\{(output_folder|bmb_creations_output_folder)\}", out)]
+              if not any(p.name in ("output_folder", "bmb_creations_output_folder") for p in find(out))]
     return [ValidationReport.of("layout", list(ctx.spec.outputs), issues)]
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stepline._placeholders import Kind, find, substitute
 from stepline.executors import MenuOption, RequestKind, StepRequest
 from stepline.formats._files import read_text
 from stepline.model import EventType, Risk, Run, RunStep, StepSpec
@@ -17,24 +17,10 @@ if TYPE_CHECKING:
 
 __all__ = ["StepContext", "render_variables"]
 
-_VAR = re.compile(r"\{\{\s*([A-Za-z_][\w.-]*)\s*\}\}|\{([A-Za-z_][\w-]*)\}")
 
-
-def render_variables(text: str, variables: dict[str, Any], _depth: int = 0) -> str:
-    """Replace ``{{name}}`` and ``{name}`` with known variables (whose values may refer to others).
-
-    Unknown names are left as written; references nested deeper than 8 levels (a cycle) are left too.
-    """
-
-    def sub(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(2)
-        value = variables.get(name)
-        if value is None or isinstance(value, dict | list):
-            return match.group(0)
-        value = str(value)
-        return render_variables(value, variables, _depth + 1) if _depth < 8 and "{" in value else value
-
-    return _VAR.sub(sub, text)
+def render_variables(text: str, variables: dict[str, Any]) -> str:
+    """Fill ``{{name}}`` and ``{name}`` with the known variables, their values' own references too."""
+    return substitute(text, variables, nested=True)
 
 
 class StepContext:
@@ -103,8 +89,9 @@ class StepContext:
         from stepline.store import atomic_write_bytes
 
         text = read_text(target) if target.exists() else ""
-        marker = re.compile(r"\{\{\s*" + re.escape(section) + r"\s*\}\}")
-        updated = marker.sub(lambda _m: content.rstrip("\n"), text) if marker.search(text) else (
+        markers = {Kind.RUNTIME, Kind.SLOT}  # a section's name may be free text: {{ Executive Summary }}
+        updated = substitute(text, {section: content.rstrip("\n")}, kinds=markers) if any(
+            p.name == section for p in find(text, markers)) else (
             text + ("\n" if text and not text.endswith("\n") else "") + content)
         atomic_write_bytes(target, updated.encode("utf-8"))
 

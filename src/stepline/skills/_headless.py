@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stepline._placeholders import Kind, find
 from stepline.formats._files import read_text
 
 __all__ = ["ResultFacts", "ResultShape", "executor_status", "fill_result", "pick_shape", "result_shapes"]
@@ -29,7 +30,7 @@ __all__ = ["ResultFacts", "ResultShape", "executor_status", "fill_result", "pick
 _FENCE = re.compile(r"^```json\s*\n(.*?)^```", re.M | re.S)
 _HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*$", re.M)
 _SCHEMA_REF = re.compile(r"`((?:assets|references)/[\w./-]*(?:headless|schema)[\w./-]*\.md)`", re.I)
-_PATHLIKE = re.compile(r"\{[\w.-]+\}/|\.(?:md|html|json|ya?ml|csv|txt)$")
+_FILE_SUFFIX = re.compile(r"\.(?:md|html|json|ya?ml|csv|txt)$")
 #: Path-valued keys that are not the skill's artifacts: having only these is not having produced anything.
 _NOT_ARTIFACTS = {"memlog", "doc_workspace", "workspace"}
 
@@ -142,6 +143,12 @@ def executor_status(texts: Iterable[str | None]) -> dict[str, Any]:
     return found
 
 
+def _pathlike(value: str) -> bool:
+    """Whether a shape's value names a file: a file's name, or a folder's placeholder (``{doc_workspace}/…``)."""
+    return bool(_FILE_SUFFIX.search(value)) or any(value.startswith("/", p.end)
+                                                    for p in find(value, {Kind.VAR, Kind.CUSTOM}))
+
+
 def _choices(value: Any) -> list[str]:
     """``"create | update | validate"`` -> its alternatives, lower-case; a plain word -> itself."""
     return [v.strip().lower() for v in value.split("|")] if isinstance(value, str) else []
@@ -163,7 +170,7 @@ def fill_result(shape: ResultShape, facts: ResultFacts) -> dict[str, Any]:
         elif key == "files" and isinstance(value, list):
             result[key] = list(facts.files)
             produced += facts.files
-        elif isinstance(value, str) and (key in _NOT_ARTIFACTS or _PATHLIKE.search(value)):
+        elif isinstance(value, str) and (key in _NOT_ARTIFACTS or _pathlike(value)):
             path = facts.render(value) if "{" in value else str(facts.variables.get(key) or "")
             if path and "{" not in path and "<" not in path and facts.exists(path):
                 result[key] = path
@@ -176,7 +183,7 @@ def fill_result(shape: ResultShape, facts: ResultFacts) -> dict[str, Any]:
             result[key] = given if isinstance(given, list) else []
         elif key in reported and key != "reason":
             result[key] = reported[key]
-    names_artifacts = any(isinstance(v, str) and _PATHLIKE.search(v) and k not in _NOT_ARTIFACTS
+    names_artifacts = any(isinstance(v, str) and _pathlike(v) and k not in _NOT_ARTIFACTS
                           for k, v in shape.template.items()) or "files" in shape.template
     if reported.get("status") == "blocked" or (names_artifacts and not produced):
         reason = reported.get("reason") or ("the run produced none of the artifacts the headless reference names"

@@ -14,11 +14,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from stepline._placeholders import Kind, find
 from stepline.errors import ReaderError
 from stepline.formats import Diagnostic
 from stepline.skills._customize import load_central_config, resolve_customization
 from stepline.skills._load import find_skill, module_of
-from stepline.skills._render import SNAPSHOT_TOKEN, RenderEnv, unknown_tokens
+from stepline.skills._render import RenderEnv, unknown_tokens
 from stepline.skills._skill import (
     SkillDoc,
     missing_render_entry,
@@ -67,11 +68,10 @@ def _lint_doc(doc: SkillDoc, root: Path, project_root: Path, env: RenderEnv, mod
     out: list[Diagnostic] = []
     path = str(doc.path)
     sources = {p.relative_to(root).as_posix() for p in root.rglob("*.md")}
-    for number, line in enumerate(doc.text.splitlines(), start=1):
-        for match in SNAPSHOT_TOKEN.finditer(line):
-            if match[1] not in sources:
-                out.append(Diagnostic("error", "broken-snapshot-link", f"[[bmad-snapshot:{match[1]}]] names no "
-                                      "Markdown file of the skill", path, number))
+    for snapshot in find(doc.text, {Kind.SNAPSHOT}):
+        if snapshot.name not in sources:
+            out.append(Diagnostic("error", "broken-snapshot-link",
+                                  f"{snapshot.text} names no Markdown file of the skill", path, snapshot.line))
     shape = doc.path.relative_to(root).parts[0] in ("templates", "assets") if doc.path != root else False
     for link in doc.links:  # a template's or asset's links are its output's (./architecture.md), not the skill's
         mention = not runs and Path(link.target).name.startswith("step-") and f"./{Path(link.target).name}" \

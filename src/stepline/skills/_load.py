@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from stepline._placeholders import PROJECT_ROOT, Kind, substitute
 from stepline.errors import NotFoundError, ReaderError, UsageError
 from stepline.model import SourceRef, StepSpec, WorkflowSpec
 from stepline.skills._customize import (
@@ -131,8 +132,8 @@ def _flat_config(central: dict[str, Any], module: str | None, project_root: Path
     for layer in layers:
         for key, value in layer.items():
             if not isinstance(value, dict | list):
-                names[str(key)] = value.replace("{project-root}", str(project_root)) if isinstance(value, str) \
-                    else value
+                names[str(key)] = substitute(value, {PROJECT_ROOT: str(project_root)}, kinds={Kind.VAR}) \
+                    if isinstance(value, str) else value
     return names
 
 

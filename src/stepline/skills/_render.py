@@ -1,7 +1,6 @@
 """Rendering a skill's Markdown the way BMAD's ``render_skill.py`` does, plus the names its prose uses.
 
-Tokens, in the order they are resolved (one pass each, inserted text is never scanned again for the tokens
-of an earlier kind):
+Tokens (the language of :mod:`stepline._placeholders`; a value's own tokens are filled too):
 
 * ``{{.key}}`` — the one value named ``key`` anywhere in the central config (``[core]``, ``[modules.*]``);
   ``{{config.a.b}}`` — the value at that dotted path. ``{project-root}`` inside a value becomes the project.
@@ -24,11 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stepline._placeholders import PROJECT_ROOT, VARIABLES, Kind, Placeholder, find, substitute
+
 __all__ = [
-    "CONFIG_TOKEN",
     "CUSTOM_TOKEN",
-    "SHORT_CONFIG_TOKEN",
-    "SNAPSHOT_TOKEN",
     "RenderEnv",
     "config_lookup",
     "format_custom_value",
@@ -36,13 +34,9 @@ __all__ = [
     "unknown_tokens",
 ]
 
-SHORT_CONFIG_TOKEN = re.compile(r"\{\{\.([A-Za-z0-9_]+)\}\}")
-CONFIG_TOKEN = re.compile(r"\{\{config\.([A-Za-z0-9_.-]+)\}\}")
 CUSTOM_TOKEN = re.compile(r"\{(workflow|agent)\.([A-Za-z0-9_.-]+)\}")
-SNAPSHOT_TOKEN = re.compile(r"\[\[bmad-snapshot:([A-Za-z0-9_./-]+\.md)\]\]")
-_PLAIN_TOKEN = re.compile(r"(?<!\{)\{([A-Za-z_][A-Za-z0-9_-]*)\}(?!\})")
-#: ``{{name}}``: a run variable (``{{date}}``) or config value by its plain name, in the micro-file way of writing
-_DOUBLE_TOKEN = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}")
+#: The tokens render_skill.py fills (the plain names are the model's there).
+_PUBLISHED = frozenset({Kind.CONFIG_KEY, Kind.CONFIG_PATH, Kind.CUSTOM, Kind.SNAPSHOT})
 
 
 @dataclass(slots=True)
@@ -55,10 +49,6 @@ class RenderEnv:
     customization: dict[str, Any] = field(default_factory=dict)
     #: Plain names (config values, run variables) for ``{name}`` in the prose.
     names: dict[str, Any] = field(default_factory=dict)
-
-
-def _with_root(value: Any, project_root: Path) -> Any:
-    return value.replace("{project-root}", str(project_root)) if isinstance(value, str) else value
 
 
 def _find(data: Any, key: str, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -125,59 +115,47 @@ def render_skill_text(text: str, env: RenderEnv, module: str | None = None, *, p
     ``plain`` False leaves ``{project-root}`` and the other plain names as written: the output is then what
     ``render_skill.py`` publishes (the model resolves those itself).
     """
-    root = env.project_root
+    project = {PROJECT_ROOT: str(env.project_root)}
+    plain_names = {**project, "skill-root": str(env.skill_root), "skill-name": env.skill_root.name}
 
-    def short(match: re.Match[str]) -> str:
-        found = config_lookup(env.central, match[1], module)
-        if found is None:
-            value = env.names.get(match[1])
-            return match[0] if value is None or isinstance(value, dict | list) else str(_with_root(value, root))
-        return str(_with_root(found[1], root))
+    def rooted(value: Any) -> Any:
+        """A config value as render_skill.py inserts it: ``{project-root}`` in it is the project."""
+        return substitute(value, project, kinds={Kind.VAR}) if isinstance(value, str) else value
 
-    def dotted(match: re.Match[str]) -> str:
-        value = _dotted(env.central, match[1])
-        return match[0] if value is None or isinstance(value, dict | list) else str(_with_root(value, root))
+    def lookup(token: Placeholder) -> Any:
+        if token.kind == Kind.CONFIG_KEY:
+            found = config_lookup(env.central, token.name, module)
+            return rooted(found[1] if found is not None else env.names.get(token.name))
+        if token.kind == Kind.CONFIG_PATH:
+            return rooted(_dotted(env.central, token.name))
+        if token.kind == Kind.CUSTOM:
+            value = _dotted(env.customization, token.name)
+            formatted = format_custom_value(value) if value is not None else None
+            return None if formatted is None else substitute(formatted, {"skill-root": str(env.skill_root)},
+                                                             kinds={Kind.VAR})
+        if token.kind == Kind.SNAPSHOT:
+            return str(env.skill_root / token.name)
+        return plain_names[token.name] if token.name in plain_names else rooted(env.names.get(token.name))
 
-    def custom(match: re.Match[str]) -> str:
-        value = _dotted(env.customization, f"{match[1]}.{match[2]}")
-        formatted = format_custom_value(value) if value is not None else None
-        return match[0] if formatted is None else formatted.replace("{skill-root}", str(env.skill_root))
-
-    def snapshot(match: re.Match[str]) -> str:
-        return str(env.skill_root / match[1])
-
-    def plain_name(match: re.Match[str]) -> str:
-        name = match[1]
-        if name == "project-root":
-            return str(root)
-        if name == "skill-root":
-            return str(env.skill_root)
-        if name == "skill-name":
-            return env.skill_root.name
-        value = env.names.get(name)
-        return match[0] if value is None or isinstance(value, dict | list) else str(_with_root(value, root))
-
-    text = SHORT_CONFIG_TOKEN.sub(short, text)
-    text = CONFIG_TOKEN.sub(dotted, text)
-    text = CUSTOM_TOKEN.sub(custom, text)
-    text = SNAPSHOT_TOKEN.sub(snapshot, text)
-    return _PLAIN_TOKEN.sub(plain_name, _DOUBLE_TOKEN.sub(plain_name, text)) if plain else text
+    return substitute(text, lookup, kinds=_PUBLISHED | VARIABLES if plain else _PUBLISHED, nested=True)
 
 
 def unknown_tokens(text: str, env: RenderEnv, module: str | None = None) -> list[tuple[int, str, str]]:
-    """``(line, token, why)`` for every ``{{.key}}``, ``{{config.…}}`` or ``{workflow.…}`` that names nothing."""
+    """``(line, token, why)`` for every ``{{.key}}``, ``{{config.…}}`` or ``{workflow.…}`` that names nothing
+    (on a line, config tokens before customization ones)."""
     found: list[tuple[int, str, str]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        for match in SHORT_CONFIG_TOKEN.finditer(line):
-            if config_lookup(env.central, match[1], module) is None and match[1] not in env.names:
-                found.append((number, match[0], f"no config value {match[1]!r}"))
-        for match in CONFIG_TOKEN.finditer(line):
-            if _dotted(env.central, match[1]) is None:
-                found.append((number, match[0], f"no config value at {match[1]!r}"))
-        for match in CUSTOM_TOKEN.finditer(line):
-            block = env.customization.get(match[1])
-            if not isinstance(block, dict):
+    rank = {Kind.CONFIG_KEY: 0, Kind.CONFIG_PATH: 1, Kind.CUSTOM: 2}
+    for token in sorted(find(text, rank), key=lambda t: (t.line, rank[t.kind])):
+        if token.kind == Kind.CONFIG_KEY:
+            if config_lookup(env.central, token.name, module) is None and token.name not in env.names:
+                found.append((token.line, token.text, f"no config value {token.name!r}"))
+        elif token.kind == Kind.CONFIG_PATH:
+            if _dotted(env.central, token.name) is None:
+                found.append((token.line, token.text, f"no config value at {token.name!r}"))
+        else:
+            table, _, name = token.name.partition(".")
+            if not isinstance(env.customization.get(table), dict):
                 continue  # a skill without that table: its prose means another skill's (a shim's text)
-            if _dotted(env.customization, f"{match[1]}.{match[2]}") is None:
-                found.append((number, match[0], f"customize.toml has no [{match[1]}] field {match[2]!r}"))
+            if _dotted(env.customization, token.name) is None:
+                found.append((token.line, token.text, f"customize.toml has no [{table}] field {name!r}"))
     return found

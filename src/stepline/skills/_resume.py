@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stepline._paths import inside
+from stepline._placeholders import Kind, find
 from stepline.errors import ReaderError
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
@@ -22,8 +23,10 @@ from stepline.stepchain._read import marks
 
 __all__ = ["InProgress", "output_mentions", "steps_in_progress"]
 
-#: ``{planning_artifacts}/epics.md``, ``{{.work_folder}}/log.md``: an output path as step files name them.
-_OUTPUT = re.compile(r"(\{\{?\.?[\w.-]+\}?\}(?:/[\w.{}-]+)*/[\w.-]+\.md)")
+#: What follows a placeholder in an output path as step files name them (``{planning_artifacts}/epics.md``,
+#: ``{{.work_folder}}/{{date}}/log.md``).
+_PATH_AFTER = re.compile(r"(?:/[\w.{}-]+)*/[\w.-]+\.md")
+_HEADS = frozenset({Kind.VAR, Kind.RUNTIME, Kind.CONFIG_KEY, Kind.CONFIG_PATH, Kind.CUSTOM})
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +40,14 @@ class InProgress:
 
 def output_mentions(texts: Iterable[str]) -> list[str]:
     """The output paths (with their placeholders) the texts name, in order, once each."""
-    return list(dict.fromkeys(m[1] for text in texts for m in _OUTPUT.finditer(text)))
+    found: list[str] = []
+    for text in texts:
+        end = 0
+        for token in find(text, _HEADS):
+            if token.start >= end and (path := _PATH_AFTER.match(text, token.end)) is not None:
+                found.append(text[token.start:path.end()])
+                end = path.end()
+    return list(dict.fromkeys(found))
 
 
 def steps_in_progress(paths: Iterable[Path], steps: list[str], skill_root: Path,

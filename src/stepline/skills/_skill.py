@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from stepline._paths import escape, inside
+from stepline._placeholders import Kind, find
 from stepline.errors import ReaderError
 from stepline.formats._diagnostics import Diagnostic
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
-from stepline.skills._render import SNAPSHOT_TOKEN
 from stepline.stepchain._read import folder_mode, is_continuation
 
 __all__ = [
@@ -236,7 +236,7 @@ def read_doc(root: Path, path: Path) -> SkillDoc:
     doc = SkillDoc(path=path, text=text, frontmatter=dict(fm.data), body_line=fm.body_line,
                    problems=list(fm.diagnostics))
     for key, value in fm.data.items():  # nextStepFile: './step-02.md' (the micro-file way some releases keep)
-        if isinstance(value, str) and value.endswith(".md") and "{" not in value.replace("{skill-root}", "") and (
+        if isinstance(value, str) and value.endswith(".md") and "{" not in value.removeprefix("{skill-root}/") and (
                 key.endswith("StepFile") or Path(value).name.startswith("step-")):
             target = _resolve(root, path.parent, value if value.startswith(("./", "../", "{")) else "./" + value)
             if target is not None and not (root / target).is_file():
@@ -253,8 +253,8 @@ def read_doc(root: Path, path: Path) -> SkillDoc:
         heading = _HEADING.match(line) if not in_fence else None
         if heading:
             section = heading[2].strip()
-        for match in SNAPSHOT_TOKEN.finditer(line):
-            doc.links.append(Link(match[1], number, line.strip(), True, section))
+        for link in find(line, {Kind.SNAPSHOT}):
+            doc.links.append(Link(link.name, number, line.strip(), True, section))
         if section.lower() == "conventions":
             continue  # its paths are examples of the conventions ("Bare paths (e.g. `steps/step-01.md`)")
         for match in [*_BACKTICK_PATH.finditer(_EXAMPLE.sub("", line)), *_BARE_PATH.finditer(line)]:
@@ -537,15 +537,13 @@ def _snapshot_problems(root: Path, path: Path, text: str) -> list[Diagnostic]:
     """Each ``[[bmad-snapshot:…]]`` of ``text`` that leaves the skill (``../``, or a symlink out: its real path
     is outside the skill's) or names no file of it, with file:line."""
     found = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        for match in SNAPSHOT_TOKEN.finditer(line):
-            target = root / match[1]
-            if (out := escape(root, match[1])) is not None:
-                found.append(Diagnostic("error", "link-leaves-skill", f"[[bmad-snapshot:{match[1]}]] leaves the "
-                                        f"skill (it is {out.real})", str(path), number))
-            elif not target.is_file():
-                found.append(Diagnostic("error", "missing-file", f"[[bmad-snapshot:{match[1]}]] names no file of "
-                                        "the skill", str(path), number))
+    for link in find(text, {Kind.SNAPSHOT}):
+        if (out := escape(root, link.name)) is not None:
+            found.append(Diagnostic("error", "link-leaves-skill", f"{link.text} leaves the skill (it is {out.real})",
+                                    str(path), link.line))
+        elif not (root / link.name).is_file():
+            found.append(Diagnostic("error", "missing-file", f"{link.text} names no file of the skill", str(path),
+                                    link.line))
     return found
 
 

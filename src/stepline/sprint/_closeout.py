@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from stepline._placeholders import Kind, substitute
 from stepline.sprint._stage import (
     effect,
     gate_key,
@@ -45,7 +46,7 @@ async def closeout(ctx: StepContext) -> None:
                 code, out = await git(root, "push", "-q", str(remote), target)
                 steps.append({"command": f"git push {remote} {target}", "exit": code, "output": out[-20000:]})
             if (command := config.get("command")) and all(s["exit"] == 0 for s in steps):
-                filled = command.replace("{story}", key).replace("{commit}", sha).replace("{branch}", branch)
+                filled = substitute(command, {"story": key, "commit": sha, "branch": branch}, kinds={Kind.VAR})
                 steps.append(await run_command(filled, root, timeout))
             return {"steps": steps, "ok": all(s["exit"] == 0 for s in steps)}
 

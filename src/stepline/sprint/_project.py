@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stepline._placeholders import PROJECT_ROOT, Kind, substitute
 from stepline._yaml import load_yaml_text
 from stepline.errors import ReaderError
 from stepline.formats._data import load_toml
@@ -111,7 +112,7 @@ def _module_config(root: Path) -> dict[str, Any]:
 
 
 def _resolve(root: Path, value: object) -> Path:
-    text = str(value).replace("{project-root}", str(root)).replace("{project_root}", str(root))
+    text = substitute(str(value), {PROJECT_ROOT: str(root), "project_root": str(root)}, kinds={Kind.VAR})
     path = Path(text)
     return path if path.is_absolute() else root / path
 

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stepline._placeholders import PROJECT_ROOT, Kind, find, substitute
 from stepline.errors import BudgetExceeded, ExecutorError
 from stepline.executors._budget import BUDGET_HINT
 from stepline.sprint._budgets import budget_spent, call_budget, note_usage, over_budget, report_usage
@@ -84,9 +85,9 @@ async def review(ctx: StepContext) -> None:
     skill_root = str(Path(str((story_vars(ctx).get("sprint_dev") or {}).get("path") or checkout)).parent)
 
     def content(layer: ReviewLayer) -> str:
-        body = (layer.instruction.replace("{diff_output}", diff).replace("{verbatim_intent}", intent)
-                .replace("{skill-root}", skill_root).replace("{project-root}", str(checkout)))
-        if "{diff_output}" not in layer.instruction:
+        body = substitute(layer.instruction, {"diff_output": diff, "verbatim_intent": intent, "skill-root": skill_root,
+                                              PROJECT_ROOT: str(checkout)}, kinds={Kind.VAR})
+        if not any(p.name == "diff_output" for p in find(layer.instruction, {Kind.VAR})):
             body += f"\n\nDiff:\n{diff}\n"
         return (f"You are the review layer '{layer.name}' for story {key}. You see the story and the diff only; "
                 "do not change any file.\n\n" + body +

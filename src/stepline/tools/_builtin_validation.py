@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from stepline._paths import confine
+from stepline._placeholders import DOUBLE_BRACED, find
 from stepline.errors import OutsideRootError
 from stepline.tools._spec import ToolContext, ToolOutput, ToolSpec
 
@@ -34,7 +35,6 @@ __all__ = [
 ]
 
 PythonCheck = Literal["ast", "mypy", "ruff"]
-_PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 _HEADING = re.compile(r"^##[ \t]+(.+?)[ \t#]*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _MYPY_LINE = re.compile(r"^(?P<path>.+?):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>error|note): (?P<msg>.*)$")
@@ -247,10 +247,9 @@ def check_template_complete(text: str, template_text: str, *, name: str = "outpu
     issues: list[ValidationIssue] = []
     lines = text.splitlines()
     for number, line in _outside_fences(lines):
-        for match in _PLACEHOLDER.finditer(line):
-            issues.append(ValidationIssue(check="placeholder", path=name, line=number,
-                                          column=match.start() + 1,
-                                          message=f"unfilled placeholder {match.group(0)}"))
+        for slot in find(line, DOUBLE_BRACED):
+            issues.append(ValidationIssue(check="placeholder", path=name, line=number, column=slot.start + 1,
+                                          message=f"unfilled placeholder {slot.text}"))
     present = [_normalize(m.group(1)) for _, line in _outside_fences(lines) if (m := _HEADING.match(line))]
     for number, line in _outside_fences(template_text.splitlines()):
         heading = _HEADING.match(line)
@@ -285,9 +284,13 @@ def _normalize(heading: str) -> str:
 
 
 def _heading_pattern(heading: str) -> re.Pattern[str]:
-    parts = _PLACEHOLDER.split(_normalize(heading))
-    # split() alternates literals and placeholder names: keep the literals, placeholders match anything.
-    return re.compile("".join(re.escape(part) if i % 2 == 0 else ".+" for i, part in enumerate(parts)))
+    """A template heading as a pattern: its text literally, each ``{{…}}`` in it matching any text."""
+    text = _normalize(heading)
+    pattern, at = "", 0
+    for slot in find(text, DOUBLE_BRACED):
+        pattern += re.escape(text[at:slot.start]) + ".+"
+        at = slot.end
+    return re.compile(pattern + re.escape(text[at:]))
 
 
 def _report_output(report: ValidationReport) -> ToolOutput:
