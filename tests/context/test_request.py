@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from stepline._placeholders import substitute
 from stepline.context import TelisConfig, TelisInputRule, request_for_step
-from stepline.engine import render_variables
 from stepline.errors import ConfigError
 
 
@@ -17,7 +17,7 @@ def _request(inputs: dict[str, Any], config: TelisConfig | None = None, *, fmt: 
     step = {"id": "s", "name": "Build the login form", "description": "", "inputs": inputs, "meta": {}}
     values = variables or {}
     return request_for_step(step, {"id": "w", "format": fmt, "meta": {}}, values, config or TelisConfig(),
-                            render=lambda text: render_variables(text, values), project_root=project)
+                            render=lambda text: substitute(text, values, nested=True), project_root=project)
 
 
 def test_a_step_without_telis_inputs_and_no_rule_asks_for_nothing() -> None:

@@ -19,7 +19,8 @@ __all__ = ["StepContext", "render_variables"]
 
 
 def render_variables(text: str, variables: dict[str, Any]) -> str:
-    """Fill ``{{name}}`` and ``{name}`` with the known variables, their values' own references too."""
+    """Fill ``{{name}}`` and ``{name}`` with the known variables, their values' own references too (the step
+    chain's menus use it; every other caller calls :func:`stepline._placeholders.substitute`)."""
     return substitute(text, variables, nested=True)
 
 
@@ -38,7 +39,7 @@ class StepContext:
         self.project_root = engine.project_root
         self.invocations = 0
         self.default_output: str | None = (
-            render_variables(spec.outputs[0], run.variables) if spec.outputs else None)
+            self.render(spec.outputs[0]) if spec.outputs else None)
         self.handed_over: list[dict[str, Any]] = []
         self.guardrails: list[dict[str, Any]] = []
         self.written: dict[str, Path] = {}
@@ -50,7 +51,7 @@ class StepContext:
 
     def render(self, text: str) -> str:
         """Substitute the run's variables into ``text``."""
-        return render_variables(text, self.run.variables)
+        return substitute(text, self.run.variables, nested=True)
 
     def emit(self, kind: EventType, data: dict[str, Any] | None = None, *,
              sync: Durability = False) -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from stepline import time
 from stepline.engine._checks import check_step_inputs, check_step_outputs, run_validation_gates
 from stepline.engine._config import RuntimeConfig
-from stepline.engine._context import StepContext, render_variables
+from stepline.engine._context import StepContext
 from stepline.engine._deadlines import Deadlines
 from stepline.engine._flow import Flow, make_schedule
 from stepline.engine._gates import GateBook, gate_reason
@@ -769,7 +769,7 @@ class Engine:
             if key in self.calls.recorded:
                 results.append(self.calls.recorded[key]["result"])
                 continue
-            args = {k: render_variables(v, ctx.variables) if isinstance(v, str) else v for k, v in call.args.items()}
+            args = {k: ctx.render(v) if isinstance(v, str) else v for k, v in call.args.items()}
             result = await run_tool_once(ctx, key, "step_tool", call.name, args, lambda: self.run_tool(
                 ctx, call.name, args, required=call.required, risk=call.risk))  # noqa: B023  # awaited at once
             ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": "step_tool", "args": {"name": call.name},
