@@ -160,13 +160,15 @@ def typed(page: Page, command: str) -> subprocess.CompletedProcess[str]:
     """``command`` typed into the page's shell: run in its folder with its environment, which then holds what the
     command exported and the folder it went to."""
     state = page.tmp / "shell-state"
+    state.unlink(missing_ok=True)  # a command that replaced the shell (exec) leaves none: the state stays as it was
     keep = 'trap \'code=$?; env -0 > "$EXAMPLE_STATE"; printf "\\0%s" "$PWD" >> "$EXAMPLE_STATE"; exit $code\' EXIT\n'
     result = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", keep + command], cwd=page.cwd,
                             env={**page.env, "EXAMPLE_STATE": str(state)}, capture_output=True, text=True,
                             timeout=600, stdin=subprocess.DEVNULL)
-    *variables, folder = state.read_text(encoding="utf-8").split("\0")
-    page.env = dict(v.split("=", 1) for v in variables if "=" in v and v.split("=", 1)[0] not in SHELL_OWN)
-    page.cwd = Path(folder)
+    if state.exists():
+        *variables, folder = state.read_text(encoding="utf-8").split("\0")
+        page.env = dict(v.split("=", 1) for v in variables if "=" in v and v.split("=", 1)[0] not in SHELL_OWN)
+        page.cwd = Path(folder)
     return result
 
 
