@@ -134,6 +134,51 @@ def test_a_story_that_blocks_on_a_question_does_not_hold_up_a_later_one_s_merge(
                                                                  "story 1-2-sub: Story 1-2: sub"]
 
 
+@pytest.mark.parametrize("fails", [1, 2])
+def test_a_failed_git_worktree_add_is_tried_again_once_and_said_with_git_s_error_line(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        fails: int) -> None:
+    """git refuses the story's `worktree add` (a lock another story's git holds, as at -j 4) ``fails`` times, after
+    its progress line: once, the loop tries again and the story lands; twice, the story fails naming git's error."""
+    import os
+    import shutil
+
+    root = make_project(tmp_path / "calc", isolation="worktree")
+    wrapper, counter = tmp_path / "gitbin" / "git", tmp_path / "worktree-adds"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f"""#!/bin/sh
+case " $* " in *" worktree add "*)
+  n=$(cat {counter} 2>/dev/null || echo 0)
+  if [ "$n" -lt {fails} ]; then
+    echo $((n + 1)) > {counter}
+    echo "Preparing worktree (new branch 'sprint/1-1-add')" >&2
+    echo "fatal: cannot lock ref 'refs/heads/sprint/1-1-add': File exists." >&2
+    exit 128
+  fi;;
+esac
+exec {shutil.which("git")} "$@"
+""")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
+    code = run_cli(["sprint", "run", "-j", "2", "--max-stories", "1", "-C", str(root), "--json", "-q"])
+    [result] = json.loads(capsys.readouterr().out)
+    journal = (root / ".stepline" / "runs" / result["run_id"] / "journal.jsonl").read_text()
+    assert "Preparing worktree" not in journal
+    if fails == 1:
+        assert (code, result["outcome"]) == (0, "committed")
+        assert '"retried":"fatal: cannot lock ref' in journal
+        evidence = json.loads((root / ".stepline" / "runs" / result["run_id"] / "evidence.json").read_text())
+        assert any(e["claim"].startswith("baseline: the story's worktree was made at the second try; the first "
+                                         "failed: fatal: cannot lock ref") for e in evidence)
+        assert _story_commits(root) == Counter({"1-1-add": 1})
+    else:
+        assert (code, result["outcome"]) == (8, "failed")
+        assert result["summary"].endswith("cannot make the story's worktree "
+                                          f"{root / '.stepline' / 'sprint' / 'worktrees' / '1-1-add'}: fatal: cannot "
+                                          "lock ref 'refs/heads/sprint/1-1-add': File exists. (tried twice; first: "
+                                          "fatal: cannot lock ref 'refs/heads/sprint/1-1-add': File exists.)"), result
+
+
 def test_more_than_one_story_at_once_needs_worktrees(tmp_path: Path, agent_env: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     root = make_project(tmp_path / "calc")

@@ -5,18 +5,33 @@ tree. A story whose commit is already in the history, which the loop has no run 
 
 from __future__ import annotations
 
+import asyncio
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stepline.errors import StepFailed
 from stepline.sprint._board import read_board
-from stepline.sprint._stage import effect, excluded, gate_key, local_board, once, set_var, story_key, story_vars
-from stepline.tools._git import find_commit, git, git_ok
+from stepline.sprint._stage import (
+    effect,
+    excluded,
+    gate_key,
+    local_board,
+    once,
+    record_evidence,
+    set_var,
+    story_key,
+    story_vars,
+)
+from stepline.tools._git import find_commit, git, git_error, git_ok
 
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
 
 __all__ = ["baseline"]
+
+#: How long a failed ``git worktree add`` waits before its one try again.
+_WORKTREE_RETRY_WAIT = 0.5
 
 
 async def baseline(ctx: StepContext) -> None:
@@ -51,16 +66,30 @@ async def baseline(ctx: StepContext) -> None:
         folder = root / ".stepline" / "sprint" / "worktrees" / key
 
         async def make(redo: bool) -> dict[str, Any]:
-            if not (folder / ".git").exists():
+            made: dict[str, Any] = {"path": str(folder), "branch": branch}
+            for attempt in (1, 2):
+                if (folder / ".git").exists():
+                    break
+                if folder.exists():  # what a failed `worktree add` left: git refuses an existing folder
+                    shutil.rmtree(folder)
+                    await git(root, "worktree", "prune")
                 code, out = await git(root, "worktree", "add", "-B", branch, str(folder), base["head"])
-                if code != 0:
-                    first = out.splitlines()[0] if out else code
-                    raise StepFailed(f"cannot make the story's worktree {folder}: {first}", retryable=False)
-            return {"path": str(folder), "branch": branch}
+                if code == 0:
+                    break
+                # Stories started at once race for git's locks (a ref, the config): tried again once, a moment later.
+                if attempt == 2:
+                    raise StepFailed(f"cannot make the story's worktree {folder}: {git_error(out) or code} (tried "
+                                     f"twice; first: {made['retried']})", retryable=False)
+                made["retried"] = git_error(out) or f"git exited {code}"
+                await asyncio.sleep(_WORKTREE_RETRY_WAIT)
+            return made
 
         made = await effect(ctx, "worktree", {"path": str(folder), "branch": branch}, make)
         checkout = Path(made["path"])
         set_var(ctx, "sprint_branch", made["branch"])
+        if made.get("retried"):
+            record_evidence(ctx, f"baseline: the story's worktree was made at the second try; the first failed: "
+                                 f"{made['retried']}", "L1")
 
     async def board() -> dict[str, Any]:  # the board as the story's checkout has it (a worktree: as committed)
         return {"statuses": read_board(local_board(ctx, checkout)).statuses()}
