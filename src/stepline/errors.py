@@ -19,7 +19,8 @@ Our exception hierarchy::
     │       ├── AgentStalled               no output and no file change for its stall limit (stopped there)
     │       ├── AgentNeedsPermission       a permission, trust or login prompt it cannot pass unattended
     │       ├── AgentRateLimited           a rate limit or quota error
-    │       └── AgentUnreachable           its model's endpoint could not be reached
+    │       ├── AgentUnreachable           its model's endpoint could not be reached
+    │       └── AgentCrashed               it exited at start, before it reached stepline (its stderr says why)
     ├── ToolError                 exit 7   a tool failed or was refused
     ├── ConfigError               exit 4   config/runtime.yaml or a --config file is wrong
     └── StepFailed                exit 8   a step failed for good (the run is failed, details on the step)
@@ -37,6 +38,7 @@ from typing import ClassVar
 
 __all__ = [
     "EXIT_CODES",
+    "AgentCrashed",
     "AgentEnvironmentError",
     "AgentNeedsPermission",
     "AgentRateLimited",
@@ -263,6 +265,14 @@ class AgentUnreachable(AgentEnvironmentError):
     """It could not connect to its model's endpoint."""
 
     kind: ClassVar[str] = "connection"
+
+
+class AgentCrashed(AgentEnvironmentError):
+    """It exited with an error before it reached stepline (no line on its stream, no call to its step's server): it
+    crashed at start (an import, its installation). Not retryable as it is."""
+
+    kind: ClassVar[str] = "crash"
+    retryable_by_default: ClassVar[bool] = False
 
 
 class ToolError(SteplineError):

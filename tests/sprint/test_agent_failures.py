@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sprint_kit import ARTIFACTS, BMAD, add_config, git, make_project
+from sprint_kit import ARTIFACTS, BMAD, HERE, add_config, git, make_project
 
 from stepline.executors import Executor, StepRequest, StepSession
 from stepline.interfaces.cli._app import run_cli
@@ -124,3 +124,66 @@ def test_a_build_whose_ray_worker_is_lost_is_built_again_from_the_stage_start_sp
     [lost] = _failures(root, result.run_id)
     assert lost["kind"] == "worker-lost" and "ActorDiedError" in lost["error"]
     assert agent.builds == 2  # built again within the one build stage
+
+
+def _agent(root: Path, command: str) -> None:
+    """The project's agent is ``tests/sprint/bin/<command>`` (committed: the loop needs a clean checkout)."""
+    (root / "config" / "runtime.yaml").write_text(
+        f"executors:\n  cli-agent: {{agent: claude, command: {HERE / 'bin' / command}, exit_grace_seconds: 5}}\n")
+    git(root, "commit", "-q", "-am", f"agent: {command}")
+
+
+def test_an_agent_that_crashes_at_start_is_an_agent_failure_named_with_its_stderr_and_stops_the_loop(
+        tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_project(tmp_path / "calc", layers=1)
+    _agent(root, "crasher")
+    assert run_cli(["sprint", "run", "--max-stories", "3", "-C", str(root), "--json", "-q"]) == 9
+    out = capsys.readouterr()
+    [result] = json.loads(out.out)  # the loop stops at the first story: no story is deferred for it
+    assert result["outcome"] == "blocked"
+    assert "crasher crashed at start in step 'build' [crash]: it exited 1 before it reached stepline" in \
+        result["summary"]
+    assert "ModuleNotFoundError: No module named 'stepline_test_agent_module_that_is_not_installed'" in \
+        result["summary"]
+    assert "ask:build-agent:1-1-add:1:1" in out.err
+    [crash] = _failures(root, result["run_id"])
+    assert crash["kind"] == "crash"
+    assert run_cli(["sprint", "watch", "-C", str(root)]) == 9
+    watched = capsys.readouterr().out
+    assert "crasher#0 err| ModuleNotFoundError" in watched and "claude#0" not in watched  # the configured command
+
+
+def test_stories_in_a_row_failing_the_same_way_stop_the_loop_instead_of_each_being_deferred(
+        tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An agent that ends at once without doing anything: two stories deferred for it, then the loop stops
+    (exit 8), naming the failure; the other stories are not taken."""
+    root = make_project(tmp_path / "calc", layers=1, builds=1)
+    _agent(root, "quitter")
+    assert run_cli(["sprint", "run", "-C", str(root), "--json", "-q"]) == 8
+    out = capsys.readouterr()
+    assert [(r["key"], r["outcome"]) for r in json.loads(out.out)] == [
+        ("1-1-add", "deferred"), ("1-2-sub", "deferred"), ("1-3-mul", "halted")]
+    said = " ".join(out.err.split())
+    assert ("the loop stopped: the agent failed the same way on 2 stories in a row (1-1-add, 1-2-sub): quitter "
+            "exited without calling finish for step 'build': exit status 0; fix the agent") in said, said
+    started = [json.loads(line)["key"] for line in (root / ".stepline" / "sprint" / "loop.jsonl").read_text()
+               .splitlines() if '"story-started"' in line]
+    assert started == ["1-1-add", "1-2-sub"]
+
+
+def test_stories_at_once_crashing_the_same_way_stop_the_parallel_loop(
+        tmp_path: Path, agent_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_project(tmp_path / "calc", layers=1, isolation="worktree")
+    _agent(root, "crasher")
+    assert run_cli(["sprint", "run", "-j", "2", "-C", str(root), "--json", "-q"]) == 8
+    out = capsys.readouterr()
+    outcomes = {r["key"]: r["outcome"] for r in json.loads(out.out)}
+    # 1-3 may have started while 1-2 was still failing; no story after the second failure in a row is taken
+    assert list(outcomes.values()).count("halted") == 1 and "1-4-div" not in [
+        json.loads(line)["key"] for line in (root / ".stepline" / "sprint" / "loop.jsonl").read_text().splitlines()
+        if '"story-started"' in line]
+    both = {"1-1-add": "blocked", "1-2-sub": "blocked"}
+    assert {k: v for k, v in outcomes.items() if v != "halted"} in (both, {**both, "1-3-mul": "blocked"})
+    said = " ".join(out.err.split())
+    assert "the agent failed the same way on 2 stories in a row" in said and "[crash]" in said
+    assert "ask:build-agent:1-1-add:1:1" in said and "ask:build-agent:1-2-sub:1:1" in said  # both answerable

@@ -10,6 +10,7 @@ asked (``ask:build-agent:<story>:<visit>:<n>``). An agent stopped mid-call for a
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import TYPE_CHECKING, Any
 
 from stepline.errors import AgentEnvironmentError, BudgetExceeded, ExecutorError
@@ -89,11 +90,23 @@ async def build(ctx: StepContext) -> None:
             message = str(exc) or f"the agent ran past {timeout:.0f}s"  # the agent's failure is the story's
             ctx.step.choice, ctx.step.summary = "failed", f"the agent failed: {message}"
             set_var(ctx, "sprint_feedback", ctx.step.summary)
+            _note_failure(ctx, message)
             return
         break
     note_usage(ctx)
+    _note_failure(ctx, None)
     ctx.step.choice = "built"
     ctx.step.summary = outcome.summary or "built"
+
+
+def _note_failure(ctx: StepContext, message: str | None) -> None:
+    """Keep how the story's agent failed last, said without the story's own names (``sprint_agent_failure``; None
+    once a build succeeds): the loop stops when stories in a row fail the same way."""
+    same = None
+    if message is not None:
+        same = " ".join(re.sub(r"@\d+|\brun-[\w-]+", "", message.replace(story_key(ctx), "<story>")).split())
+        same = same if len(same) <= 400 else f"{same[:200]} … {same[-200:]}"  # a traceback ends with its error
+    set_var(ctx, "sprint_agent_failure", same)
 
 
 def outside_the_work(exc: BaseException) -> bool:
@@ -136,6 +149,7 @@ async def _agent_environment(ctx: StepContext, exc: ExecutorError) -> bool:
                 f"[{kind}]: {exc.message}" + (f" ({exc.hint})" if exc.hint else "") + ". Fix the cause (log the "
                 "agent in, wait for the quota, check the endpoint), then answer retry; or answer defer (set the "
                 "story aside).")
+    _note_failure(ctx, f"[{kind}] {exc.message}")
     answer = await ctx.engine.human.ask(ctx, question, ["retry", "defer"], f"{gate_key(ctx, 'build-agent')}:{number}")
     if answer.strip().lower().startswith("retry"):
         return True

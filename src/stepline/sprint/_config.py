@@ -117,6 +117,9 @@ class SprintConfig(_Section):
     stall_seconds: float | None = Field(default=None, gt=0)
     #: The wait before the first try again after such a failure (the n-th waits n times as long).
     agent_retry_wait_seconds: float = Field(default=30.0, ge=0)
+    #: The loop stops once this many stories in a row ended (not committed) with the same agent failure: the agent
+    #: is broken, not the stories.
+    stop_after_same_failure: int = Field(default=2, ge=1)
 
 
 def load_sprint_config(root: Path, path: Path | None = None) -> SprintConfig:

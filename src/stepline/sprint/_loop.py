@@ -65,9 +65,38 @@ class StoryResult:
 
     key: str
     run_id: str
-    outcome: str  # committed, deferred, blocked, failed
+    outcome: str  # committed, deferred, blocked, failed; stopped (the loop's budget), halted (the same failure)
     summary: str
     usage: Usage
+    #: How its agent failed last, when it was not committed (see :class:`_SameFailure`).
+    failure: str | None = None
+
+
+class _SameFailure:
+    """The stories in a row that ended (not committed) with the same agent failure: past ``limit`` of them the loop
+    takes no further story — the agent is broken, not the stories."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.keys: list[str] = []
+        self.failure: str | None = None
+
+    def ended(self, result: StoryResult) -> None:
+        if result.outcome == "committed" or not result.failure:
+            self.keys, self.failure = [], None
+            return
+        if result.failure != self.failure:
+            self.keys, self.failure = [], result.failure
+        self.keys.append(result.key)
+
+    def halt(self, key: str, log: _LoopLog) -> StoryResult | None:
+        """The loop's result for ``key`` when no further story is taken (it is logged), else None."""
+        if len(self.keys) < self.limit:
+            return None
+        why = (f"the loop stopped: the agent failed the same way on {len(self.keys)} stories in a row "
+               f"({', '.join(self.keys)}): {self.failure}")
+        log.write("story-ended", key=key, run_id="", outcome="halted", summary=why)
+        return StoryResult(key, "", "halted", why, Usage())
 
 
 def _loop_file(root: Path) -> Path:
@@ -120,9 +149,10 @@ def deferred_run(project: SprintProject, store: RunStore, story: str) -> tuple[s
 
 
 def loop_outcome(results: list[StoryResult]) -> str:
-    """How a loop ended, the worst of its stories: ``failed``, ``blocked`` (on a person), ``deferred`` (a story
-    set aside, or the loop's budget spent before the next one), else ``done`` (nothing left, or all committed)."""
-    outcomes = {r.outcome for r in results}
+    """How a loop ended, the worst of its stories: ``failed`` (a story failed, or the loop stopped at the same agent
+    failure on stories in a row), ``blocked`` (on a person), ``deferred`` (a story set aside, or the loop's budget
+    spent before the next one), else ``done`` (nothing left, or all committed)."""
+    outcomes = {"failed" if r.outcome == "halted" else r.outcome for r in results}
     for worst in ("failed", "blocked"):
         if worst in outcomes:
             return worst
@@ -301,7 +331,9 @@ def _story_ended(run: Run, spent: Usage, limit: BudgetLimit, log: _LoopLog, repo
     usage = story_usage(run)
     spent = spent + usage
     key = run.variables.get("sprint_story") or run.workflow.meta.get("story")
-    result = StoryResult(key=str(key), run_id=run.run_id, outcome=outcome, summary=summary, usage=usage)
+    failure = run.variables.get("sprint_agent_failure") if outcome != "committed" else None
+    result = StoryResult(key=str(key), run_id=run.run_id, outcome=outcome, summary=summary, usage=usage,
+                         failure=str(failure) if failure else None)
     log.write("story-ended", key=result.key, run_id=run.run_id, outcome=outcome, summary=summary,
               usage=usage.to_record(), loop_spent=spent.to_record(),
               loop_left={"tokens": None if limit.tokens is None else limit.tokens - spent.tokens,
@@ -329,11 +361,15 @@ async def _stories(engine: Engine, project: SprintProject, config: SprintConfig,
     results: list[StoryResult] = []
     spent = _spent_before(engine, options, keys)
     limit = config.budgets.run
+    same = _SameFailure(config.stop_after_same_failure)
     for key in keys:
         problem = over_limit(spent, limit.tokens, limit.cost_usd)
         if problem and config.budgets.mode == "enforce":
             results.append(StoryResult(key, "", "stopped", f"the loop's budget is spent: {problem}", Usage()))
             log.write("story-ended", key=key, run_id="", outcome="stopped", summary=results[-1].summary)
+            break
+        if halted := same.halt(key, log):
+            results.append(halted)
             break
         log.write("story-started", key=key, run_id=to_resume.get(key))
         story_engine = _story_engine(engine, key, StoryLink(MergeQueue([]), reconcile=key in to_resume), log)
@@ -346,6 +382,7 @@ async def _stories(engine: Engine, project: SprintProject, config: SprintConfig,
         result = _story_ended(run, spent, limit, log, report)
         spent = spent + result.usage
         results.append(result)
+        same.ended(result)
         if result.outcome in ("blocked", "failed"):
             break  # the checkout holds this story's work: the next story waits for it (resume)
     return results
@@ -404,11 +441,16 @@ async def _admit_stories(engine: Engine, project: SprintProject, config: SprintC
         return None
 
     told: dict[str, str] = {}
+    same = _SameFailure(config.stop_after_same_failure)
     while waiting or running:
         for key in list(waiting):
             if len(running) >= width:
                 break
             if key not in to_resume:
+                if halted := same.halt(key, log):
+                    results.append(halted)
+                    waiting = [k for k in waiting if k in to_resume]
+                    break
                 problem = over_limit(ledger.spent(), limit.tokens, limit.cost_usd) or ledger.crossed
                 if problem and config.budgets.mode == "enforce":
                     results.append(StoryResult(key, "", "stopped", f"the loop's budget is spent: {problem}", Usage()))
@@ -442,6 +484,7 @@ async def _admit_stories(engine: Engine, project: SprintProject, config: SprintC
             ledger.ended_with(key, result.usage)
             ended[key] = result.outcome
             results.append(result)
+            same.ended(result)
     return results
 
 

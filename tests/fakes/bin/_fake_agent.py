@@ -1,12 +1,12 @@
 """Shared body of the fake agent CLIs: parse argv like the real CLI, do the step over MCP, print its JSON.
 
 Behaviour is picked by ``FAKE_AGENT_BEHAVIOR``: ``work`` (default) reads the step with ``get_step``, writes its
-output and finishes (calling the stepline tool ``FAKE_AGENT_TOOL`` first, when set); ``no-finish`` exits without
-finishing (saying ``FAKE_AGENT_SAYS`` on stderr); ``hang`` starts a child process, records both pids in
-``FAKE_AGENT_PIDS`` and sleeps; ``slow-edit`` appends its pid to ``FAKE_AGENT_PIDS``, waits for the file
-``FAKE_AGENT_RELEASE``, appends a line to ``edits.txt`` in its folder, then works. Every invocation is appended
-to ``FAKE_AGENT_LOG`` (JSON lines: the agent, argv, cwd, prompt and MCP url), so tests can check the command shape
-and the prompt.
+output and finishes (calling the stepline tool ``FAKE_AGENT_TOOL`` first, when set); ``no-finish`` starts (one
+stream line) and exits without finishing (saying ``FAKE_AGENT_SAYS`` on stderr); ``hang`` starts a child process,
+records both pids in ``FAKE_AGENT_PIDS`` and sleeps; ``slow-edit`` appends its pid to ``FAKE_AGENT_PIDS``, waits
+for the file ``FAKE_AGENT_RELEASE``, appends a line to ``edits.txt`` in its folder, then works. Every invocation is
+appended to ``FAKE_AGENT_LOG`` (JSON lines: the agent, argv, cwd, prompt and MCP url), so tests can check the command
+shape and the prompt.
 """
 
 from __future__ import annotations
@@ -139,7 +139,8 @@ def main(agent: str) -> int:
             time.sleep(0.05)
         with open("edits.txt", "a", encoding="utf-8") as edits:
             edits.write(f"edit by {os.getpid()}\n")
-    if behavior == "no-finish":
+    if behavior == "no-finish":  # started (its first stream line), then gave up
+        print(json.dumps({"type": "system", "subtype": "init", "session_id": "gave-up"}), flush=True)
         print(os.environ.get("FAKE_AGENT_SAYS", "I could not do it"), file=sys.stderr)
         return 3
     step = asyncio.run(_work(agent, url, headers))

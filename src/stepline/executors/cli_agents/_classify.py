@@ -21,7 +21,7 @@ _KINDS: tuple[tuple[type[AgentEnvironmentError], re.Pattern[str]], ...] = (
         r"|requires? (your )?(approval|permission)|permission prompt|approval (is )?required|not trusted",
         re.IGNORECASE)),
     (AgentUnreachable, re.compile(
-        r"econnrefused|econnreset|enotfound|etimedout|eai_again|connection (refused|reset|error|closed)"
+        r"\b(econnrefused|econnreset|enotfound|etimedout|eai_again)\b|connection (refused|reset|error|closed)"
         r"|could not connect|cannot connect|failed to connect|network error|fetch failed|getaddrinfo"
         r"|error sending request|stream disconnected|unable to connect|connect(ion)? timed? ?out", re.IGNORECASE)),
 )

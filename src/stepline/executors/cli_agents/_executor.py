@@ -61,7 +61,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from stepline.errors import AgentStalled, BudgetExceeded, ExecutorError, UsageError
+from stepline.errors import AgentCrashed, AgentStalled, BudgetExceeded, ExecutorError, UsageError
 from stepline.executors._base import Executor
 from stepline.executors._budget import CallBudget, Meters
 from stepline.executors._protocol import StepRequest, StepSession
@@ -218,9 +218,12 @@ class CliAgentExecutor(Executor):
                                            instructions=f"stepline step {request.step_id} of run {request.run_id}")
         add_step_tools(server, bridge)
 
+        reached: list[bool] = []  # whether the agent asked for its step: it started
+
         @server.tool()
         async def get_step() -> dict[str, Any]:
             """This step's request (the same step your prompt describes; never a later one)."""
+            reached.append(True)
             return step_payload(request)
 
         timeout = self.options.get("timeout_seconds")
@@ -229,7 +232,7 @@ class CliAgentExecutor(Executor):
         stall = float(self.options.get("stall_seconds", STALL_SECONDS) or 0) or None
         streamed = StreamedUsage(self.cli.streamed_usage, before)
         model = self.options.get("model")
-        label = f"{self.cli.name}#{request.hints.get('invocation', 0)}"
+        label = f"{self._who}#{request.hints.get('invocation', 0)}"
         session_id: str | None = None
         # A private folder (0700) for what a CLI reads only from files; removed with the run.
         with (tempfile.TemporaryDirectory(prefix=PRIVATE_PREFIX) as tmp,
@@ -313,9 +316,9 @@ class CliAgentExecutor(Executor):
         if timed_out or bridge.final is None:  # no result to journal: what it used is, then the failure is raised
             await session.record_usage(f"cli-agent:{self.cli.name}", usage)
             if timed_out:
-                raise ExecutorError(f"{self.cli.name} did not finish step {request.step_id!r} within {timeout}s; it "
+                raise ExecutorError(f"{self._who} did not finish step {request.step_id!r} within {timeout}s; it "
                                     "was stopped", retryable=True)
-            raise self._failure(request, ran, report.error, report.text, stall)
+            raise self._failure(request, ran, report.error, report.text, stall, reached=bool(reached or bridge.calls))
         return record
 
     def _session_file(self, env: Mapping[str, str], session_id: str | None) -> Path | None:
@@ -335,30 +338,41 @@ class CliAgentExecutor(Executor):
                 with contextlib.suppress(OSError):
                     tail.read(path)
 
+    @property
+    def _who(self) -> str:
+        """How logs and messages name the agent: the configured command's name, else the CLI's."""
+        command = self.options.get("command")
+        return Path(str(command)).name if command else self.cli.name
+
     def _failure(self, request: StepRequest, ran: Ran, error: str | None, text: str,
-                 stall: float | None) -> ExecutorError:
-        """Why the agent ended without finishing: a stall, a reason outside the work (its kind named), or the
-        work's own failure (retryable, with what it said)."""
+                 stall: float | None, *, reached: bool) -> ExecutorError:
+        """Why the agent ended without finishing: a stall, a reason outside the work (its kind named), a crash at
+        start (it exited with an error before it printed a line or reached stepline), or the work's own failure
+        (retryable, with what it said)."""
         last = "\n".join(line for line in ran.stdout.splitlines()[-5:] if line.strip())
         # The error it reported says why; without one, what it said last (a CLI's stderr logs warnings too).
         said = error or "\n".join(part for part in (ran.stderr[-4000:], last) if part)
         detail = error or _tail(ran.stderr) or _tail(text) or f"exit status {ran.status}"
-        where = f"step {request.step_id!r}"
+        where, who = f"step {request.step_id!r}", self._who
         found = classify(self.cli, said)
         if ran.stopped == "stall" and found is None:
-            return AgentStalled(f"{self.cli.name} stalled in {where} [{AgentStalled.kind}]: no output and no file "
+            return AgentStalled(f"{who} stalled in {where} [{AgentStalled.kind}]: no output and no file "
                                 f"change for {stall:g}s; it was stopped (last said: {_tail(said, 200) or 'nothing'})",
                                 hint="raise the executor's stall_seconds if it needs longer to think")
+        if found is None and not reached and ran.status != 0 and not ran.stdout.strip():
+            return AgentCrashed(f"{who} crashed at start in {where} [{AgentCrashed.kind}]: it exited {ran.status} "
+                                f"before it reached stepline: {_tail(ran.stderr) or 'it said nothing'}",
+                                hint=f"start `{self.options.get('command') or self.cli.name}` by hand in the project "
+                                     "to see why")
         if found is None:
-            return ExecutorError(f"{self.cli.name} exited without calling finish for {where}: {detail}",
-                                 retryable=True)
+            return ExecutorError(f"{who} exited without calling finish for {where}: {detail}", retryable=True)
         cls, fix = found
         what = {"permission": "stopped at a permission or login prompt", "rate-limit": "hit a rate limit or quota",
                 "connection": "could not reach its model"}[cls.kind]
         if ran.stopped == "stall":
             what += f" (it was stopped at its stall limit, {stall:g}s)"
         line = _tail(" ".join(said.split()), 300)
-        return cls(f"{self.cli.name} {what} in {where} [{cls.kind}]: {line}",
+        return cls(f"{who} {what} in {where} [{cls.kind}]: {line}",
                    hint=fix or (f"the {self.cli.name} CLI cannot go on unattended as it is set up"
                                 if cls.kind == "permission" else None))
 

@@ -81,7 +81,7 @@ def _print_plan(project: SprintProject, config: SprintConfig, keys: list[str], r
 #: blocked on a person 9 as for any run; a story deferred (or the loop's budget spent) 11; all done 0.
 EXIT_DEFERRED = 11
 _EXIT = {"done": 0, "deferred": EXIT_DEFERRED, "blocked": EXIT_BLOCKED, "failed": EXIT_FAILED}
-_STYLE = {"committed": "green", "deferred": "yellow", "blocked": "yellow", "stopped": "yellow"}
+_STYLE = {"committed": "green", "deferred": "yellow", "blocked": "yellow", "stopped": "yellow", "halted": "red"}
 
 
 def _progress(quiet: bool) -> Any:
@@ -152,14 +152,16 @@ def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, opti
                           "config/sprint.yaml (or set budgets.mode: warn), then `stepline sprint resume` takes the "
                           "stories left", markup=False, soft_wrap=True)
     outcome = loop_outcome(results)
-    if outcome == "blocked":
-        if found := waiting(engine.store, [(r.key, r.run_id) for r in results if r.outcome == "blocked"]):
+    if blocked := [(r.key, r.run_id) for r in results if r.outcome == "blocked"]:
+        if found := waiting(engine.store, blocked):
             _print_waiting(found)
         else:  # answered while the loop went on with other stories
             err_console.print("every question the loop stopped at is answered: `stepline sprint resume` goes on",
                               markup=False)
-    elif outcome == "failed":
-        failed = next(r for r in results if r.outcome == "failed")
+    for halted in [r for r in results if r.outcome == "halted"]:
+        err_console.print(f"{halted.summary}; fix the agent (start its command by hand to see why), then "
+                          "`stepline sprint resume`", markup=False, soft_wrap=True)
+    if failed := next((r for r in results if r.outcome == "failed"), None):
         err_console.print(f"story {failed.key} failed (see `stepline logs {failed.run_id}`); fix the cause, then "
                           "`stepline sprint resume`", markup=False, soft_wrap=True)
     raise typer.Exit(_EXIT[outcome])
