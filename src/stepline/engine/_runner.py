@@ -41,7 +41,7 @@ from stepline.errors import (
     StorageError,
     ToolError,
 )
-from stepline.executors import Executor, StepRequest, create_executor
+from stepline.executors import Executor, Ledger, StepRequest, create_executor
 from stepline.model import (
     Artifact,
     Event,
@@ -160,14 +160,18 @@ class Engine:
         human: how people are reached (terminal, or blocked runs); built from ``config.hitl`` when omitted.
         sleep: the coroutine used to wait between retries (tests pass a fake).
         listeners: called with every journaled event.
+        usage_within: a ledger the usage of every call of the runs this engine drives is added to as well, as it
+            is journaled (a sprint loop's, which its stories running at once share).
     """
 
     def __init__(self, *, project_root: Path | str = ".", config: RuntimeConfig | None = None,
                  executor: Executor | str | None = None, executor_options: dict[str, Any] | None = None,
                  mode: RunMode = "normal", human: HumanChannel | None = None,
                  sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-                 listeners: list[EventListener] | None = None, concurrency: int | None = None) -> None:
+                 listeners: list[EventListener] | None = None, concurrency: int | None = None,
+                 usage_within: Ledger | None = None) -> None:
         self.project_root = Path(project_root).resolve()
+        self.usage_within = usage_within
         self.config = config or RuntimeConfig()
         self.executor_explicit = executor is not None
         self.executor_name = (executor if isinstance(executor, str) else executor.name) if executor else "dry-run"
@@ -188,7 +192,7 @@ class Engine:
         self._redacted: dict[str, str] = {}  # long texts and their redaction: see redact
         self._scanner = self.config.guardrails.scanner()
         # Per-run state, set by _open.
-        self.calls = CallLog()
+        self.calls = self._new_calls()
         self._run: Run | None = None
         self._completed_on_disk = False
         self._dir: RunDir | None = None
@@ -202,6 +206,10 @@ class Engine:
         self._random = random.Random(0)
         self._deadlines = Deadlines()
         self.telis: ContextResolver | None = None  # the run's TELIS resolver, made when a step first asks (_telis)
+
+    def _new_calls(self) -> CallLog:
+        """The journaled-call tables of a run about to be driven or read (its ledger within ``usage_within``)."""
+        return CallLog(ledger=Ledger(within=self.usage_within))
 
     # -- public API -----------------------------------------------------------------------------------------
     @property
@@ -232,7 +240,7 @@ class Engine:
         """Create a run of ``workflow`` and drive it until it completes, fails or blocks."""
         run_dir = self.store.create()
         self._events = []
-        self.calls = CallLog()  # an engine that drove another run first must not answer this one from it
+        self.calls = self._new_calls()  # an engine that drove another run first must not answer this one from it
         now = time.now_iso()
         run = Run(run_id=run_dir.run_id, workflow=workflow, status=RunStatus.RUNNING, mode=self.mode,
                   executor=self.executor_name, executor_options=_public_options(self.executor_options),
@@ -347,7 +355,7 @@ class Engine:
             JournalError: the run directory is damaged (the message names the file, the line, what is wrong).
         """
         run = run_dir.manifest()
-        self.calls = CallLog()
+        self.calls = self._new_calls()
         self._events = run_dir.records(run.journal_seq)
         fold(run, self._events, self.calls, path=str(run_dir.journal_path), hint=run_dir.doctor_hint())
         stamp(run, self._events[-1] if self._events else None)

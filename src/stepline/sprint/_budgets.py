@@ -1,7 +1,8 @@
 """A story's budgets: what its stages' agent calls used, what the story's and the loop's limits leave, and what
 happens when one is spent (the story deferred, or — ``on_exceeded: escalate`` — a person asked).
 
-A stage's usage is journaled as a run variable (``sprint_usage:<stage>``) and reported to the loop's ledger; an agent
+A stage's usage is journaled as a run variable (``sprint_usage:<stage>``); the loop's ledger counts each call as it is
+journaled (:class:`~stepline.sprint._link.LoopLedger`); an agent
 call's budget (:func:`call_budget`) is what the story's limit leaves within what the loop's leaves, so a CLI agent past
 either is stopped mid-call.
 """
@@ -20,7 +21,7 @@ from stepline.sprint._usage import Usage, budget_prices, over_limit, usage_of_ca
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
 
-__all__ = ["LOOP_BUDGET", "budget_spent", "call_budget", "note_usage", "over_budget", "report_usage"]
+__all__ = ["LOOP_BUDGET", "budget_spent", "call_budget", "note_usage", "over_budget"]
 
 #: Whose budget a reason names when it is the loop's (a call's budget says so, see :func:`call_budget`).
 LOOP_BUDGET = "the loop's budget"
@@ -51,16 +52,9 @@ def _stage_usage(ctx: StepContext) -> Usage:
     return usage_of_calls([r for k, r in ctx.engine.calls.recorded.items() if k.startswith(prefix)], _prices(ctx))
 
 
-def report_usage(ctx: StepContext) -> None:
-    """Tell the loop's ledger what the story has spent so far (its journaled calls, this stage's included)."""
-    if (ledger := link(ctx).ledger) is not None:
-        ledger.report(story_key(ctx), _earlier_usage(ctx) + _stage_usage(ctx))
-
-
 def note_usage(ctx: StepContext) -> None:
-    """Journal what this stage's calls used (``sprint_usage:<stage>``), and report it to the loop."""
+    """Journal what this stage's calls used (``sprint_usage:<stage>``)."""
     set_var(ctx, f"sprint_usage:{ctx.spec.id}", _stage_usage(ctx).to_record())
-    report_usage(ctx)
 
 
 def _enforced(ctx: StepContext) -> bool:
@@ -71,9 +65,9 @@ def _enforced(ctx: StepContext) -> bool:
 
 def _spent_by_others(ctx: StepContext) -> Usage:
     """What the loop's other stories have spent: in a parallel loop, what its ledger holds now (the stories that
-    ended, and what each running one has reported); else what the loop had spent when this story started."""
+    ended, and every call of the running ones, as journaled); else what the loop had spent when this story started."""
     if (ledger := link(ctx).ledger) is not None:
-        return ledger.spent(but=story_key(ctx))
+        return ledger.spent(but_run=ctx.run.run_id)
     return Usage.from_record(story_vars(ctx).get("sprint_spent_before") or {"calls": 0})
 
 

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Literal
 from stepline.engine._runner import register_driver
 from stepline.model import Run, StepSpec, WorkflowSpec
 from stepline.sprint._baseline import baseline
-from stepline.sprint._budgets import report_usage
 from stepline.sprint._build import build
 from stepline.sprint._closeout import closeout
 from stepline.sprint._commit import advance, commit
@@ -73,7 +72,6 @@ _STAGE_DRIVERS: dict[str, Callable[[StepContext], Awaitable[None]]] = {
 async def run_sprint_stage(ctx: StepContext) -> None:
     """Run one stage of a story (the step's id names it: ``build@2`` is the second build); the first stage of a story
     the loop resumes is reconciled first."""
-    report_usage(ctx)  # a resumed story's earlier stages count in the loop's ledger from its first stage on
     await stop_left_agents(ctx)  # before the stage puts anything back or starts an agent again
     resumed = link(ctx).take_reconcile()
     if ctx.spec.id == "defer" or not resumed or await reconcile(ctx):

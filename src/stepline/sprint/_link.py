@@ -3,7 +3,8 @@ together (:class:`LoopLedger`), and whether the story is being resumed (its firs
 
 Each story of a loop runs on a :class:`StoryEngine` of its own (an engine drives one run at a time) that carries its
 :class:`StoryLink`; the loop makes both and keeps nothing in module state. A story's stages read their own story's
-run and link only: what the other stories spent reaches them through the ledger, which each story's stages report to.
+run and link only: what the other stories spent reaches them through the loop's ledger, which each story's run ledger
+is within (a call's usage counts there as soon as it is journaled).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stepline.engine import Engine
+from stepline.executors import Ledger, PriceTable
 from stepline.sprint._parallel import MergeQueue
 from stepline.sprint._usage import Usage
 
@@ -18,38 +20,23 @@ __all__ = ["LoopLedger", "StoryEngine", "StoryLink"]
 
 
 class LoopLedger:
-    """What a parallel loop's stories have spent: the ones that ended (and those settled before a resume), and each
-    running one's journaled calls so far, as its stages report them (while a call runs, the executor shares the
-    loop's budget among the live calls — see :func:`stepline.sprint._budgets.call_budget`)."""
+    """What a parallel loop's stories have spent: those it settled before a resume, and every call of the stories it
+    runs, counted as the call is journaled (each story's run ledger is within :attr:`calls`), weighed with the loop's
+    prices. While a call runs, the executor shares the loop's budget among the live calls (see
+    :func:`stepline.sprint._budgets.call_budget`)."""
 
-    def __init__(self, ended: Usage) -> None:
-        self.ended = ended
-        #: What each running story has spent so far, by story key.
-        self.running: dict[str, Usage] = {}
+    def __init__(self, before: Usage, prices: PriceTable) -> None:
+        self.before = before
+        self.prices = prices
+        #: The usage of every call of the loop's stories' runs.
+        self.calls = Ledger()
         #: Why the loop's budget is spent, as a running story's call was stopped for it (None: it was not).
         self.crossed: str | None = None
 
-    def started(self, key: str) -> None:
-        """``key`` runs now (what its run had spent before is reported by its first stage)."""
-        self.running.setdefault(key, Usage())
-
-    def report(self, key: str, spent: Usage) -> None:
-        """What the running story ``key`` has spent so far (its whole run)."""
-        if key in self.running:
-            self.running[key] = spent
-
-    def ended_with(self, key: str, spent: Usage) -> None:
-        """``key``'s run ended having spent ``spent``."""
-        self.running.pop(key, None)
-        self.ended = self.ended + spent
-
-    def spent(self, but: str | None = None) -> Usage:
-        """What the loop has spent so far, the running story ``but``'s own calls left out."""
-        total = self.ended
-        for key, used in self.running.items():
-            if key != but:
-                total = total + used
-        return total
+    def spent(self, but_run: str | None = None) -> Usage:
+        """What the loop has spent so far, the run ``but_run``'s own calls left out."""
+        calls = self.calls if but_run is None else self.calls.where(lambda entry: entry.run_id != but_run)
+        return self.before + calls.total(self.prices)
 
 
 @dataclass(slots=True)
@@ -81,6 +68,7 @@ class StoryEngine(Engine):
     def __init__(self, loop: Engine, link: StoryLink) -> None:
         super().__init__(project_root=loop.project_root, config=loop.config, executor=loop.executor_name,
                          executor_options=loop.executor_options, mode=loop.mode, human=loop.human, sleep=loop.sleep,
-                         listeners=list(loop.listeners), concurrency=loop.concurrency)
+                         listeners=list(loop.listeners), concurrency=loop.concurrency,
+                         usage_within=link.ledger.calls if link.ledger is not None else None)
         self._executor = loop.executor
         self.link = link

@@ -31,7 +31,7 @@ from stepline.sprint._status import (
     loop_log_path,
     story_usage,
 )
-from stepline.sprint._usage import Usage, over_limit
+from stepline.sprint._usage import Usage, budget_prices, over_limit
 
 if TYPE_CHECKING:
     from stepline.engine import Engine
@@ -396,7 +396,9 @@ async def _parallel_stories(engine: Engine, project: SprintProject, config: Spri
     (see :mod:`stepline.sprint._parallel`); their merges one at a time, in sprint order among the stories in flight
     (:class:`~stepline.sprint._parallel.MergeQueue`). The loop's budget is what they spend together, the running
     ones' calls included (:class:`~stepline.sprint._link.LoopLedger`)."""
-    ledger = LoopLedger(_spent_before(engine, options, keys))
+    budgets = config.budgets
+    ledger = LoopLedger(_spent_before(engine, options, keys), budget_prices(
+        engine.config.prices.table(), budgets.input_per_mtok, budgets.output_per_mtok, budgets.cache_read_per_mtok))
     return await _admit_stories(engine, project, config, options, width, keys, to_resume, log, report, ledger,
                                 MergeQueue(keys))
 
@@ -419,11 +421,10 @@ async def _admit_stories(engine: Engine, project: SprintProject, config: SprintC
 
     async def start(key: str) -> Run:
         story_engine = _story_engine(engine, key, StoryLink(queue, ledger, reconcile=key in to_resume), log)
-        ledger.started(key)
         if key in to_resume:
             return await story_engine.resume(to_resume[key])
         return await story_engine.start(_workflow(key, config), {**_variables(project, config, key, options,
-                                                                              ledger.spent(but=key)),
+                                                                              ledger.spent()),
                                                                  "sprint_parallel": True})
 
     async def may_start(key: str) -> str | None:
@@ -480,8 +481,8 @@ async def _admit_stories(engine: Engine, project: SprintProject, config: SprintC
         for task in done:
             key = running.pop(task)
             await queue.left(key)
-            result = _story_ended(task.result(), ledger.spent(but=key), limit, log, report)
-            ledger.ended_with(key, result.usage)
+            run = task.result()
+            result = _story_ended(run, ledger.spent(but_run=run.run_id), limit, log, report)
             ended[key] = result.outcome
             results.append(result)
             same.ended(result)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from stepline._placeholders import PROJECT_ROOT, Kind, find, substitute
 from stepline.errors import BudgetExceeded, ExecutorError
 from stepline.executors._budget import BUDGET_HINT
-from stepline.sprint._budgets import budget_spent, call_budget, note_usage, over_budget, report_usage
+from stepline.sprint._budgets import budget_spent, call_budget, note_usage, over_budget
 from stepline.sprint._build import agent_failure, may_try_again, outside_the_work
 from stepline.sprint._defer import append_deferred
 from stepline.sprint._project import ReviewLayer, find_project
@@ -115,8 +115,6 @@ async def review(ctx: StepContext) -> None:
                 if outside_the_work(exc) and await may_try_again(ctx, exc, agent_failure(ctx, exc, layer.id)):
                     continue
                 return layer, f"escalate: the {layer.name} reviewer failed: {exc}"
-            finally:
-                report_usage(ctx)  # the loop's other stories count this layer's call as soon as it is journaled
             return layer, outcome.summary or ""
 
     async def round_() -> dict[str, Any]:
