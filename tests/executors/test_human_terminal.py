@@ -23,8 +23,8 @@ import pytest
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "microfile_run" / "project"
 WORKFLOW = "_bmad/demo/workflows/menus"
-MENU = "Choose: [A] "  # the executor's prompt offering the step's menu ("Choose: [A] Advanced Elicitation  [P] …")
-ASKED_AGAIN = "Select an option"  # the runtime's own prompt for a menu: never, once the executor asked it
+MENU = "Choose [A/"  # the executor's prompt for the step's menu ("Choose [A/P/C] (Enter: C): "), options listed above
+ASKED_AGAIN = " asks:"  # the runtime's own prompt for a menu ("step-02-draft asks:"): never, once the executor asked it
 OUTPUT_PROMPT = "Type the step's output"
 SUMMARY_PROMPT = "Summary (optional)"
 
@@ -140,14 +140,17 @@ def test_a_skills_menus_are_offered_as_options_and_ctrl_c_stops_at_once(tmp_path
     terminal.cmd("new-session", "-d", "-s", "t", "-x", "200", "-y", "50", "-c", str(project),
                  f"env -u VISUAL -u EDITOR {command}")
 
-    first = terminal.wait_for("Choose: [C] continue (Enter: C) > ", 1)
+    first = terminal.wait_for("Choose [C] (Enter: C): ", 1)
     assert "Greet" not in first and "The runtime presents" not in first and "set `choice`" not in first, first
     assert "Validate Prerequisites" in first  # the step's own text
     terminal.type("")  # Enter: [C]
     terminal.wait_for(SUMMARY_PROMPT, 1)
     terminal.type("requirements confirmed")
-    second = terminal.wait_for("Choose: [A] Advanced Elicitation  [P] Party Mode  [C] Continue (Enter: C) > ", 1)
+    second = terminal.wait_for("Choose [A/P/C] (Enter: C): ", 1)
     assert ASKED_AGAIN not in second
+    menu = [" ".join(line.split()) for line in second.splitlines()]  # one option a line, the default marked
+    assert "│ [A] Advanced Elicitation │" in menu and "│ [C] Continue (default: Enter) │" in menu, second
+    assert "are side trips" in second, second
     started = time.monotonic()
     terminal.cmd("send-keys", "-t", "t", "C-c")
     shown = terminal.wait_for("STEPLINE-EXIT=", 1, timeout=15)
