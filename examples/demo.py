@@ -3,7 +3,7 @@
 BMAD v6.11's ``bmad-build`` skill (from ``../shared/corpus/bmad/v6.11.0`` beside the checkout, else the small
 skill in ``examples/demo-skill/greeting``) runs on the scripted executor: it writes a spec, stops at its
 ``[A] Approve | [E] Edit`` menu (nobody at the terminal: the run is blocked, exit 9), takes the answer from
-``stepline answer``, and goes on to write the code. Then the skill is changed and ``stepline replay`` runs it
+``stepline answer``, and goes on to write the code (bmad-build then offers to push: answered the same way). Then the skill is changed and ``stepline replay`` runs it
 again with the recorded answers, and ``stepline diff`` reports what changed.
 """
 
@@ -54,7 +54,12 @@ def main() -> int:
     run_id = latest_run(project)
     stepline("gates", run_id)
     stepline("answer", run_id, "A", "--by", "ada")
-    stepline("resume", run_id, "--script", "script.yaml")
+    if skill == "greeting":
+        stepline("resume", run_id, "--script", "script.yaml")
+    else:  # bmad-build's last step offers to push and create a pull request: a question for Ada too
+        stepline("resume", run_id, "--script", "script.yaml", expect=9)
+        stepline("answer", run_id, "N", "--by", "ada")
+        stepline("resume", run_id, "--script", "script.yaml")
     for document in (project / "docs").rglob("spec-*.md"):
         print(f"\n--- {document.relative_to(project)}\n{document.read_text(encoding='utf-8')}", end="")
 

@@ -19,7 +19,8 @@ DRIVERS = {
     "stepline.bmad._legacy_driver", "stepline.bmad._conditions_driver", "stepline.bmad._discover",
     "stepline.bmad._template_output", "stepline.bmad._microfile_driver",
     "stepline.ccw._driver", "stepline.ccw._state", "stepline.ccw._prompt",
-    "stepline.skills._driver",
+    "stepline.skills._driver", "stepline.skills._host", "stepline.skills._facts", "stepline.skills._intent",
+    "stepline.skills._subagents",
     "stepline.sprint._driver", "stepline.sprint._loop", "stepline.sprint._link", "stepline.sprint._stage",
     "stepline.sprint._budgets", "stepline.sprint._restore", "stepline.sprint._baseline", "stepline.sprint._reconcile",
     "stepline.sprint._build", "stepline.sprint._verify", "stepline.sprint._review", "stepline.sprint._commit",
@@ -36,7 +37,7 @@ INTERFACES = ("stepline.interfaces.cli", "stepline.interfaces.web", "stepline.in
 LAUNCHED = {"stepline.interfaces.cli": {"stepline.interfaces.web", "stepline.interfaces.mcp"}}
 
 STEPCHAIN = "stepline.stepchain"
-STEPCHAIN_READERS = {"stepline.stepchain._read", "stepline.stepchain._plan"}
+STEPCHAIN_READERS = {"stepline.stepchain._read", "stepline.stepchain._plan", "stepline.stepchain._stops"}
 
 
 def _module_name(path: Path) -> str:

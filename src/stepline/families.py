@@ -315,6 +315,11 @@ def read_plan(path: Path | str, *, project_root: Path | str | None = None) -> Pl
 
         finder = skill_finder(base, root.resolve())
     for step in spec.steps:
+        # a file a step routes to is planned after that step (below); a skill a step hands over to, or an agent's
+        # menu item runs, has a plan of its own: the run loads their steps too (``route-…``, ``<skill>:…``)
+        if step.meta.get("role") == "route" or step.meta.get("skill", spec.meta.get("skill")) not in (
+                spec.meta.get("skill"), spec.meta.get("forwarded_to")):
+            continue
         points = tuple(Point.from_json(p) for p in step.meta.get("points") or [])
         source = Path(step.source.path) if step.source else base
         steps.append(PlanStep(step.id, step.name or step.id, str(step.meta.get("role") or spec.format), source,

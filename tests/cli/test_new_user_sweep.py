@@ -7,6 +7,7 @@ frontmatter is not YAML, a ``--mode`` the skill does not have, ``bmad install`` 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -189,6 +190,14 @@ def test_resume_after_a_step_file_vanished(project: Path, capsys: pytest.Capture
     base = ["-C", str(project), "-q"]
     assert run_cli(["run", BUILD, "--executor", "dry-run", "--non-interactive", *base]) == 9
     run_id = next(p.name for p in (project / ".stepline" / "runs").iterdir() if p.name.startswith("run-"))
+    gates = project / ".stepline" / "runs" / run_id / "gates.json"
+    for _ in range(20):  # the questions the step files' plans ask before step-02's checkpoint
+        (gate,) = [g for g in json.loads(gates.read_text(encoding="utf-8")) if g["status"] == "pending"]
+        if "/checkpoint/" in gate["gate_id"]:
+            break
+        answer = gate["choices"][0]["key"] if gate.get("choices") else "nothing to add"
+        assert run_cli(["answer", run_id, answer, "-C", str(project)]) == 0
+        assert run_cli(["resume", run_id, "--executor", "dry-run", *base]) == 9
     assert run_cli(["answer", run_id, "A", "-C", str(project)]) == 0
     step = project / BUILD / "step-03-implement.md"
     kept = step.read_bytes()
@@ -200,7 +209,10 @@ def test_resume_after_a_step_file_vanished(project: Path, capsys: pytest.Capture
     assert "step-03-implement.md: this step file is gone (the skill changed after the run started)" in out
     assert "restore it, then resume the run" in out
     step.write_bytes(kept)
-    assert run_cli(["resume", run_id, "--executor", "dry-run", *base]) == 0
+    # step-03 runs, on to step-05's offer to push (a question of its plan)
+    assert run_cli(["resume", run_id, "--executor", "dry-run", *base]) == 9
+    (gate,) = [g for g in json.loads(gates.read_text(encoding="utf-8")) if g["status"] == "pending"]
+    assert gate["step_id"] == "step-05-present@2"
 
 
 def test_an_override_of_the_wrong_type_is_refused(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -109,8 +109,10 @@ class DryAgent:
         self.requests.append(request)
         rid = request["request_id"]
         if request["waiting_for"] == "answer":
+            # a conversation the person ends: "(answer `done` when finished)"
+            ends = "answer `done` when finished" in str(request.get("question") or "")
             await self.call("answer", {"run_id": self.run_id, "request_id": rid,
-                                       "answer": default_choice(request) or "as you see fit"})
+                                       "answer": default_choice(request) or ("done" if ends else "as you see fit")})
         elif request["kind"] == "decide":
             await self.call("decide", {"value": bool(request["hints"].get("default", False)),
                                        "reason": "the default branch", "request_id": rid})

@@ -3,7 +3,7 @@ steps, the persistent facts, the config — is not sent; what is judgement (a pe
 
 from __future__ import annotations
 
-from stepline.skills._driver import _activation_left
+from stepline.skills._host import activation_left as _activation_left
 
 AGENT = """## On Activation
 

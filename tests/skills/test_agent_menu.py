@@ -1,7 +1,8 @@
 """An agent skill's menu (its customization's ``[[agent.menu]]``): its activation ends with "Stop and wait for
 input", so the runtime presents the items and blocks for the person's choice, through the step-chain menu
 mechanism (exit 9, `stepline answer`, `stepline resume`); an item's ``prompt`` is one request, an item's ``skill``
-ends the run naming `stepline run <its path>`; in #yolo the executor chooses (journaled)."""
+runs next within the same run (its steps loaded with the agent's, under its name, its own customization); in #yolo
+the executor chooses (journaled)."""
 
 from __future__ import annotations
 
@@ -91,20 +92,22 @@ def _run_id(project: Path) -> str:
     return run_dir.name
 
 
-def test_nobody_at_the_terminal_blocks_at_the_agent_menu_and_a_skill_item_names_its_command(tmp_path: Path) -> None:
+def test_nobody_at_the_terminal_blocks_at_the_agent_menu_and_a_skill_item_runs_within_the_run(tmp_path: Path) -> None:
     project, agent = _agent(tmp_path)
     first = _cli(project, "run", str(agent), "--executor", "dry-run")
     assert first.returncode == 9, first.stdout + first.stderr
     assert "[WF] Run my workflow" in first.stdout and "[EX] Explain the project" in first.stdout
     run_id = _run_id(project)
     assert _cli(project, "answer", run_id, "WF").returncode == 0
-    done = _cli(project, "resume", run_id, "--executor", "dry-run")
-    assert done.returncode == 0, done.stdout + done.stderr
-    command = f"stepline run {tmp_path / 'src' / 'workflows' / 'my-workflow'}"
-    assert f"next: `{command}`" in done.stderr
+    recorder = Recorder()
+    run = asyncio.run(Engine(project_root=project, executor=recorder,
+                             human=HumanChannel(interactive=False)).resume(run_id))
+    assert run.status.value == "completed", run.error
+    assert [r.step_id for r in recorder.work()][-1] == "my-workflow:section-work"
+    assert "Write the notes." in recorder.work()[-1].content
     events = Engine(project_root=project).store.open(run_id).events()
     (menu,) = [e.data for e in events if e.type == "CallRecorded" and e.data.get("op") == "agent-menu"]
-    assert menu["result"] == {"choice": "WF", "skill": "my-workflow", "command": command, "by": "person"}
+    assert menu["result"] == {"choice": "WF", "skill": "my-workflow", "step": "my-workflow:activate", "by": "person"}
 
 
 def test_a_prompt_item_is_one_request_with_its_prompt(tmp_path: Path) -> None:
@@ -140,13 +143,13 @@ def test_the_pm_agent_blocks_at_its_menu_with_its_merged_items(v611: Path) -> No
     run_id = _run_id(v611)
     assert _cli(v611, "answer", run_id, "PRD").returncode == 0
     done = _cli(v611, "resume", run_id, "--executor", "dry-run")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "next: `stepline run _bmad/bmm/plan/bmad-prd`" in done.stderr
+    assert done.returncode == 9, done.stdout + done.stderr  # bmad-prd runs on, to its first question
+    assert "bmad-prd:section-discovery" in done.stdout + done.stderr
 
 
 def test_over_mcp_the_agent_menu_comes_back_as_a_question_with_its_items(v611: Path) -> None:
     """Through the MCP server (stdio, the mcp SDK client): after the activation's work, the PM agent's menu is
-    waiting_for_answer with its items' codes; the answer ends the run."""
+    waiting_for_answer with its items' codes; the answer runs the item's skill on, to its first question."""
     from mcp import Client
 
     from interfaces.mcp_agent import call, stdio_server
@@ -163,11 +166,13 @@ def test_over_mcp_the_agent_menu_comes_back_as_a_question_with_its_items(v611: P
                     rid = request["request_id"]
                     if request["waiting_for"] == "answer":
                         asked.append({**request, "status": current["status"]})
+                        if len(asked) > 1:
+                            return asked, str(current["status"])
                         await call(client, "answer", {"run_id": run_id, "request_id": rid, "answer": "CE"})
                     else:
                         await call(client, "finish", {"request_id": rid, "summary": "done"})
 
-    asked, status = asyncio.run(main())
-    assert [(q["status"], q["step_id"], q["choices"]) for q in asked] == [
+    asked, _ = asyncio.run(main())
+    assert [(q["status"], q["step_id"], q["choices"]) for q in asked[:1]] == [
         ("waiting_for_answer", "agent-menu", ["PRD", "CE", "IR", "CC"])]
-    assert status == "completed"
+    assert asked[1]["step_id"].startswith("bmad-create-epics-and-stories:"), asked[1]

@@ -13,7 +13,7 @@ from typing import Any
 from stepline import Engine
 from stepline.executors import StepRequest, StepSession
 from stepline.families import load_workflow, register_drivers
-from stepline.skills._driver import _handler_has_work
+from stepline.stepchain._checkpoints import handler_has_work as _handler_has_work
 
 from .conftest import Recorder
 

@@ -85,11 +85,13 @@ def test_every_skill_runs_to_completion(installed: Path, skill: str) -> None:
         while name is not None and name not in chain:
             chain.append(name)
             name = target.steps[name].next
-        assert [s for s in done if s.startswith("step-")] == [Path(n).stem for n in chain]
+        # (a step continued after a route it took runs again as a visit: ``step-01@2``)
+        assert [s for s in done if s.startswith("step-") and "@" not in s] == [Path(n).stem for n in chain]
         assert len(chain) > 1
     else:
         assert done[:2] == ["activate", "on-activation"] or done[:3] == ["shim", "activate", "on-activation"]
-        sections = [s.id for s in workflow.steps if s.meta.get("role") in ("section", "body")]
+        # its own sections (a skill it hands over to runs under its own name: ``bmad-build:…``)
+        sections = [s.id for s in workflow.steps if s.meta.get("role") in ("section", "body") and ":" not in s.id]
         # the sections ran, or the intent's own request (Validate names none), or the activation was all of it
         assert set(sections) & set(done) or "intent" in done or not sections
 

@@ -204,11 +204,14 @@ def test_a_shim_forwards_with_its_intent_and_fields(mini: Path) -> None:
 
 
 def test_mode_flag_preresolves_the_intent(mini: Path) -> None:
-    """--mode validate runs the Validate mode, which names no section: one request at the intent step."""
+    """--mode validate runs the Validate mode, which names no section: its route (``load `assets/rubric.md```) is
+    the next step, the rubric's text its request."""
     recorder = Recorder()
     run, _ = _run(mini, mini / "_bmad" / "mini" / "tiny-doc", recorder, mode="validate")
-    assert _path(run) == ["activate", "on-activation", "intent"]
+    assert _path(run) == ["activate", "on-activation", "intent", "route-assets-rubric"]
     assert any("assets/rubric.md" in r.content for r in recorder.work() if r.step_id == "intent")
+    rubric = (mini / "_bmad" / "mini" / "tiny-doc" / "assets" / "rubric.md").read_text(encoding="utf-8").strip()
+    assert [rubric in r.content for r in recorder.work() if r.step_id == "route-assets-rubric"] == [True]
 
 
 def test_scripts_run_as_tools_through_the_pipeline(mini: Path) -> None:

@@ -43,11 +43,13 @@ class Outcome:
     written: list[str] = field(default_factory=list)
     sections: dict[str, str] = field(default_factory=dict)
     finished: bool = False
+    #: the person's answers to the questions the executor asked (``ask``) during the request, in order
+    asked: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form for the journal."""
         return {"choice": self.choice, "summary": self.summary, "decision": self.decision, "reason": self.reason,
-                "written": self.written, "sections": self.sections, "finished": self.finished}
+                "written": self.written, "sections": self.sections, "finished": self.finished, "asked": self.asked}
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Outcome:
@@ -145,9 +147,11 @@ class JournaledSession(StepSession):
         self._check_open("ask")
         key, recorded, _ = self._next_key("ask")
         if recorded is not None:
+            self.outcome.asked.append(str(recorded["result"]))
             return str(recorded["result"])
         answer = await self.ctx.engine.human.ask(self.ctx, question, choices, key)
         self._record(key, "ask", {"question": question, "choices": choices}, answer)
+        self.outcome.asked.append(answer)
         return answer
 
     async def write_output(self, content: str, *, path: str | None = None, section: str | None = None,

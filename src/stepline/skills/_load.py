@@ -39,13 +39,18 @@ from stepline.skills._customize import (
 from stepline.skills._points import attach_points
 from stepline.skills._skill import (
     SkillFiles,
+    find_skill,
     read_skill_files,
     referenced_sections,
+    route_step_id,
+    routed_file,
     skill_folder,
     step_sections,
     unrunnable,
 )
+from stepline.stepchain._plan import Point, PointKind
 from stepline.stepchain._read import halts_in, parse_menu, prose_lines
+from stepline.stepchain._stops import before_menu
 
 __all__ = ["SKILL_FORMAT", "SkillFrame", "find_skill", "load_skill", "module_of", "skill_finder", "skill_frame",
            "step_id_of"]
@@ -74,19 +79,6 @@ def module_of(skill_root: Path) -> str | None:
         if schema.is_file():
             found = re.search(r"^code:\s*['\"]?([\w-]+)", schema.read_text(encoding="utf-8", errors="replace"), re.M)
             return found[1] if found else parent.name
-    return None
-
-
-def find_skill(name: str, near: Path, project_root: Path | None) -> Path | None:
-    """The folder of skill ``name``: in the project's ``_bmad`` tree, else in the source tree ``near`` is in."""
-    roots: list[Path] = []
-    if project_root is not None and (project_root / "_bmad").is_dir():
-        roots.append(project_root / "_bmad")
-    roots.extend(list(near.parents)[:4])
-    for root in roots:
-        for candidate in sorted(root.rglob(f"{name}/SKILL.md")):
-            if "render" not in candidate.relative_to(root).parts[:1]:
-                return candidate.parent
     return None
 
 
@@ -153,8 +145,9 @@ def _instructions(custom: Customization, key: str) -> list[str]:
     return [str(v) for v in value if str(v).strip()] if isinstance(value, list) else []
 
 
-def _skill_steps(files: SkillFiles, custom: Customization) -> list[StepSpec]:
-    """The steps of one skill (see the module doc), every one naming its skill in ``meta``."""
+def _skill_steps(files: SkillFiles, custom: Customization, root: Path) -> tuple[list[StepSpec], list[str]]:
+    """The steps of one skill (see the module doc), every one naming its skill in ``meta``, then a step for each
+    file its text routes to; and the skills its text hands over to."""
     steps = _activation_steps(files, custom)
     if files.kind == "step-files":
         if files.mode_entries:
@@ -164,7 +157,67 @@ def _skill_steps(files: SkillFiles, custom: Customization) -> list[StepSpec]:
         steps.extend(_section_specs(files))
     for before, after in itertools.pairwise(steps):
         before.meta.setdefault("next", after.id)
-    return steps
+    if files.kind == "shim":
+        steps.insert(0, StepSpec(id="shim", name=f"{files.name} (forwards to {files.forward_to})",
+                                 source=SourceRef(path=str(files.skill.path), line=1),
+                                 meta={"role": "shim", "skill": files.name}))
+    finder = skill_finder(files.root, root)
+    attach_points(steps, {files.name: files}, finder)
+    routed, handovers = _routed_steps(files, steps, finder)
+    return [*steps, *routed], handovers
+
+
+def _routed_steps(files: SkillFiles, steps: list[StepSpec], finder: Callable[[str], Path | None]
+                  ) -> tuple[list[StepSpec], list[str]]:
+    """A step for each file the skill's text routes to (``Load `references/validate.md```), each once, the files
+    those route to too (the runtime runs a route as the next step, then returns); and the skills the text hands
+    over to, in the order it names them."""
+    have = {s.id for s in steps}
+    routed: list[StepSpec] = []
+    handovers: list[str] = []
+    pending = list(steps)
+    while pending:
+        spec = pending.pop(0)
+        # a step's menu and its handlers are the chain's: a skill an option invokes is its side trip, not a hand-over
+        for point in before_menu([Point.from_json(p) for p in spec.meta.get("points") or []], spec.meta):
+            if point.kind is PointKind.HANDOVER and point.resolved is not None and point.target:
+                handovers.append(point.target)
+            path = routed_file(files, point)
+            if path is None or route_step_id(files.root, path) in have:
+                continue
+            rel = path.relative_to(files.root.resolve()).as_posix()
+            route = StepSpec(id=route_step_id(files.root, path), name=f"{rel} (routed to)",
+                             source=SourceRef(path=str(path), line=1),
+                             meta={"role": "route", "skill": files.name, "file": rel, "next": None})
+            attach_points([route], {files.name: files}, finder)
+            have.add(route.id)
+            routed.append(route)
+            pending.append(route)
+    return routed, list(dict.fromkeys(handovers))
+
+
+def _prefixed(steps: list[StepSpec], prefix: str) -> list[StepSpec]:
+    """A handed-over skill's steps, their ids (and the ids their ``meta`` names) under ``prefix`` (``bmad-prd:``),
+    apart from the steps of the skill that hands over."""
+    ids = {s.id for s in steps}
+
+    def named(sid: Any) -> Any:
+        return f"{prefix}{sid}" if isinstance(sid, str) and sid in ids else sid
+
+    renamed = []
+    for spec in steps:
+        meta = dict(spec.meta)
+        meta["next"] = named(meta.get("next"))
+        if "routes" in meta:
+            meta["routes"] = [{**r, "target": named(r["target"])} for r in meta["routes"]]
+        if "status_routes" in meta:
+            meta["status_routes"] = [[v, named(t), line] for v, t, line in meta["status_routes"]]
+        if meta.get("role") == "mode":
+            meta["modes"] = [{**m, "entry": named(m["entry"])} for m in meta["modes"]]
+        if meta.get("role") == "intent":
+            meta["modes"] = [{**m, "sections": [named(t) for t in m["sections"]]} for m in meta["modes"]]
+        renamed.append(spec.model_copy(update={"id": named(spec.id), "meta": meta}))
+    return renamed
 
 
 def _activation_steps(files: SkillFiles, custom: Customization) -> list[StepSpec]:
@@ -283,6 +336,37 @@ def _section_specs(files: SkillFiles) -> list[StepSpec]:
     return specs
 
 
+def _hand_over_steps(steps: list[StepSpec], skills: dict[str, Any], names: list[str], loaded: set[str],
+                     near: Path, root: Path) -> dict[str, str]:
+    """The steps of each skill handed over to (``names``, and those the text of each hands over to), appended to
+    ``steps`` under the skill's name with their own customization in ``skills``; each skill once. The first step
+    of each, by name. A skill that is not installed, a shim, or one BMAD's renderer would refuse is left out:
+    the step that hands over to it says so when it runs."""
+    firsts: dict[str, str] = {}
+    pending = list(names)
+    while pending:
+        name = pending.pop(0)
+        if name in loaded or name in firsts:
+            continue
+        loaded.add(name)
+        folder = find_skill(name, near, root)
+        if folder is None:
+            continue
+        target = read_skill_files(folder)
+        if target.kind == "shim" or unrunnable(target):
+            continue
+        module = module_of(target.root)
+        central, config_files = load_central_config(root, module)
+        custom = resolve_customization(target.root, root)
+        skills[target.name] = _skill_record(target, root, custom, module, central, config_files)
+        target_steps, more = _skill_steps(target, custom, root)
+        named = _prefixed(target_steps, f"{target.name}:")
+        firsts[name] = named[0].id
+        steps.extend(named)
+        pending.extend(more)
+    return firsts
+
+
 def _forwarded(shim: Customization, target: Customization) -> Customization:
     """The target's customization with the shim's own fields over it (the shim pre-resolves them)."""
     block = target.block() or "workflow"
@@ -387,7 +471,7 @@ def load_skill(path: Path | str, *, project_root: Path | str, variables: dict[st
     central, config_files = load_central_config(root, module)
     custom = resolve_customization(files.root, root)
     skills = {files.name: _skill_record(files, root, custom, module, central, config_files)}
-    steps = _skill_steps(files, custom)
+    steps, handovers = _skill_steps(files, custom, root)
     intent = (mode or "").lower() or None
     forwarded = None
     runs = files  # the skill whose steps run: the shim's target for a shim
@@ -406,12 +490,20 @@ def load_skill(path: Path | str, *, project_root: Path | str, variables: dict[st
         target_custom = _forwarded(custom, resolve_customization(target.root, root))
         skills[target.name] = _skill_record(target, root, target_custom, target_module, target_central,
                                             target_files)
-        shim_step = StepSpec(id="shim", name=f"{files.name} (forwards to {target.name})",
-                             source=SourceRef(path=str(files.skill.path), line=1),
-                             meta={"role": "shim", "skill": files.name, "next": "activate"})
-        steps = [shim_step, *_skill_steps(target, target_custom)]
+        target_steps, more = _skill_steps(target, target_custom, root)
+        shim_step = steps[0]
+        shim_step.meta["next"] = target_steps[0].id
+        steps = [shim_step, *(s for s in steps[1:] if s.meta.get("role") == "route"), *target_steps]
+        handovers = [*handovers, *more]
         intent = intent or files.forward_intent
         forwarded = target.name
+    agent = next((s for s in steps if s.meta.get("role") == "agent-menu"), None)
+    items = [str(i["skill"]) for i in agent.meta["items"] if "skill" in i] if agent is not None else []
+    firsts = _hand_over_steps(steps, skills, [*handovers, *items], {files.name, runs.name}, files.root, root)
+    if agent is not None:
+        for item in agent.meta["items"]:
+            if item.get("skill") in firsts:
+                item["step"] = firsts[item["skill"]]
     given = str((variables or {}).get("intent") or "").strip()
     if mode and given and given.lower() != mode.lower():  # the run's --var would win over --mode: say so
         raise UsageError(f"--mode {mode} and --var intent={given} disagree", hint="give one of them")
@@ -429,7 +521,7 @@ def load_skill(path: Path | str, *, project_root: Path | str, variables: dict[st
         id=files.name, name=files.name, description=files.description, format=SKILL_FORMAT,
         source=SourceRef(path=str(files.skill.path), line=1), root=str(files.root), variables=variables,
         steps=steps, meta={"kind": files.kind, "skills": skills, "skill": files.name, "forwarded_to": forwarded,
-                           "intent": intent, "module": module})
+                           "intent": intent, "module": module, "handovers": firsts})
 
 
 def skill_path(path: Path) -> Path:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from stepline.formats._files import read_text
 from stepline.model import StepSpec
 from stepline.skills._skill import Section, SkillFiles
 from stepline.stepchain._plan import Point, PointKind, read_points
@@ -97,6 +98,9 @@ def _points_of(step: StepSpec, files: SkillFiles, finder: Finder, steps: frozens
     if role in ("body", "shim"):
         text, first, path = _body(files, skill_md=role == "shim")
         return _read(text, path, first, files, finder)
+    if role == "route":  # a file the skill's text routes to, run as a step of its own
+        path = files.root / str(step.meta["file"])
+        return _read(read_text(path), path, 1, files, finder) if path.is_file() else []
     if role == "instruction":
         return _read(str(step.meta.get("text") or ""), files.root / "customize.toml", 1, files, finder)
     if role == "agent-menu":

@@ -26,7 +26,9 @@ from stepline.errors import ReaderError
 from stepline.formats._diagnostics import Diagnostic
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
+from stepline.stepchain._plan import Point, PointKind
 from stepline.stepchain._read import folder_mode, is_continuation
+from stepline.stepchain._stops import Checkpoint, checkpoints_in
 
 __all__ = [
     "Checkpoint",
@@ -37,11 +39,14 @@ __all__ = [
     "SkillFiles",
     "StepFile",
     "checkpoints_in",
+    "find_skill",
     "is_skill",
     "missing_render_entry",
     "read_doc",
     "read_skill_files",
     "referenced_sections",
+    "route_step_id",
+    "routed_file",
     "scripts_in",
     "skill_folder",
     "skill_md_missing",
@@ -173,6 +178,41 @@ def is_skill(path: Path) -> bool:
     return (path.is_dir() and (path / "SKILL.md").is_file()) or (path.is_file() and path.name == "SKILL.md")
 
 
+def find_skill(name: str, near: Path, project_root: Path | None) -> Path | None:
+    """The folder of skill ``name``: in the project's ``_bmad`` tree, else in the source tree ``near`` is in."""
+    roots: list[Path] = []
+    if project_root is not None and (project_root / "_bmad").is_dir():
+        roots.append(project_root / "_bmad")
+    roots.extend(list(near.parents)[:4])
+    for root in roots:
+        for candidate in sorted(root.rglob(f"{name}/SKILL.md")):
+            if "render" not in candidate.relative_to(root).parts[:1]:
+                return candidate.parent
+    return None
+
+
+def route_step_id(skill_root: Path, file: Path) -> str:
+    """The step id of a file a route loads: ``route-`` and its path in the skill (``route-references-validate``)."""
+    rel = file.resolve().relative_to(skill_root.resolve()).with_suffix("")
+    return "route-" + (re.sub(r"[\s/\\]+", "-", rel.as_posix()).strip("-") or "file")
+
+
+def routed_file(files: SkillFiles, point: Point) -> Path | None:
+    """The file a route point loads, when it is one the runtime runs as a step: a Markdown file of the skill that is
+    not its SKILL.md, its entry document, one of its chain's step files or a template."""
+    if point.kind is not PointKind.ROUTE or point.resolved is None or point.resolved.suffix != ".md" \
+            or "template" in point.resolved.name.lower():  # a template is copied and filled, not followed
+        return None
+    path = point.resolved.resolve()
+    root = files.root.resolve()
+    if not path.is_relative_to(root) or not path.is_file():
+        return None
+    rel = path.relative_to(root).as_posix()
+    if rel in files.steps or path in (files.skill.path.resolve(), files.entry.path.resolve()):
+        return None
+    return path
+
+
 def skill_md_missing(folder: Path) -> str | None:
     """Why ``folder`` looks like a skill whose ``SKILL.md`` is missing (a ``skill.md`` spelled otherwise, or a
     ``customize.toml`` with no SKILL.md beside it), else None. Such a folder is no skill: its workflow.md would
@@ -266,76 +306,8 @@ def read_doc(root: Path, path: Path) -> SkillDoc:
     return doc
 
 
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    """A ``HALT and ask human: `[A] Approve` | `[E] Edit``` line of a step file, its options (key, label) and what
-    the step says to do for each (``- **E**: Apply changes, then return to CHECKPOINT``, ``- On **S**: …``).
-
-    ``condition`` is the text it is nested under (``6. Token count check. If spec exceeds 1600 tokens:``, or the
-    same line's ``If …,`` before ``HALT``): the checkpoint stops for the person only when that holds. None: it
-    always does.
-    """
-
-    line: int
-    text: str
-    options: tuple[tuple[str, str], ...]
-    handlers: dict[str, str]
-    condition: str | None = None
-
-
-_CHECKPOINT = re.compile(r"^(?:(?P<cond>(?:if|when|unless)\b.*?)[,:—-]\s*)?"
-                         r"HALT and ask (?:the )?(?:human|user)\s*:\s*(?P<options>.+)$", re.I)
-_OPTION = re.compile(r"`\[(\w)\]\s*([^`]+?)`")
-_HANDLER = re.compile(r"^(\s*)-\s*(?:On\s+)?\*\*(\w)\*\*\s*:\s*(.*)$")
-_LIST_MARK = re.compile(r"^(?:[-*]|\d+\.)\s+")
 #: a menu's handler line: "- IF V (Validate): read fully and follow: ./steps-v/step-v-01.md"
 _MENU_BRANCH = re.compile(r"^[\s\-*]*\**\s*(?i:if)\s+['\"]?(?:[A-Z]{1,3}|\d{1,2})\b['\"]?\s*[(:]")
-
-
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip())
-
-
-def _parent_condition(lines: list[str], index: int) -> str | None:
-    """The line a nested line hangs from (the nearest line above it indented less), when it states a condition."""
-    depth = _indent(lines[index])
-    for above in reversed(lines[:index]):
-        if above.strip() and _indent(above) < depth:
-            text = _LIST_MARK.sub("", above.strip())
-            return text if re.search(r"\b(?:if|when|unless)\b", text, re.I) else None
-    return None
-
-
-def checkpoints_in(text: str) -> list[Checkpoint]:
-    """The checkpoints of a step file: a ``HALT and ask human:`` line offering two or more ```[K] Label``` options,
-    with their handlers; one nested under a condition (or opening with one) carries it as its ``condition``."""
-    lines = text.splitlines()
-    found: list[Checkpoint] = []
-    for index, line in enumerate(lines):
-        match = _CHECKPOINT.match(_LIST_MARK.sub("", line.strip()))
-        options = tuple((k.upper(), label.strip()) for k, label in _OPTION.findall(match["options"])) if match else ()
-        if match is None or len(options) < 2:
-            continue
-        nested = _indent(line) > 0 or bool(_LIST_MARK.match(line))
-        condition = match["cond"].strip() if match["cond"] else _parent_condition(lines, index) if nested else None
-        if nested and condition is None:
-            continue  # nested under a line that states no condition the runtime could see: the executor's
-        depth = _indent(line)
-        handlers: dict[str, str] = {}
-        current: str | None = None
-        for follow in lines[index + 1:]:
-            if follow.startswith("#") or (follow.strip() and _indent(follow) < depth):
-                break
-            handler = _HANDLER.match(follow)
-            if handler and len(handler[1]) == depth and handler[2].upper() in dict(options):
-                current = handler[2].upper()
-                handlers[current] = handler[3].strip()
-            elif current is not None and _indent(follow) > depth and follow.strip():
-                handlers[current] += "\n" + follow.strip()
-            elif follow.strip() and _indent(follow) <= depth:
-                current = None
-        found.append(Checkpoint(index + 1, line.strip(), options, handlers, condition))
-    return found
 
 
 def scripts_in(text: str) -> list[tuple[int, str]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +25,29 @@ from stepline.engine._context import StepContext
 from stepline.engine._signals import StepBlocked
 from stepline.errors import StepFailed
 from stepline.model import EventType, Run, StepStatus
+from stepline.stepchain._conditions import condition_fact
 from stepline.stepchain._menus import Option, match_answer, menu_text
 
-__all__ = ["SideTrip", "ask", "base_id", "check_visits", "choose", "hand_over", "record", "recorded", "settle",
-           "side_trip", "skip_pending", "visit_id"]
+__all__ = ["Host", "SideTrip", "ask", "base_id", "check_visits", "choose", "entry_after", "hand_over", "leave", "move",
+           "record", "recorded", "settle", "side_trip", "skip_pending", "visit_id"]
 
 #: What a family does for an ``[A]``/``[P]`` option: hand the executor the elicitation or party-mode text.
 SideTrip = Callable[[Option], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """What a family lends the chain's runtime for one step's requests: how it renders text (its placeholders:
+    a skill's ``{workflow.x}``, a workflow's ``{var}``), the hints every request carries (the run's standing
+    text; ``hints(**more)`` adds to them) and the context."""
+
+    render: Callable[[str], str]
+    hints: Callable[..., dict[str, Any]]
+    context: dict[str, Any]
+
+    def fact(self, ctx: StepContext, condition: str) -> tuple[bool, str] | None:
+        """``(holds, why)`` for a condition the runtime reads itself, None for prose (see :mod:`._conditions`)."""
+        return condition_fact(condition, self.render, ctx.project_root)
 
 
 def base_id(sid: str) -> str:
@@ -88,6 +105,58 @@ def skip_pending(ctx: StepContext, reason: str, only: set[str] | None = None) ->
         if spec.id != ctx.spec.id and (step is None or step.status == StepStatus.PENDING) and (
                 only is None or spec.id in only):
             ctx.engine.emit(EventType.STEP_SKIPPED, {"reason": reason}, step_id=spec.id)
+
+
+def move(ctx: StepContext, following: str | None, **why: Any) -> str | None:
+    """Set the run's cursor to the next visit of ``following``. At the end of a chain (None) that a route or a
+    hand-over led into — or at the end of a step a route called (``Run `## Reviewer Gate```), whatever its own next
+    — the run goes back where that route returns (the step that routed, after the route; or the step after it);
+    else the steps off the path are skipped. The visit, or None when the run's chain ends."""
+    returns = list(ctx.run.cursor.get("returns") or [])
+    after = None
+    if (following is None or _entry(ctx)["call"]) and returns:
+        back = returns.pop()
+        following, after = str(back["step"]), back.get("after")
+        why = {**why, "returned": True}
+    visit = visit_id(ctx.run, following) if following else None
+    ctx.emit(EventType.CURSOR_MOVED, {"next": visit, "from": ctx.spec.id, "returns": returns, "continue_after": after,
+                                      "call": False, **why})
+    if visit is None:
+        skip_pending(ctx, "not on the path this run took")
+    return visit
+
+
+def leave(ctx: StepContext, target: str, *, back: str | None, after: int | None, call: bool = False,
+          **why: Any) -> None:
+    """Go to step ``target`` (a route's file, a handed-over skill) and, when its chain ends, to ``back`` (None: where
+    the chain that led here returns) — from its ``after``-th point on, a step continued (None: from its start).
+    ``call``: ``target`` is one step that returns when it ends, whatever its own next (a section a route runs)."""
+    returns = list(ctx.run.cursor.get("returns") or [])
+    if back is not None:
+        returns.append({"step": base_id(back), "after": after})
+    ctx.emit(EventType.CURSOR_MOVED, {"next": visit_id(ctx.run, target), "from": ctx.spec.id, "returns": returns,
+                                      "continue_after": None, "call": call, **why})
+
+
+def _entry(ctx: StepContext) -> dict[str, Any]:
+    """How this visit was entered: ``after`` (how many of its points a visit continued after a route or hand-over
+    has behind it; 0: it starts afresh) and ``call`` (a route called it: it returns when it ends). Read from the
+    cursor that led here and journaled with the visit, so a resumed visit is entered the same way."""
+    key = f"{ctx.spec.id}/entry"
+    entry = ctx.engine.calls.recorded.get(key)
+    if entry is not None:
+        return dict(entry["result"])
+    cursor = ctx.run.cursor
+    here = cursor.get("next") == ctx.spec.id
+    found = {"after": int(cursor.get("continue_after") or 0) if here else 0, "call": bool(cursor.get("call")) and here}
+    if found["after"] or found["call"]:
+        ctx.emit(EventType.CALL_RECORDED, {"key": key, "op": "entry", "args": {}, "result": found})
+    return found
+
+
+def entry_after(ctx: StepContext) -> int:
+    """How many of its points a visit continued after a route or hand-over has behind it (0: it starts afresh)."""
+    return int(_entry(ctx)["after"])
 
 
 def _check_rounds(ctx: StepContext, round_no: int) -> None:

@@ -48,7 +48,8 @@ def _target_named(handler: str, meta: dict[str, Any], env: dict[str, Any]) -> st
     text = render_variables(handler, env)
     best: tuple[int, str] | None = None
     for target in _targets(meta):
-        positions = [p for p in (text.find(target), text.find(Path(target).name)) if p >= 0]
+        # a step of a skill handed over to is named ``<skill>:<step>``: its handlers name the step's own file
+        positions = [p for p in (text.find(target), text.find(Path(target.rsplit(":", 1)[-1]).name)) if p >= 0]
         if positions and (best is None or min(positions) < best[0]):
             best = (min(positions), target)
     return best[1] if best else None

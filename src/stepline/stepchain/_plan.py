@@ -240,8 +240,8 @@ _NEGATED_BEFORE = re.compile(r"(?i)\b(?:never|do\s+not|don't)\b[^,;—]{0,60}$")
 _STOPS = re.compile(r"(?i)\b(?:never|do\s+not|don't)\s+(?:\w+\s+){0,2}?(?:stop|end|finish|wrap|close|disband|leave|"
                     r"move\s+on|conclude)")
 #: the person's own options described (``User can chat or ask questions``), not a turn the text gives them
-_PERSON_MAY = re.compile(r"\b(?:the\s+)?(?:user|they|human|person)\s+(?:can|may|might|could|will|is\s+free\s+to)\b",
-                         re.I)
+_PERSON_MAY = re.compile(r"\b(?:the\s+)?(?:user|they|human|person)\s+(?:can|may|might|could|will|is\s+free\s+to)\b"
+                         r"|\byou\s+(?:can|may)\b[^.]*\bask\s+me\b", re.I)  # said to the person: "you can … ask me"
 #: the sections of a step file that restate the rules for a model (the runtime owns them): no points
 _RULES_SECTION = re.compile(r"(?i)\b(?:mandatory|execution\s+(?:rules|protocols)|context\s+boundaries|"
                             r"success\s+metrics|"
@@ -299,6 +299,9 @@ _PATH_RE = re.compile(r"`(?P<a>" + _PATH + r")`|(?<![\w/{.])(?P<b>\.{1,2}/(?:[\w
 #: a file named only as a thing to write, template or example, never a route
 _NOT_ROUTE = re.compile(r"\b(?:write|writes|written|save|saves|append|create|creates|update|output|template|"
                         r"templates|e\.g|example|format in|prompt and output|emit|copy|rename)\b", re.I)
+#: what follows a file named as a reference the executor reads when it needs it: ``when you need it``, ``as needed``
+_ON_DEMAND = re.compile(r"[`'\"\s]*(?:when(?:ever)?\s+(?:you|it)\s+(?:needs?|is\s+needed)|as\s+needed|if\s+needed|"
+                        r"when\s+needed|on\s+demand|for\s+reference)\b", re.I)
 _STRONG_ROUTE = re.compile(r"\b(?:load|read(?:\s+fully)?\s+and\s+follow|follow|route(?:s|d)?\s+(?:to|into)|"
                            r"proceed\s+to|go\s+to|jump\s+to|switch\s+to|hand(?:s)?\s+off\s+to|read\s+fully|"
                            r"execute|Read\()\b|Read\(|→|->", re.I)
@@ -589,6 +592,8 @@ class _Reader:
                 continue
             if "template" in Path(raw).name.lower():
                 continue  # a template is a document's skeleton, not text to follow
+            if _ON_DEMAND.match(s.text[match.end():]):
+                continue  # a reference read when needed (``Read `x` when you need it``), not text to follow now
             resolved = _resolve(self.base, self.file, raw)
             if resolved is None and "/" not in raw:
                 continue  # a bare name found nowhere in the skill: a document of the run (prd.md), not a route

@@ -1,0 +1,48 @@
+"""Review layers that launch subagents: a ``{workflow.<x>}`` list of tables with an ``instruction`` (bmad-build's
+review layers) is not handed to one conversation: each layer is its own request with only its instruction, at most
+``runtime.concurrency`` at once."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from stepline.engine._context import StepContext
+from stepline.skills._host import base_context, render, skill_of, standing
+from stepline.skills._render import CUSTOM_TOKEN
+
+__all__ = ["run_subagents", "subagent_layers"]
+
+
+def subagent_layers(ctx: StepContext, text: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The ``{workflow.<x>}`` tokens of ``text`` whose value is a list of layers (tables with an ``instruction``)
+    that launch subagents, each with its active layers (an empty instruction disables one)."""
+    skill = skill_of(ctx)
+    found = []
+    for match in {m[0]: m for m in CUSTOM_TOKEN.finditer(text)}.values():  # a token named twice is one set of layers
+        value = (skill["customization"].get(match[1]) or {}).get(match[2])
+        if not isinstance(value, list) or not value or not all(isinstance(v, dict) for v in value):
+            continue
+        active = [v for v in value if str(v.get("instruction", "")).strip()]
+        if any("subagent" in str(v["instruction"]).lower() for v in active):
+            found.append((match[0], active))
+    return found
+
+
+async def run_subagents(ctx: StepContext, layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each layer as its own ``work`` request (a fresh context: only its instruction), at most
+    ``runtime.concurrency`` at a time; the results in the layers' order."""
+    limit = asyncio.Semaphore(ctx.engine.config.runtime.concurrency)
+
+    async def one(layer: dict[str, Any]) -> dict[str, Any]:
+        async with limit:  # FIFO: the requests are numbered in the layers' order, the same on a resume
+            name = str(layer.get("name") or layer.get("id"))
+            # The run's standing text stays in the request (the prefix a provider caches for the whole run); the
+            # executor tells the subagent that a fresh context works from its own instruction only.
+            outcome = await ctx.invoke("work", title=f"subagent: {name}", content=render(ctx, layer["instruction"]),
+                                       hints=standing(ctx),
+                                       context={**base_context(ctx), "subagent": layer.get("id"),
+                                                "fresh_context": True})
+        return {"id": layer.get("id"), "name": name, "result": outcome.summary or ""}
+
+    return list(await asyncio.gather(*(one(layer) for layer in layers)))

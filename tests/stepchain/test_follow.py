@@ -1,0 +1,257 @@
+"""A skill's plan followed in normal mode, shape by shape, with nobody at a terminal: each point the text hands to
+the person blocks the run on a question (as ``stepline answer`` + ``resume`` would settle it), in the text's
+order; a route runs its file as the next step, a hand-over runs the other skill within the run with its own
+customization, a conversation loop ends on the person's word, and a model executor that did not ask is asked for
+by the runtime. In #yolo the executor answers every point, journaled."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakes import fake_openai
+from fakes.policy import Call, Policy, Request
+from stepline import Engine
+from stepline.engine._human import HumanChannel
+from stepline.executors import StepRequest, StepSession
+from stepline.executors._base import Executor
+from stepline.families import load_workflow, register_drivers
+from stepline.model import Event, Run
+
+register_drivers()
+
+ASKER = """---
+name: asker
+description: Asks, routes and loops.
+---
+# Asker
+
+## On Activation
+
+Nothing to set up.
+
+## Gather
+
+Ask the user for the product's name.
+
+**Working mode.** Offer the choice:
+
+- **Fast path** — one question, then a draft.
+- **Coaching path** — walk it together.
+
+Load `references/deep.md` and follow it.
+
+## Brainstorm
+
+Keep generating ideas with the user until they say they're done.
+"""
+DEEP = """# Deep
+
+Ask the user which color they want.
+"""
+FORWARDER = """---
+name: forwarder
+description: Hands the work to another skill.
+---
+# Forwarder
+
+## On Activation
+
+Nothing to set up.
+
+## Forward
+
+Invoke `target-skill` with the user's request. `target-skill` takes the workflow from here.
+"""
+TARGET = """---
+name: target-skill
+description: The skill the forwarder hands over to.
+---
+# Target
+
+## On Activation
+
+Nothing to set up.
+
+## Work
+
+Say {workflow.greeting}.
+"""
+
+
+class Recorder(Executor):
+    """Does each request like dry-run, keeping them; ``answer`` (#yolo) with the first choice or a sentence."""
+
+    name = "recorder"
+    pure = True
+
+    def __init__(self) -> None:
+        self.requests: list[StepRequest] = []
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        self.requests.append(request)
+        if request.kind == "answer":
+            await session.finish(choice=(request.choices or ["an answer"])[0], summary="answered")
+            return
+        await session.finish(summary=f"did {request.step_id}")
+
+    def work(self, step: str) -> list[StepRequest]:
+        return [r for r in self.requests if r.kind == "work" and r.step_id.split("@")[0] == step]
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text, encoding="utf-8")
+
+
+@pytest.fixture
+def skills(tmp_path: Path) -> Path:
+    """A project, and beside it the skills: asker (a question, a choice, a route, a loop), forwarder and the
+    target-skill it hands over to (its customization overridden in the project)."""
+    src = tmp_path / "src"
+    _write(src, {"asker/SKILL.md": ASKER, "asker/references/deep.md": DEEP,
+                 "forwarder/SKILL.md": FORWARDER, "target-skill/SKILL.md": TARGET,
+                 "target-skill/customize.toml": '[workflow]\ngreeting = "hello from the default"\n'})
+    project = tmp_path / "project"
+    _write(project, {"_bmad/custom/target-skill.toml": '[workflow]\ngreeting = "hello from the override"\n'})
+    return project
+
+
+def _engine(project: Path, executor: Executor | str, mode: str = "normal") -> Engine:
+    return Engine(project_root=project, executor=executor, mode=mode, human=HumanChannel(interactive=False))
+
+
+def _pending(engine: Engine) -> Any:
+    (gate,) = engine.gates.pending()
+    return gate
+
+
+def _events(engine: Engine, run: Run) -> list[Event]:
+    return list(engine.store.open(run.run_id).events())
+
+
+def _done(events: list[Event]) -> list[str]:
+    """The steps in the order they completed."""
+    return [str(e.step_id) for e in events if e.type == "WorkflowStepCompleted"]
+
+
+def _recorded(events: list[Event], op: str) -> list[dict[str, Any]]:
+    return [e.data for e in events if e.type == "CallRecorded" and e.data["op"] == op]
+
+
+def _answer(project: Path, run: Run, answer: str, executor: Executor | str) -> tuple[Engine, Run]:
+    _engine(project, "dry-run").decide_gate(run.run_id, None, approved=True, by="test", answer=answer)
+    engine = _engine(project, executor)
+    return engine, asyncio.run(engine.resume(run.run_id))
+
+
+def test_each_point_blocks_in_order_a_route_runs_next_and_a_loop_ends_on_the_persons_word(skills: Path) -> None:
+    project = skills
+    recorder = Recorder()
+    engine = _engine(project, recorder)
+    run = asyncio.run(engine.start(load_workflow(project.parent / "src" / "asker", project_root=project)))
+    asked = []
+    for answer in ("Stepline", "C", "blue", "more ideas please", "done"):
+        assert run.status.value == "blocked", run.error
+        gate = _pending(engine)
+        asked.append((gate.step_id, gate.reason, [c.key for c in gate.choices or []]))
+        engine, run = _answer(project, run, answer, recorder)
+    assert run.status.value == "completed", run.error
+    assert asked == [
+        ("section-gather", "SKILL.md:13: Ask the user for the product's name.", []),
+        ("section-gather", "SKILL.md:15: **Working mode.** Offer the choice: Select an option: [F] Fast path  "
+                           "[C] Coaching path [F/C]", ["F", "C"]),
+        ("route-references-deep", "deep.md:3: Ask the user which color they want.", []),
+        ("section-brainstorm", "SKILL.md:24: Keep generating ideas with the user until they say they're done. "
+                               "(answer `done` when finished)", []),
+        ("section-brainstorm", "SKILL.md:24: Keep generating ideas with the user until they say they're done. "
+                               "(answer `done` when finished)", [])]
+    # the route ran as the next step, after the step that routes; then the chain went on where it left
+    assert _done(_events(engine, run)) == ["activate", "on-activation", "section-gather", "route-references-deep",
+                                           "section-brainstorm"]
+    handed = [d["result"] for d in _recorded(_events(engine, run), "handover") if d["result"]["role"] == "route"]
+    assert [Path(h["path"]).name for h in handed] == ["deep.md"] and len(handed[0]["sha256"]) == 64
+    # each answer journaled with who gave it, and handed to the next turn of its step
+    points = [(d["args"]["line"], d["result"]) for d in _recorded(_events(engine, run), "point")]
+    assert points == [(13, {"answer": "Stepline", "by": "person"}),
+                      (15, {"answer": "[C] Coaching path", "by": "person"}),
+                      (3, {"answer": "blue", "by": "person"}),
+                      (24, {"answer": "more ideas please", "by": "person"}),
+                      (24, {"answer": "done", "by": "person"})]
+    gather = recorder.work("section-gather")
+    assert "Stepline" in gather[-1].content and "[C] Coaching path" in gather[-1].content
+    loop = recorder.work("section-brainstorm")
+    assert any("the person said 'more ideas please'" in r.content for r in loop)
+
+
+def test_yolo_the_executor_answers_every_point_journaled(skills: Path) -> None:
+    engine = _engine(skills, "dry-run", mode="yolo")
+    run = asyncio.run(engine.start(load_workflow(skills.parent / "src" / "asker", project_root=skills)))
+    assert run.status.value == "completed", run.error
+    points = [(d["args"]["line"], d["result"]["by"]) for d in _recorded(_events(engine, run), "point")]
+    assert points == [(13, "executor"), (15, "executor"), (3, "executor"), (24, "executor")]
+
+
+def test_a_hand_over_runs_the_other_skill_within_the_run_with_its_customization(skills: Path) -> None:
+    recorder = Recorder()
+    engine = _engine(skills, recorder)
+    run = asyncio.run(engine.start(load_workflow(skills.parent / "src" / "forwarder", project_root=skills)))
+    assert run.status.value == "completed", run.error
+    assert _done(_events(engine, run)) == ["activate", "on-activation", "section-forward", "target-skill:activate",
+                                           "target-skill:on-activation", "target-skill:section-work"]
+    (work,) = recorder.work("target-skill:section-work")
+    assert "Say hello from the override." in work.content
+    events = _events(engine, run)
+    (left,) = _recorded(events, "leave")
+    assert left["args"]["target"] == "target-skill" and left["result"]["step"] == "target-skill:activate"
+    custom = [d for d in _recorded(events, "customization") if d["args"]["skill"] == "target-skill"]
+    assert [Path(p).name for p in custom[0]["args"]["layers"]] == ["customize.toml", "target-skill.toml"]
+
+
+class _Asks(Policy):
+    """A model that asks the first point's question itself, through ``ask``, before finishing its turn."""
+
+    def _first(self, request: Request, tools: dict[str, dict[str, Any]]) -> list[Call]:
+        if request.kind == "work" and "`line 13` (question)" in request.parts.get("Step instructions", ""):
+            return [("ask", {"question": "What is your product called?"})]
+        return super()._first(request, tools)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[fake_openai.FakeOpenAI]:
+    with fake_openai.FakeOpenAI().running() as running:
+        yield running
+
+
+@pytest.mark.parametrize("model_asks", [False, True], ids=["model-does-not-ask", "model-asks"])
+def test_a_model_that_does_not_ask_is_asked_for_by_the_runtime(skills: Path, server: fake_openai.FakeOpenAI,
+                                                                model_asks: bool) -> None:
+    """The openai executor against the fake server: the step's first point is asked once, by the model's own
+    ``ask`` when it asks (that counts), else by the runtime with the point's question."""
+    server.reset()
+    policy = _Asks() if model_asks else Policy()
+    server.responder = fake_openai.responder(policy)
+    options = {"base_url": server.base_url, "api_key": "test", "model": "fake"}
+    executor = {"executor": "openai", "executor_options": options}
+
+    def engine() -> Engine:
+        return Engine(project_root=skills, mode="normal", human=HumanChannel(interactive=False), **executor)
+
+    first = engine()
+    run = asyncio.run(first.start(load_workflow(skills.parent / "src" / "asker", project_root=skills)))
+    gate = _pending(first)
+    assert gate.step_id == "section-gather"
+    assert gate.reason == ("What is your product called?" if model_asks else
+                           "SKILL.md:13: Ask the user for the product's name.")
+    first.decide_gate(run.run_id, None, approved=True, by="test", answer="Stepline")
+    second = engine()
+    run = asyncio.run(second.resume(run.run_id))
+    assert [c.key for c in _pending(second).choices] == ["F", "C"]  # the next point: the first is not asked again
+    (point,) = _recorded(_events(second, run), "point")
+    assert point["result"] == {"answer": "Stepline", "by": "executor's ask" if model_asks else "person"}
+    assert policy.errors == []
