@@ -27,6 +27,7 @@ second … run, as a reader would paste them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -139,11 +140,18 @@ def test_every_mark_is_known_and_every_skip_names_what_runs_it() -> None:
 
 
 def run_ids(folder: Path) -> list[str]:
-    """The runs of the project in ``folder`` in the order they were started."""
+    """The runs of the project in ``folder`` in the order they were started (an id holds its start to the second
+    only: runs a sprint loop starts within one second are ordered by their manifests' ``created_at``)."""
     runs = folder / ".stepline" / "runs"
     if not runs.is_dir():
         return []
-    return sorted(p.name for p in runs.iterdir() if p.name.startswith("run-"))  # ids begin with their start time
+
+    def started(run: Path) -> tuple[str, str]:
+        manifest = run / "manifest.json"
+        created = json.loads(manifest.read_text(encoding="utf-8")).get("created_at", "") if manifest.is_file() else ""
+        return str(created), run.name
+
+    return [run.name for run in sorted((p for p in runs.iterdir() if p.name.startswith("run-")), key=started)]
 
 
 def with_run_ids(commands: str, started: list[str]) -> str:
