@@ -7,7 +7,7 @@ and :func:`stepline.families.register_drivers` imports them all.
 from __future__ import annotations
 
 from stepline.engine._config import RuntimeConfig, load_runtime_config
-from stepline.engine._context import StepContext, render_variables
+from stepline.engine._context import StepContext
 from stepline.engine._gates import GateBook, gate_choices, gate_question, gate_reason
 from stepline.engine._human import HumanChannel, Prompt, terminal_prompt
 from stepline.engine._runner import Engine, EventListener, RunObserver, StepDriver, register_driver, register_observer
@@ -34,6 +34,5 @@ __all__ = [
     "load_runtime_config",
     "register_driver",
     "register_observer",
-    "render_variables",
     "terminal_prompt",
 ]

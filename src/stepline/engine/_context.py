@@ -15,13 +15,7 @@ if TYPE_CHECKING:
     from stepline.engine._session import Outcome
     from stepline.store import Durability
 
-__all__ = ["StepContext", "render_variables"]
-
-
-def render_variables(text: str, variables: dict[str, Any]) -> str:
-    """Fill ``{{name}}`` and ``{name}`` with the known variables, their values' own references too (the step
-    chain's menus use it; every other caller calls :func:`stepline._placeholders.substitute`)."""
-    return substitute(text, variables, nested=True)
+__all__ = ["StepContext"]
 
 
 class StepContext:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from stepline import time
+from stepline._placeholders import Kind, find, substitute
 from stepline.engine._context import StepContext
 from stepline.engine._flow import CursorFlow
 from stepline.engine._runner import register_driver
@@ -70,7 +71,6 @@ from stepline.stepchain._stops import before_menu
 
 __all__ = ["SkillFlow", "run_skill_step"]
 
-_PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_]*)\}")
 
 
 class SkillFlow(CursorFlow):
@@ -227,12 +227,14 @@ async def _step_file(ctx: StepContext) -> None:
     # The link to the next step file and the rules the runtime keeps are not sent (unless configured).
     lean = None if ctx.engine.config.prompts.full_step_text else lean_step_text(doc.text, shared_sections(ctx))
     raw = lean.text if lean is not None else doc.text
+    launched: dict[str, str] = {}  # each layers token: what the step is told in its place
     for token, active in layers:  # the runtime launches them: the step is told so, and what they need from it
-        needs = sorted({n for layer in active for n in _PLACEHOLDER.findall(render(ctx, layer["instruction"]))})
+        needs = sorted({p.name for layer in active for p in find(render(ctx, layer["instruction"]))})
         names = ", ".join(str(layer.get("name") or layer.get("id")) for layer in active)
         ask = "".join(f" Before you finish, set it with set_var('{n}', …) — the layers need it." for n in needs)
-        raw = raw.replace(token, f"(The runtime runs these {len(active)} layers as parallel subagents once you "
-                                 f"finish this request: {names}.{ask} Do everything before them now.)")
+        launched[token] = (f"(The runtime runs these {len(active)} layers as parallel subagents once you finish "
+                           f"this request: {names}.{ask} Do everything before them now.)")
+    raw = substitute(raw, launched, kinds={Kind.CUSTOM})
     checkpoints = checkpoints_in(doc.text)
     content = person = render(ctx, raw)  # the step as a person reads it; the runtime's notes to a model follow
     options = _step_menu(ctx, checkpoints)

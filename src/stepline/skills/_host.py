@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from stepline._placeholders import PROJECT_ROOT, Kind, substitute
 from stepline.engine._context import StepContext
 from stepline.executors import STANDING_HINT, standing_text
 from stepline.formats._files import read_text
@@ -101,7 +102,8 @@ def scripts_of(ctx: StepContext, doc: SkillDoc) -> list[dict[str, Any]]:
     skill_root = Path(skill_of(ctx)["root"])
     found = []
     for line, raw in doc.scripts:
-        rendered = raw.replace("{project-root}", str(ctx.project_root)).replace("{skill-root}", str(skill_root))
+        rendered = substitute(raw, {PROJECT_ROOT: str(ctx.project_root), "skill-root": str(skill_root)},
+                              kinds={Kind.VAR})
         path = Path(rendered) if Path(rendered).is_absolute() else skill_root / rendered
         found.append({"script": str(path), "line": line, "exists": path.is_file(), "tool": "runScript"})
     return found

@@ -17,7 +17,6 @@ and the runtime tell the same story.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,6 @@ from typing import Any
 from stepline._placeholders import PROJECT_ROOT, VARIABLES, Kind, Placeholder, find, substitute
 
 __all__ = [
-    "CUSTOM_TOKEN",
     "RenderEnv",
     "config_lookup",
     "format_custom_value",
@@ -34,7 +32,6 @@ __all__ = [
     "unknown_tokens",
 ]
 
-CUSTOM_TOKEN = re.compile(r"\{(workflow|agent)\.([A-Za-z0-9_.-]+)\}")
 #: The tokens render_skill.py fills (the plain names are the model's there).
 _PUBLISHED = frozenset({Kind.CONFIG_KEY, Kind.CONFIG_PATH, Kind.CUSTOM, Kind.SNAPSHOT})
 

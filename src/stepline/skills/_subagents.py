@@ -7,25 +7,26 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from stepline._placeholders import Kind, find
 from stepline.engine._context import StepContext
 from stepline.skills._host import base_context, render, skill_of, standing
-from stepline.skills._render import CUSTOM_TOKEN
 
 __all__ = ["run_subagents", "subagent_layers"]
 
 
 def subagent_layers(ctx: StepContext, text: str) -> list[tuple[str, list[dict[str, Any]]]]:
-    """The ``{workflow.<x>}`` tokens of ``text`` whose value is a list of layers (tables with an ``instruction``)
-    that launch subagents, each with its active layers (an empty instruction disables one)."""
+    """The ``{workflow.<x>}`` tokens of ``text`` (by name: ``workflow.<x>``) whose value is a list of layers (tables
+    with an ``instruction``) that launch subagents, each with its active layers (an empty instruction disables one)."""
     skill = skill_of(ctx)
     found = []
-    for match in {m[0]: m for m in CUSTOM_TOKEN.finditer(text)}.values():  # a token named twice is one set of layers
-        value = (skill["customization"].get(match[1]) or {}).get(match[2])
+    for name in dict.fromkeys(t.name for t in find(text, {Kind.CUSTOM})):  # a token named twice is one set of layers
+        table, _, field = name.partition(".")
+        value = (skill["customization"].get(table) or {}).get(field)
         if not isinstance(value, list) or not value or not all(isinstance(v, dict) for v in value):
             continue
         active = [v for v in value if str(v.get("instruction", "")).strip()]
         if any("subagent" in str(v["instruction"]).lower() for v in active):
-            found.append((match[0], active))
+            found.append((name, active))
     return found
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stepline.engine._context import render_variables
+from stepline._placeholders import substitute
 from stepline.executors import match_answer, menu_text
 from stepline.stepchain._read import Option, Route, halt_menu
 
@@ -45,7 +45,7 @@ def _targets(meta: dict[str, Any]) -> list[str]:
 
 def _target_named(handler: str, meta: dict[str, Any], env: dict[str, Any]) -> str | None:
     """The step file a handler text loads (by path or file name after substitution), first mention wins."""
-    text = render_variables(handler, env)
+    text = substitute(handler, env, nested=True)
     best: tuple[int, str] | None = None
     for target in _targets(meta):
         # a step of a skill handed over to is named ``<skill>:<step>``: its handlers name the step's own file

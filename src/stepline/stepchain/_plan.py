@@ -25,6 +25,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from stepline._placeholders import Kind, find
 from stepline.formats._diagnostics import Diagnostic
 from stepline.stepchain._read import (
     Option,
@@ -585,8 +586,8 @@ class _Reader:
                 continue
             if _NOT_ROUTE.search(before[-60:]) and not _STRONG_ROUTE.search(before[-40:]):
                 continue
-            if raw.startswith(("{project-root}", "/")) or "{" in raw.replace("{skill-root}", "").replace(
-                    "{installed_path}", ""):
+            if raw.startswith(("{project-root}", "/")) or any(
+                    p.name not in ("skill-root", "installed_path") for p in find(raw, frozenset(Kind))):
                 continue
             if not raw.endswith((".md", ".xml")):
                 continue
