@@ -307,7 +307,9 @@ def read_plan(path: Path | str, *, project_root: Path | str | None = None) -> Pl
     spec = load_workflow(path, project_root=root)
     base = Path(spec.root) if spec.root else (path if path.is_dir() else path.parent)
     steps: list[PlanStep] = []
-    own = {Path(s.source.path).resolve() for s in spec.steps if s.source and s.meta.get("role") == "step-file"}
+    # a workflow's own step files (a skill's, a micro-file workflow's) are steps already, not routes
+    own = {Path(s.source.path).resolve() for s in spec.steps if s.source and (
+        s.meta.get("role") == "step-file" or ("frontmatter" in s.meta and "role" not in s.meta))}
     routed: set[Path] = set()
     finder = None
     if spec.format == "bmad-skill" or "skills" in spec.meta:

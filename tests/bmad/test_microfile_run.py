@@ -204,7 +204,9 @@ class TestCrash:
     def test_journal_and_frontmatter_agree_after_a_crash(self, project: Path, monkeypatch: pytest.MonkeyPatch,
                                                          moment: str) -> None:
         """A crash around the frontmatter update of step 2 is repaired on resume, without a double entry."""
-        real_write, real_record = atomic_write_bytes, microfile.record
+        from stepline.stepchain import _state  # the chain's frontmatter state: where the update is written
+
+        real_write, real_record = atomic_write_bytes, _state.record
 
         def write(path: Path, data: bytes) -> None:
             if moment == "before-write" and b"stepsCompleted: [1, 2]" in data:
@@ -216,8 +218,8 @@ class TestCrash:
                 raise self.Crash
             real_record(ctx, key, op, args, result)
 
-        monkeypatch.setattr("stepline.bmad._microfile_driver.atomic_write_bytes", write)
-        monkeypatch.setattr(microfile, "record", record)
+        monkeypatch.setattr(_state, "atomic_write_bytes", write)
+        monkeypatch.setattr(_state, "record", record)
         engine = Engine(project_root=project, mode="yolo")
         spec = load_workflow(project / "_bmad" / "demo" / "workflows" / "menus", project_root=project)
         with pytest.raises(self.Crash):

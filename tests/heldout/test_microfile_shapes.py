@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from tests.heldout.conftest import CONFIG, LOAD_CONFIG, entry, pending, run, write
 
+from stepline import Engine
+from stepline.engine._human import HumanChannel
 from stepline.families import lint_tree
 
 WF = "_bmad/demo/workflows/party"
@@ -93,7 +96,14 @@ def test_a_menu_under_an_if_is_not_the_steps_menu_in_a_fresh_project(tmp_path: P
     })
     engine, result = run(project, wf)
     assert result.status.value == "blocked", result.status
+    # the step's plan first: "Ask what the session is about" (its text's question), then the step's menu
     (asked,) = pending(engine)
+    assert asked == "step-01-setup: step-01-setup.md:16: Ask what the session is about, then present:", asked
+    (gate,) = engine.gates.pending()
+    engine.decide_gate(result.run_id, gate.gate_id, approved=True, by="test", answer="a retro")
+    again = Engine(project_root=project, executor="dry-run", human=HumanChannel(interactive=False))
+    assert asyncio.run(again.resume(result.run_id)).status.value == "blocked"
+    (asked,) = pending(again)
     assert "User-Selected Techniques" in asked and "Continue this session" not in asked, asked
 
 

@@ -53,7 +53,8 @@ class Agent:
                 self.questions.append(step)
                 self.presented[step["step_id"]] += 1
                 choices = step.get("choices") or []
-                reply = (answers or {}).get(step["step_id"]) or ("C" if "C" in choices else choices[0])
+                reply = (answers or {}).get(step["step_id"]) or (
+                    "C" if "C" in choices else choices[0] if choices else "nothing to add")  # a free-text question
                 await _call(self.client, "answer", {"run_id": self.run_id, "answer": reply})
                 continue
             if status != "waiting_for_work":
@@ -198,7 +199,8 @@ def test_the_agents_own_question_is_answered_through_answer(project: Path) -> No
 @pytest.mark.parametrize("how", ["finish", "answer"])
 def test_create_product_brief_over_mcp_in_normal_mode_asks_each_menu_once(tmp_path: Path, how: str) -> None:
     """The user's report: bmm create-product-brief driven over MCP in normal mode used to block after step 2
-    on its menu although finish carried C. Now every step's menu is presented once and the brief completes."""
+    on its menu although finish carried C. Now every step's menu is presented once and the brief completes; step
+    1's text confirms what it found with the user first (a question of its plan, answered once)."""
     from stepline.bmad import install_bmad
 
     project = tmp_path / "brief"
@@ -206,10 +208,10 @@ def test_create_product_brief_over_mcp_in_normal_mode_asks_each_menu_once(tmp_pa
     agent, status = _drive(project.resolve(), BRIEF, how)
     assert status["status"] == "completed", status
     menus = ["step-02-vision", "step-03-users", "step-04-metrics", "step-05-scope"]
-    assert agent.presented == dict.fromkeys(menus, 1)
-    assert len(agent.questions) == (len(menus) if how == "answer" else 0)
+    assert agent.presented == dict.fromkeys(["step-01-init", *menus], 1)
+    assert len(agent.questions) == 1 + (len(menus) if how == "answer" else 0)
     answered = {a["gate_id"].split("/")[0]: a["answer"] for a in _answers(project, agent.run_id)}
-    assert answered == {f"ask:{sid}": "C" for sid in menus}
+    assert answered == {"ask:step-01-init": "nothing to add", **{f"ask:{sid}": "C" for sid in menus}}
     (brief,) = (project / "_bmad-output" / "planning-artifacts").glob("product-brief-*.md")
     assert "stepsCompleted: [1, 2, 3, 4, 5, 6]" in brief.read_text(encoding="utf-8")
 

@@ -67,6 +67,8 @@ from stepline.model import EventType, Run, RunStatus, StepStatus, WorkflowSpec
 __all__ = ["LegacyFlow", "condition_counts", "run_legacy_step"]
 
 _HALT = re.compile(r"^\W*HALT\b(?!\s+if\b)", re.IGNORECASE)
+#: the kinds of a plan's point that hand the turn to the person
+_PERSON = frozenset({"question", "choice", "confirm", "loop"})
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MENU = ["a", "c", "p", "y"]
 _MAX_DEPTH = 8
@@ -397,6 +399,7 @@ class _Interpreter:
         forced = inner is not None
         if isinstance(node, Text):
             self._add(node.text)
+            await self._prose_point(node.line)
         elif isinstance(node, Action):
             await self._action(node, forced)
         elif isinstance(node, Check):
@@ -442,7 +445,29 @@ class _Interpreter:
         prose_jump = any(isinstance(c, Goto) and c.prose and c.text == node.text for c in node.children)
         if node.text and not prose_jump:
             self._add(node.text)
+            await self._prose_point(node.line)
         await self._nodes(node.children, None)
+
+    async def _prose_point(self, line: int) -> None:
+        """A question the step's prose hands the person on ``line`` (its plan's point: "ask the user which …",
+        "wait for the user's confirmation"; an ``<ask>`` is asked as a node): the work up to it goes as one
+        request, then it is asked (in #yolo of the executor, as the user), and its answer goes with the next
+        request. A point under a condition of its own, or one asking for a value already known, is the
+        executor's to judge."""
+        for raw in self.spec.meta.get("points") or []:
+            if int(raw.get("line") or 0) != line or raw.get("condition") or raw.get("kind") not in _PERSON:
+                continue
+            names = re.findall(r"\{\{(\w+)\}\}", str(raw.get("text") or ""))
+            if names and all(is_known(self.run.variables, n) for n in names):
+                continue
+            await self._flush()
+            keys = [str(o["key"]) for o in raw.get("options") or []] if raw["kind"] == "choice" else None
+            shown = "  ".join(f"[{o['key']}] {o['label']}" for o in raw.get("options") or []) if keys else ""
+            question = f"{Path(self.source).name}:{line}: {self._render(str(raw['text']))} {shown}".strip()
+            answer = await self._ask(question, keys)
+            self.last_answer = answer
+            self._add(f"The person answered (line {line}): {answer}", actionable=False)
+            return
 
     async def _ask_node(self, node: Ask) -> None:
         await self._flush()

@@ -61,6 +61,7 @@ from stepline.formats._diagnostics import Diagnostic, Severity
 from stepline.formats._files import decode_text, read_text
 from stepline.formats._frontmatter import Frontmatter, read_frontmatter_file
 from stepline.model import SourceRef, StepSpec, WorkflowSpec
+from stepline.stepchain._plan import read_points
 from stepline.stepchain._read import (
     folder_mode,
     halts_in,
@@ -158,6 +159,8 @@ class _Step:
     branches: dict[str, Path] = field(default_factory=dict)
     menu: list[dict[str, Any]] = field(default_factory=list)
     halts: list[dict[str, Any]] = field(default_factory=list)
+    #: what its text hands the person, routes to, hands over to (:func:`stepline.stepchain._plan.read_points`)
+    points: list[dict[str, Any]] = field(default_factory=list)
     name: str = ""
     description: str = ""
     mode: str | None = None
@@ -576,6 +579,7 @@ def _read_step(path: Path, base: Mapping[str, Any], wf: _Workflow) -> _Step:
         step.branches.setdefault(target.stem, target)
     step.menu = parse_menu(prose)
     step.halts = [h.as_meta() for h in halts_in(prose)]
+    step.points = [p.to_json() for p in read_points(fm.body, file=path, first_line=fm.body_line, base=wf.folder)]
     return step
 
 
@@ -763,6 +767,7 @@ def load_bmad_microfile(
                     "branches": {k: str(v) for k, v in step.branches.items()},
                     "menu": step.menu,
                     "halts": step.halts,
+                    "points": step.points,
                     "is_continuation": is_continuation(p.stem),
                     "mode": step_mode,
                 },

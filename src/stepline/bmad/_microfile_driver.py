@@ -9,8 +9,8 @@ What the model was told to do in prose, the runtime does:
 * **Just-in-time**: a step's file is read when that step runs, never earlier, and only it is handed to the
   executor (variables substituted). Each hand-over is journaled (path, sha256 of the file and of what was
   sent) so an audit can show that no later step leaked.
-* **Menus** and **halts** are presented and settled by the step-chain mechanism both families share
-  (:mod:`stepline.stepchain`): in normal mode an authored menu is the person's, asked once.
+* **Menus** and **halts** are the step chain's (:mod:`stepline.stepchain`): what the step's text hands the person
+  before them (its plan's points) is asked first, in its order; an authored menu is the person's, asked once.
 * **State**: on continue, the runtime appends the step to the document's ``stepsCompleted`` (numbers or
   names, in the document's style), sets ``lastStep`` and adds the files the executor read to
   ``inputDocuments``. The update is journaled as an intent before the file is written and is idempotent, so
@@ -22,7 +22,6 @@ loop's diagnostic past ``runtime.max_step_visits``.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ from stepline.engine._session import sha256_file
 from stepline.errors import NotFoundError, ReaderError
 from stepline.executors import STANDING_HINT, standing_text
 from stepline.formats._files import read_text
-from stepline.formats._frontmatter import mark_step_completed, read_frontmatter, update_frontmatter
+from stepline.formats._frontmatter import read_frontmatter
 from stepline.formats._prose import lean_step_text, shared_sections, workflow_standing
 from stepline.model import EventType, Run, StepSpec, StepStatus, WorkflowSpec
 from stepline.stepchain._chain import (
@@ -49,8 +48,12 @@ from stepline.stepchain._chain import (
     skip_pending,
     visit_id,
 )
+from stepline.stepchain._conditions import condition_fact
+from stepline.stepchain._follow import Turn, follow
 from stepline.stepchain._menus import Option, Route, build_menu
-from stepline.stepchain._read import step_number
+from stepline.stepchain._plan import Point
+from stepline.stepchain._state import save_state
+from stepline.stepchain._stops import before_menu
 from stepline.store import atomic_write_bytes
 
 __all__ = ["INIT_STEP", "MicrofileFlow", "run_microfile_step"]
@@ -59,7 +62,6 @@ __all__ = ["INIT_STEP", "MicrofileFlow", "run_microfile_step"]
 INIT_STEP = "workflow-init"
 _ELICITATION = "{project-root}/_bmad/core/workflows/advanced-elicitation/workflow.xml"
 _PARTY_MODE = "{project-root}/_bmad/core/workflows/party-mode/workflow.md"
-_STYLE_RE = re.compile(r"stepsCompleted:?\**\s*\[\s*(['\"]?)(\d?)")
 
 
 # ------------------------------------------------------------------------------------------------------ flow
@@ -292,52 +294,6 @@ def _create_document(ctx: StepContext, document: Path) -> None:
     record(ctx, "document", "create_document", args, {"sha256": sha256_file(document)})
 
 
-def _marker(ctx: StepContext, document_text: str, step_text: str) -> int | str:
-    """How this step is written in ``stepsCompleted``: its number, or its name, as the document does it."""
-    stem = Path(str(ctx.spec.meta["file"])).stem
-    existing = read_frontmatter(document_text).data.get("stepsCompleted") or []
-    if isinstance(existing, list) and existing:
-        names = any(isinstance(x, str) and not x.isdigit() for x in existing)
-    else:
-        style = _STYLE_RE.search(step_text)
-        names = bool(style and style[1] and not style[2])
-    number = step_number(stem)
-    if names or number is None or number[1]:
-        return stem
-    return number[0]
-
-
-def _save_state(ctx: StepContext, document: Path, step_text: str) -> None:
-    """Record the step in the document's frontmatter: intent journaled first, idempotent redo after a crash."""
-    calls = ctx.engine.calls
-    key = f"{ctx.spec.id}/{ctx.attempt}/state"
-    if key in calls.recorded:
-        return
-    started = calls.started.get(key)
-    if started is not None:
-        args = dict(started["args"])
-    else:
-        text = read_text(document) if document.exists() else ""
-        prefix = f"{ctx.spec.id}/{ctx.attempt}/"
-        read = [str(c["args"]["path"]) for k, c in calls.recorded.items()
-                if k.startswith(prefix) and c.get("op") == "read" and (c.get("result") or {}).get("found")]
-        args = {"path": str(document), "step": _marker(ctx, text, step_text),
-                "input_documents": [p for p in dict.fromkeys(read) if Path(p).name != document.name]}
-        ctx.emit(EventType.CALL_STARTED, {"key": key, "op": "document_state", "args": args}, sync=True)
-    text = read_text(document) if document.exists() else ""
-    updated = mark_step_completed(text, args["step"], last_step=args["step"])
-    if args["input_documents"]:
-        current = read_frontmatter(updated).data.get("inputDocuments")
-        known = [str(d) for d in current] if isinstance(current, list) else []
-        merged = list(dict.fromkeys([*known, *args["input_documents"]]))
-        if merged != known:
-            updated = update_frontmatter(updated, {"inputDocuments": merged})
-    document.parent.mkdir(parents=True, exist_ok=True)
-    if updated != text:
-        atomic_write_bytes(document, updated.encode("utf-8"))
-    record(ctx, "state", "document_state", args, {"sha256": sha256_file(document)})
-
-
 async def _side_trip(ctx: StepContext, option: Option, env: dict[str, Any]) -> None:
     """``[A]``/``[P]``: the advanced-elicitation or party-mode workflow the step names (else the core one)."""
     elicit = option.route.kind == "elicit"
@@ -373,12 +329,21 @@ async def _run_step_file(ctx: StepContext) -> None:
     options, authored = build_menu(meta, env, visited)
     hand_over(ctx, "step", path, text, content, warnings=warnings, data=sorted(data),
                left_out=lean.left_out if lean is not None else None)
-    outcome = await ctx.invoke(
-        "work", content=content, menu=[o.as_menu_option() for o in options],
-        context={"step_file": str(path), "data": data, "output": str(output) if output else None,
-                 "warnings": warnings},
-        hints={"output": output is not None, "outputs": [str(output)] if output else [],
-               STANDING_HINT: _standing(ctx, shared if lean is not None else ())})
+    context = {"step_file": str(path), "data": data, "output": str(output) if output else None,
+               "warnings": warnings}
+    hints = {"output": output is not None, "outputs": [str(output)] if output else [],
+             STANDING_HINT: _standing(ctx, shared if lean is not None else ())}
+    # what the step's text hands the person before its menu, asked in its order (the menu is the chain's, below)
+    points = before_menu([Point.from_json(p) for p in meta.get("points") or []], meta)
+
+    def render(text: str) -> str:
+        return substitute(text, env, nested=True)
+
+    followed = await follow(ctx, points, Turn(
+        content=content, title=spec.name or spec.id, context=context, hints=hints, render=render,
+        fact=lambda condition: condition_fact(condition, render, ctx.project_root)))
+    outcome = await ctx.invoke("work", content=followed.rest(content), menu=[o.as_menu_option() for o in options],
+                               context=context, hints=hints)
     ctx.step.summary = outcome.summary
     target: str | None = meta.get("next")
     if options:
@@ -394,7 +359,7 @@ async def _run_step_file(ctx: StepContext) -> None:
         if following is None:
             raise ReaderError(f"{target} is not a step of this workflow", path=str(path))
     if document is not None:
-        _save_state(ctx, document, text)
+        save_state(ctx, document, text)
     visit = visit_id(ctx.run, following.id) if following is not None else None
     ctx.emit(EventType.CURSOR_MOVED, {"next": visit, "from": spec.id, "choice": ctx.step.choice})
     if visit is None:
