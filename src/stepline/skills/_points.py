@@ -9,6 +9,7 @@ choices with their items as options.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,30 @@ def _choice(text: str, file: Path, options: list[tuple[str, str]], line: int = 1
     return [point.to_json()]
 
 
+_INTENTS = re.compile(r"(?i)\bintent\b")
+_BOLD = re.compile(r"\*\*([A-Za-z][\w-]*)\*\*(?P<after>[^*]{0,80})")
+
+
+def _intent_of_section(files: SkillFiles, title: str) -> str | None:
+    """The intent a section is for, when the activation names the skill's intents in bold (``Detect the intent —
+    **create** (the default), **update** an existing spine, or **validate** one (see those sections)``) and the
+    section's title names one of them but not the default (the first, unless one says it is): ``update``. Its
+    points are under that intent (a run of another intent passes the section)."""
+    activation = next((s.text for s in files.sections if "activation" in s.title.lower()), "")
+    for line in activation.splitlines():
+        found = _BOLD.findall(line) if _INTENTS.search(line) else []
+        if len(found) < 2:
+            continue
+        names = [str(name).lower() for name, _ in found]
+        default = next((str(name).lower() for name, after in found if re.match(r"\W*\(?[^)]*\bdefault\b", after)),
+                       names[0])
+        words = set(re.findall(r"[a-z]+", title.lower()))
+        named = [name for name in names if name in words]
+        if named and default not in named:
+            return named[0]
+    return None
+
+
 def _points_of(step: StepSpec, files: SkillFiles, finder: Finder, steps: frozenset[str]) -> list[dict[str, Any]]:
     role = step.meta.get("role")
     if role == "step-file":
@@ -87,7 +112,13 @@ def _points_of(step: StepSpec, files: SkillFiles, finder: Finder, steps: frozens
         title = step.meta.get("title") or next((s.title for s in files.sections if "intent" in s.title.lower()
                                                 and "mode" in s.title.lower()), "")
         section = _section(files, title)
-        return _read(section.text, files.entry.path, section.line, files, finder, steps) if section else []
+        if section is None:
+            return []
+        points = _read(section.text, files.entry.path, section.line, files, finder, steps)
+        intent = _intent_of_section(files, title) if role == "section" else None
+        for point in points if intent else ():
+            point["condition"] = f"{intent} intent" + (f"; {point['condition']}" if point.get("condition") else "")
+        return points
     if role == "on-activation":
         preamble, first = preamble_of(files)
         activation = next((s for s in files.sections if "activation" in s.title.lower()), None)

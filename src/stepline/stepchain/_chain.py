@@ -47,7 +47,9 @@ class Host:
 
     def fact(self, ctx: StepContext, condition: str) -> tuple[bool, str] | None:
         """``(holds, why)`` for a condition the runtime reads itself, None for prose (see :mod:`._conditions`)."""
-        return condition_fact(condition, self.render, ctx.project_root)
+        # normal mode has a person answering; in #yolo the executor plays the user and judges it itself
+        return condition_fact(condition, self.render, ctx.project_root,
+                              attended=True if ctx.run.mode == "normal" else None)
 
 
 def base_id(sid: str) -> str:

@@ -2,7 +2,8 @@
 
 A route, a checkpoint or a point of the plan may hang from a condition. These are read from the run's facts: a
 file that exists or is missing (``If `{x}/STOP.md` exists``), a variable or ``{workflow.<x>}`` / config value
-compared to a literal or (non-)empty, a frontmatter field of the file a variable names. Anything else is prose
+compared to a literal or (non-)empty, a frontmatter field of the file a variable names, whether a person takes
+part (``If launched headless``: not in normal mode). Anything else is prose
 only the executor can judge: None. ``render`` substitutes the family's placeholders (a skill's ``{workflow.x}``,
 ``{{.config}}``, a workflow's ``{var}``) into a path or token.
 """
@@ -17,7 +18,7 @@ from typing import Any
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
 
-__all__ = ["EXISTS", "condition_fact", "existence_fact", "status_of"]
+__all__ = ["EXISTS", "attendance_fact", "condition_fact", "existence_fact", "status_of"]
 
 #: a line that hinges on a file: ``If `x` exists →``, ``when `x` is missing``
 EXISTS = re.compile(r"\b(?:if|when)\s+`([^`]+)`\s+(exists|is missing|does not exist|doesn't exist)\b", re.I)
@@ -59,10 +60,44 @@ def existence_fact(line: str, render: Render, root: Path) -> tuple[bool, Path] |
     return (exists if match[2].lower() == "exists" else not exists), path
 
 
-def condition_fact(condition: str, render: Render, root: Path) -> tuple[bool, str] | None:
-    """``(holds, why)`` for a condition the runtime can read (see the module doc), None for prose."""
+#: a condition on whether a person takes part: ``If launched headless``, ``No interactive user``, ``Otherwise
+#: (interactive)``; the words left once those are taken out say whether it is only that
+_HEADLESS = re.compile(r"(?i)\b(?:headless|non-?interactive|unattended|no\s+interactive\s+user|"
+                       r"no\s+(?:human|user|person)\s+(?:present|here|available))\b")
+_INTERACTIVE = re.compile(r"(?i)(?<![-\w])(?:interactive(?:\s+user)?|"
+                          r"a\s+(?:human|user|person)\s+is\s+(?:present|here))\b")
+_FILLER = re.compile(r"(?i)\b(?:if|when|whenever|otherwise|else|launched|running|run|runs|is|are|it|the|a|an|in|mode|"
+                     r"session|there|there's|user|human|person)\b|[\W_]+")
+
+
+def attendance_fact(condition: str, attended: bool) -> tuple[bool, str] | None:
+    """``(holds, why)`` for a condition that is only about whether a person takes part (``If launched headless``,
+    ``Headless (no interactive user)``, ``Otherwise (interactive)``), read from the run (``attended``: normal mode);
+    when such a part comes with prose (``If interactive and unclear``), it decides only when it does not hold; None
+    otherwise."""
+    headless = _HEADLESS.search(condition)
+    interactive = _INTERACTIVE.search(_HEADLESS.sub(" ", condition))
+    if not headless and not interactive:
+        return None
+    holds = not attended if headless else attended
+    why = f"the run {'has a' if attended else 'has no'} person answering " + (
+        "(normal mode)" if attended else "(unattended)")
+    rest = _FILLER.sub("", _INTERACTIVE.sub(" ", _HEADLESS.sub(" ", re.sub(r"\([^)]*\)", " ", condition))))
+    if not rest:
+        return holds, why
+    if not holds and not re.search(r"(?i)\bor\b", condition):  # ``Interactive create``, ``interactive and unclear``
+        return False, why
+    return None
+
+
+def condition_fact(condition: str, render: Render, root: Path,
+                   attended: bool | None = None) -> tuple[bool, str] | None:
+    """``(holds, why)`` for a condition the runtime can read (see the module doc), None for prose; ``attended``:
+    whether a person takes part in the run (None: not known)."""
     negate = condition.strip().lower().startswith("unless")
-    fact: tuple[bool, str] | None = None
+    fact: tuple[bool, str] | None = attendance_fact(condition, attended) if attended is not None else None
+    if fact is not None:
+        return fact
     on_disk = existence_fact(condition, render, root)
     if on_disk is not None:
         holds, path = on_disk

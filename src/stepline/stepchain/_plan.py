@@ -173,14 +173,36 @@ _QUOTE = re.compile(r"^\s*>\s?")
 _LEADING_CONDITION = re.compile(
     r"^(?P<cond>(?:if|when|whenever|once|unless|otherwise|where|in case|after (?:the )?user|on \w+ intent|"
     r"only (?:when|if|after)|"
-    r"(?:for|under) (?:the )?\w+ (?:intent|mode))\b(?:`[^`]*`|[^.;:`])*?)"
+    r"(?:for|under) (?:the )?\w+ (?:intent|mode)|"
+    r"in\s+\*\*[^*]+\*\*(?:\s*(?:,|and|or)\s*\*\*[^*]+\*\*)*(?:\s+mode)?|in\s+\w+(?:[\s-]\w+)?\s+mode)"
+    r"(?:\b|(?<=\*))(?:`[^`]*`|[^.;:`])*?)"
     r"(?:[,:;—–]\s+|\s+(?:-|→|->)\s+|(?=\s+(?:ask|offer|present|wait|halt|confirm|route|load|invoke)\b))", re.I)
+#: a leading clause that only says when in the flow, not whether: ``Once chosen,``, ``When all dimensions are done,``
+_TEMPORAL = re.compile(r"(?i)^(?:once|when|after)\b(?!.*\b(?:user|they|human|person|them)\b)[^,;:]{0,60}\b"
+                       r"(?:done|spent|complete|completed|finished|settled|captured|written|saved|chosen|picked|selected|resolved|"
+                       r"known|approved|confirmed|answered|read|loaded|mined\s+out|in\s+place)\b\W*$")
+#: a clause within a sentence that conditions what follows it: ``… — or, if they're ready to land it, go to …``
+_INNER_CONDITION = re.compile(r"(?i)(?:^|[,;—(]\s*|\b(?:or|and|but|then)\s*,?\s*)(?P<cond>(?:if|when|unless)\b"
+                              r"[^,;:.()]{2,100}),\s*[^,;.]*$")
+#: a case named by what the person is doing, then a colon: ``Picking up an existing session instead of starting
+#: fresh: load …``
+_GERUND_CASE = re.compile(r"^(?P<cond>[A-Z][a-z]+ing\b[^:;.]{0,80}):\s+(?=\w)")
 #: a case a sentence opens with, then a colon: ``Empty list: show …``, ``Intent outside the exposed surface (…):``
 _CASE_LABEL = re.compile(r"(?i)^(?P<cond>[^:;]{0,80}?\b(?:empty|none|missing|found|exists?|fails?|failed|errors?|"
                          r"multiple|single|ambiguous|unclear|outside|no|yes|otherwise|else|headless|interactive|declined?|"
                          r"unavailable)\b[^:;]{0,80}?):\s")
-#: a bold lead-in ending with a colon: ``**Resolver missing or fails:**``, ``**Template swap** (…):``
+#: a bold lead-in ending with a colon: ``**Resolver missing or fails:**``, ``**`auto`** —``; a condition only when it
+#: reads as one (:func:`_reads_as_case`), not a step's title (``**Welcome the user:**``)
 _BOLD_CONDITION = re.compile(r"^\*\*(?P<cond>[^*]{2,120}?)(?::\*\*|\*\*(?:\s*\([^)]*\))?\s*(?::|—|–|\s-\s|->|→))")
+#: a list item's bold title that opens with a condition: ``**When it sags, change something — don't force it.**``
+_BOLD_TITLE = re.compile(r"^\*\*(?P<title>[^*]{2,160}?)\*\*")
+#: the words of a case a lead-in names (``Resolver missing or fails``, ``Exactly one `review` story``, ``PASS``)
+_CASE_WORDS = re.compile(r"(?i)\b(?:empty|none|missing|found|exists?|fails?|failed|failure|errors?|multiple|single|"
+                         r"exactly|ambiguous|unclear|outside|no|not|yes|otherwise|else|headless|interactive|declined?|"
+                         r"unavailable|invalid|valid|pass(?:es|ed)?|concerns|approved?|rejected?|supplied|given|"
+                         r"chosen|selected|fallback|preferred)\b|n't\b")
+#: an arrow that says what a case leads to: ``Headless (no interactive user) → follow …``, ``(unknown id -> ask)``
+_ARROW = re.compile(r"\s(?:→|->)\s")
 
 # what the person is, in the text's words
 _PERSON = r"(?:the\s+)?(?:user|human|person|people|them|they|caller|operator|stakeholders?|you)"
@@ -222,6 +244,7 @@ _QUESTION = re.compile(
     r"|\bescalate\s+to\s+(?:the\s+)?(?:human|user)\b"
     r"|\bplease\s+(?:provide|specify|share|tell\s+me|clarify|choose|select)\b"
     r"|\bpause\s+to\s+(?:clarify|ask)\b|\bclarify\s+with\s+(?:the\s+)?(?:user|human|person)\b"
+    r"|\b(?:paste|send|share)\s+(?:it|them|the\s+\w+)\s+back\b"
     r"|\bprompt\s+(?:the\s+)?(?:user|human|person|them)\b"
     r"|\bprobe\b"
     r"|\boffer(?:s|ing)?\b(?!\s+(?:once\s+|again\s+|first\s+|then\s+|also\s+)?to\b)"
@@ -252,10 +275,10 @@ _RULES_SECTION = re.compile(r"(?i)\b(?:mandatory|execution\s+(?:rules|protocols)
                             r"checklist|related\s+(?:skills|commands|workflows)|error\s+handling|"
                             r"\brules\b)")
 #: a word of the person's turn in a sentence: the classifier runs only on such sentences
-_TURN_WORDS = ("ask", "prompt", "probe", "wait", "confirm", "approv", "offer", "choose", "choice", "select", "pick",
-               "decide", "until", "y/n", "yes/no", "menu", "answer", "respond", "reply", "halt", "input", "feedback",
-               "agree", "sign", "consent", "with the user", "with the human", "let the", "present", "please",
-               "escalate")
+_TURN_WORDS = ("ask", "prompt", "probe", "paste", "wait", "confirm", "approv", "offer", "choose", "choice", "select",
+               "pick", "decide", "until", "y/n", "yes/no", "menu", "answer", "respond", "reply", "halt", "input",
+               "feedback", "agree", "sign", "consent", "with the user", "with the human", "let the", "present",
+               "please", "escalate")
 #: a working session with the person the text names no kind for: ``Walk the memlog with the user``
 _WITH_PERSON = re.compile(r"\b(?:walk|review|discuss|go\s+through|work\s+through|resolve|settle|agree|decide|"
                           r"iterate|refine|explore|brainstorm)\b[^;]{0,80}\bwith\s+(?:the\s+)?(?:user|human|person)\b",
@@ -501,15 +524,70 @@ class _Reader:
             self.claimed.add(line_no)
             self.listed.update(zip(choices.lines, (label for _, label in choices.options), strict=False))
 
-    def condition(self, index: int, sentence: str, start: int = 0) -> str | None:
-        match = _LEADING_CONDITION.match(sentence) or _CASE_LABEL.match(sentence)
-        if match:
-            return match["cond"].strip(" *,")
-        line = self.prose[index][1]
-        lead = _BOLD_CONDITION.match(_LIST_MARK.sub("", line).strip())
-        if lead:
+    def condition(self, index: int, sentence: str, start: int = 0, at: int | None = None) -> str | None:
+        """The condition a point of ``sentence`` (the ``start`` of which is that far into its line; the point's
+        cue ``at`` that far into the sentence) is under; None when none. A point ``unless`` something holds is
+        asked by default: no condition."""
+        found = self._condition(index, sentence, start, at)
+        return None if found is None or re.match(r"(?i)\W*unless\b", found) else found
+
+    def _condition(self, index: int, sentence: str, start: int, at: int | None) -> str | None:
+        """The conditions over the point, outermost first, joined by ``; ``: the line's (the item it is nested
+        under, its case lead-in), the sentence's own (a leading clause, a question it answers), and the clause's
+        (an arrow's case, an inner ``if …,``)."""
+        inner = _arrow_case(sentence, at)
+        if inner is None and at:
+            clause = _INNER_CONDITION.search(sentence[:at])
+            inner = clause["cond"].strip() if clause and clause.start("cond") > 0 else None
+        match = _LEADING_CONDITION.match(sentence) or _CASE_LABEL.match(sentence) or _GERUND_CASE.match(sentence)
+        own = match["cond"].strip(" *,") if match and not _TEMPORAL.match(match["cond"].strip(" *,")) else None
+        own = own or self.question_before(index, start)
+        parts: list[str] = []
+        for part in (self.line_condition(index, start, own is not None), own, inner):
+            if part and not any(part in kept or kept in part for kept in parts):
+                parts.append(part)
+        return "; ".join(p.replace("*", "").strip(" ,") for p in parts) or None
+
+    def line_condition(self, index: int, start: int, has_own: bool) -> str | None:
+        """The condition of the line (list item, paragraph) a sentence is on: its opening ``If …:`` (for a later
+        sentence of the line), its bold title opening with a condition, its bold case lead-in (``**`auto`** —``),
+        else the item it is nested under or the case paragraph right above."""
+        item = _LIST_MARK.sub("", _QUOTE.sub("", self.prose[index][1])).strip()
+        opened = _LEADING_CONDITION.match(item) if start else None
+        if opened and opened[0].rstrip().endswith(":") and not _TEMPORAL.match(opened["cond"]):
+            return opened["cond"].strip(" *,")  # ``If `draft` selected: Set …. Run …. EARLY EXIT → …``
+        title = _BOLD_TITLE.match(item)
+        opens = _LEADING_CONDITION.match(title["title"].strip() + ", ") if title else None
+        if opens and not _TEMPORAL.match(opens["cond"]) and (start or not has_own):
+            return opens["cond"].strip(" *,")
+        lead = _BOLD_CONDITION.match(item)
+        if lead and _reads_as_case(lead["cond"]):
             return lead["cond"].strip(" `")
-        return condition_of(self.prose, index)
+        return condition_of(self.prose, index) or self.case_above(index)
+
+    def case_above(self, index: int) -> str | None:
+        """The case of the paragraph right above (at the same indentation) when it is a case's lead-in that this
+        paragraph goes on with: ``**a) One-shot** — zero blast radius …`` then ``**EARLY EXIT** → …``."""
+        line = self.prose[index][1]
+        for _, above in reversed(self.prose[:index]):
+            if not above.strip():
+                continue
+            if _HEADING.match(above) or _indent(above) != _indent(line) or _LIST_MARK.match(line):
+                return None
+            lead = _BOLD_CONDITION.match(above.strip())
+            return lead["cond"].strip(" `") if lead and _reads_as_case(lead["cond"]) else None
+        return None
+
+    def question_before(self, index: int, start: int) -> str | None:
+        """A question the text puts to itself right before the sentence, on its line (``Drifting into Q&A or going
+        in circles? Bring in a new voice …``): the case the sentence answers."""
+        body = _LIST_MARK.sub("", _QUOTE.sub("", self.prose[index][1])).strip()
+        before = [part.strip() for part in _SENTENCE_END.split(body[:start]) if part.strip()]
+        last = before[-1].strip(" *_") if before else ""
+        if (not last.endswith("?") or len(last) > 120 or re.search(r"[\"“”`]", last)
+                or any(word in last.lower() for word in ("ask", "you ", "user"))):
+            return None
+        return last.rstrip("?").strip(" *_")
 
     # ---- one sentence of prose
     def sentence(self, s: _Sentence) -> None:
@@ -526,7 +604,7 @@ class _Reader:
             PointKind.CONFIRM if {o.key for o in inline} <= {"Y", "N"} else PointKind.CHOICE)
         if kind is None:
             return
-        condition = self.condition(s.index, s.text, s.start)
+        condition = self.condition(s.index, s.text, s.start, at=_cue_at(s.text, kind))
         if s.line in self.listed:
             condition = f"{self.listed[s.line]} chosen" + (f"; {condition}" if condition else "")
         if inline:
@@ -540,8 +618,27 @@ class _Reader:
             if len(options) < 2:
                 kind = PointKind.QUESTION
             self.point(kind, s.line, s.text, condition=condition, options=options if kind is PointKind.CHOICE else ())
+            if kind is PointKind.CHOICE:
+                self.routes_of_options(s, options)
         else:
             self.point(kind, s.line, s.text, condition=condition)
+
+    def routes_of_options(self, s: _Sentence, options: tuple[Option, ...]) -> None:
+        """The routes a choice's options name (``offer three paths: run another batch, **converge** (`## Converging`),
+        or wrap up (`## Wrap-Up`)``) are where an option leads: each is under that option's being chosen, after the
+        choice (not a route the step takes whatever the person answers)."""
+        found = [(s.text.find(o.label.split()[0]), o) for o in options]
+        starts = sorted((at, o) for at, o in found if at >= 0)
+        moved = []
+        for point in [p for p in self.points if p.line == s.line and p.text == s.text.strip()
+                      and p.kind is PointKind.ROUTE]:
+            mention = s.text.find(str(point.target).removeprefix("## "))
+            chosen = [o for at, o in starts if 0 <= at < mention]
+            if mention < 0 or not chosen:
+                continue
+            self.points.remove(point)
+            moved.append(replace(point, condition=f"{chosen[-1].label} chosen"))
+        self.points.extend(moved)
 
     @staticmethod
     def classify(text: str, raw: str | None = None) -> PointKind | None:
@@ -601,19 +698,20 @@ class _Reader:
             if resolved is not None and resolved == self.file.resolve():
                 continue  # a file naming itself (``Recovery: Read("phases/04-….md")``)
             self.point(PointKind.ROUTE, s.line, s.text, target=raw, resolved=resolved,
-                       condition=self.condition(s.index, s.text, s.start))
+                       condition=self.condition(s.index, s.text, s.start, at=match.start()))
         for match in _SECTION_JUMP.finditer(s.text):
             title = next(g for g in match.groups() if g)
             section = _section_named(title, self.sections)
             if section is not None:
+                at = next(match.start(g) for g in ("s", "t", "u") if match[g])
                 self.point(PointKind.ROUTE, s.line, s.text, target=title, section=section,
-                           condition=self.condition(s.index, s.text, s.start))
+                           condition=self.condition(s.index, s.text, s.start, at=at))
         for match in _SECTION_REF.finditer(s.text):
             section = _section_named(match["title"], self.sections)
             if section is not None and re.search(r"\b(?:run|follow|see|use|apply|go|jump|return|per)\b",
                                                  s.text[:match.start()], re.I):
                 self.point(PointKind.ROUTE, s.line, s.text, target=f"## {match['title']}", section=section,
-                           condition=self.condition(s.index, s.text, s.start))
+                           condition=self.condition(s.index, s.text, s.start, at=match.start()))
 
     def table_routes(self) -> None:
         """A table whose column says what to load (``| Intent | What it does | Load |``): each row's file is a
@@ -651,9 +749,12 @@ class _Reader:
             if name.lower() in ("the", "skill") or name == _own_name(self.base):
                 continue
             resolved = self.find_skill(name) if self.find_skill else None
-            condition = self.condition(s.index, s.text, s.start)
+            condition = self.condition(s.index, s.text, s.start, at=max(s.text.find(name), 0))
             if _OFFERED.search(text[:match.start()]):
                 condition = "the person accepts the offer" + (f"; {condition}" if condition else "")
+            elif re.match(r"(?i)\s*or\b", clause):  # ``…, then `bmad-build`; or invoke `bmad-help` to route``
+                taken = re.split(r"[;—]", clause + text[match.start():])[0].strip(" .")
+                condition = f"the person takes the alternative ({taken})" + (f"; {condition}" if condition else "")
             self.point(PointKind.HANDOVER, s.line, s.text, target=name, resolved=resolved, condition=condition)
 
     # ---- CCW: AskUserQuestion blocks, Read("phases/…") routes and Skill(…) hand-overs in code
@@ -806,6 +907,61 @@ _NUMBERS = {"two": 2, "three": 3, "four": 4, "five": 5, "2": 2, "3": 3, "4": 4, 
 #: a choice that says how many options it offers and lists them: ``offer three paths: a, b, or c``
 _COUNTED = re.compile(r"(?i)\b(?:offer|present|give|show)\s+(?:the\s+user\s+)?(?P<n>two|three|four|five|[2-5])\s+"
                       r"(?:paths|options|choices|ways|routes)\s*:\s*(?P<items>[^.;]+)")
+
+
+def _cue_at(sentence: str, kind: PointKind) -> int:
+    """Where in ``sentence`` the cue of its point of ``kind`` is (``ask``, ``confirm``, ``until the user …``)."""
+    patterns = {PointKind.LOOP: (_LOOP,), PointKind.CONFIRM: (_CONFIRM, _WEAK_CONFIRM),
+                PointKind.CHOICE: (_CHOICE_LEAD, _SLASH_MENU, _COUNTED, _INLINE_KEY, _QUESTION)}
+    for pattern in (*patterns.get(kind, ()), _QUESTION, _TURN):
+        found = pattern.search(sentence)
+        if found:
+            return found.start() + len(found[0]) - len(found[0].lstrip(",;:—( "))
+    return 0
+
+
+def _reads_as_case(lead: str) -> bool:
+    """Whether a bold lead-in names a case (``Resolver missing or fails``, ``Otherwise (interactive)``, a value such
+    as ```auto```), not a step's title (``Welcome the user``, ``Resolve the roster``)."""
+    lead = lead.strip()
+    return bool(_LEADING_CONDITION.match(lead + ", ") or _CASE_WORDS.search(lead) or re.fullmatch(r"`[^`]+`", lead)
+                or re.fullmatch(r"[a-z][\w-]*", lead)  # a value (``**bad_spec** —``, ``**readiness** —``)
+                or re.match(r"(?i)(?:[a-h]\)|(?:option|path|case)\s+[a-h1-9]\b)", lead))  # ``**a) One-shot**``
+
+
+def _arrow_case(sentence: str, at: int | None) -> str | None:
+    """The case an arrow before ``at`` in ``sentence`` names (``Headless (no interactive user) → follow …``,
+    ``Creative Partner → `references/mode-partner.md```, ``(unknown id -> show the names and ask)``): the words
+    between the clause's start and the arrow. None when there is no arrow there, or what precedes it is a file, a
+    step or an instruction of its own (``Phase 1 → Phase 2``)."""
+    if at is None:
+        return None
+    arrows = [m for m in _ARROW.finditer(sentence) if m.end() <= at + 1]
+    if not arrows:
+        return None
+    arrow = arrows[-1]
+    if any(m.start() < at for m in re.finditer(r"[.;]\s|\s[—–]\s", sentence[arrow.end():at])):
+        return None  # the point is in another clause than the arrow's
+    depth, begin = 0, 0
+    for offset in range(arrow.start() - 1, -1, -1):
+        char = sentence[offset]
+        if char == ")":
+            depth += 1
+        elif char == "(":
+            if depth == 0:
+                begin = offset + 1
+                break
+            depth -= 1
+        elif depth == 0 and (char in ",;:—–" or sentence[offset:offset + 2] in (". ", "? ")):
+            begin = offset + 1
+            break
+    titled = re.fullmatch(r"\s*\*\*[^*]+\*\*\s*[—–-]?\s*", sentence[:begin])
+    case = re.sub(r"\*\*\s*[—–]", " —", sentence[0 if titled else begin:arrow.start()]).strip(" *_")
+    if (not case or len(case) > 100 or _PATH_RE.search(case) or _ROUTE_VERB.search(case) or _QUESTION.search(case)
+            or re.fullmatch(r"(?i)(?:step|phase|section)\s+\S+", case)
+            or (case.isupper() and not _CASE_WORDS.search(case))):  # an instruction: ``**EARLY EXIT** → …``
+        return None
+    return case.rstrip("?")
 
 
 def _all_negated(text: str) -> bool:

@@ -1,0 +1,158 @@
+"""The condition a point of a skill's prose is under, read for the format (stepchain._plan): what makes a point
+conditional (a case an arrow names, a question the text puts to itself, a bold case lead-in, an inner ``if …,``),
+and what does not (a step's bold title, ``unless`` — asked by default —, a clause that only says when in the flow).
+A wrong condition makes the runtime pass a point silently (or ask one the text does not give), so each shape is
+pinned here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stepline.skills._points import _intent_of_section
+from stepline.skills._skill import read_skill_files
+from stepline.stepchain._conditions import attendance_fact
+from stepline.stepchain._plan import Point, PointKind, read_points
+
+
+def _points(text: str, tmp_path: Path) -> tuple[Point, ...]:
+    doc = tmp_path / "SKILL.md"
+    doc.write_text(text, encoding="utf-8")
+    (tmp_path / "references").mkdir(exist_ok=True)
+    for name in ("headless.md", "mode-a.md", "mode-b.md", "resume.md", "finalize.md"):
+        (tmp_path / "references" / name).write_text("# x\n", encoding="utf-8")
+    return read_points(text, file=doc, base=tmp_path, sections=("Converging", "Wrap-Up"))
+
+
+def _only(points: tuple[Point, ...], kind: PointKind) -> Point:
+    (point,) = [p for p in points if p.kind is kind]
+    return point
+
+
+def test_a_steps_bold_title_is_no_condition(tmp_path: Path) -> None:
+    """``**Welcome the user:** … Then ask …``: the title names the step, not a case; the question always applies."""
+    text = "6. **Welcome the user:** show who's in the room. Then ask what they want to get into.\n"
+    assert _only(_points(text, tmp_path), PointKind.QUESTION).condition is None
+
+
+def test_a_bold_case_lead_in_is_a_condition(tmp_path: Path) -> None:
+    """``**Resolver missing or fails:**``, a value (``**`auto`** —``, ``**bad_spec** —``) and a lettered path
+    (``**a) One-shot** —``, with the paragraph that goes on with it) are cases."""
+    text = ("- **Resolver missing or fails:** ask the user which file to use.\n"
+            "- **`auto`** — Load `references/mode-a.md`.\n"
+            "- **bad_spec** — Read fully and follow `references/mode-b.md`.\n\n"
+            "**a) One-shot** — zero blast radius.\n\n"
+            "**EARLY EXIT** → `references/resume.md`\n")
+    points = _points(text, tmp_path)
+    assert _only(points, PointKind.QUESTION).condition == "Resolver missing or fails"
+    routes = {p.target: p.condition for p in points if p.kind is PointKind.ROUTE}
+    assert routes == {"references/mode-a.md": "auto", "references/mode-b.md": "bad_spec",
+                      "references/resume.md": "a) One-shot"}
+
+
+def test_unless_asks_by_default(tmp_path: Path) -> None:
+    for text in ("Then ask what they want to get into, unless it's already obvious from how the skill was launched.\n",
+                 "Unless the user already said, ask whether this party should remember across sessions.\n"):
+        assert _only(_points(text, tmp_path), PointKind.QUESTION).condition is None, text
+
+
+def test_an_arrow_names_the_case_it_leads_from(tmp_path: Path) -> None:
+    """``Headless (no interactive user) → follow …``, each ``Mode → file`` of a list, ``(unknown id -> … ask)``."""
+    text = ("3. Headless (no interactive user) → follow `references/headless.md` for the whole run.\n"
+            "Once the stance is known, load its frame — Facilitator → `references/mode-a.md`, Creative Partner → "
+            "`references/mode-b.md`.\n"
+            "`--party <id>` overrides the default party (unknown id -> show the available names and ask).\n")
+    points = _points(text, tmp_path)
+    routes = {p.target: p.condition for p in points if p.kind is PointKind.ROUTE}
+    assert routes == {"references/headless.md": "Headless (no interactive user)",
+                      "references/mode-a.md": "Facilitator", "references/mode-b.md": "Creative Partner"}
+    assert _only(points, PointKind.QUESTION).condition == "unknown id"
+
+
+def test_a_flow_of_steps_is_no_case(tmp_path: Path) -> None:
+    """``**EARLY EXIT** → file`` is an instruction, ``Step 2 → Step 3`` a flow: neither is a condition."""
+    text = "Set `spec_file`. **EARLY EXIT** → `references/resume.md`\n"
+    assert _only(_points(text, tmp_path), PointKind.ROUTE).condition is None
+
+
+def test_a_question_the_text_puts_to_itself_is_the_case(tmp_path: Path) -> None:
+    text = ("- **It reads like people talking.** Short turns.\n"
+            "- A flat turn? Move on. Drifting into Q&A or going in circles? Bring in a new voice, or ask where they "
+            "want to take it.\n")
+    assert _only(_points(text, tmp_path), PointKind.QUESTION).condition == "Drifting into Q&A or going in circles"
+
+
+def test_a_bold_title_opening_with_a_condition_governs_its_item(tmp_path: Path) -> None:
+    text = "- **When it sags, change something — don't force it.** Bring in a new voice or ask where to go.\n"
+    assert _only(_points(text, tmp_path), PointKind.QUESTION).condition == "When it sags"
+
+
+def test_an_item_opening_with_if_colon_governs_its_later_sentences(tmp_path: Path) -> None:
+    text = "- If `draft` selected: Set `spec_file`. Run the resolution. **EARLY EXIT** → `references/resume.md`\n"
+    assert _only(_points(text, tmp_path), PointKind.ROUTE).condition == "If `draft` selected"
+
+
+def test_an_inner_if_clause_conditions_the_route_after_it(tmp_path: Path) -> None:
+    text = ("Then continue per the mode's frame — or, if they're ready to land it, go to Wrap-Up "
+            "(`references/finalize.md`).\n")
+    assert _only(_points(text, tmp_path), PointKind.ROUTE).condition == "if they're ready to land it"
+
+
+def test_when_in_the_flow_is_no_condition(tmp_path: Path) -> None:
+    """``Once chosen,`` / ``When the batch is spent,`` say when, not whether: the point is asked."""
+    for text in ("Once chosen, ask which entry point fits.\n",
+                 "When the batch is spent, offer three paths: run another batch, converge, or wrap up.\n"):
+        points = [p for p in _points(text, tmp_path) if p.kind in (PointKind.QUESTION, PointKind.CHOICE)]
+        assert [p.condition for p in points] == [None], text
+    text = "When the user is ready to decide, ask which idea to take forward.\n"
+    assert _only(_points(text, tmp_path), PointKind.QUESTION).condition == "When the user is ready to decide"
+
+
+def test_a_mode_named_in_bold_is_the_case(tmp_path: Path) -> None:
+    text = "In **Facilitator** and **Creative Partner**, every artifact is opt-in, so ask what they want.\n"
+    assert _only(_points(text, tmp_path), PointKind.QUESTION).condition == "In Facilitator and Creative Partner"
+
+
+def test_a_gerund_case_label_conditions_its_route(tmp_path: Path) -> None:
+    text = "Picking up an existing session instead of starting fresh: load `references/resume.md` and follow it.\n"
+    assert _only(_points(text, tmp_path), PointKind.ROUTE).condition == \
+        "Picking up an existing session instead of starting fresh"
+
+
+def test_routes_a_choices_options_name_are_under_that_option(tmp_path: Path) -> None:
+    """The sections an offered path leads to are taken when that path is chosen, after the choice."""
+    text = ("When the batch is spent, offer three paths: run another batch, **converge** to narrow and decide "
+            "(`## Converging`), or wrap up (`## Wrap-Up`).\n")
+    points = _points(text, tmp_path)
+    assert [p.kind for p in points] == [PointKind.CHOICE, PointKind.ROUTE, PointKind.ROUTE]
+    assert [p.condition for p in points[1:]] == ["converge to narrow and decide chosen", "wrap up chosen"]
+
+
+def test_a_handover_offered_as_an_alternative_is_conditional(tmp_path: Path) -> None:
+    text = "Next, lead with `bmad-spec`, then `bmad-build`; or invoke `bmad-help` to route.\n"
+    assert _only(_points(text, tmp_path), PointKind.HANDOVER).condition is not None
+
+
+def test_paste_it_back_hands_the_turn_over(tmp_path: Path) -> None:
+    text = 'Try to open it, then say: *"Compose your session, click **Copy prompt**, and paste the result back."*\n'
+    assert [p.kind for p in _points(text, tmp_path)] == [PointKind.QUESTION]
+
+
+def test_a_section_of_another_intent_than_the_default_is_under_it(tmp_path: Path) -> None:
+    (tmp_path / "SKILL.md").write_text(
+        "---\nname: x\ndescription: d\n---\n\n## On Activation\n\n"
+        "3. Detect the intent — **create** (the default), **update** an existing spine, or **validate** one.\n\n"
+        "## Finalize\n\nWrite it.\n\n## Update\n\nAmend it.\n\n## Validate\n\nCritique it.\n", encoding="utf-8")
+    files = read_skill_files(tmp_path)
+    assert [_intent_of_section(files, t) for t in ("Finalize", "Update", "Validate")] == [None, "update", "validate"]
+
+
+def test_whether_a_person_takes_part_is_read_from_the_run() -> None:
+    """Normal mode has a person answering: ``If launched headless`` does not hold, ``Otherwise (interactive)``
+    does; a condition that adds prose decides only when the attendance part fails."""
+    assert attendance_fact("If launched headless", attended=True) is not None
+    assert attendance_fact("If launched headless", attended=True)[0] is False  # type: ignore[index]
+    assert attendance_fact("Otherwise (interactive)", attended=True)[0] is True  # type: ignore[index]
+    assert attendance_fact("Headless (no interactive user)", attended=False)[0] is True  # type: ignore[index]
+    assert attendance_fact("If interactive and unclear", attended=True) is None
+    assert attendance_fact("If interactive and unclear", attended=False)[0] is False  # type: ignore[index]
+    assert attendance_fact("If the file is missing", attended=True) is None
