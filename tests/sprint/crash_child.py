@@ -3,7 +3,8 @@
 ``SPRINT_KILL=commit``: right after git made a story's commit, before the journal records it.
 ``SPRINT_KILL=advance``: after the commit is journaled, before the board moves (between commit and advance).
 ``SPRINT_KILL=ff``: a parallel loop's merge, right after the integration branch was fast-forwarded to a story
-(before the journal records it), at the ``SPRINT_KILL_AT``-th merge (default 1).
+(before the journal records it), at the ``SPRINT_KILL_AT``-th merge (default 1); ``SPRINT_KILL=land``: later in
+that merge, once the story's worktree is removed and its branch deleted.
 """
 
 import os
@@ -21,7 +22,7 @@ merges = [0]
 
 async def git(root: Any, *args: str, **options: Any) -> tuple[int, str]:
     out = await real_git(root, *args, **options)
-    if kind == "ff" and "--ff-only" in args and out[0] == 0:
+    if out[0] == 0 and ((kind == "ff" and "--ff-only" in args) or (kind == "land" and args[:2] == ("branch", "-d"))):
         merges[0] += 1
         if merges[0] == int(os.environ.get("SPRINT_KILL_AT") or 1):
             os.kill(os.getpid(), signal.SIGKILL)

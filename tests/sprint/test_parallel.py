@@ -201,12 +201,14 @@ def _agents_in(root: Path) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("at", ["1", "2"])
+@pytest.mark.parametrize(("kill", "at"), [("ff", "1"), ("ff", "2"), ("land", "1")])
 def test_sigkill_with_four_stories_at_once_mid_merge_then_resume_commits_each_once(
-        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, at: str) -> None:
-    """-j 4: the loop is SIGKILLed right after the integration branch moved to the second story (the journal does
-    not know yet) while the others build, review or wait to merge; the resume lands each story once, builds no
-    change twice (1-4 appends to NOTES.md), leaves no agent running and an integration branch whose checks pass."""
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, kill: str, at: str) -> None:
+    """-j 4: the loop is SIGKILLed right after the integration branch moved to the ``at``-th story (the journal does
+    not know yet) — or once that merge has removed the story's worktree and branch too — while the others build,
+    review or wait to merge; the resume lands each story once (a worktree its own merge removed is no
+    disagreement), builds no change twice (1-4 appends to NOTES.md), leaves no agent running and an integration
+    branch whose checks pass."""
     import os
     import signal
     import subprocess
@@ -219,7 +221,7 @@ def test_sigkill_with_four_stories_at_once_mid_merge_then_resume_commits_each_on
     child = [sys.executable, str(here / "crash_child.py"), "sprint"]
     killed = subprocess.run([*child, "run", "-j", "4", "--max-stories", "4", "-C", str(root), "-q"],
                             capture_output=True, text=True, timeout=180,
-                            env={**os.environ, "SPRINT_KILL": "ff", "SPRINT_KILL_AT": at})
+                            env={**os.environ, "SPRINT_KILL": kill, "SPRINT_KILL_AT": at})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert _story_commits(root).total() == int(at)  # the kill came after the branch moved
     resumed = subprocess.run([*child, "resume", "-C", str(root), "-q"], capture_output=True, text=True, timeout=180)

@@ -29,9 +29,12 @@ async def reconcile(ctx: StepContext) -> bool:
     key, base = story_key(ctx), str(story_vars(ctx)["sprint_baseline"])
     root, checkout = ctx.project_root, workspace(ctx)
     done = {sid for sid, step in ctx.run.steps.items() if step.status.value == "completed"}
+    # A merge the kill cut short may have removed the worktree and branch itself, once the story landed: its redo
+    # finds the story's commit by its trailers.
+    merging = ctx.spec.id.split("@", 1)[0] == "merge" and f"{ctx.spec.id}/sprint/merge" in ctx.engine.calls.started
     settled: list[str] = []
     problems: list[str] = []
-    if story_vars(ctx).get("sprint_isolation") == "worktree" and "merge" not in done and not (
+    if story_vars(ctx).get("sprint_isolation") == "worktree" and "merge" not in done and not merging and not (
             checkout / ".git").exists():
         branch = str(story_vars(ctx).get("sprint_branch"))
         code, _ = await git(root, "rev-parse", "--verify", "-q", f"refs/heads/{branch}")
