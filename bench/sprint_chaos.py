@@ -73,6 +73,18 @@ def _left_in(root: Path) -> list[str]:
     return found
 
 
+def _where(root: Path) -> str:
+    """What a hung loop was doing: the loop log's last records, each unfinished run's last journal records, the
+    processes in the project."""
+    log = root / ".stepline" / "sprint" / "loop.jsonl"
+    lines = [f"loop: {line}" for line in log.read_text().splitlines()[-6:]] if log.is_file() else []
+    for journal in sorted((root / ".stepline" / "runs").glob("*/journal.jsonl")):
+        records = journal.read_text(errors="replace").splitlines()
+        if records and '"WorkflowCompleted"' not in records[-1]:
+            lines += [f"{journal.parent.name}: {record[:300]}" for record in records[-4:]]
+    return " | ".join([*lines, f"left: {_left_in(root)}"])
+
+
 def _loop(root: Path, command: str, env: dict[str, str]) -> subprocess.Popen[str]:
     args = ["-j", "4", "--max-stories", "4"] if command == "run" else []
     return subprocess.Popen([sys.executable, "-m", "stepline.interfaces.cli", "sprint", command, *args, "-C",
@@ -110,7 +122,12 @@ def trial(number: int, base: Path, rng: random.Random, kills: int, orphans: floa
                 said.append(f"killed at {when:.1f}s" + (f" with {len(supervisors)} supervisor(s)" if orphaned else ""))
                 command = "resume"
                 continue
-        _, err = loop.communicate(timeout=900)
+        try:
+            _, err = loop.communicate(timeout=600)
+        except subprocess.TimeoutExpired:  # a hang: what it was doing, then it is stopped
+            said.append(f"{command} HUNG: {_where(root)}")
+            loop.kill()
+            _, err = loop.communicate()
         said.append(f"{command} exited {loop.returncode}")
         if command == "resume" and loop.returncode == 3 and "no sprint loop was started here" in err:
             command = "run"  # killed before the loop had started anything: a person runs it again
@@ -161,7 +178,10 @@ def main() -> int:
             print(f"trial {number:2d}: {'held ' if ok else 'BROKE'} {time.monotonic() - started:5.1f}s  {said}",
                   flush=True)
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        if held == args.trials:
+            shutil.rmtree(base, ignore_errors=True)
+        else:
+            print(f"the trials' projects are kept in {base}", file=sys.stderr)
     print(f"tried {args.trials}, held {held}, broke {args.trials - held} (-j 4, 4 stories, seed {args.seed})")
     return 0 if held == args.trials else 1
 

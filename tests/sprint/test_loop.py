@@ -250,6 +250,8 @@ def test_an_agent_left_running_with_its_supervisor_killed_is_stopped_before_the_
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     [orphan] = map(int, pids.read_text().split())
     assert alive(orphan)  # its supervisor died with the loop: nothing stopped it
+    [run_dir] = (root / ".stepline" / "runs").iterdir()
+    (private / f"stepline-agent-{run_dir.name}-build-unjournaled").mkdir()  # a driver killed before it journaled
     resumed = _child(root, "resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert not alive(orphan)

@@ -30,8 +30,8 @@ _STOP_GRACE = 3.0
 async def stop_left_agents(ctx: StepContext) -> None:
     """Stop every agent process a dead driver left running in this stage — found by its journaled pid, start time
     and boot id (the record a call journals before its agent starts) — and wait until nothing of its process group
-    runs; its private folder goes too. Each one stopped is journaled (``sprint:left-agent/<n>``)."""
-    from stepline.executors.cli_agents import stop_left_over
+    runs; the stage's agents' private folders go too. Each one stopped is journaled (``sprint:left-agent/<n>``)."""
+    from stepline.executors.cli_agents import remove_private_folders, stop_left_over
 
     prefix = f"{ctx.spec.id}/"
     left = [record for key, record in list(ctx.engine.calls.started.items())
@@ -41,6 +41,7 @@ async def stop_left_agents(ctx: StepContext) -> None:
             number = 1 + sum(1 for k in ctx.engine.calls.recorded if k.startswith(f"{prefix}sprint/left-agent/"))
             ctx.emit(EventType.CALL_RECORDED, {"key": f"{prefix}sprint/left-agent/{number}",
                                                "op": f"sprint:left-agent/{number}", "result": {"stopped": done}})
+    remove_private_folders(ctx.run.run_id, ctx.spec.id)  # one killed before it was journaled too (none runs now)
 
 
 async def _snapshot(ctx: StepContext, checkout: Path, message: str) -> str:

@@ -3,7 +3,7 @@ called and how its stream is read. :mod:`._process` runs one agent under its sup
 failure that is not the work's from one that is."""
 
 from stepline.executors.cli_agents._executor import AGENTS, CliAgentExecutor
-from stepline.executors.cli_agents._process import stop_left_over
+from stepline.executors.cli_agents._process import remove_private_folders, stop_left_over
 from stepline.executors.cli_agents._prompt import build_prompt, describe_output
 from stepline.executors.cli_agents._spec import (
     CALL,
@@ -16,4 +16,4 @@ from stepline.executors.cli_agents._spec import (
 )
 
 __all__ = ["AGENTS", "CALL", "SESSION", "AgentCli", "AgentReport", "CliAgentExecutor", "Invocation", "Reported",
-           "StreamedUsage", "build_prompt", "describe_output", "stop_left_over"]
+           "StreamedUsage", "build_prompt", "describe_output", "remove_private_folders", "stop_left_over"]

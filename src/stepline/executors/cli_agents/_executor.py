@@ -68,10 +68,10 @@ from stepline.executors._protocol import StepRequest, StepSession
 from stepline.executors._usage import Usage
 from stepline.executors.cli_agents._classify import classify
 from stepline.executors.cli_agents._process import (
-    PRIVATE_PREFIX,
     FileTail,
     OutputLog,
     Ran,
+    private_prefix,
     run_process,
     stop_left_over,
 )
@@ -235,7 +235,7 @@ class CliAgentExecutor(Executor):
         label = f"{self._who}#{request.hints.get('invocation', 0)}"
         session_id: str | None = None
         # A private folder (0700) for what a CLI reads only from files; removed with the run.
-        with (tempfile.TemporaryDirectory(prefix=PRIVATE_PREFIX) as tmp,
+        with (tempfile.TemporaryDirectory(prefix=private_prefix(request.run_id, request.step_id)) as tmp,
               self._meters.join(self._budget(request)) as meter, OutputLog(session.output_log(), label) as log):
             call = object()  # its key in the meters: an id() could be a finished call's again
             if meter is not None and meter.reason is not None:  # spent before it starts (or by its pool): not run

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import os
+import re
 import shutil
 import signal
 import sys
@@ -19,7 +21,8 @@ from typing import Any
 
 from stepline.errors import ExecutorError
 
-__all__ = ["PRIVATE_PREFIX", "FileTail", "OutputLog", "Ran", "identity", "run_process", "stop_left_over"]
+__all__ = ["PRIVATE_PREFIX", "FileTail", "OutputLog", "Ran", "identity", "private_prefix", "remove_private_folders",
+           "run_process", "stop_left_over"]
 
 #: The name of an agent's private folder in the temporary directory starts so (removed after its step, or once
 #: a resume has stopped an agent a dead driver left).
@@ -85,6 +88,20 @@ async def _kill_group(pgid: int, grace: float, exited: Callable[[], bool] = lamb
     deadline = time.monotonic() + _KILLED_WAIT
     while _group_alive(pgid) and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
+
+
+def private_prefix(run_id: str, step_id: str) -> str:
+    """How the private folders of a step's agents are named in the temporary directory (the rest is random)."""
+    return f"{PRIVATE_PREFIX}{run_id}-{re.sub(r'[^A-Za-z0-9@._-]', '_', step_id)}-"
+
+
+def remove_private_folders(run_id: str, step_id: str) -> int:
+    """Remove what private folders of the step's agents are left in the temporary directory (a driver killed before
+    it journaled its agent, or before it removed the folder), when none of them runs; how many were removed."""
+    found = list(Path(tempfile.gettempdir()).glob(glob.escape(private_prefix(run_id, step_id)) + "*"))
+    for folder in found:
+        shutil.rmtree(folder, ignore_errors=True)
+    return len(found)
 
 
 def _remove_private_folder(process: dict[str, Any]) -> None:
