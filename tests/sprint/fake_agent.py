@@ -17,7 +17,8 @@ behaviour) says:
             ``FAKE_ORPHAN``: its supervisor killed too, once the resume has put the checkout back);
 ``staller`` / ``quota`` / ``login`` the first time hangs silently / prints a 429 / a login prompt; then honest
             (``quota-reviewer``: an honest build, a review refused with a 429 the first time; ``crash-reviewer``: a
-            review that crashes the first time, without a word to stepline);
+            review that crashes the first time, without a word to stepline; ``stale-rebase-reviewer``: a review that
+            leaves in the story's worktree the state of a rebase killed as it began);
 ``filler``  builds honestly, the first time then fills the disk ``FAKE_FILL`` is on (a file there), as a build
             whose output takes the last free byte would;
 ``runaway`` the first time never ends: it starts a child, writes both pids to ``FAKE_PIDS``, and streams claude's
@@ -311,6 +312,9 @@ def main() -> int:
             _fail_once(prefix, "quota")
         if behaviour == "crash-reviewer":
             _fail_once(prefix, "crash")
+        if behaviour == "stale-rebase-reviewer":  # what a rebase killed as it began leaves: git cannot read it
+            state = subprocess.run(["git", "rev-parse", "--git-path", "rebase-merge"], capture_output=True, text=True)
+            Path(state.stdout.strip()).mkdir(parents=True, exist_ok=True)
         reports = json.loads(os.environ.get("FAKE_REVIEW", "{}"))
         summary = reports.get(f"{prefix}:{hints.get('layer')}:{step['step_id']}",
                               reports.get(f"{prefix}:{hints.get('layer')}", "none"))

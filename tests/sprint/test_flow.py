@@ -7,7 +7,7 @@ import pytest
 from stepline.executors import Price, PriceTable
 from stepline.model import Run, RunStatus, StepStatus, WorkflowSpec
 from stepline.sprint._driver import story_workflow
-from stepline.sprint._flow import Budget, SprintFlow, next_stage
+from stepline.sprint._flow import Budget, SprintFlow, next_stage, visit
 from stepline.sprint._review import parse_findings
 from stepline.sprint._usage import Usage, over_limit, usage_of_calls
 
@@ -95,6 +95,19 @@ def test_a_merge_that_cannot_land_visits_build_to_merge_again_with_the_budgets_o
     assert next_stage(_run(*third, ("build@3", "built"), ("verify@3", "fail")), merging) == "build@4"
     assert next_stage(_run(*third, ("build@3", "built"), ("verify@3", "fail"), ("build@4", "built"),
                            ("verify@4", "fail")), merging) == "defer"  # the new base's two builds failed
+
+
+def test_a_story_its_merge_sends_back_more_often_than_other_stories_landing_explains_is_deferred() -> None:
+    from stepline.sprint._flow import MERGE_REBUILDS
+
+    merging = Budget(builds=1, reviews=1, merge=True)
+    done: list[tuple[str, str]] = [("baseline", "recorded")]
+    for number in range(1, MERGE_REBUILDS + 2):
+        assert next_stage(_run(*done), merging) == visit("build", number)
+        done += [(visit(stage, number), choice) for stage, choice in (
+            ("build", "built"), ("verify", "pass"), ("review", "clean"), ("verify-final", "pass"),
+            ("commit", "committed"), ("merge", "rebuild"))]
+    assert next_stage(_run(*done), merging) == "defer"
 
 
 def test_the_flow_stops_at_a_stage_that_did_not_complete() -> None:

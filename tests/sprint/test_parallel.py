@@ -98,6 +98,23 @@ def test_a_conflict_sends_a_story_back_to_build_with_its_fixed_findings_and_a_ne
     assert "sub() needs a doctest" in builds["build@4"]["told"] and "needs a docstring" in builds["build@4"]["prompt"]
 
 
+def test_a_rebase_a_crash_cut_short_is_put_away_before_the_merge_and_the_story_lands_once(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The story's worktree holds the state of a rebase killed as it began (git can neither go on with it nor
+    abort it): the merge puts it away and lands the story, where it took it for a conflict and built the story
+    again, forever."""
+    root = make_project(tmp_path / "calc", isolation="worktree")
+    monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-2": "stale-rebase-reviewer"}))
+    code = run_cli(["sprint", "run", "-j", "2", "--max-stories", "2", "-C", str(root), "--json", "-q"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert sorted((r["key"], r["outcome"]) for r in json.loads(out.out)) == [
+        ("1-1-add", "committed"), ("1-2-sub", "committed")]
+    assert _story_commits(root) == Counter({"1-1-add": 1, "1-2-sub": 1})
+    builds = [c for c in map(json.loads, agent_env.read_text().splitlines()) if c["stage"] == "build"]
+    assert len(builds) == 2  # none built again
+
+
 def test_a_story_that_finishes_first_waits_for_an_earlier_one_still_building_and_lands_after_it(
         tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """-j 2: 1-1 builds slower than 1-2; 1-2 finishes first and waits, so the merges land in sprint order."""

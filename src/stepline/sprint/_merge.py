@@ -9,6 +9,7 @@ attempt kept on ``refs/stepline/preserve/…``; it keeps its place in the merge 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stepline.errors import StepFailed
@@ -25,7 +26,7 @@ from stepline.sprint._stage import (
     story_vars,
     workspace,
 )
-from stepline.tools._git import find_commit, git, git_ok, is_ancestor
+from stepline.tools._git import find_commit, git, git_error, git_ok, is_ancestor
 
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
@@ -57,6 +58,19 @@ async def merge(ctx: StepContext) -> None:
     ctx.step.summary = f"{branch} merged, HEAD {result['head'][:12]}"
 
 
+async def _no_rebase_left(checkout: Path, branch: str) -> None:
+    """Put away a rebase a crash cut short: ``--abort``, or — cut so early that git cannot read its state —
+    ``--quit`` and the story's branch checked out again (a rebase moves the branch only at its end)."""
+    if (await git(checkout, "rebase", "--abort"))[0] == 0:
+        return
+    for name in ("rebase-merge", "rebase-apply"):
+        state = Path(await git_ok(checkout, "rev-parse", "--git-path", name))
+        if (state if state.is_absolute() else checkout / state).exists():
+            await git_ok(checkout, "rebase", "--quit")
+            await git_ok(checkout, "checkout", "-q", "-f", branch)
+            return
+
+
 async def _merge_in_turn(ctx: StepContext) -> None:
     """A parallel loop's merge, in its turn (see the module's doc)."""
     root, checkout = ctx.project_root, workspace(ctx)
@@ -72,12 +86,15 @@ async def _merge_in_turn(ctx: StepContext) -> None:
     async def rebase_verify_move(redo: bool) -> dict[str, Any]:
         if redo and (landed := await find_commit(root, trailers)):  # it landed before the crash
             return {**await land(), "redo": f"found in the history as {landed[:12]}"}
-        await git(checkout, "rebase", "--abort")  # a rebase the crash cut short (none: git says so, harmless)
+        await _no_rebase_left(checkout, branch)
         onto = await git_ok(root, "rev-parse", "HEAD")
         code, out = await git(checkout, "-c", "user.name=stepline", "-c", "user.email=stepline@localhost",
                               "rebase", "-q", "--autostash", onto)
         if code != 0:
             await git(checkout, "rebase", "--abort")
+            if not any("CONFLICT" in line or line.startswith("error: could not apply") for line in out.splitlines()):
+                raise StepFailed(f"cannot rebase {branch} onto the integration branch: {git_error(out) or code}",
+                                 retryable=False)  # not the change's conflict: building it again would not help
             kept = f"refs/stepline/preserve/{key}/{ctx.spec.id}/1"
             await git_ok(checkout, "update-ref", kept, "HEAD")
             await git_ok(checkout, "reset", "-q", "--hard", onto)
