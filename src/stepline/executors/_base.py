@@ -20,12 +20,14 @@ class Executor(ABC):
     effect outside the process, so the runtime need not make its journal durable before calling them. An
     executor that ``speaks_for_user`` (the human executor, an IDE agent over MCP) shows a step's menu to the
     person and brings back their choice, so the runtime takes that choice as the person's answer instead of
-    asking the same menu again.
+    asking the same menu again. An executor that ``is_the_person`` (the human executor) does the step's work
+    itself: the questions the step's text hands the person are theirs as they work, not asked a second time.
     """
 
     name: ClassVar[str] = ""
     pure: ClassVar[bool] = False
     speaks_for_user: ClassVar[bool] = False
+    is_the_person: ClassVar[bool] = False
 
     @abstractmethod
     async def perform(self, request: StepRequest, session: StepSession) -> None:

@@ -109,6 +109,7 @@ class HumanExecutor(Executor):
     name = "human"
     #: The person at the terminal is the user: the menu choice they make here answers the step's menu.
     speaks_for_user: ClassVar[bool] = True
+    is_the_person: ClassVar[bool] = True
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         from rich.console import Console

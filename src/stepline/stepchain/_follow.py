@@ -16,7 +16,8 @@ journaled with who gave it and handed to the next turn; the family's own last re
   names it (or ``none``); a finish that names none of them stops at the first question (asking is the safe side);
 * a **route** or **hand-over** the family follows ends the turns there: the step leaves for its target.
 
-A resumed step replays its journaled turns and answers: nothing is asked twice.
+A resumed step replays its journaled turns and answers: nothing is asked twice. With the human executor the person
+does the step's work: its questions are theirs as they go (its routes and hand-overs are followed).
 """
 
 from __future__ import annotations
@@ -134,9 +135,10 @@ async def _window(ctx: StepContext, points: list[Point], index: int, turn: Turn,
     condition does not hold, up to the first that always applies (no condition, or one the runtime reads as
     holding). A route or hand-over the family does not follow, and an unclassified sentence, is none."""
     window: list[int] = []
+    person = ctx.engine.executor.is_the_person  # the person does the work: its questions are theirs as they go
     for at in range(index, len(points)):
         point = points[at]
-        if point.kind not in PERSON_KINDS and not (point.kind in _LEAVES and leads_to(point) is not None):
+        if (point.kind not in PERSON_KINDS or person) and not (point.kind in _LEAVES and leads_to(point) is not None):
             continue
         fact = turn.fact(point.condition) if point.condition else None
         if fact is not None:
