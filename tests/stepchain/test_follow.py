@@ -67,6 +67,21 @@ Nothing to set up.
 
 Invoke `target-skill` with the user's request. `target-skill` takes the workflow from here.
 """
+#: a shim whose description does not say it forwards (a wording some releases use): its activation hands over
+ALIAS = """---
+name: old-alias
+description: Legacy alias, kept for old invocations.
+---
+
+# Old alias
+
+This skill was consolidated into `target-skill`.
+
+## On Activation
+
+1. Emit a deprecation notice to the user.
+2. Invoke `target-skill` with the user's original input. `target-skill` takes the workflow from here.
+"""
 TARGET = """---
 name: target-skill
 description: The skill the forwarder hands over to.
@@ -114,7 +129,7 @@ def skills(tmp_path: Path) -> Path:
     """A project, and beside it the skills: asker (a question, a choice, a route, a loop), forwarder and the
     target-skill it hands over to (its customization overridden in the project)."""
     src = tmp_path / "src"
-    _write(src, {"asker/SKILL.md": ASKER, "asker/references/deep.md": DEEP,
+    _write(src, {"asker/SKILL.md": ASKER, "asker/references/deep.md": DEEP, "old-alias/SKILL.md": ALIAS,
                  "forwarder/SKILL.md": FORWARDER, "target-skill/SKILL.md": TARGET,
                  "target-skill/customize.toml": '[workflow]\ngreeting = "hello from the default"\n'})
     project = tmp_path / "project"
@@ -211,6 +226,21 @@ def test_a_hand_over_runs_the_other_skill_within_the_run_with_its_customization(
     assert left["args"]["target"] == "target-skill" and left["result"]["step"] == "target-skill:activate"
     custom = [d for d in _recorded(events, "customization") if d["args"]["skill"] == "target-skill"]
     assert [Path(p).name for p in custom[0]["args"]["layers"]] == ["customize.toml", "target-skill.toml"]
+
+
+def test_a_shim_in_any_wording_continues_into_its_target_with_the_targets_customization(skills: Path) -> None:
+    """old-alias's description says nothing of forwarding; its activation's "Invoke `target-skill` … takes the
+    workflow from here" is the hand-over: the run goes on into target-skill, nothing after it."""
+    recorder = Recorder()
+    engine = _engine(skills, recorder)
+    run = asyncio.run(engine.start(load_workflow(skills.parent / "src" / "old-alias", project_root=skills)))
+    assert run.status.value == "completed", run.error
+    assert _done(_events(engine, run)) == ["activate", "on-activation", "target-skill:activate",
+                                           "target-skill:on-activation", "target-skill:section-work"]
+    (work,) = recorder.work("target-skill:section-work")
+    assert "Say hello from the override." in work.content
+    (left,) = _recorded(_events(engine, run), "leave")
+    assert left["args"]["line"] == 13 and left["result"] == {"step": "target-skill:activate", "returns": False}
 
 
 class _Asks(Policy):
