@@ -6,7 +6,8 @@ Usage: .venv/bin/python bench/plan_walk.py [TREE] [--skill NAME]... [--max 30] [
 
 TREE is ``v611`` (the corpus's BMAD v6.11.0, the default), ``ccw`` (its CCW v7.3.14 skills), a BMAD source tree
 (a checkout or ``git archive`` of a release, or a module with ``src/``), or an installed project (``--project``).
-An answer is the first option offered, ``done`` to a conversation, else a short sentence. ``--first`` stops
+An answer is the first option offered (the next one when the same question comes back), ``done`` to a
+conversation, else a short sentence. ``--first`` stops
 each run at its first stop (the held-out check); ``--json`` writes every walk as JSON lines.
 """
 
@@ -32,10 +33,12 @@ TREES = {"v611": CORPUS / "bmad" / "v6.11.0", "ccw": CORPUS / "ccw" / "v7.3.14"}
 FREE_TEXT = "Nothing more to add; go on."
 
 
-def answer_to(gate: Gate) -> str:
-    """What the walking person answers: the first option, ``done`` to a conversation, else a short sentence."""
+def answer_to(gate: Gate, before: list[dict[str, Any]]) -> str:
+    """What the walking person answers: the first option (the next one when the same question comes back, so a
+    menu whose first option is a side trip ends), ``done`` to a conversation, else a short sentence."""
     if gate.choices:
-        return gate.choices[0].key
+        again = sum(1 for stop in before if stop["question"] == gate.reason)
+        return gate.choices[min(again, len(gate.choices) - 1)].key
     return "done" if "answer `done`" in gate.reason else FREE_TEXT
 
 
@@ -78,7 +81,7 @@ def walk(project: Path, skill: Path, *, limit: int, first: bool) -> dict[str, An
             out["note"] = f"{len(pending)} questions pending: {run.blocked_reason}"
             break
         (gate,) = pending
-        answer = answer_to(gate)
+        answer = answer_to(gate, out["stops"])
         out["stops"].append({"step": gate.step_id, "gate": gate.gate_id, "question": gate.reason,
                              "options": [f"[{c.key}] {c.label}" if c.label != c.key else c.key
                                          for c in gate.choices], "answer": answer})

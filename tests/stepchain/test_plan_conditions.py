@@ -156,3 +156,52 @@ def test_whether_a_person_takes_part_is_read_from_the_run() -> None:
     assert attendance_fact("If interactive and unclear", attended=True) is None
     assert attendance_fact("If interactive and unclear", attended=False)[0] is False  # type: ignore[index]
     assert attendance_fact("If the file is missing", attended=True) is None
+
+
+def test_only_when_is_the_condition(tmp_path: Path) -> None:
+    text = "Only pause to clarify when two or more items are genuinely close — one short question.\n"
+    assert _only(_points(text, tmp_path), PointKind.QUESTION).condition == "two or more items are genuinely close"
+
+
+def test_a_condition_after_the_cue_in_its_clause(tmp_path: Path) -> None:
+    """``offer concrete alternatives when the user is stuck``; ``Ask the user if …`` is what it asks, no case."""
+    text = "Be direct, but offer concrete alternatives when the user is stuck — tough love.\n"
+    assert _only(_points(text, tmp_path), PointKind.QUESTION).condition == "the user is stuck"
+    text = "Ask the user if there are any other documents to include, and if anything should be excluded.\n"
+    assert _only(_points(text, tmp_path), PointKind.QUESTION).condition is None
+
+
+def test_items_under_a_lead_in_with_a_condition(tmp_path: Path) -> None:
+    """Every item of a list under ``… If overlap is significant:`` is under it, a blank line between or not."""
+    text = ("Assess whether epics overlap. If overlap is significant:\n\n"
+            "- Distinguish meaningful overlap from incidental sharing\n"
+            "- Ask whether to consolidate into one epic\n")
+    assert _only(_points(text, tmp_path), PointKind.QUESTION).condition == "If overlap is significant:"
+
+
+def test_an_items_opening_if_comma_governs_its_later_sentences(tmp_path: Path) -> None:
+    text = ("4. If the new file does not exist, tell the user and offer to rename it. Rename it only after explicit "
+            "approval.\n5. If it exists, read both. Resolve conflicting values with the user.\n")
+    points = [p for p in _points(text, tmp_path) if p.kind is not PointKind.ROUTE]
+    assert [p.condition for p in points] == ["If the new file does not exist"] * 2 + ["If it exists"]
+
+
+def test_otherwise_is_not_under_the_lines_if(tmp_path: Path) -> None:
+    text = "1. If headless, follow `references/headless.md`. Otherwise ask what they want to build.\n"
+    assert _only(_points(text, tmp_path), PointKind.QUESTION).condition == "Otherwise"
+
+
+def test_an_offer_to_resume_is_under_there_being_a_run(tmp_path: Path) -> None:
+    text = "Scan the output folder for prior runs and offer to resume rather than starting over.\n"
+    assert _only(_points(text, tmp_path), PointKind.CONFIRM).condition == "there is an unfinished run to resume"
+
+
+def test_an_optional_section_is_under_its_title(tmp_path: Path) -> None:
+    text = "## Story Breakdown (optional)\n\nWalk the capabilities with the user and propose stories.\n"
+    assert _only(_points(text, tmp_path), PointKind.QUESTION).condition == "Story Breakdown (optional)"
+
+
+def test_a_reference_file_name_does_not_end_a_condition(tmp_path: Path) -> None:
+    text = ("When the user points the skill at an existing spec folder (or its SPEC.md) with no change signal, offer "
+            "to review the open questions.\n")
+    assert _only(_points(text, tmp_path), PointKind.CONFIRM).condition is not None

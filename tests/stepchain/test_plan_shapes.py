@@ -160,3 +160,52 @@ def test_negated_and_described_turns_are_no_points(tmp_path: Path) -> None:
     text = ("Never ask what a scan could answer. Do not ask. User can chat or ask questions at any time. "
             "Asking the user to confirm a path-checked claim is a defect.\n")
     assert _points(text, tmp_path) == ()
+
+
+def test_a_working_session_with_the_person_is_asked(tmp_path: Path) -> None:
+    """``Walk `.memlog.md` with the user``, ``open the floor``, ``invite the user to sharpen it``, ``paste it
+    back`` hand the turn over (free text)."""
+    for text in ("1. **Memlog audit.** Walk `.memlog.md` with the user; each entry captured or set aside.\n",
+                 "Open the floor before any structured questions.\n",
+                 "Draft each section yourself, then challenge it before inviting the user to sharpen it.\n"):
+        assert _kinds(_points(text, tmp_path)) == ["question"], text
+
+
+def test_what_is_not_a_turn(tmp_path: Path) -> None:
+    """A question to ask as a noun, a criterion a human confirms, a restriction on asking, a subagent's own
+    confirmation, a prompt as a noun."""
+    for text in ("A surprising scan finding is a question to ask, not a line to write.\n",
+                 "- **Runtime behavior invisible from the repo** — environment quirks — once a human confirms it.\n",
+                 "Read what exists first; ask only what is missing.\n",
+                 "Build a deep-research prompt the user runs themselves.\n",
+                 "Re-check every caveat and ask of every line whether removing it would change behavior.\n"):
+        assert _points(text, tmp_path) == (), text
+    text = "User confirms which apply or adds others; subagent-extracts on confirm.\n"
+    assert _kinds(_points(text, tmp_path)) == ["confirm"]
+
+
+def test_a_question_and_its_wait_are_one_turn(tmp_path: Path) -> None:
+    text = "Before proceeding, ask the user if there are other documents to include. Wait for user confirmation.\n"
+    assert _kinds(_points(text, tmp_path)) == ["question"]
+
+
+def test_asks_inside_what_is_displayed_at_once_are_one_turn(tmp_path: Path) -> None:
+    text = ("### 8. Present\n\nDisplay to user:\n\n- Show count of FRs found\n- Ask if any FRs are missing\n\n"
+            "### 9. Get User Confirmation\n\nAsk: \"Do these requirements represent what needs to be built?\"\n")
+    points = _points(text, tmp_path)
+    assert _kinds(points) == ["question"] and points[0].line == 10
+
+
+def test_inline_options_of_a_choice(tmp_path: Path) -> None:
+    """``Per finding: a, b, c, or d.``; ``let the user pick all / a subset / none``; ``put the choice up front:
+    **Run** it here, or **Draft** a prompt``; a menu only some runs get carries its case."""
+    cases = {"Per finding: autofix, discuss, defer to open items, or ignore.\n":
+             ["autofix", "discuss", "defer to open items", "ignore"],
+             "Present the lens menu and let the user pick all / a subset / none.\n": ["all", "a subset", "none"],
+             "Then put the choice up front, once: **Run** it here now, or **Draft** a prompt for a tool.\n":
+             ["Run", "Draft"]}
+    for text, labels in cases.items():
+        points = _points(text, tmp_path)
+        assert _kinds(points) == ["choice"] and [o.label for o in points[0].options] == labels, text
+    text = "Stakes-calibrated — hobby/solo may skip; higher stakes get the explicit all/subset/skip menu.\n"
+    assert [p.condition for p in _points(text, tmp_path)] == ["higher stakes"]

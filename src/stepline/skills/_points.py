@@ -80,6 +80,9 @@ def _choice(text: str, file: Path, options: list[tuple[str, str]], line: int = 1
 
 
 _INTENTS = re.compile(r"(?i)\bintent\b")
+#: a section that says it is a reference other parts use (``## Reviewer Gate`` — ``Used by Validate and Finalize.``):
+#: its points apply when it is used, not when the run passes it in order
+_USED_BY = re.compile(r"\A(?:\s*#[^\n]*\n)?\s*(?P<used>\**Used\s+(?:by|at|when|in|from)\b[^.\n]*)")
 _BOLD = re.compile(r"\*\*([A-Za-z][\w-]*)\*\*(?P<after>[^*]{0,80})")
 
 
@@ -116,8 +119,10 @@ def _points_of(step: StepSpec, files: SkillFiles, finder: Finder, steps: frozens
             return []
         points = _read(section.text, files.entry.path, section.line, files, finder, steps)
         intent = _intent_of_section(files, title) if role == "section" else None
-        for point in points if intent else ():
-            point["condition"] = f"{intent} intent" + (f"; {point['condition']}" if point.get("condition") else "")
+        used = _USED_BY.search(section.text) if role == "section" else None
+        over = f"{intent} intent" if intent else str(used["used"]).strip(" *.") if used else ""
+        for point in points if over else ():
+            point["condition"] = over + (f"; {point['condition']}" if point.get("condition") else "")
         return points
     if role == "on-activation":
         preamble, first = preamble_of(files)

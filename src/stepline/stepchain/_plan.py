@@ -173,14 +173,28 @@ _QUOTE = re.compile(r"^\s*>\s?")
 _LEADING_CONDITION = re.compile(
     r"^(?P<cond>(?:if|when|whenever|once|unless|otherwise|where|in case|after (?:the )?user|on \w+ intent|"
     r"only (?:when|if|after)|"
-    r"(?:for|under) (?:the )?\w+ (?:intent|mode)|"
+    r"(?:for|under) (?:the )?\w+ (?:intent|mode)|at\s+\*\*[^*]+\*\*|"
+    r"for\s+\*{0,2}(?!example\b|instance\b|each\b|all\b)[A-Z][\w-]*\*{0,2}(?=,)|"
     r"in\s+\*\*[^*]+\*\*(?:\s*(?:,|and|or)\s*\*\*[^*]+\*\*)*(?:\s+mode)?|in\s+\w+(?:[\s-]\w+)?\s+mode)"
-    r"(?:\b|(?<=\*))(?:`[^`]*`|[^.;:`])*?)"
+    r"(?:\b|(?<=\*))(?:`[^`]*`|[^.;:`]|\.(?=\w))*?)"
     r"(?:[,:;—–]\s+|\s+(?:-|→|->)\s+|(?=\s+(?:ask|offer|present|wait|halt|confirm|route|load|invoke)\b))", re.I)
 #: a leading clause that only says when in the flow, not whether: ``Once chosen,``, ``When all dimensions are done,``
-_TEMPORAL = re.compile(r"(?i)^(?:once|when|after)\b(?!.*\b(?:user|they|human|person|them)\b)[^,;:]{0,60}\b"
-                       r"(?:done|spent|complete|completed|finished|settled|captured|written|saved|chosen|picked|selected|resolved|"
-                       r"known|approved|confirmed|answered|read|loaded|mined\s+out|in\s+place)\b\W*$")
+_TEMPORAL = re.compile(r"(?i)^(?:once|when|after)\b(?:(?!\b(?:user|they|human|person|them)\b)[^,;:]){0,60}\b"
+                       r"(?:done|spent|complete|completed|completes|finished|settled|captured|written|saved|chosen|"
+                       r"picked|selected|resolved|known|approved|confirmed|answered|read|loaded|mined\s+out|"
+                       r"in\s+place)\b\W*$|^(?:once|when)\s+you\s+have\s+enough\b"
+                       # the end of the conversation before it: ``When the user signals done``
+                       r"|^(?:once|when|after)\s+(?:the\s+)?(?:user|human|person|they)\s+(?:signals?|says?|is|are)\s+"
+                       r"(?:they(?:'re|\s+are)\s+)?(?:done|spent|finished)\b")
+#: ``Only pause to clarify when two or more items are genuinely close``: the point is under what follows ``when``
+_ONLY_WHEN = re.compile(r"(?i)^only\s+(?:\w+\s+){1,5}?(?:when|if)\s+(?P<cond>[^,;—.]{3,100})")
+#: a condition after the point's cue in its clause: ``offer concrete alternatives when the user is stuck``
+_TRAILING_CONDITION = re.compile(r"(?i)[^.;:—(),]*?\s(?:when|whenever|if)\s+"
+                                 r"(?P<cond>(?!needed\b|necessary\b|any\b|so\b)[^,;:—.()]{3,80})")
+#: what a question asks (``Ask the user if …``, ``ask whether …``): no condition of its own
+_ASKS_IF = re.compile(r"(?i)^(?:ask|asking|prompt)(?:\s+(?:the\s+)?(?:user|human|person|them))?\s+(?:if|whether)\b")
+#: an offer to resume a run: only when there is one to resume
+_RESUME_OFFER = re.compile(r"(?i)\boffer\s+to\s+resume\b")
 #: a clause within a sentence that conditions what follows it: ``… — or, if they're ready to land it, go to …``
 _INNER_CONDITION = re.compile(r"(?i)(?:^|[,;—(]\s*|\b(?:or|and|but|then)\s*,?\s*)(?P<cond>(?:if|when|unless)\b"
                               r"[^,;:.()]{2,100}),\s*[^,;.]*$")
@@ -234,10 +248,12 @@ _WEAK_CONFIRM = re.compile(
     r"|\band\s+confirm\s*[.)]?$"
     r"|\bconfirm\s+(?:only\s+)?(?:when|if)\b"
     r"|\b(?:one|a)\s+(?:quick\s+|short\s+)?confirm(?:ation)?\s+of\b"
-    r"|\bconfirm\s+before\b", re.I)
+    r"|\bconfirm\s+before\b|\bconfirm\s+\w+\s+first\b"
+    r"|^on\s+(?:the\s+user'?s\s+|their\s+)?approval\b", re.I)  # ``On approval, splice …``: an approval was asked
 _QUESTION = re.compile(
     r"(?:^|[,;:—(]\s*|\b(?:then|and|or|to|must|should|always|i|we|you|please|simply|briefly|"
-    r"directly|explicitly)\s+)ask\b(?!\s+(?:yourself|the\s+(?:model|agent|subagent|reviewer)|subagents?)\b)"
+    r"directly|explicitly)\s+)(?<!questions\sto\s)(?<!question\sto\s)ask\b"
+    r"(?!\s+(?:yourself|the\s+(?:model|agent|subagent|reviewer)|subagents?|of)\b)"
     r"|\bask(?:ing)?\s+(?:the\s+)?(?:user|human|person|them|whether|which|what|how|who|for|if|about)\b"
     r"|\b(?:open|start|begin|lead)\s+with\s+(?:a|one|an)\b[^.]{0,30}\bquestions?\b"
     r"|\bhalt\b[^.]{0,20}\b(?:and\s+)?(?:present|escalate|surface|show)\b[^.]{0,40}\b(?:human|user)\b"
@@ -245,7 +261,11 @@ _QUESTION = re.compile(
     r"|\bplease\s+(?:provide|specify|share|tell\s+me|clarify|choose|select)\b"
     r"|\bpause\s+to\s+(?:clarify|ask)\b|\bclarify\s+with\s+(?:the\s+)?(?:user|human|person)\b"
     r"|\b(?:paste|send|share)\s+(?:it|them|the\s+\w+)\s+back\b"
-    r"|\bprompt\s+(?:the\s+)?(?:user|human|person|them)\b"
+    r"|\binvit(?:e|es|ing)\s+(?:(?:the\s+)?(?:user|human|person|them)\s+to\b|(?:a|an|the|their|any)\s+\w)"
+    r"|\bopen\s+the\s+floor\b"
+    # the verb, not the noun of ``a deep-research prompt the user runs``
+    r"|(?:^|[,;:—(]\s*|\b(?:then|and|or|to|must|should|always|please|also|first)\s+)"
+    r"prompt\s+(?:the\s+)?(?:user|human|person|them)\b"
     r"|\bprobe\b"
     r"|\boffer(?:s|ing)?\b(?!\s+(?:once\s+|again\s+|first\s+|then\s+|also\s+)?to\b)"
     r"|\b(?:choose|decide|pick|select|agree\s+on)\b[^.;]{0,60}\bwith\s+(?:the\s+)?(?:user|human|person)\b"
@@ -263,8 +283,12 @@ _NEGATED = re.compile(r"\b(?:do\s+not|don't|never|no\s+need\s+to|without|not)\s+
 _NEGATED_BEFORE = re.compile(r"(?i)\b(?:never|do\s+not|don't)\b[^,;—]{0,60}$")
 _STOPS = re.compile(r"(?i)\b(?:never|do\s+not|don't)\s+(?:\w+\s+){0,2}?(?:stop|end|finish|wrap|close|disband|leave|"
                     r"move\s+on|conclude)")
+#: a restriction on how to ask: ``then ask only what's missing``
+_ASK_ONLY = re.compile(r"(?i)\b(?:then\s+)?ask\s+only\b[^.;—]*")
 #: the person's own options described (``User can chat or ask questions``), not a turn the text gives them
 _PERSON_MAY = re.compile(r"\b(?:the\s+)?(?:user|they|human|person)\s+(?:can|may|might|could|will|is\s+free\s+to)\b"
+                         # a criterion: ``… earns a line once a human confirms it``
+                         r"|\b(?:once|after|when)\s+(?:a|the)\s+(?:human|user|person)\s+(?:confirms|approves)\s+it\b\W*$"
                          r"|\byou\s+(?:can|may)\b[^.]*\bask\s+me\b", re.I)  # said to the person: "you can … ask me"
 #: the sections of a step file that restate the rules for a model (the runtime owns them): no points
 _RULES_SECTION = re.compile(r"(?i)\b(?:mandatory|execution\s+(?:rules|protocols)|context\s+boundaries|"
@@ -275,17 +299,19 @@ _RULES_SECTION = re.compile(r"(?i)\b(?:mandatory|execution\s+(?:rules|protocols)
                             r"checklist|related\s+(?:skills|commands|workflows)|error\s+handling|"
                             r"\brules\b)")
 #: a word of the person's turn in a sentence: the classifier runs only on such sentences
-_TURN_WORDS = ("ask", "prompt", "probe", "paste", "wait", "confirm", "approv", "offer", "choose", "choice", "select",
-               "pick", "decide", "until", "y/n", "yes/no", "menu", "answer", "respond", "reply", "halt", "input",
-               "feedback", "agree", "sign", "consent", "with the user", "with the human", "let the", "present",
-               "please", "escalate")
+_TURN_WORDS = ("ask", "prompt", "probe", "paste", "invit", "the floor", "clarify", "wait", "confirm", "approv",
+               "offer", "choose", "choice", "select", "pick", "decide", "until", "y/n", "yes/no", "menu", "answer",
+               "respond", "reply", "halt", "input", "feedback", "agree", "sign", "consent", "with the user",
+               "with the human", "let the", "present", "please", "escalate")
 #: a working session with the person the text names no kind for: ``Walk the memlog with the user``
 _WITH_PERSON = re.compile(r"\b(?:walk|review|discuss|go\s+through|work\s+through|resolve|settle|agree|decide|"
                           r"iterate|refine|explore|brainstorm)\b[^;]{0,80}\bwith\s+(?:the\s+)?(?:user|human|person)\b",
                           re.I)
 #: a menu written inline as words between slashes: ``the explicit all/subset/skip menu``
 _SLASH_MENU = re.compile(r"\b(?P<opts>[\w-]+(?:\s*/\s*[\w-]+)+)\s+menu\b"
-                         r"|\bmenu\s*:\s*(?P<after>[\w-]+(?:\s*/\s*[\w-]+)+)", re.I)
+                         r"|\bmenu\s*:\s*(?P<after>[\w-]+(?:\s*/\s*[\w-]+)+)"
+                         r"|\b(?:pick|choose|select)\s+"
+                         r"(?P<picked>[\w-]+(?:\s+[\w-]+)?(?:\s+/\s+[\w-]+(?:\s+[\w-]+)?)+)(?=\s*[.;,]|\s*$)", re.I)
 #: a table column naming the file to load for its row
 _LOAD_COLUMN = re.compile(r"(?i)load|route(?:\s+to)?|reference|read|follow|go\s+to|file\s+to\s+load")
 #: the line before a fenced block the text presents as its menu (``## The Menu``, ``Present these options:``)
@@ -293,7 +319,7 @@ _PRESENTS = re.compile(r"(?i)^(?:#{1,6}\s.*\b(?:menu|options|choices?|display|pr
                        r"|.*\b(?:present|display|show)\b[^:]*:\**)$")
 #: a sentence that presents a choice whose options follow it (a list, or bold spans after a colon)
 _CHOICE_LEAD = re.compile(
-    r"\b(?:offer|present|show|display|give|list)\b(?!\s+(?:the\s+)?(?:chosen|selected|recommended)\b)[^.]*?"
+    r"\b(?:offer|present|show|display|give|list|put)\b(?!\s+(?:the\s+)?(?:chosen|selected|recommended)\b)[^.]*?"
     r"\b(?:choices?|options?|menu|paths?|modes?|alternatives?)\b"
     r"|\b(?:ask|let)\b[^.]*?\b(?:which|choose|pick|select|one of|preference|between)\b"
     r"|\b(?:choose|pick|select)\b[^.]*?\b(?:one|between|from|of the following|an? (?:option|path|mode))\b",
@@ -304,7 +330,8 @@ _TURN = re.compile(
     r"feedback|agree|sign-?off)\b", re.I)
 _PERSON_RE = re.compile(r"\b(?:user|human|person)\b", re.I)
 #: not the person's turn: the model's own checks ("confirm every entry was executed"), what an agent asks
-_NOT_TURN = re.compile(r"\b(?:subagents?|sub-agents?|the (?:model|agent|llm)|reviewers?)\b.*\b(?:ask|confirm)"
+_NOT_TURN = re.compile(r"\b(?:subagents?|sub-agents?|the (?:model|agent|llm)|reviewers?)(?:\s+\w+){0,3}\s+"
+                       r"(?:asks?|confirms?)\b"
                        r"|\bhalt\b[^.]{0,20}?\b(?:and\s+)?(?:tell|report|inform|notify|explain|warn|stop)\b"
                        r"|\bhalt\s+with\b"
                        r"|\b(?:skill|workflow|it|this|system|orchestrator)\s+(?:will|would)\s+(?:prompt|ask)", re.I)
@@ -428,10 +455,48 @@ class _Reader:
         self.table_routes()
         self.code()
         self.absorb_described_calls()
+        self.absorb_bare_waits()
+        self.absorb_displayed_asks()
         if any(p.kind is PointKind.CHOICE for p in self.points):  # "You offer a short menu": the menu is the point
             self.points = [p for p in self.points
                            if not (p.kind is PointKind.QUESTION and _MENTIONS_MENU.search(p.text))]
         return _ordered(self.points)
+
+    def absorb_displayed_asks(self) -> None:
+        """Drop the questions inside what a step displays at once (``Display to user:`` then a list of counts,
+        examples and ``Ask if any FRs are missing``, up to the next heading) when the text asks the person after it
+        (``### 9. Get User Confirmation`` — ``Ask: "Do these … represent what needs to be built?"``): they are
+        part of one message the person answers once."""
+        blocks: list[tuple[int, int]] = []
+        start: int | None = None
+        for line, text in self.prose:
+            if start is not None and _HEADING.match(text):
+                blocks.append((start, line))
+                start = None
+            if _DISPLAY_LEAD.match(text.strip()):
+                start = line
+        if start is not None:
+            blocks.append((start, 1 << 30))
+        for first, end in blocks:
+            later = any(p.line >= end and p.kind in PERSON_KINDS for p in self.points)
+            if later:
+                self.points = [p for p in self.points if not (first < p.line < end and p.kind is PointKind.QUESTION)]
+
+    def absorb_bare_waits(self) -> None:
+        """Drop a wait that only waits (``Wait for user confirmation.``) right after a question of the same
+        paragraph (``Ask the user if there are any other documents to include. Wait for user confirmation.``):
+        it is that question's wait, not a turn of its own."""
+        blank = {line for line, text in self.prose if not text.strip()}
+        kept: list[Point] = []
+        for point in sorted(self.points, key=lambda p: p.line):
+            before = next((p for p in reversed(kept) if p.kind in PERSON_KINDS), None)
+            if (point.kind in (PointKind.CONFIRM, PointKind.QUESTION) and _BARE_WAIT.match(point.text.strip(" *"))
+                    and before is not None and before.condition == point.condition
+                    and 0 <= point.line - before.line <= 3
+                    and not any(before.line < line < point.line for line in blank)):
+                continue
+            kept.append(point)
+        self.points = kept
 
     def absorb_described_calls(self) -> None:
         """Drop the prose that introduces an ``AskUserQuestion`` block (``Prompt user to select review type:``):
@@ -539,11 +604,20 @@ class _Reader:
         if inner is None and at:
             clause = _INNER_CONDITION.search(sentence[:at])
             inner = clause["cond"].strip() if clause and clause.start("cond") > 0 else None
+        if inner is None and at is not None:
+            rest = sentence[at:]
+            asks = _ASKS_IF.match(rest)
+            after = _TRAILING_CONDITION.match(rest[asks.end():] if asks else rest)
+            inner = after["cond"].strip() if after else None
         match = _LEADING_CONDITION.match(sentence) or _CASE_LABEL.match(sentence) or _GERUND_CASE.match(sentence)
-        own = match["cond"].strip(" *,") if match and not _TEMPORAL.match(match["cond"].strip(" *,")) else None
-        own = own or self.question_before(index, start)
+        own = match["cond"].strip(" *,") if match and not _temporal(match["cond"]) else None
+        only = _ONLY_WHEN.match(sentence)
+        own = own or (only["cond"].strip() if only else None) or self.question_before(index, start)
+        # ``Otherwise …`` is the other case than the line's: not under it
+        outer = None if own and re.match(r"(?i)(?:otherwise|else)\b", own) else \
+            self.line_condition(index, start, own is not None)
         parts: list[str] = []
-        for part in (self.line_condition(index, start, own is not None), own, inner):
+        for part in (outer, own, inner):
             if part and not any(part in kept or kept in part for kept in parts):
                 parts.append(part)
         return "; ".join(p.replace("*", "").strip(" ,") for p in parts) or None
@@ -552,18 +626,25 @@ class _Reader:
         """The condition of the line (list item, paragraph) a sentence is on: its opening ``If …:`` (for a later
         sentence of the line), its bold title opening with a condition, its bold case lead-in (``**`auto`** —``),
         else the item it is nested under or the case paragraph right above."""
-        item = _LIST_MARK.sub("", _QUOTE.sub("", self.prose[index][1])).strip()
-        opened = _LEADING_CONDITION.match(item) if start else None
-        if opened and opened[0].rstrip().endswith(":") and not _TEMPORAL.match(opened["cond"]):
-            return opened["cond"].strip(" *,")  # ``If `draft` selected: Set …. Run …. EARLY EXIT → …``
+        line = _QUOTE.sub("", self.prose[index][1])
+        item = _LIST_MARK.sub("", line).strip()
+        label = _CASE_LABEL.match(item)
+        if label and (len(label["cond"]) > 50 or re.search(r"[.!?]\s|\s[—–]\s", label["cond"])):
+            label = None  # a case is a short label, not a sentence with its explanation
+        opened = (_LEADING_CONDITION.match(item) or label) if start else None
+        if opened and not _temporal(opened["cond"]) and (
+                opened[0].rstrip().endswith(":") or (_LIST_MARK.match(line) and opened[0].rstrip().endswith(","))):
+            # ``If `draft` selected: Set …. Run …. EARLY EXIT → …``; an item ``4. If X, tell …. Rename it only …``
+            return opened["cond"].strip(" *,")
         title = _BOLD_TITLE.match(item)
         opens = _LEADING_CONDITION.match(title["title"].strip() + ", ") if title else None
-        if opens and not _TEMPORAL.match(opens["cond"]) and (start or not has_own):
+        if opens and not _temporal(opens["cond"]) and (start or not has_own):
             return opens["cond"].strip(" *,")
         lead = _BOLD_CONDITION.match(item)
         if lead and _reads_as_case(lead["cond"]):
             return lead["cond"].strip(" `")
-        return condition_of(self.prose, index) or self.case_above(index)
+        nested = condition_of(self.prose, index)
+        return (nested if not _temporal(nested or "") else None) or self.case_above(index)
 
     def case_above(self, index: int) -> str | None:
         """The case of the paragraph right above (at the same indentation) when it is a case's lead-in that this
@@ -607,6 +688,8 @@ class _Reader:
         condition = self.condition(s.index, s.text, s.start, at=_cue_at(s.text, kind))
         if s.line in self.listed:
             condition = f"{self.listed[s.line]} chosen" + (f"; {condition}" if condition else "")
+        if _RESUME_OFFER.search(s.text) and "resume" not in (condition or "") and " exist" not in (condition or ""):
+            condition = "; ".join(filter(None, (condition, "there is an unfinished run to resume")))
         if inline:
             self.point(kind, s.line, s.text, condition=condition, options=inline)
             return
@@ -617,6 +700,9 @@ class _Reader:
             options = _inline_options(s.text)
             if len(options) < 2:
                 kind = PointKind.QUESTION
+            some = _MENU_FOR.search(s.text) if _SLASH_MENU.search(s.text) else None
+            if some and not re.search(r"(?i)\b(?:the|this|that)\s+(?:user|gate|step)\b", some["who"]):
+                condition = "; ".join(filter(None, (condition, some["who"].strip())))
             self.point(kind, s.line, s.text, condition=condition, options=options if kind is PointKind.CHOICE else ())
             if kind is PointKind.CHOICE:
                 self.routes_of_options(s, options)
@@ -646,7 +732,12 @@ class _Reader:
         options it lists), None when it gives the person no turn."""
         raw = raw or text
         lowered = text.lower()
+        if _PER_ITEM.match(raw.strip()) and len(_inline_options(raw)) >= 3:
+            return PointKind.CHOICE
         if not any(word in lowered for word in _TURN_WORDS):
+            return None
+        text = _ASK_ONLY.sub(" ", text)  # ``ask only what is missing``: how to ask, not a turn of its own
+        if not any(word in text.lower() for word in _TURN_WORDS):
             return None
         if _NOT_TURN.search(text) or _PERSON_MAY.search(text) or _all_negated(text):
             return None
@@ -668,7 +759,9 @@ class _Reader:
             return PointKind.QUESTION
         if _WEAK_CONFIRM.search(text):
             return PointKind.CONFIRM
-        if (_TURN.search(text) and _PERSON_RE.search(text) and _speaks_to_person(text)) or _WITH_PERSON.search(text):
+        if _WITH_PERSON.search(text):  # a working session with the person: ``Walk `.memlog.md` with the user``
+            return PointKind.QUESTION
+        if _TURN.search(text) and _PERSON_RE.search(text) and _speaks_to_person(text):
             return PointKind.UNCLASSIFIED
         return None
 
@@ -807,6 +900,14 @@ _BARE_HALT = re.compile(r"(?i)\bhalt\b\W*(?:(?:and\s+)?wait(?:ing)?\s+for\s+(?:t
                         r"ask\s+the\s+user\s*:\s*$|$)")
 
 
+#: a line that leads into what a step displays at once: ``Display to user:``, ``**Present:**``
+_DISPLAY_LEAD = re.compile(r"(?i)^\**(?:display|present|show)(?:\s+(?:this\s+|it\s+)?to\s+(?:the\s+)?user)?\s*:\**$")
+#: a sentence that only waits for the person's answer (``Wait for user confirmation.``, ``Then wait.``)
+_BARE_WAIT = re.compile(r"(?i)^(?:then\s+)?(?:halt\s+and\s+)?wait(?:\s+for\s+(?:the\s+)?"
+                        r"(?:user'?s?\s+|their\s+|explicit\s+)?"
+                        r"(?:confirmation|response|input|answer|reply|approval|selection|feedback))?\W*$")
+
+
 def _section_of(prose: list[tuple[int, str]]) -> dict[int, int]:
     """Each line's section: the line of the heading over it (0 above the first)."""
     out: dict[int, int] = {}
@@ -905,8 +1006,20 @@ _SPAN = re.compile(r"\*\*([^*]{1,60}?)\*\*|(?<![*\w])\*([^*]{1,60}?)\*(?![*\w])"
 _FAULT = re.compile(r"(?i)\bis\s+(?:a\s+)?(?:defect|mistake|failure|bug|forbidden|not\s+allowed|wrong)\b")
 _NUMBERS = {"two": 2, "three": 3, "four": 4, "five": 5, "2": 2, "3": 3, "4": 4, "5": 5}
 #: a choice that says how many options it offers and lists them: ``offer three paths: a, b, or c``
+#: a choice each item of a list gets, its options written inline: ``Per finding: autofix, discuss, defer to open
+#: items, or ignore.``
+_PER_ITEM = re.compile(r"(?i)^(?:per|for\s+each)\s+[\w-]+(?:\s+[\w-]+)?\s*:\s*(?P<items>[^.;:]+?)\.?$")
+#: a menu only some runs get: ``higher stakes get the explicit all/subset/skip menu``
+_MENU_FOR = re.compile(r"(?i)(?:^|[;:—]\s*)(?P<who>[^;:—,]{3,80}?)\s+(?:gets?|earns?|warrants?|deserves?)\b"
+                       r"[^;:—]*\bmenu\b")
 _COUNTED = re.compile(r"(?i)\b(?:offer|present|give|show)\s+(?:the\s+user\s+)?(?P<n>two|three|four|five|[2-5])\s+"
                       r"(?:paths|options|choices|ways|routes)\s*:\s*(?P<items>[^.;]+)")
+
+
+def _temporal(condition: str) -> bool:
+    """Whether a condition's first clause only says when in the flow (see ``_TEMPORAL``)."""
+    first = re.split(r"\s[—–]\s|[,;:(]", condition.strip(" *"))[0]
+    return bool(first) and _TEMPORAL.match(first.strip()) is not None
 
 
 def _cue_at(sentence: str, kind: PointKind) -> int:
@@ -983,6 +1096,12 @@ def _inline_options(text: str) -> tuple[Option, ...]:
     """The options a choice sentence lists after its colon as bold or italic spans (``**Vision + Features** (…),
     **Journey-led** (…), or *let me suggest*``), or a menu written as words between slashes (``the all/subset/skip
     menu``); none from any other prose."""
+    per = _PER_ITEM.match(text.strip())
+    if per:
+        labels = [label.strip(" .") for label in re.split(r",\s*(?:or\s+)?|\s+or\s+", per["items"])]
+        if len(labels) >= 3 and re.search(r"\bor\s+\S+\s*\.?$", per["items"]) and all(
+                0 < len(label.split()) <= 6 for label in labels):
+            return tuple(Option(k, label, Route("local")) for k, label in _keyed(labels))
     counted = _COUNTED.search(text)
     if counted:
         labels = [re.sub(r"\s*\([^)]*\)", "", label).replace("*", "").strip(" .") for label in
@@ -992,7 +1111,8 @@ def _inline_options(text: str) -> tuple[Option, ...]:
             return tuple(Option(k, label, Route("local")) for k, label in _keyed(labels))
     slashed = _SLASH_MENU.search(text)
     if slashed:
-        labels = [w.strip() for w in (slashed["opts"] or slashed["after"]).split("/") if w.strip()]
+        labels = [w.strip() for w in (slashed["opts"] or slashed["after"] or slashed["picked"]).split("/")
+                  if w.strip()]
         return tuple(Option(k, label, Route("local")) for k, label in _keyed(labels))
     colon = text.find(":")
     if colon < 0:

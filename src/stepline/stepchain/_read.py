@@ -333,7 +333,10 @@ def condition_of(prose: list[tuple[int, str]], index: int) -> str | None:
             heading = _HEADING_RE.match(above)
             if heading:
                 title = heading[2].strip(" *#")
-                return title if re.match(r"(?i)(?:\d+\.\s*)?(?:if|when|unless|otherwise)\b", title) else None
+                # ``### If the user chose Resume``; ``## Story Breakdown (optional, interactive-only)``
+                conditional = re.match(r"(?i)(?:\d+\.\s*)?(?:if|when|unless|otherwise)\b", title) or \
+                    re.search(r"(?i)\((?:optional|if\s+applicable)\b", title)
+                return title if conditional else None
     return None
 
 
@@ -368,20 +371,30 @@ def _condition(lines: list[tuple[int, str]], index: int, before: str) -> tuple[b
         return True, sentence.strip(" ,:—-*") or before.strip(" ,:—-*")
     text = lines[index][1]
     depth = _indent(text)
+    item = depth == 0 and _LIST_MARK.match(text.strip()) is not None
     for _, above in reversed(lines[:index]):
         if not above.strip():
-            if depth == 0:
+            if depth == 0 and not item:
                 return True, None
             continue
         if _HEADING_RE.match(above):
             return depth == 0, None
         stripped = _LIST_MARK.sub("", above.strip())
         if depth == 0:
+            if item and _LIST_MARK.match(above.strip()):
+                continue  # a sibling item (or one's nested line): the list's lead-in is above it
             leads = stripped.rstrip("*").endswith(":") and _CONDITION_RE.search(stripped)
-            return True, stripped if leads else None
+            return True, _last_clause(stripped) if leads else None
         if _indent(above) < depth:
             return (True, stripped) if _CONDITION_RE.search(stripped) else (False, None)
     return depth == 0, None
+
+
+def _last_clause(lead: str) -> str:
+    """The sentence of a lead-in that states its condition: ``Assess X. If overlap is significant:`` -> its last."""
+    sentences = [part for part in re.split(r"(?<=[.!?])\s+", lead) if part.strip()]
+    found = [part for part in sentences if _CONDITION_RE.search(part)]
+    return (found[-1] if found else lead).strip()
 
 
 def halts_in(prose: list[tuple[int, str]]) -> list[Halt]:
