@@ -1,58 +1,24 @@
 """How many modules of a source tree sit in import circles (issue 38's figure; tests/test_layering.py keeps it at 0).
 
-Every ``import`` of a stepline module is read with ast, those inside functions included; imports under ``if
-TYPE_CHECKING:`` are type-only and left out. ``from pkg import name`` is an import of ``pkg.name`` when that is a
-module, else of ``pkg``. The circles are the strongly connected components of more than one module.
+The graph is bench/import_graph.py's: what each module loads at run time (imports inside functions included,
+type-only ones left out; a name taken from a package loads that package and the module defining the name). The
+circles are the strongly connected components of more than one module.
 
 Usage: python bench/import_circles.py [SRC]   (default: this checkout's src/; any checkout's src/ to compare)
 """
 
 from __future__ import annotations
 
-import ast
 import sys
 from pathlib import Path
 
-
-def modules(src: Path) -> dict[str, Path]:
-    found = {}
-    for path in src.rglob("*.py"):
-        parts = list(path.relative_to(src).with_suffix("").parts)
-        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return found
-
-
-def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    typing_only = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
-                   and "TYPE_CHECKING" in ast.unparse(block.test) for part in block.body for node in ast.walk(part)}
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
-        else:
-            continue
-        for target in targets:
-            while target and target not in known:
-                target = target.rpartition(".")[0]
-            if target and target != name:
-                found.add(target)
-    return found
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from import_graph import read_tree
 
 
 def circles(src: Path) -> list[list[str]]:
     """The import circles of the tree (Tarjan's strongly connected components of more than one module)."""
-    known = modules(src)
-    graph = {name: imports(name, path, known) for name, path in known.items()}
+    graph = read_tree(src).graph()
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
