@@ -455,7 +455,7 @@ def _side(files: list[Path], head: Head, run: Run, launched: dict[str, Subagents
 
 def measure(workflow: Workflow, *, per_request: bool = False) -> Row:
     """Run one workflow with each executor, each in a fresh project of its own, and simulate its prompt-runs."""
-    from stepline.formats._prose import lean_step_text
+    from stepline.stepchain._lean_text import lean_step_text
 
     runs: dict[str, Run] = {}
     follow_ups: dict[str, list[dict[str, Any]]] = {}
@@ -535,7 +535,7 @@ def left_out_across_the_corpus() -> None:
     """Every section heading lean_step_text leaves out of the corpus's step files, with how often."""
     from collections import Counter
 
-    from stepline.formats._prose import lean_step_text
+    from stepline.stepchain._lean_text import lean_step_text
 
     headings: Counter[str] = Counter()
     files = lines = 0

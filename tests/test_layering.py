@@ -37,7 +37,8 @@ INTERFACES = ("stepline.interfaces.cli", "stepline.interfaces.web", "stepline.in
 LAUNCHED = {"stepline.interfaces.cli": {"stepline.interfaces.web", "stepline.interfaces.mcp"}}
 
 STEPCHAIN = "stepline.stepchain"
-STEPCHAIN_READERS = {"stepline.stepchain._read", "stepline.stepchain._plan", "stepline.stepchain._stops"}
+STEPCHAIN_READERS = {"stepline.stepchain._read", "stepline.stepchain._plan", "stepline.stepchain._stops",
+                     "stepline.stepchain._lean_text"}
 
 
 def _module_name(path: Path) -> str:

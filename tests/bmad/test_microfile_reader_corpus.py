@@ -10,8 +10,9 @@ import pytest
 from stepline.bmad import install_bmad
 from stepline.bmad._microfile import lint_bmad_microfile, load_bmad_microfile, read_progress, resume_step_id
 from stepline.formats._diagnostics import Diagnostic
-from stepline.formats._frontmatter import mark_step_completed, read_frontmatter_file
+from stepline.formats._frontmatter import read_frontmatter_file
 from stepline.model import WorkflowSpec
+from stepline.stepchain._state import mark_step_completed
 
 CORPUS = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus" / "bmad" / "v6.0.0-alpha.23"
 SAMPLES = CORPUS / "samples" / "sample-custom-modules"

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from stepline.errors import NotFoundError, ReaderError
+from stepline.errors import NotFoundError
 from stepline.formats._frontmatter import (
-    mark_step_completed,
     read_frontmatter,
     read_frontmatter_file,
     update_frontmatter,
@@ -106,35 +105,6 @@ class TestWrite:
         """An empty update returns the text unchanged."""
         assert update_frontmatter(TEMPLATE, {}) == TEMPLATE
 
-    def test_numbered_steps(self) -> None:
-        """Numbered stepsCompleted grow as a flow list of integers."""
-        text = mark_step_completed(mark_step_completed(TEMPLATE, 1), 2)
-        assert "stepsCompleted: [1, 2]\n" in text
-        assert read_frontmatter(text).data["stepsCompleted"] == [1, 2]
-
-    def test_named_steps(self) -> None:
-        """Named stepsCompleted are written quoted and read back as the same names."""
-        text = mark_step_completed(TEMPLATE, "step-01-init")
-        text = mark_step_completed(text, "step-02-vision")
-        assert "stepsCompleted: ['step-01-init', 'step-02-vision']\n" in text
-        assert read_frontmatter(text).data["stepsCompleted"] == ["step-01-init", "step-02-vision"]
-
-    def test_block_list_style_is_kept(self) -> None:
-        """A block-style list stays block style, with its indentation, and the next key is untouched."""
-        text = "---\nstepsCompleted:\n  - 'step-01'\nlastStep: 1\n---\nbody\n"
-        out = mark_step_completed(text, "step-02", last_step=2)
-        assert out == "---\nstepsCompleted:\n  - 'step-01'\n  - 'step-02'\nlastStep: 2\n---\nbody\n"
-
-    def test_marking_twice_is_idempotent(self) -> None:
-        """Completing a step that is already listed changes nothing."""
-        once = mark_step_completed(TEMPLATE, 1)
-        assert mark_step_completed(once, 1) == once
-
-    def test_last_step_follows_when_present(self) -> None:
-        """``lastStep`` is updated when the document already tracks it."""
-        text = "---\nstepsCompleted: [1]\nlastStep: 1\n---\n"
-        assert "lastStep: 2\n" in mark_step_completed(text, 2)
-
     def test_new_key_goes_before_closing_fence(self) -> None:
         """A key the document lacks is appended at the end of the block."""
         out = update_frontmatter("---\na: 1\n---\nbody\n", {"inputDocuments": ["docs/x.md"]})
@@ -145,11 +115,6 @@ class TestWrite:
         out = update_frontmatter("# Doc\n", {"stepsCompleted": [1]})
         assert out == "---\nstepsCompleted: [1]\n---\n# Doc\n"
 
-    def test_crlf_is_preserved(self) -> None:
-        """Windows line endings stay Windows line endings."""
-        out = mark_step_completed("---\r\nstepsCompleted: []\r\n---\r\nbody\r\n", 1)
-        assert out == "---\r\nstepsCompleted: [1]\r\n---\r\nbody\r\n"
-
     def test_scalars_that_need_quotes(self) -> None:
         """Strings that YAML would misread (``true``, ``a: b``) are quoted; plain names are not."""
         out = update_frontmatter("---\n---\n", {"a": "true", "b": "x: y", "c": "step-01", "d": None})
@@ -157,7 +122,3 @@ class TestWrite:
         assert data == {"a": "true", "b": "x: y", "c": "step-01", "d": None}
         assert "c: step-01\n" in out
 
-    def test_broken_steps_completed_is_an_error(self) -> None:
-        """A ``stepsCompleted`` that is not a list cannot be extended and says where it is."""
-        with pytest.raises(ReaderError, match=r":2: stepsCompleted is a str"):
-            mark_step_completed("---\nstepsCompleted: 'one'\n---\n", 2)

@@ -18,7 +18,7 @@ from fakes import fake_anthropic, fake_openai
 from fakes.policy import Policy, read_request
 from stepline import Engine
 from stepline.families import load_workflow, workflows_of_kind
-from stepline.formats._prose import lean_step_text
+from stepline.stepchain._lean_text import lean_step_text
 
 
 def _skills(installed: Path) -> list[Path]:

@@ -36,7 +36,6 @@ from stepline.errors import NotFoundError, ReaderError
 from stepline.executors import STANDING_HINT, standing_text
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
-from stepline.formats._prose import lean_step_text, shared_sections, workflow_standing
 from stepline.model import EventType, Run, StepSpec, StepStatus, WorkflowSpec
 from stepline.stepchain._chain import (
     check_visits,
@@ -50,6 +49,7 @@ from stepline.stepchain._chain import (
 )
 from stepline.stepchain._conditions import condition_fact
 from stepline.stepchain._follow import Turn, follow
+from stepline.stepchain._lean_text import lean_step_text, shared_sections, workflow_standing
 from stepline.stepchain._menus import Option, Route, build_menu
 from stepline.stepchain._plan import Point
 from stepline.stepchain._state import save_state
@@ -202,7 +202,7 @@ async def _initialise(ctx: StepContext) -> None:
 
 
 def _shared_sections(ctx: StepContext) -> tuple[str, ...]:
-    """The sections the workflow's step files repeat word for word (see :func:`formats._prose.shared_sections`)."""
+    """The sections the workflow's step files repeat word for word (see :func:`stepline.stepchain.shared_sections`)."""
     texts = []
     for spec in ctx.run.workflow.steps:
         file = Path(str(spec.meta.get("file") or ""))

@@ -1,15 +1,14 @@
 """Markdown frontmatter: a tolerant reader and a writer that changes only the keys it is given.
 
-BMAD micro-file workflows keep their variables in the frontmatter of step files and their run state
-(``stepsCompleted``, ``lastStep``, ``inputDocuments``) in the frontmatter of the document they write.
-Real files contain YAML that does not parse (``'don\\'t'``, unquoted ``{x}`` values, a missing comma in a
-flow list), so the reader never raises on bad YAML: it parses the block key by key, keeps the value of a
-broken key as its raw text and reports a :class:`~stepline.formats._diagnostics.Diagnostic` with file:line.
-YAML past the reader's limits (an alias bomb, a value without end: :mod:`stepline._limits`) is hostile, not
-broken, and is a :class:`~stepline.errors.ReaderError` naming file:line and the limit.
+BMAD step files keep their variables in their frontmatter, and the documents a workflow writes keep its state
+there (the step chain's ``stepsCompleted``). Real files contain YAML that does not parse (``'don\\'t'``, unquoted
+``{x}`` values, a missing comma in a flow list), so the reader never raises on bad YAML: it parses the block key by
+key, keeps the value of a broken key as its raw text and reports a :class:`~stepline.formats.Diagnostic` with
+file:line. YAML past the reader's limits (an alias bomb, a value without end: :mod:`stepline._limits`) is hostile,
+not broken, and is a :class:`~stepline.errors.ReaderError` naming file:line and the limit.
 
-The writer (:func:`update_frontmatter`, :func:`mark_step_completed`) replaces the value lines of the keys it
-updates and leaves every other byte of the file as it was, odd YAML included.
+The writer (:func:`update_frontmatter`) replaces the value lines of the keys it updates and leaves every other
+byte of the file as it was, odd YAML included.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from stepline.formats._files import read_text
 
 __all__ = [
     "Frontmatter",
-    "mark_step_completed",
     "read_frontmatter",
     "read_frontmatter_file",
     "update_frontmatter",
@@ -312,29 +310,3 @@ def update_frontmatter(text: str, updates: Mapping[str, Any]) -> str:
         index += 1
     return "".join(out)
 
-
-def mark_step_completed(text: str, step: int | str, *, last_step: int | str | None = None) -> str:
-    """Append ``step`` to the document's ``stepsCompleted`` (once) and set ``lastStep``; keep all else as is.
-
-    Works for numbered (``[1, 2]``) and named (``['step-01-init']``) lists and for flow and block YAML
-    lists. ``lastStep`` is only written when ``last_step`` is given or the document already has the key.
-
-    Raises:
-        ReaderError: ``stepsCompleted`` exists but is not a list.
-    """
-    current = read_frontmatter(text)
-    completed = current.data.get("stepsCompleted")
-    if completed is None:
-        completed = []
-    if not isinstance(completed, list):
-        raise ReaderError(
-            f"stepsCompleted is a {type(completed).__name__}, not a list",
-            path=current.path,
-            line=current.line_of("stepsCompleted"),
-        )
-    updates: dict[str, Any] = {}
-    if step not in completed:
-        updates["stepsCompleted"] = [*completed, step]
-    if last_step is not None or "lastStep" in current.data:
-        updates["lastStep"] = step if last_step is None else last_step
-    return update_frontmatter(text, updates) if updates else text

@@ -34,7 +34,6 @@ from stepline.executors import MenuOption
 from stepline.executors._human import PERSON_HINT
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
-from stepline.formats._prose import lean_step_text
 from stepline.model import Run, StepStatus, WorkflowSpec
 from stepline.skills._facts import load_facts
 from stepline.skills._host import (
@@ -65,6 +64,7 @@ from stepline.stepchain._checkpoints import (
     stops_offered,
     stops_text,
 )
+from stepline.stepchain._lean_text import lean_step_text
 from stepline.stepchain._menus import Option, Route, build_menu, menu_text
 from stepline.stepchain._routes import decide_route, offered_routes, routes_text
 from stepline.stepchain._stops import before_menu

@@ -18,14 +18,14 @@ from stepline.engine._context import StepContext
 from stepline.executors import STANDING_HINT, standing_text
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
-from stepline.formats._prose import lean_step_text
-from stepline.formats._prose import shared_sections as _shared
 from stepline.model import EventType
 from stepline.skills._headless import ResultFacts, executor_status, fill_result, pick_shape, result_shapes
 from stepline.skills._render import RenderEnv, render_skill_text
 from stepline.skills._skill import SkillDoc, SkillFiles, checkpoints_in, read_skill_files, route_step_id, routed_file
 from stepline.stepchain._chain import Host, base_id, move, record
 from stepline.stepchain._follow import Followed, Turn, follow_or_leave
+from stepline.stepchain._lean_text import lean_step_text
+from stepline.stepchain._lean_text import shared_sections as _shared
 from stepline.stepchain._plan import Point, PointKind
 from stepline.stepchain._stops import before_menu
 
@@ -138,7 +138,7 @@ def _entry_rules(ctx: StepContext) -> str:
 
 
 def shared_sections(ctx: StepContext) -> tuple[str, ...]:
-    """The sections the skill's step files repeat word for word (see :func:`formats._prose.shared_sections`): sent
+    """The sections the skill's step files repeat word for word (see :func:`stepline.stepchain.shared_sections`): sent
     once, in the standing text, and left out of each step's own; none when the full step text is configured."""
     if ctx.engine.config.prompts.full_step_text:
         return ()

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from stepline.engine._context import StepContext
 from stepline.engine._session import sha256_file
+from stepline.errors import ReaderError
 from stepline.formats._files import read_text
-from stepline.formats._frontmatter import mark_step_completed, read_frontmatter, update_frontmatter
+from stepline.formats._frontmatter import read_frontmatter, update_frontmatter
 from stepline.model import EventType
 from stepline.stepchain._chain import record
 from stepline.stepchain._read import step_number
 from stepline.store import atomic_write_bytes
 
-__all__ = ["save_state"]
+__all__ = ["mark_step_completed", "save_state"]
 
 _STYLE_RE = re.compile(r"stepsCompleted:?\**\s*\[\s*(['\"]?)(\d?)")
 
@@ -69,3 +71,30 @@ def save_state(ctx: StepContext, document: Path, step_text: str) -> None:
     if updated != text:
         atomic_write_bytes(document, updated.encode("utf-8"))
     record(ctx, "state", "document_state", args, {"sha256": sha256_file(document)})
+
+
+def mark_step_completed(text: str, step: int | str, *, last_step: int | str | None = None) -> str:
+    """Append ``step`` to the document's ``stepsCompleted`` (once) and set ``lastStep``; keep all else as is.
+
+    Works for numbered (``[1, 2]``) and named (``['step-01-init']``) lists and for flow and block YAML
+    lists. ``lastStep`` is only written when ``last_step`` is given or the document already has the key.
+
+    Raises:
+        ReaderError: ``stepsCompleted`` exists but is not a list.
+    """
+    current = read_frontmatter(text)
+    completed = current.data.get("stepsCompleted")
+    if completed is None:
+        completed = []
+    if not isinstance(completed, list):
+        raise ReaderError(
+            f"stepsCompleted is a {type(completed).__name__}, not a list",
+            path=current.path,
+            line=current.line_of("stepsCompleted"),
+        )
+    updates: dict[str, Any] = {}
+    if step not in completed:
+        updates["stepsCompleted"] = [*completed, step]
+    if last_step is not None or "lastStep" in current.data:
+        updates["lastStep"] = step if last_step is None else last_step
+    return update_frontmatter(text, updates) if updates else text

@@ -1,30 +1,16 @@
-"""A step file without the control prose the runtime owns (issue 21, SPEC R-X7).
+"""A step file's text without the control prose the runtime owns (SPEC R-X7).
 
-A BMAD step file (micro-file ``step-NN-*.md``, a skill's step file) is written for a model that runs the
-workflow itself: beside the judgement work — the role, the rules about the content, what a good result looks
-like — it tells the model how to present the menu and act on each option, when to load the next step file, how
-to update the frontmatter, and not to look ahead. Under stepline the runtime does all of that, so that prose is
-only cost, and an instruction the model must then ignore.
+A BMAD step file tells the model that runs a workflow itself how to present the menu, when to load the next step
+file, how to update the frontmatter and not to look ahead. Under stepline the runtime does all of that, so
+:func:`lean_step_text` leaves it out, recognised by structure: the frontmatter; whole sections whose heading names
+a mechanism the runtime owns (a menu, the step's completion, the next step) with their subsections; and single
+list items or one-line paragraphs elsewhere that only speak of those mechanisms. Everything else stays, in order;
+what was left out is returned, so the journal can say it.
 
-:func:`lean_step_text` recognises it by structure, not by a list of files:
-
-* the frontmatter (the file and task references the runtime resolves);
-* whole sections whose heading names a mechanism the runtime owns — a menu (``Present MENU OPTIONS``,
-  ``Menu Handling Logic``), the step's completion or the next step (``CRITICAL STEP COMPLETION NOTE``,
-  ``NEXT STEP``, a skill step file's ``NEXT``) — with their subsections;
-* single list items (and one-line paragraphs) elsewhere that only speak of those mechanisms: the frontmatter and
-  ``stepsCompleted``, loading or reading the next or the complete step file, the menu and its ``[C]`` answer,
-  halting for the user's menu choice, looking ahead, skipping or reordering steps.
-
-Everything else stays, in order. What was left out is returned (the headings of the sections, and the count of
-single lines), so the journal can say it, and a run can be configured to send the full text instead.
-
-Two more helpers put workflow-level text where a provider caches it (once per run, not once per step):
-:func:`shared_sections` finds the sections a workflow's step files repeat word for word (BMAD restates its
-universal rules and the role in every step file, for an agent that may have lost them), which
+:func:`shared_sections` finds the sections a workflow's step files repeat word for word, which
 ``lean_step_text(text, shared=…)`` then leaves out of each step's own text; :func:`workflow_standing` is a workflow
-entry file's judgement (its goal, its role) without its step-file architecture and initialisation, which the
-runtime owns.
+entry file's judgement (its goal, its role) without its step-file architecture and initialisation. Both are sent
+once per run, where a provider caches them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Control prose the runtime owns is left out of a step file sent to the executor (issue 21, R-X7); judgement
+"""Control prose the runtime owns is left out of a step file sent to the executor (R-X7); judgement
 guidance stays."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from stepline.bmad import install_bmad
 from stepline.engine._config import PromptsSection, RuntimeConfig
 from stepline.executors import DryRunExecutor, StepRequest, StepSession
 from stepline.families import load_workflow
-from stepline.formats._prose import lean_step_text
+from stepline.stepchain._lean_text import lean_step_text
 
 STEP = """---
 name: 'step-02-vision'
@@ -133,7 +133,7 @@ def test_the_brief_is_sent_lean_the_journal_says_what_was_left_out_and_a_switch_
 def test_sections_the_step_files_repeat_go_once_to_the_standing_text() -> None:
     """A section repeated word for word in at least half of a workflow's step files is shared: each step's lean
     text leaves it out (and says so), a section of one file stays; workflow.md keeps its goal and role only."""
-    from stepline.formats._prose import shared_sections, workflow_standing
+    from stepline.stepchain._lean_text import shared_sections, workflow_standing
 
     rules = "### Universal Rules:\n\n- Speak as a facilitator\n- Never invent the user's facts\n"
     steps = [f"# Step {n}\n\n## RULES\n\n{rules}\n### Step-Specific Rules:\n\n- only step {n}\n\n## Do\n\nWork {n}.\n"
