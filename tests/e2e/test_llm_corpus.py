@@ -136,14 +136,25 @@ def test_legacy_create_story_writes_its_story_through_model_tool_calls(project: 
 
 def test_microfile_product_brief_is_built_by_model_tool_calls(project: Path, provider: Provider) -> None:
     """create-product-brief (micro-file) completes: each step's write_output appends its section, each menu is
-    answered with [C], stepsCompleted covers all six steps, and the usage is journaled."""
+    answered with [C], stepsCompleted covers all six steps, and the usage is journaled. step-01-init's text hands
+    the person one real question in a fresh run (``Confirm what you have found with the user … Only after this
+    confirmation will you proceed``): its work up to it is one request, the model answers it as the user (#yolo,
+    journaled as the executor's answer), and the rest of the step is another; its route to step-01b-continue is
+    only for a continuation, never taken."""
     engine, run, policy = run_with_fake_model(project, BRIEF, provider)
-    assert [r.step_id for r in policy.requests] == BRIEF_STEPS
+    assert [(r.step_id, r.kind) for r in policy.requests] == [
+        ("step-01-init", "work"), ("step-01-init", "answer"), *[(step, "work") for step in BRIEF_STEPS]]
+    assert "step-01-init.md:101: <critical>Confirm what you have found" in policy.requests[1].title
+    points = [e.data for e in run_dir(engine, run).events() if e.type == "CallRecorded" and e.data["op"] == "point"]
+    assert [(p["args"]["line"], p["result"]["by"]) for p in points] == [(101, "executor")]
+    assert run.steps["step-01b-continue"].status.value == "skipped"
     (document,) = (project / "_bmad-output" / "planning-artifacts").glob("product-brief-*.md")
     text = document.read_text(encoding="utf-8")
     front = read_frontmatter(text).data
     assert front["stepsCompleted"] == [1, 2, 3, 4, 5, 6] and front["lastStep"] == 6
-    assert [line for line in text.splitlines() if line.startswith("## ")] == [f"## {s}" for s in BRIEF_STEPS]
+    # the fake model writes a section in each work request, the turn up to step-01-init's question too
+    assert [line for line in text.splitlines() if line.startswith("## ")] == [
+        "## step-01-init — up to line 101", *[f"## {s}" for s in BRIEF_STEPS]]
     for step in BRIEF_STEPS:
         assert f"Written by the fake model for step {step}." in text
     menus = [r.step_id for r in policy.requests if r.menu]

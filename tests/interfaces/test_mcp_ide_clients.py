@@ -164,13 +164,22 @@ def _session(tmp_path: Path, fake: FakeAnthropic, tree: str, path: str) -> tuple
 @pytest.mark.corpus
 def test_claude_code_drives_create_product_brief_in_normal_mode(tmp_path: Path, fake_anthropic: FakeAnthropic) -> None:
     """The alpha.23 micro-file create-product-brief: each step's menu is answered once, with the step's finish,
-    and the brief is built to its last step."""
+    and the brief is built to its last step. The one question its text hands the person in a fresh run
+    (step-01-init: ``Confirm what you have found with the user … Only after this confirmation will you proceed``)
+    is asked of the user once, after the work up to it; the step's route to step-01b-continue is only for a
+    continuation."""
     project, agent, _, _ = _session(tmp_path, fake_anthropic, "v6.0.0-alpha.23",
                                     "_bmad/bmm/workflows/1-analysis/create-product-brief/workflow.md")
     menus = {r["step_id"] for r in agent.requests if r.get("menu")}
-    answered = [a["gate_id"].split("/")[0].removeprefix("ask:") for a in _answers(project, agent.run_id)]
+    answers = _answers(project, agent.run_id)
+    questions = [a for a in answers if "/point/" in a["gate_id"]]
+    answered = [a["gate_id"].split("/")[0].removeprefix("ask:") for a in answers if a not in questions]
     assert sorted(answered) == sorted(menus) and len(menus) >= 4  # every menu answered, each once
-    assert not [r for r in agent.requests if r["waiting_for"] == "answer"]  # never asked a second time
+    asked = [r for r in agent.requests if r["waiting_for"] == "answer"]  # no menu asked a second time
+    assert [(r["step_id"], a["gate_id"].split("/")[0]) for r, a in zip(asked, questions, strict=True)] == [
+        ("step-01-init", "ask:step-01-init")]
+    assert "step-01-init.md:101: <critical>Confirm what you have found" in asked[0]["question"]
+    assert "step-01b-continue" not in {r["step_id"] for r in agent.requests}
     (brief,) = (project / "_bmad-output" / "planning-artifacts").glob("product-brief-*.md")
     assert "stepsCompleted: [1, 2, 3, 4, 5, 6]" in brief.read_text(encoding="utf-8")
 

@@ -179,6 +179,25 @@ def test_items_under_a_lead_in_with_a_condition(tmp_path: Path) -> None:
     assert _only(_points(text, tmp_path), PointKind.QUESTION).condition == "If overlap is significant:"
 
 
+def test_a_bold_label_between_a_lead_in_and_its_list_keeps_the_lead_ins_condition(tmp_path: Path) -> None:
+    """alpha.23's step-01-init: ``If the document exists …:`` then ``**Continuation Protocol:**`` then the list
+    whose ``**STOP immediately** and load `./step-01b-continue.md``` is only for a continuation; a fresh run goes on
+    to its question. A bold label that follows no lead-in states no case."""
+    text = ("### 2. Handle Continuation (If Document Exists)\n\n"
+            "If the document exists and has frontmatter with `stepsCompleted`:\n\n"
+            "**Continuation Protocol:**\n\n"
+            "- **STOP immediately** and load `./references/resume.md`\n"
+            "- Do not proceed with any initialization tasks\n\n"
+            "### 3. Fresh Workflow Setup\n\n"
+            "Discover the documents.\n\n"
+            "**Discovery:**\n\n"
+            "- Ask the user which of them to load\n")
+    points = _points(text, tmp_path)
+    route = _only(points, PointKind.ROUTE)
+    assert route.condition == "If the document exists and has frontmatter with `stepsCompleted`:"
+    assert _only(points, PointKind.QUESTION).condition is None
+
+
 def test_an_items_opening_if_comma_governs_its_later_sentences(tmp_path: Path) -> None:
     text = ("4. If the new file does not exist, tell the user and offer to rename it. Rename it only after explicit "
             "approval.\n5. If it exists, read both. Resolve conflicting values with the user.\n")

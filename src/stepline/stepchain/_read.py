@@ -43,6 +43,8 @@ _HALT_RE = re.compile(r"\bhalt\b(?!\s+with\b)[*.:—–\s-]{0,6}(?:[^.\n]{0,40}?
                       r"ask (?:the )?(?:user|human)\b(?!\s*:\s*`\[)|for (?:the )?user|give (?:the )?(?:user|human))",
                       re.IGNORECASE)
 _CONDITION_RE = re.compile(r"\b(?:if|when|unless|otherwise|once)\b", re.IGNORECASE)
+#: a line that only names what follows it: ``**Continuation Protocol:**``
+_BOLD_LABEL_RE = re.compile(r"^\*\*[^*]{1,60}?(?::\*\*|\*\*:)$")
 _LIST_MARK = re.compile(r"^(?:[-*+]|\d+\.)\s+")
 _NEAR_LINES = 4
 #: ``- **Reshuffle** — replace the list``: a choice a halt ending in ``:`` lists below it.
@@ -372,6 +374,7 @@ def _condition(lines: list[tuple[int, str]], index: int, before: str) -> tuple[b
     text = lines[index][1]
     depth = _indent(text)
     item = depth == 0 and _LIST_MARK.match(text.strip()) is not None
+    label = False
     for _, above in reversed(lines[:index]):
         if not above.strip():
             if depth == 0 and not item:
@@ -383,6 +386,9 @@ def _condition(lines: list[tuple[int, str]], index: int, before: str) -> tuple[b
         if depth == 0:
             if item and _LIST_MARK.match(above.strip()):
                 continue  # a sibling item (or one's nested line): the list's lead-in is above it
+            if item and not label and _BOLD_LABEL_RE.match(stripped):
+                label = True  # ``**Continuation Protocol:**`` names the list; the lead-in above it states the case
+                continue
             leads = stripped.rstrip("*").endswith(":") and _CONDITION_RE.search(stripped)
             return True, _last_clause(stripped) if leads else None
         if _indent(above) < depth:
