@@ -152,9 +152,12 @@ def test_microfile_product_brief_is_built_by_model_tool_calls(project: Path, pro
     text = document.read_text(encoding="utf-8")
     front = read_frontmatter(text).data
     assert front["stepsCompleted"] == [1, 2, 3, 4, 5, 6] and front["lastStep"] == 6
-    # the fake model writes a section in each work request, the turn up to step-01-init's question too
+    # the fake model writes a section in each work request, the turn up to step-01-init's question too (under the
+    # step's own title: a step's requests share it and the step's text, for the provider's cache; the turn's stop
+    # is in its notes after them)
     assert [line for line in text.splitlines() if line.startswith("## ")] == [
-        "## step-01-init — up to line 101", *[f"## {s}" for s in BRIEF_STEPS]]
+        "## step-01-init", *[f"## {s}" for s in BRIEF_STEPS]]
+    assert "\n\n## This request\nA turn, up to line 101: " in policy.requests[0].parts["Step instructions"]
     for step in BRIEF_STEPS:
         assert f"Written by the fake model for step {step}." in text
     menus = [r.step_id for r in policy.requests if r.menu]

@@ -184,3 +184,4 @@ def test_paths_under_the_project_root_are_sent_relative_to_it() -> None:
     assert '"step_file": "_bmad/x/step-01.md"' in user
     assert "- output_folder: _bmad-output\n- project-root: ." in system and "relative to the project root" in system
     assert (system + user).count(root) == 2  # the sibling and the /mnt path only
+

@@ -86,10 +86,21 @@ def _run(project: Path, skill: Path, server: fake_openai.FakeOpenAI) -> tuple[st
     return run.run_id, _events(project, run.run_id)
 
 
+#: A turn of a step's plan says where it stops in its notes after the step's text (its title is the step's own).
+_TURN = re.compile(r"^## This request\nA turn, (up to line \d+|at line \d+ again)", re.M)
+
+
+def _turn(request: Request) -> str | None:
+    """Where a turn of the step's plan stops (``up to line N``), or None for the step's own request."""
+    found = _TURN.search(request.parts.get("Step instructions", ""))
+    return found[1] if found else None
+
+
 def _brief(request: Request) -> tuple[str, str]:
-    """A request in short: its step and its title's end (``up to line N``, a step file), an answer its line."""
+    """A request in short: its step and its title's end (a step file) or its turn's stop (``up to line N``), an
+    answer its line."""
     asked = re.match(r"answer as the user: [\w.-]+\.md:(\d+):", request.title)
-    return request.step_id, f"answer line {asked[1]}" if asked else request.title.split(" — ")[-1]
+    return request.step_id, f"answer line {asked[1]}" if asked else _turn(request) or request.title.split(" — ")[-1]
 
 
 def _titles_by_invocation(events: list[Event], step_id: str) -> list[str]:
@@ -100,7 +111,8 @@ def _titles_by_invocation(events: list[Event], step_id: str) -> list[str]:
         if event.type == "CallRecorded" and event.step_id == step_id and event.data["op"] == "memo:openai":
             invocation = int(event.data["key"].split("/")[2])
             prompt = event.data["args"]["payload"]["prompt"]["messages"][0]["content"]
-            first.setdefault(invocation, read_request(prompt).title)
+            request = read_request(prompt)
+            first.setdefault(invocation, " — ".join(filter(None, [request.title, _turn(request)])))
     return [first[n] for n in sorted(first)]
 
 
@@ -157,7 +169,7 @@ def test_bmad_build_with_the_openai_executor(v611: Path, server: fake_openai.Fak
     recorded = [(e.data["op"], e.data["key"].split("/")[0].split("@")[0], e.data["result"]) for e in events
                 if e.type == "CallRecorded" and e.data["op"] in ("checkpoint-condition", "checkpoint")]
     # the step's own requests (not its turns up to the points of its plan)
-    own = [r for r in policy.requests if r.kind == "work" and " — up to line" not in r.title]
+    own = [r for r in policy.requests if r.kind == "work" and _turn(r) is None]
     assert [(op, step, r.get("holds", r.get("choice")), r["by"]) for op, step, r in recorded] == [
         ("checkpoint-condition", "step-01-clarify-and-route", False, "executor"),
         ("checkpoint-condition", "step-02-plan", False, "executor"), ("checkpoint", "step-02-plan", "A", "executor")]

@@ -17,6 +17,7 @@ from typing import Any
 from fakes import fake_anthropic, fake_openai
 from fakes.policy import Policy, read_request
 from stepline import Engine
+from stepline.executors import NOTES_HEADING
 from stepline.families import load_workflow, workflows_of_kind
 from stepline.stepchain._lean_text import lean_step_text
 
@@ -49,7 +50,8 @@ def _run_with_engine(installed: Path, skill: Path, where: Path, provider: str, s
 
 
 def _user(request: dict[str, Any]) -> str:
-    return next(str(m["content"]) for m in request["messages"] if m["role"] == "user")
+    content = next(m["content"] for m in request["messages"] if m["role"] == "user")
+    return content if isinstance(content, str) else "".join(block["text"] for block in content)
 
 
 def test_every_request_of_a_skill_run_starts_with_the_same_cacheable_prefix(_corpus_install: Path, tmp_path: Path,
@@ -117,9 +119,12 @@ def test_the_repeated_rules_of_a_skill_s_step_files_go_once_in_the_system_text(_
 def test_anthropic_marks_its_cache_breakpoint_at_the_end_of_the_shared_prefix(_corpus_install: Path, tmp_path: Path,
                                                                               prompt_economy: ModuleType) -> None:
     """A skill with subagents (code-review) run with the anthropic executor: each layer's subagent is one request;
-    every request sends the same tools and the same one system block, which carries the run's only cache
-    breakpoint; what the breakpoint caches (the tools and the system text) is at least a provider's minimum; the
-    messages after it carry none."""
+    every request sends the same tools and the same one system block, which carries the run's first cache
+    breakpoint; what the breakpoint caches (the tools and the system text) is at least a provider's minimum. A
+    request whose step's text another request of the step sends again (the turns of its plan, the continuation after
+    its subagent layers) marks a second breakpoint at the end of that text: the marked text is the same bytes in
+    each request of the step (the first writes it to the cache, the others read it), the runtime's notes to one
+    request after it; no other request marks one."""
     bench = prompt_economy
     skill = next(s for s in _skills(_corpus_install) if s.name == "bmad-code-review")
     with fake_anthropic.FakeAnthropic().running() as server:
@@ -130,5 +135,22 @@ def test_anthropic_marks_its_cache_breakpoint_at_the_end_of_the_shared_prefix(_c
     (block,) = requests[0]["system"]
     assert block["cache_control"] == {"type": "ephemeral"} and "## Standing instructions" in block["text"]
     assert len(json.dumps(requests[0]["tools"], sort_keys=True)) + len(block["text"]) >= bench.CACHE_MIN_CHARS
-    assert "cache_control" not in json.dumps([r["messages"] for r in requests])
     assert not any("cache_control" in tool for tool in requests[0]["tools"])
+    marked: dict[str, list[str]] = {}  # per step: the user message up to its breakpoint, in each request
+    for request in requests:
+        first, *rest = request["messages"]
+        assert "cache_control" not in json.dumps(rest)  # the model's turns and the tool results carry none
+        if isinstance(first["content"], str):
+            continue
+        head, tail = first["content"]
+        assert head["cache_control"] == {"type": "ephemeral"} and "cache_control" not in tail
+        assert tail["text"].startswith(f"\n\n{NOTES_HEADING}\n")  # this request's notes follow the step's text
+        marked.setdefault(read_request(head["text"]).step_id, []).append(head["text"])
+    # step-01's and step-04's turns, step-02's continuation after its layers
+    assert {step for step, texts in marked.items() if len(texts) > 1} >= {
+        "step-01-gather-context", "step-02-review", "step-04-present"}, marked.keys()
+    assert all(len(set(texts)) == 1 for texts in marked.values()), {
+        step: [text[:300] for text in texts] for step, texts in marked.items() if len(set(texts)) > 1}
+    continued = [text for text in map(_user, requests)
+                 if text.startswith("# Step step-02-review: ") and "## After the subagents" in text]
+    assert continued and all(text.startswith(marked["step-02-review"][0]) for text in continued)

@@ -300,7 +300,9 @@ def test_a_checkpoint_is_asked_by_the_runtime(mini: Path) -> None:
     run, events = _run(mini, mini / "_bmad" / "mini" / "tiny-build", recorder)
     plan = [r for r in recorder.requests if r.step_id == "step-02-plan"]
     assert [r.kind for r in plan] == ["work", "answer", "work"]
-    assert plan[0].content.startswith("The runtime presents this step's checkpoint(s) to the person")
+    # the step's text first (the same in each of its requests), the runtime's notes to this request after it
+    assert plan[0].content.startswith("# Step 2: Plan\n\nWrite the plan to")
+    assert "\n\n## This request\nThe runtime presents this step's checkpoint(s) to the person" in plan[0].content
     assert plan[1].choices == ["A", "E"]
     assert plan[1].question == "step-02-plan.md:9: Select an option: [A] Approve  [E] Edit"
     assert plan[2].content.endswith("Do what the step says for it:\n\nSet `status: approved` in `{spec_file}`.")

@@ -343,7 +343,7 @@ async def _run_step_file(ctx: StepContext) -> None:
         content=content, title=spec.name or spec.id, context=context, hints=hints, render=render,
         fact=lambda condition: condition_fact(condition, render, ctx.project_root)))
     outcome = await ctx.invoke("work", content=followed.rest(content), menu=[o.as_menu_option() for o in options],
-                               context=context, hints=hints)
+                               context=context, hints=followed.hints(hints))
     ctx.step.summary = outcome.summary
     target: str | None = meta.get("next")
     if options:

@@ -11,6 +11,8 @@ from stepline.executors._base import (
 )
 from stepline.executors._dryrun import DryRunExecutor, default_choice
 from stepline.executors._protocol import (
+    NOTES_HEADING,
+    REPEATED_HINT,
     STANDING_HINT,
     Choice,
     MenuOption,
@@ -22,6 +24,7 @@ from stepline.executors._protocol import (
     menu_text,
     options_named,
     standing_text,
+    with_notes,
 )
 from stepline.executors._scripted import ScriptedExecutor, load_script
 from stepline.executors._usage import (
@@ -37,6 +40,8 @@ from stepline.executors._usage import (
 
 __all__ = [
     "DEFAULT_PRICES",
+    "NOTES_HEADING",
+    "REPEATED_HINT",
     "ROW",
     "STANDING_HINT",
     "Choice",
@@ -64,4 +69,5 @@ __all__ = [
     "register_executor",
     "standing_text",
     "usage_row",
+    "with_notes",
 ]

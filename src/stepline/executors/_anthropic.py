@@ -45,9 +45,15 @@ class AnthropicExecutor(LLMExecutor):
 
         return sdk_errors(self.name, self.settings.timeout_seconds, anthropic, anthropic.AnthropicError)
 
-    def start_messages(self, user: str) -> list[dict[str, Any]]:
-        """A single user message; the system prompt is a separate request field."""
-        return [{"role": "user", "content": user}]
+    def start_messages(self, user: str, repeated: int = 0) -> list[dict[str, Any]]:
+        """A single user message; the system prompt is a separate request field. Its ``repeated`` first characters
+        (the step's text, which the step's other requests send again) are a block of their own ending in a cache
+        breakpoint: the first request writes it to the cache, the others read it."""
+        if not repeated:
+            return [{"role": "user", "content": user}]
+        return [{"role": "user", "content": [
+            {"type": "text", "text": user[:repeated], "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": user[repeated:]}]}]
 
     def add_turn(self, messages: list[dict[str, Any]], turn: Turn) -> None:
         """The assistant's text and ``tool_use`` blocks, echoed back unchanged."""
@@ -69,7 +75,8 @@ class AnthropicExecutor(LLMExecutor):
     async def send(self, system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
                    cache_key: str | None = None) -> Turn:
         """POST /v1/messages, with a cache breakpoint at the end of the system text: the tools and the system
-        text, the same in every request of a run, are written to the prompt cache once and read from it after.
+        text, the same in every request of a run, are written to the prompt cache once and read from it after (a
+        step's text sent by several of its requests has a breakpoint of its own: :meth:`start_messages`).
         (``cache_key`` is OpenAI's; Anthropic caches by the breakpoint.)"""
         extra: dict[str, Any] = {}
         if self.settings.temperature is not None:

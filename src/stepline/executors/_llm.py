@@ -28,7 +28,14 @@ from typing import Any, ClassVar
 
 from stepline.errors import ExecutorError, NotFoundError, OutsideRootError, StepFailed, ToolError, UsageError
 from stepline.executors._base import Executor
-from stepline.executors._protocol import STANDING_HINT, StepRequest, StepSession, WriteMode
+from stepline.executors._protocol import (
+    NOTES_HEADING,
+    REPEATED_HINT,
+    STANDING_HINT,
+    StepRequest,
+    StepSession,
+    WriteMode,
+)
 from stepline.executors._reliability import Backoff, CircuitBreaker, Reliability
 from stepline.executors._usage import Price, PriceTable, Usage
 
@@ -247,7 +254,9 @@ project root, where commands run. {mode}"""
 #: rather than in each request: its parts, what each asks of the model, and what the runtime does instead.
 _GUIDE = """A request's user message: `# Step <id>: <title>`, what it asks, then the parts that apply:
 - `## Step instructions`: the step's text, without what the runtime does itself (presenting its menu, loading the \
-next step file, updating the frontmatter and stepsCompleted): do not do those.
+next step file, updating the frontmatter and stepsCompleted): do not do those. Under it, `## This request`: the \
+runtime's notes to this one request (where this turn of the step stops, the person's answers so far, what the \
+runtime does after it); the step's other requests send the same text before different notes.
 - `## Condition` / `## Question`: what a decide / answer request asks.
 - `## Choices`: the only values `finish`'s `choice` may take.
 - `## Menu`: in a work request, the step's menu, which the runtime presents after it: do the work up to the menu, \
@@ -320,6 +329,15 @@ def build_prompt(request: StepRequest) -> tuple[str, str]:
 
         parts.append("## Context (TELIS)\n" + render_context(request.telis_context))
     return system, redact(project_relative("\n\n".join(parts), root))
+
+
+def repeated_prefix(request: StepRequest, user: str) -> int:
+    """How much of the user message ``user`` another request of the step sends again, byte for byte: up to the
+    runtime's notes to this request, when the driver says the step's text is sent again (0: nothing is)."""
+    if not request.hints.get(REPEATED_HINT):
+        return 0
+    found = user.find(f"\n\n{NOTES_HEADING}\n")
+    return max(found, 0)
 
 
 def project_relative(text: str, root: str) -> str:
@@ -413,8 +431,10 @@ class LLMExecutor(Executor):
         """The SDK client, built (and the SDK imported) on first use — before any latency is measured."""
 
     @abstractmethod
-    def start_messages(self, user: str) -> list[dict[str, Any]]:
-        """The conversation's first messages (the system prompt is passed to :meth:`send` separately)."""
+    def start_messages(self, user: str, repeated: int = 0) -> list[dict[str, Any]]:
+        """The conversation's first messages (the system prompt is passed to :meth:`send` separately).
+        ``repeated``: how many leading characters of ``user`` another request of the step sends again (0: none),
+        for a provider that caches at explicit breakpoints (see :func:`repeated_prefix`)."""
 
     @abstractmethod
     def add_turn(self, messages: list[dict[str, Any]], turn: Turn) -> None:
@@ -473,7 +493,7 @@ class LLMExecutor(Executor):
         """Converse with the model until it ends the request through ``finish`` or ``decide``."""
         system, user = build_prompt(request)
         tools = protocol_tools()
-        messages = self.start_messages(user)
+        messages = self.start_messages(user, repeated_prefix(request, user))
         ending = "decide" if request.kind == "decide" else "finish"
         refusals = _Refusals(ending)
         for number in range(1, self.settings.max_turns + 1):

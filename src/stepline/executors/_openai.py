@@ -44,8 +44,9 @@ class OpenAIExecutor(LLMExecutor):
 
         return sdk_errors(self.name, self.settings.timeout_seconds, openai, openai.OpenAIError)
 
-    def start_messages(self, user: str) -> list[dict[str, Any]]:
-        """A single user message; the system prompt goes first at send time."""
+    def start_messages(self, user: str, repeated: int = 0) -> list[dict[str, Any]]:
+        """A single user message; the system prompt goes first at send time. (OpenAI caches any repeated prefix by
+        itself: ``repeated`` needs no mark.)"""
         return [{"role": "user", "content": user}]
 
     def add_turn(self, messages: list[dict[str, Any]], turn: Turn) -> None:

@@ -19,13 +19,31 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
-__all__ = ["STANDING_HINT", "Choice", "MenuOption", "RequestKind", "StepRequest", "StepSession", "WriteMode",
-           "match_answer", "menu_text", "options_named", "standing_text"]
+__all__ = ["NOTES_HEADING", "REPEATED_HINT", "STANDING_HINT", "Choice", "MenuOption", "RequestKind", "StepRequest",
+           "StepSession", "WriteMode", "match_answer", "menu_text", "options_named", "standing_text", "with_notes"]
 
 #: The hint (``StepRequest.hints``) a driver sets to the run's standing instructions: workflow-level text that is
 #: the same for every request of the run that sees the whole run (a skill's standing rules, the facts activation
 #: loaded). A model executor sends it once in the prefix a provider caches (issue 21), not in each step's part.
 STANDING_HINT = "standing"
+#: The heading under which the runtime's notes to one request follow the step's own text: where a turn stops, the
+#: person's answers so far, what the runtime does after the request. The step's text comes first, the same bytes in
+#: each request of the step, so a provider serves it from its cache; the notes differ from request to request.
+NOTES_HEADING = "## This request"
+#: The hint a driver sets when another request of the step sends the same step text again (its turns, the
+#: continuation after its subagents): a provider caching at explicit breakpoints marks the end of that text.
+REPEATED_HINT = "repeated"
+
+
+def with_notes(text: str, *notes: str) -> str:
+    """``text`` (a step's own text) with the runtime's ``notes`` to one request after it, under
+    :data:`NOTES_HEADING` (added once); empty notes add nothing."""
+    said = [note.strip() for note in notes if note and note.strip()]
+    if not said:
+        return text
+    if f"\n\n{NOTES_HEADING}\n" in text:  # notes already there: these follow them
+        return text.rstrip("\n") + "\n\n" + "\n\n".join(said)
+    return text.rstrip("\n") + f"\n\n{NOTES_HEADING}\n" + "\n\n".join(said)
 
 
 def standing_text(instructions: str, variables: dict[str, Any]) -> str:

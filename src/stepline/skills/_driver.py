@@ -30,7 +30,7 @@ from stepline.engine._context import StepContext
 from stepline.engine._flow import CursorFlow
 from stepline.engine._runner import register_driver
 from stepline.errors import ReaderError, StepFailed
-from stepline.executors import MenuOption
+from stepline.executors import REPEATED_HINT, MenuOption, with_notes
 from stepline.executors._human import PERSON_HINT
 from stepline.formats._files import read_text
 from stepline.formats._frontmatter import read_frontmatter
@@ -123,7 +123,8 @@ async def _on_activation(ctx: StepContext) -> None:
                                  then=ctx.spec.meta.get("next"), text=raw, first_line=section.line if section else 1)
     if followed is None:
         return
-    outcome = await ctx.invoke("work", content=followed.rest(content), context=base_context(ctx), hints=hints)
+    outcome = await ctx.invoke("work", content=followed.rest(content), context=base_context(ctx),
+                               hints=followed.hints(hints))
     ctx.step.summary = outcome.summary
     move_on(ctx, ctx.spec.meta.get("next"))
 
@@ -149,7 +150,8 @@ async def _shim(ctx: StepContext) -> None:
                                  then=ctx.spec.meta.get("next"), text=raw, first_line=1)
     if followed is None:
         return
-    outcome = await ctx.invoke("work", content=followed.rest(content), context=context, hints=standing(ctx))
+    outcome = await ctx.invoke("work", content=followed.rest(content), context=context,
+                               hints=followed.hints(standing(ctx)))
     ctx.step.summary = outcome.summary
     move_on(ctx, ctx.spec.meta.get("next"))
 
@@ -236,29 +238,35 @@ async def _step_file(ctx: StepContext) -> None:
                            f"this request: {names}.{ask} Do everything before them now.)")
     raw = substitute(raw, launched, kinds={Kind.CUSTOM})
     checkpoints = checkpoints_in(doc.text)
-    content = person = render(ctx, raw)  # the step as a person reads it; the runtime's notes to a model follow
+    # The step's text first, the same in each of its requests (a provider caches it); the runtime's notes to one
+    # request after it (see executors.with_notes). The person reads the step's text alone.
+    content = render(ctx, raw)
     options = _step_menu(ctx, checkpoints)
-    if options:  # the runtime presents it: the executor must not present it too
-        content = (f"The runtime presents this step's menu to the person after this request ({menu_text(options)})"
-                   " and hands you their choice: do the step's work up to the menu, do not present it yourself."
-                   f"\n\n{content}")
     chain = host(ctx)
     stops = stops_offered(ctx, chain, checkpoints)
     said_here = {c.line for c in stops}
+    notes = []
+    if options and stops:  # the runtime presents it (a request with a `## Menu` part says so by its part)
+        notes.append(f"The runtime presents this step's menu to the person after this request ({menu_text(options)})"
+                     " and hands you their choice: do the step's work up to the menu, do not present it yourself.")
     if checkpoints:  # the runtime asks them: the executor must not ask them too
-        content = ("The runtime presents this step's checkpoint(s) to the person after this request ("
-                   + "; ".join(f"line {c.line}" + (f" (only if: {c.condition} — the runtime settles it)"
-                                                    if c.condition and c.line not in said_here else "")
-                               for c in checkpoints)
-                   + ") and hands you their choice: do the step's work up to each checkpoint, do not ask it "
-                   "yourself" + ("; say in your finish which stops first (see Checkpoints below)" if stops else "")
-                   + ".\n\n" + content)
+        notes.append("The runtime presents this step's checkpoint(s) to the person after this request ("
+                     + "; ".join(f"line {c.line}" + (f" (only if: {c.condition} — the runtime settles it)"
+                                                     if c.condition and c.line not in said_here else "")
+                                 for c in checkpoints)
+                     + ") and hands you their choice: do the step's work up to each checkpoint, do not ask it "
+                     "yourself" + ("; say in your finish which stops first (see Checkpoints below)" if stops else "")
+                     + ".")
+    if layers:
+        notes.append("After this request the runtime runs the step's subagent layers, then continues the step with "
+                     "their results.")
     # Where the step leaves is asked in its last work request: after its subagents, if any, else in its work
     # request and again in a conditional checkpoint's handler, if one runs. A step with an unconditional
     # checkpoint acts on the person's choice after its work request: its routes stay decide requests.
     offered = offered_routes(ctx.spec.meta) if not options and (layers or all(c.condition for c in checkpoints)) else {}
     choices = ["next", *(routes[0]["file"] for routes in offered.values())] if offered else None
-    hand_over(ctx, "step", path, doc.text, content, left_out=lean.left_out if lean is not None else None)
+    hand_over(ctx, "step", path, doc.text, with_notes(content, *notes),
+              left_out=lean.left_out if lean is not None else None)
     menu = [o.as_menu_option() for o in options] or [
         MenuOption(k, label) for c in [c for c in checkpoints if c.condition is None][:1] for k, label in c.options]
     last = not layers and bool(offered)
@@ -268,17 +276,18 @@ async def _step_file(ctx: StepContext) -> None:
     always = any(c.condition is None for c in stops)
     plain = (choices if last else None) or ([] if always or not stops else ["continue"])
     work_choices = [*plain, *stop_choices(ctx, stops)] or None
-    text = content + (routes_text(ctx, offered) if last else "")
     if stops:
-        text += stops_text(ctx, stops, " or ".join(f"`{c}`" for c in plain))
         menu = []  # the unconditional checkpoint's options are among the choices (#yolo) or the person's alone
-    hints = standing(ctx, **{PERSON_HINT: person})
+    hints = standing(ctx, **{PERSON_HINT: content})
     followed = await follow_here(ctx, step_points(ctx), turn_of(ctx, content, context, hints),
                                  then=ctx.spec.meta.get("next"), text=doc.text, first_line=1)
     if followed is None:
         return
-    outcome = await ctx.invoke("work", content=followed.rest(text), context=context, menu=menu, hints=hints,
-                               choices=work_choices)
+    asked = with_notes(followed.rest(content), *notes)
+    text = asked + (routes_text(ctx, offered) if last else "") + (
+        stops_text(ctx, stops, " or ".join(f"`{c}`" for c in plain)) if stops else "")
+    repeated = followed.hints(hints) if not layers else {**hints, REPEATED_HINT: True}
+    outcome = await ctx.invoke("work", content=text, context=context, menu=menu, hints=repeated, choices=work_choices)
     ctx.step.summary = outcome.summary
     proposal = outcome.choice
     said = said_stops(outcome.choice, stops)
@@ -297,13 +306,13 @@ async def _step_file(ctx: StepContext) -> None:
         # provider serves the repeated part from its cache (issue 21) instead of a restated step text.
         found = "\n\n".join(f"#### {r['name']} (`{r['id']}`) — its subagent returned:\n\n{r['result']}"
                               for r in results)
-        continuation = (f"{followed.rest(content)}\n\n## After the subagents\nThis request continues the step: the "
-                        "layers ran as parallel subagents, their results are below. Do the rest of the step, after the "
-                        f"layers (do not redo what came before them).\n\n{found}")
+        continuation = (f"{asked}\n\n## After the subagents\nThis request continues the step: the layers ran as "
+                        "parallel subagents, their results are below. Do the rest of the step, after the layers (do "
+                        f"not redo what came before them).\n\n{found}")
         if offered:
             continuation += routes_text(ctx, offered)
-        outcome = await ctx.invoke("work", content=continuation, context=context, hints=standing(ctx),
-                                   choices=choices)
+        outcome = await ctx.invoke("work", content=continuation, context=context,
+                                   hints={**standing(ctx), REPEATED_HINT: True}, choices=choices)
         ctx.step.summary = outcome.summary
         route = outcome.choice
     if options:
@@ -339,7 +348,7 @@ async def _route_file(ctx: StepContext) -> None:
                                  text=raw, first_line=1)
     if followed is None:
         return
-    outcome = await ctx.invoke("work", content=followed.rest(content), context=context, hints=hints)
+    outcome = await ctx.invoke("work", content=followed.rest(content), context=context, hints=followed.hints(hints))
     ctx.step.summary = outcome.summary
     move_on(ctx, None)
 
@@ -387,11 +396,8 @@ async def _section(ctx: StepContext) -> None:
         own, first_line = section.text, section.line
         raw = section.text + "".join("\n\n" + s.text for s in files.sections if s.title in refs)
     content = person = render(ctx, raw)
-    options = _step_menu(ctx, [])  # a section's menu or halt, as a step file's (the section's own text only)
-    if options:
-        content = (f"The runtime presents this section's menu to the person after this request "
-                   f"({menu_text(options)}) and hands you their choice: do the section's work up to the menu, do not "
-                   f"present it yourself.\n\n{content}")
+    # a section's menu or halt, as a step file's (the section's own text only): its last request's `## Menu`
+    options = _step_menu(ctx, [])
     hand_over(ctx, "section", files.entry.path, raw, content)
     doc = SkillDoc(path=files.entry.path, text=raw, frontmatter={}, body_line=1, scripts=scripts_in(raw))
     context = {**base_context(ctx), "section": ctx.spec.meta.get("title"), "scripts": scripts_of(ctx, doc)}
@@ -402,7 +408,7 @@ async def _section(ctx: StepContext) -> None:
     if followed is None:
         return
     outcome = await ctx.invoke("work", content=followed.rest(content), context=context,
-                               menu=[o.as_menu_option() for o in options], hints=hints)
+                               menu=[o.as_menu_option() for o in options], hints=followed.hints(hints))
     ctx.step.summary = outcome.summary
     if options:
         picked = await settle(ctx, options, executor=ctx.run.mode == "yolo", proposal=outcome.choice,

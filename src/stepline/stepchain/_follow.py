@@ -29,6 +29,7 @@ from typing import Any
 
 from stepline.engine._context import StepContext
 from stepline.errors import StepFailed
+from stepline.executors import REPEATED_HINT, with_notes
 from stepline.stepchain._chain import ask, choose, entry_after, leave, record
 from stepline.stepchain._menus import Option, Route, match_answer
 from stepline.stepchain._plan import Point, PointKind
@@ -85,13 +86,18 @@ class Followed:
     taken: int = 0
 
     def rest(self, content: str) -> str:
-        """The step's last request: ``content``, told which part the turns did and what the person answered."""
+        """The step's last request: ``content``, then the note of which part the turns did and what the person
+        answered (after the step's text, which the turns sent too: a provider serves it from its cache)."""
         if not self.done_to:
             return content
         answers = "\n".join(a.line() for a in self.answers) or "(none)"
-        return (f"## The runtime's turns\nThe work of this step up to line {self.done_to} is done (earlier requests); "
-                "do the rest of the step, after it, and do not ask those points again. The person's answers:\n"
-                f"{answers}\n\n{content}")
+        return with_notes(content, f"The work of this step up to line {self.done_to} is done (earlier requests); do "
+                                   "the rest of the step, after it, and do not ask those points again. The person's "
+                                   f"answers:\n{answers}")
+
+    def hints(self, hints: dict[str, Any]) -> dict[str, Any]:
+        """``hints`` for the step's last request: marked as repeating the step's text when turns sent it before."""
+        return {**hints, REPEATED_HINT: True} if self.done_to else hints
 
 
 def person_points(points: tuple[Point, ...] | list[Point]) -> list[Point]:
@@ -168,12 +174,12 @@ async def _stop(ctx: StepContext, points: list[Point], window: list[int], turn: 
     # the first choice is the default branch (what dry-run takes): none of the conditions holds
     conditional = labels[:-1] if always else labels
     choices = None if len(window) == 1 and always else [labels[-1] if always else "none", *conditional]
-    outcome = await ctx.invoke("work", title=f"{turn.title} — up to line {points[window[0]].line}",
-                               content=_turn_text(points, window, labels, turn, followed, always) + turn.content,
-                               context={**turn.context, "stops": [points[at].to_json() for at in window],
-                                        "answers": [{"line": a.point.line, "answer": a.answer}
-                                                    for a in followed.answers]},
-                               hints=turn.hints, choices=choices)
+    # the step's text first and the same title in every turn, the turn's own note after it: the turns share a
+    # prefix a provider caches (the stops and answers are in the note, not repeated in the context)
+    outcome = await ctx.invoke("work", title=turn.title,
+                               content=with_notes(turn.content, _turn_text(points, window, labels, turn, followed,
+                                                                           always)),
+                               context=turn.context, hints={**turn.hints, REPEATED_HINT: True}, choices=choices)
     said = str(outcome.choice or "").strip().strip("`")
     if said in labels:
         return window[labels.index(said)], outcome.asked
@@ -249,18 +255,19 @@ def _turn_text(points: list[Point], window: list[int], labels: list[str], turn: 
                + ("." if always else f", or to `none` if none applies — then do the work up to line "
                   f"{points[window[-1]].line} and stop."))
         lead = "Do this step's work up to the first of these points that applies now, and stop there:"
-    return (f"## The runtime's turns\nThe runtime hands this step's questions to the person one at a time, in the "
-            f"text's order. {done}{lead}\n" + "\n".join(stops) + f"\n{how}{said}\n\n")
+    return (f"A turn, up to line {points[window[0]].line}: the runtime hands this step's questions to the person one "
+            f"at a time, in the text's order. {done}{lead}\n" + "\n".join(stops) + f"\n{how}{said}")
 
 
 async def _again(ctx: StepContext, point: Point, turn: Turn, followed: Followed, note: str) -> list[str]:
     """Another turn at the same point (a loop the person did not end, a confirmation not given): the person's
     answers to the executor's own ``ask``."""
     answers = "".join(f"\n{a.line()}" for a in followed.answers)
-    content = (f"## The runtime's turns\n{note}\nThe person's answers so far:{answers}\nAsk it through `ask` and "
-               "finish; if you finish without asking, the runtime asks the person.\n\n" + turn.content)
-    outcome = await ctx.invoke("work", title=f"{turn.title} — line {point.line} again", content=content,
-                               context={**turn.context, "stops": [point.to_json()]}, hints=turn.hints)
+    content = with_notes(turn.content, f"A turn, at line {point.line} again: {note}\nThe person's answers so far:"
+                                       f"{answers}\nAsk it through `ask` and finish; if you finish without asking, "
+                                       "the runtime asks the person.")
+    outcome = await ctx.invoke("work", title=turn.title, content=content, context=turn.context,
+                               hints={**turn.hints, REPEATED_HINT: True})
     return list(outcome.asked)
 
 
