@@ -29,7 +29,7 @@ Reviews answer ``none``, except that ``FAKE_REVIEW`` (JSON: ``<story prefix>:<la
 gives a layer's report (of one review round, when the step is named).
 ``FAKE_BUILD_DELAY`` (JSON: story prefix -> seconds) makes that story's builds take so much longer;
 ``FAKE_BUILD_WAIT`` (JSON: story prefix -> path) makes them wait until the path exists.
-Every call is appended to ``FAKE_LOG`` (JSON lines: story, stage, step, run). ``FAKE_KILL`` =
+Every call is appended to ``FAKE_LOG`` (JSON lines: story, stage, step, run, its MCP config file). ``FAKE_KILL`` =
 ``<story prefix>:<stage>`` with ``FAKE_KILL_MARKER``: the first such call SIGKILLs its parent (the stepline
 process) halfway through its work, once.
 """
@@ -283,6 +283,7 @@ def main() -> int:
     with open(os.environ["FAKE_LOG"], "a", encoding="utf-8") as log:
         log.write(json.dumps({"story": story, "stage": stage, "step": step["step_id"], "run": step["run_id"],
                               "layer": hints.get("layer"), "cwd": os.getcwd(), "main_status": _main_status(),
+                              "config": argv[argv.index("--mcp-config") + 1],
                               "prompt": prompt,
                               "told": prompt.split("## What failed last time (fix it)", 1)[1].split("##")[0].strip()
                               if "## What failed last time" in prompt else None})

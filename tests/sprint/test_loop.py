@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -59,6 +60,9 @@ def test_the_loop_commits_the_honest_story_catches_the_liar_and_the_breaker_and_
     monkeypatch.setenv("FAKE_SPRINT", json.dumps(BEHAVIOURS))
     monkeypatch.setenv("FAKE_REVIEW", json.dumps({"1-1:edge-case-hunter": "defer: add() ignores non-numbers\n"
                                                   "a remark that is not a finding"}))
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
     code = run_cli(["sprint", "run", "-C", str(root), "--json", "-q"])
     out = capsys.readouterr()
     assert code == 11, out.err
@@ -83,6 +87,11 @@ def test_the_loop_commits_the_honest_story_catches_the_liar_and_the_breaker_and_
     assert "add() ignores non-numbers" in deferred  # the review's deferred finding
     patch = next((root / ".stepline" / "sprint" / "deferred").glob("1-4-div-*.patch")).read_text()
     assert "calc_div.py" in patch
+    # Each agent had a private folder of its run and step (its MCP config there); none is left after its step.
+    for call in _calls(agent_env):
+        folder = Path(call["config"]).parent
+        assert folder.parent == private and folder.name.startswith(f"stepline-agent-{call['run']}-{call['step']}-")
+    assert list(private.iterdir()) == []
 
     # What the verifications caught: the liar's empty claim, the breaker's broken test, the stubborn three times.
     status = {}
