@@ -1,7 +1,8 @@
 """Chaos for the sprint loop: N trials of ``stepline sprint run -j 4`` over four stories, each SIGKILLed at random
 moments (the loop alone, or the loop and every agent supervisor it started, which leaves the agents running as
 orphans), then ``stepline sprint resume``d — killed again at random up to ``--kills`` times — until a resume runs to
-its end. Prints, per trial and in total, tried / held / broke.
+its end. Prints, per trial and in total, tried / held / broke, whether every story was committed exactly once, the
+loops that hung (no end in 600 s: what each was doing is printed) and the trials left blocked on a question.
 
 Usage: ``python bench/sprint_chaos.py [--trials 20] [--kills 3] [--seed 1] [--orphans 0.5]``
 
@@ -91,8 +92,9 @@ def _loop(root: Path, command: str, env: dict[str, str]) -> subprocess.Popen[str
                              str(root), "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def trial(number: int, base: Path, rng: random.Random, kills: int, orphans: float) -> tuple[bool, str]:
-    """One trial; (held, what happened)."""
+def trial(number: int, base: Path, rng: random.Random, kills: int, orphans: float) -> tuple[bool, str, set[str]]:
+    """One trial; (held, what happened, its marks: ``once`` every story committed exactly once, ``hung`` a loop
+    hung, ``blocked`` the last loop stopped on a question, exit 9)."""
     root = make_project(base / f"calc-{number}", isolation="worktree")
     private = base / f"tmp-{number}"
     private.mkdir()
@@ -103,6 +105,7 @@ def trial(number: int, base: Path, rng: random.Random, kills: int, orphans: floa
            "GIT_COMMITTER_NAME": "Agent", "GIT_COMMITTER_EMAIL": "agent@example.com",
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     said: list[str] = []
+    marks: set[str] = set()
     command, killed = "run", 0
     while True:
         loop = _loop(root, command, env)
@@ -126,6 +129,7 @@ def trial(number: int, base: Path, rng: random.Random, kills: int, orphans: floa
             _, err = loop.communicate(timeout=600)
         except subprocess.TimeoutExpired:  # a hang: what it was doing, then it is stopped
             said.append(f"{command} HUNG: {_where(root)}")
+            marks.add("hung")
             loop.kill()
             _, err = loop.communicate()
         said.append(f"{command} exited {loop.returncode}")
@@ -134,11 +138,19 @@ def trial(number: int, base: Path, rng: random.Random, kills: int, orphans: floa
             continue
         break
     problems = []
+    if loop.returncode == 9:
+        marks.add("blocked")
     if loop.returncode != 0:
         problems.append(f"the last {command} exited {loop.returncode}: {err.strip().splitlines()[-1:]}")
-    commits = Counter(git(root, "log", "--format=%(trailers:key=Stepline-Story,valueonly)").split())
-    if commits != Counter(dict.fromkeys(KEYS, 1)):
+    log = subprocess.run(["git", "-C", str(root), "log", "--format=%(trailers:key=Stepline-Story,valueonly)"],
+                         capture_output=True, text=True)
+    commits = Counter(log.stdout.split())
+    if log.returncode != 0:
+        problems.append(f"git log fails on the integration branch: {log.stderr.strip()[:200]}")
+    elif commits != Counter(dict.fromkeys(KEYS, 1)):
         problems.append(f"story commits {dict(commits)}")
+    else:
+        marks.add("once")
     if git(root, "rev-list", "--count", "--merges", "HEAD").strip() != "0":
         problems.append("merge commits on the integration branch")
     notes = subprocess.run(["git", "-C", str(root), "show", "HEAD:NOTES.md"], capture_output=True, text=True).stdout
@@ -154,7 +166,7 @@ def trial(number: int, base: Path, rng: random.Random, kills: int, orphans: floa
         problems.append(f"processes left: {left}")
     if folders := sorted(p.name for p in private.glob("stepline-agent-*")):
         problems.append(f"agent folders left: {folders}")
-    return not problems, "; ".join(said + problems)
+    return not problems, "; ".join(said + problems), marks
 
 
 def main() -> int:
@@ -170,19 +182,22 @@ def main() -> int:
     rng = random.Random(args.seed)
     base = Path(tempfile.mkdtemp(prefix="sprint-chaos-"))
     held = 0
+    marks: Counter[str] = Counter()
     try:
         for number in range(1, args.trials + 1):
             started = time.monotonic()
-            ok, said = trial(number, base, rng, rng.randint(1, args.kills), args.orphans)
+            ok, said, marked = trial(number, base, rng, rng.randint(1, args.kills), args.orphans)
             held += ok
-            print(f"trial {number:2d}: {'held ' if ok else 'BROKE'} {time.monotonic() - started:5.1f}s  {said}",
-                  flush=True)
+            marks.update(marked)
+            print(f"trial {number:2d}: {'held ' if ok else 'BROKE'} {time.monotonic() - started:5.1f}s  "
+                  f"once: {'yes' if 'once' in marked else 'NO '}  {said}", flush=True)
     finally:
         if held == args.trials:
             shutil.rmtree(base, ignore_errors=True)
         else:
             print(f"the trials' projects are kept in {base}", file=sys.stderr)
-    print(f"tried {args.trials}, held {held}, broke {args.trials - held} (-j 4, 4 stories, seed {args.seed})")
+    print(f"tried {args.trials}, held {held}, broke {args.trials - held}; every story committed exactly once in "
+          f"{marks['once']}; hung {marks['hung']}; blocked {marks['blocked']} (-j 4, 4 stories, seed {args.seed})")
     return 0 if held == args.trials else 1
 
 
