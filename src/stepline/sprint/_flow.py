@@ -19,17 +19,13 @@ from dataclasses import dataclass
 
 from stepline.model import Run, StepStatus
 
-__all__ = ["CHECKPOINTS", "MERGE_REBUILDS", "STAGES", "SUCCEEDED", "SprintFlow", "next_stage", "visit"]
+__all__ = ["CHECKPOINTS", "STAGES", "SUCCEEDED", "SprintFlow", "next_stage", "visit"]
 
 STAGES = ("baseline", "checkpoint-plan", "build", "verify", "review", "verify-final", "commit", "checkpoint-commit",
           "merge", "advance", "closeout", "defer")
 #: The stages that are human gates (per-story checkpoints, when the config asks for them).
 CHECKPOINTS = ("checkpoint-plan", "checkpoint-commit")
 
-
-#: How often a story is built again because its merge could not land before it is deferred: each time another
-#: story landed first, so more than this says something else keeps it from landing.
-MERGE_REBUILDS = 5
 
 #: The choices of a stage that did what it is for (a build that built, a verify that passed …); any other choice
 #: (``fail``, ``failed``, ``over-budget``, ``patch``, ``defer``, ``deferred``) completes the stage without success.
@@ -112,9 +108,8 @@ def next_stage(run: Run, budget: Budget) -> str | None:
         elif base == "merge":
             if choice != "rebuild":
                 sid = go("advance")
-            elif visits["merge"] > MERGE_REBUILDS:  # other stories' landings cannot explain so many: set it aside
-                sid = go("defer")
-            else:  # the integration branch moved under the story: built again on it, with a base's budgets
+            else:  # the integration branch moved under the story (another story landed): built again on it,
+                # with a base's budgets
                 built = reviewed = 0
                 sid = build()
         else:  # advance (closeout), defer: the story is settled

@@ -4,7 +4,9 @@ In a parallel loop the merge waits for its turn in the loop's merge queue (one a
 stories in flight); in its turn the story's commit is rebased onto the integration branch as it is now, the verify
 commands run again on that result, and only then does the branch move (fast-forward). A conflict or a failing check
 lands nothing: the story is built again on the new base (``rebuild``), the reason in its record, a conflicting
-attempt kept on ``refs/stepline/preserve/…``; it keeps its place in the merge order.
+attempt kept on ``refs/stepline/preserve/…``; it keeps its place in the merge order. Each time, another story has
+landed since it was built: on the commit it was built on (its verify saw its branch descend from it) a rebase has
+nothing to do and its checks passed. So a story is sent back at most once per landing, and never deferred for it.
 """
 
 from __future__ import annotations
