@@ -1,15 +1,24 @@
-"""The layout rules of ARCHITECTURE.md, checked on the source: imports point one way.
+"""The layout rules of ARCHITECTURE.md, checked on the source: imports point one way, other packages' names are
+taken from their package.
 
-Every ``import`` of a stepline module is read from the source (including imports inside functions); imports
-under ``if TYPE_CHECKING:`` are type-only and do not count as dependencies at run time.
+Every ``import`` of a stepline module is read from the source by bench/import_graph.py (including imports inside
+functions; a name taken from a package depends on the module defining it); imports under ``if TYPE_CHECKING:`` are
+type-only and do not count as dependencies at run time.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from import_circles import circles
+from import_graph import read_tree
+from private_imports import private_imports
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 FAMILIES = ("stepline.native", "stepline.bmad", "stepline.skills", "stepline.ccw", "stepline.sprint")
@@ -45,38 +54,28 @@ def _module_name(path: Path) -> str:
     return ".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
 
 
-def _imports(path: Path) -> set[str]:
-    """The stepline modules ``path`` imports at run time (type-only imports left out)."""
-    module = _module_name(path)
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: set[str] = set()
+TREE = read_tree(SRC)
+_LOADS = TREE.graph()
 
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                for other in child.orelse:
-                    visit(other)
-                continue
-            if isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    parts = package.split(".")[: len(package.split(".")) - (child.level - 1)]
-                    base = ".".join([*parts, *([child.module] if child.module else [])])
-                if base.startswith("stepline"):
-                    for alias in child.names:
-                        candidate = f"{base}.{alias.name}"
-                        found.add(candidate if candidate in ALL else base)
-            elif isinstance(child, ast.Import):
-                found.update(a.name for a in child.names if a.name.startswith("stepline"))
-            visit(child)
 
-    visit(ast.parse(path.read_text(encoding="utf-8")))
+def _with_packages(module: str) -> set[str]:
+    """What ``module`` loads at run time, a package's ``__init__`` standing for what it loads in turn (a name taken
+    from a package whose ``__init__`` imports its modules eagerly depends on all of them)."""
+    found, todo = set(), list(_LOADS[module])
+    while todo:
+        dep = todo.pop()
+        if dep not in found:
+            found.add(dep)
+            if dep in TREE.packages:
+                todo.extend(_LOADS[dep])
     found.discard(module)
     return found
 
 
-ALL = {_module_name(p) for p in SRC.rglob("*.py")}
-GRAPH = {_module_name(p): _imports(p) for p in SRC.rglob("*.py")}
+ALL = set(TREE.paths)
+GRAPH = {module: _with_packages(module) for module in TREE.paths}
+#: A package's ``__init__`` (judged by what it loads, which GRAPH holds too).
+PACKAGES = TREE.packages
 
 
 def _in(module: str, package: str) -> bool:
@@ -114,14 +113,15 @@ def test_a_family_imports_no_other_family(family: str) -> None:
 def test_the_step_chain_imports_no_family_and_its_reader_no_engine(module: str) -> None:
     bad = sorted(d for d in GRAPH[module] if any(_in(d, f) for f in FAMILIES) or _in(d, "stepline.families")
                  or (module in STEPCHAIN_READERS and (_in(d, "stepline.engine") or
-                                                      (_in(d, STEPCHAIN) and d not in STEPCHAIN_READERS))))
+                                                      (_in(d, STEPCHAIN) and d not in STEPCHAIN_READERS
+                                                       and d != STEPCHAIN))))
     assert not bad, f"{module} imports {bad}: the step chain sits below the families, its reader below the engine"
 
 
 @pytest.mark.parametrize("module", sorted(m for m in GRAPH if any(_in(m, f) for f in FAMILIES) and m not in DRIVERS
                                           and not m.endswith("__init__") and m not in FAMILIES))
 def test_a_reader_imports_only_the_step_chains_reader(module: str) -> None:
-    bad = sorted(d for d in GRAPH[module] if _in(d, STEPCHAIN) and d not in STEPCHAIN_READERS)
+    bad = sorted(d for d in GRAPH[module] if _in(d, STEPCHAIN) and d not in STEPCHAIN_READERS and d != STEPCHAIN)
     assert not bad, f"reader {module} imports {bad}: a reader may use the step chain's reader only"
 
 
@@ -167,7 +167,8 @@ def test_no_import_circle_among_the_interfaces_and_the_run_service() -> None:
 
 def test_no_import_circle_anywhere() -> None:
     """No module of stepline imports itself through others at run time (bench/import_circles.py counts them)."""
-    _check_no_circle(("stepline",))
+    found = circles(SRC)
+    assert not found, "import circle: " + " -> ".join(found[0])
 
 
 @pytest.mark.parametrize("interface", INTERFACES)
@@ -175,10 +176,10 @@ def test_no_interface_imports_another(interface: str) -> None:
     """An interface reads and decides runs through the run service; what two interfaces share lives there (or
     below), not in one of them. Only the CLI starts the others, by their packages' public names."""
     launched = LAUNCHED.get(interface, set())
-    for module, deps in GRAPH.items():
+    for module, found in TREE.imports.items():
         if _in(module, interface):
-            bad = sorted(d for d in deps if any(_in(d, other) for other in INTERFACES if other != interface)
-                         and d not in launched)
+            bad = sorted(w for i in found if not i.typing_only for w in i.written
+                         if any(_in(w, other) for other in INTERFACES if other != interface) and w not in launched)
             assert not bad, f"{module} imports {bad}: an interface never imports another (use stepline.service)"
 
 
@@ -236,3 +237,30 @@ def test_telemetry_stands_apart() -> None:
             bad = sorted(d for d in deps if any(_in(d, f) for f in (*FAMILIES, STEPCHAIN, "stepline.families",
                                                                     "stepline.interfaces", "stepline._api")))
             assert not bad, f"{module} imports {bad}: telemetry reads what the engine journals, nothing more"
+
+
+#: Imports of another package's private module that stay: (importing module, private module) -> why.
+#: Every other package's names are taken from its ``__init__`` (ARCHITECTURE.md, "Public names"); at most 30 stay.
+PRIVATE_IMPORTS: dict[tuple[str, str], str] = {}
+
+
+def test_other_packages_are_used_through_their_public_names() -> None:
+    """An import of another package's private module (``stepline.x._y``) is either gone or listed here with its
+    reason (bench/private_imports.py counts them)."""
+    found = {(where.module, private) for where, private in private_imports(SRC)}
+    new = sorted(f"{m} imports {p}" for m, p in found - PRIVATE_IMPORTS.keys())
+    assert not new, f"{new}: import the name from its package (add it to the package's __init__ and __all__)"
+    gone = sorted(PRIVATE_IMPORTS.keys() - found)
+    assert not gone, f"{gone} no longer happen: take them off PRIVATE_IMPORTS"
+    assert len(PRIVATE_IMPORTS) <= 30
+    assert all(reason.strip() for reason in PRIVATE_IMPORTS.values())
+
+
+@pytest.mark.parametrize("package", sorted(p for p in PACKAGES if p != "stepline.interfaces"))
+def test_every_package_names_its_public_names(package: str) -> None:
+    """A package's ``__init__`` lists its public names in ``__all__``, and each of them is there (a lazy one too)."""
+    module = importlib.import_module(package)
+    names = getattr(module, "__all__", None)
+    assert names, f"{package} has no __all__"
+    missing = [name for name in names if not hasattr(module, name)]
+    assert not missing, f"{package}.__all__ names {missing}, which it does not have"

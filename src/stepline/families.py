@@ -20,7 +20,7 @@ from stepline.model import WorkflowSpec
 from stepline.native import is_native_workflow, lint_native, load_native
 
 if TYPE_CHECKING:
-    from stepline.stepchain._plan import Plan, PlanStep, Point
+    from stepline.stepchain import Plan, PlanStep, Point
 
 __all__ = ["detect_format", "lint_path", "lint_tree", "load_workflow", "read_plan", "read_plans", "register_drivers",
            "workflows_of_kind"]
@@ -51,7 +51,7 @@ def register_drivers(fmt: str | None = None) -> None:
     for module in (own,) if own else _DRIVERS:
         importlib.import_module(module)
     if not own:
-        from stepline.bmad._legacy_driver import LegacyFlow
+        from stepline.bmad import LegacyFlow
         from stepline.engine import register_driver
 
         register_driver("bmad-legacy", _run_bmad_legacy_step, LegacyFlow)
@@ -96,7 +96,7 @@ def detect_format(path: Path) -> str:
 
 
 def _holds_xml_steps(path: Path) -> bool:
-    from stepline.bmad._legacy import holds_xml_steps  # here: a native file needs no BMAD code
+    from stepline.bmad import holds_xml_steps  # here: a native file needs no BMAD code
 
     return holds_xml_steps(path)
 
@@ -123,7 +123,7 @@ def _load_other(fmt: str, path: Path, root: Path, variables: dict[str, Any], mod
 
         return load_skill(path, project_root=root, variables=variables, mode=mode)
     if fmt in ("bmad-legacy", "bmad-microfile"):
-        from stepline.bmad._load import load_bmad_workflow
+        from stepline.bmad import load_bmad_workflow
 
         return load_bmad_workflow(path, project_root=root, variables=variables, mode=mode)
     from stepline.ccw import load_ccw_session
@@ -136,9 +136,8 @@ def _load_xml_skill(folder: Path, root: Path, variables: dict[str, Any], mode: s
     the legacy interpreter runs them step by step, so each <ask> and HALT reaches the person; around them the
     skill driver runs the skill's activation and ``on_complete`` as for any skill (:func:`_run_bmad_legacy_step`),
     and the run keeps the skill's name (its folder's)."""
-    from stepline.bmad._legacy import markdown_workflow
-    from stepline.bmad._load import load_bmad_workflow
-    from stepline.formats._files import read_text
+    from stepline.bmad import load_bmad_workflow, markdown_workflow
+    from stepline.formats import read_text
     from stepline.skills import skill_frame
 
     text = read_text(markdown_workflow(folder))
@@ -150,8 +149,8 @@ def _load_xml_skill(folder: Path, root: Path, variables: dict[str, Any], mode: s
 async def _run_bmad_legacy_step(ctx: Any) -> None:
     """The ``bmad-legacy`` driver: the legacy interpreter's, but a step with a ``role`` (an XML-step skill's
     activation and on-complete steps, see :func:`_load_xml_skill`) is the skill driver's."""
-    from stepline.bmad._legacy_driver import run_legacy_step
-    from stepline.skills._driver import run_skill_step
+    from stepline.bmad import run_legacy_step
+    from stepline.skills import run_skill_step
 
     await (run_skill_step if "role" in ctx.spec.meta else run_legacy_step)(ctx)
 
@@ -168,14 +167,14 @@ def _lint_one(fmt: str, path: Path, root: Path) -> list[Diagnostic]:
             return lint_skill(path, root)
         return [*lint_skill(path, root), *_lint_one("bmad-legacy", folder, root)]
     if fmt == "bmad-legacy":
-        from stepline.bmad._legacy import lint_bmad_legacy
+        from stepline.bmad import lint_bmad_legacy
 
         return lint_bmad_legacy(path, root)
     if fmt == "bmad-microfile":
-        from stepline.bmad._microfile import lint_bmad_microfile
+        from stepline.bmad import lint_bmad_microfile
 
         return lint_bmad_microfile(path, root)
-    from stepline.ccw._check import check_ccw_session
+    from stepline.ccw import check_ccw_session
 
     return check_ccw_session(path)
 
@@ -299,8 +298,8 @@ def read_plan(path: Path | str, *, project_root: Path | str | None = None) -> Pl
     ``project_root`` defaults to the project an installed skill is in (its ``_bmad``'s folder), else the
     current folder.
     """
-    from stepline.formats._files import read_text
-    from stepline.stepchain._plan import Plan, PlanStep, Point, auto_mode_of
+    from stepline.formats import read_text
+    from stepline.stepchain import Plan, PlanStep, Point, auto_mode_of
 
     path = Path(path)
     root = Path(project_root) if project_root is not None else (_home_of(path) or Path.cwd())
@@ -313,7 +312,7 @@ def read_plan(path: Path | str, *, project_root: Path | str | None = None) -> Pl
     routed: set[Path] = set()
     finder = None
     if spec.format == "bmad-skill" or "skills" in spec.meta:
-        from stepline.skills._load import skill_finder
+        from stepline.skills import skill_finder
 
         finder = skill_finder(base, root.resolve())
     for step in spec.steps:
@@ -339,8 +338,8 @@ def _routed_steps(points: tuple[Point, ...], base: Path, own: set[Path], routed:
                   finder: Callable[[str], Path | None] | None) -> list[PlanStep]:
     """A step for each file ``points`` route to (and each file those route to, depth first), once per plan; a
     workflow's own step files are steps already."""
-    from stepline.formats._files import read_text
-    from stepline.stepchain._plan import PlanStep, PointKind, read_points, with_condition
+    from stepline.formats import read_text
+    from stepline.stepchain import PlanStep, PointKind, read_points, with_condition
 
     out: list[PlanStep] = []
     for point in points:

@@ -15,6 +15,10 @@ from typing import TYPE_CHECKING
 from stepline._lazy import lazy_exports as _lazy_exports
 
 _EXPORTS = {
+    "LegacyFlow": "._legacy_driver",
+    "run_legacy_step": "._legacy_driver",
+    "holds_xml_steps": "._legacy",
+    "markdown_workflow": "._legacy",
     "InstallReport": "._install",
     "InstalledModule": "._install",
     "install_bmad": "._install",
@@ -29,6 +33,8 @@ _EXPORTS = {
 __all__ = [
     "InstallReport",
     "InstalledModule",
+    "LegacyFlow",
+    "holds_xml_steps",
     "install_bmad",
     "is_bmad_legacy",
     "lint_bmad_legacy",
@@ -36,11 +42,20 @@ __all__ = [
     "load_bmad_legacy",
     "load_bmad_microfile",
     "load_bmad_workflow",
+    "markdown_workflow",
+    "run_legacy_step",
 ]
 
 if TYPE_CHECKING:
     from stepline.bmad._install import InstalledModule, InstallReport, install_bmad
-    from stepline.bmad._legacy import is_bmad_legacy, lint_bmad_legacy, load_bmad_legacy
+    from stepline.bmad._legacy import (
+        holds_xml_steps,
+        is_bmad_legacy,
+        lint_bmad_legacy,
+        load_bmad_legacy,
+        markdown_workflow,
+    )
+    from stepline.bmad._legacy_driver import LegacyFlow, run_legacy_step
     from stepline.bmad._load import load_bmad_workflow
     from stepline.bmad._microfile import lint_bmad_microfile, load_bmad_microfile
 

@@ -35,8 +35,7 @@ from stepline._placeholders import (
 )
 from stepline._yaml import YamlLoader, describe_yaml_error, yaml_errors
 from stepline.errors import ReaderError
-from stepline.formats._diagnostics import Diagnostic
-from stepline.formats._files import read_text
+from stepline.formats import Diagnostic, read_text
 
 __all__ = [
     "WorkflowConfig",

@@ -32,8 +32,7 @@ from stepline._paths import inside
 from stepline._placeholders import PROJECT_ROOT, Kind, Placeholder, find, substitute
 from stepline.bmad._config import load_yaml
 from stepline.errors import NotFoundError, ReaderError, UsageError
-from stepline.formats._data import load_toml, parse_json
-from stepline.formats._files import read_text
+from stepline.formats import load_toml, parse_json, read_text
 
 __all__ = ["InstallReport", "InstalledModule", "install_bmad"]
 

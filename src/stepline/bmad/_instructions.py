@@ -21,7 +21,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any, ClassVar
 
 from stepline.bmad._conditions import classify
-from stepline.formats._diagnostics import Diagnostic, Severity
+from stepline.formats import Diagnostic, Severity
 
 __all__ = [
     "Action",

@@ -40,10 +40,9 @@ from stepline.bmad._instructions import (
 from stepline.bmad._microfile import LINK_LEAVES_PROJECT
 from stepline.bmad._points import legacy_points
 from stepline.errors import NotFoundError, ReaderError
-from stepline.formats._diagnostics import Diagnostic
-from stepline.formats._files import read_text
+from stepline.formats import Diagnostic, read_text
 from stepline.model import SourceRef, StepSpec, WorkflowFormat, WorkflowSpec
-from stepline.stepchain._read import prose_lines
+from stepline.stepchain import prose_lines
 
 __all__ = ["is_bmad_legacy", "lint_bmad_legacy", "load_bmad_legacy"]
 

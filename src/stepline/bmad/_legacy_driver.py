@@ -55,13 +55,10 @@ from stepline.bmad._template_output import (
     put_section,
     reopen_section,
 )
-from stepline.engine._context import StepContext
-from stepline.engine._runner import Engine, register_driver
-from stepline.engine._session import sha256_file
-from stepline.engine._signals import StepBlocked
+from stepline.engine import Engine, StepBlocked, StepContext, register_driver, sha256_file
 from stepline.errors import NondeterminismError, StepFailed, SteplineError
 from stepline.executors import Executor, StepRequest, StepSession
-from stepline.formats._files import read_text
+from stepline.formats import read_text
 from stepline.model import EventType, Run, RunStatus, StepStatus, WorkflowSpec
 
 __all__ = ["LegacyFlow", "condition_counts", "run_legacy_step"]

@@ -57,18 +57,16 @@ from stepline._placeholders import Kind, find, resolve, substitute, whole
 from stepline._yaml import load_yaml_text
 from stepline.bmad._config import reference_diagnostics
 from stepline.errors import NotFoundError, ReaderError, UsageError
-from stepline.formats._diagnostics import Diagnostic, Severity
-from stepline.formats._files import decode_text, read_text
-from stepline.formats._frontmatter import Frontmatter, read_frontmatter_file
+from stepline.formats import Diagnostic, Frontmatter, Severity, decode_text, read_frontmatter_file, read_text
 from stepline.model import SourceRef, StepSpec, WorkflowSpec
-from stepline.stepchain._plan import read_points
-from stepline.stepchain._read import (
+from stepline.stepchain import (
     folder_mode,
     halts_in,
     is_continuation,
     marks,
     parse_menu,
     prose_lines,
+    read_points,
     step_number,
 )
 

@@ -28,32 +28,33 @@ from typing import Any
 from stepline import time
 from stepline._placeholders import PROJECT_ROOT, Kind, find, substitute
 from stepline.bmad._microfile import Progress, completed_step_index, load_csv_data, read_progress
-from stepline.engine._context import StepContext
-from stepline.engine._flow import CursorFlow
-from stepline.engine._runner import register_driver
-from stepline.engine._session import sha256_file
+from stepline.engine import CursorFlow, StepContext, register_driver, sha256_file
 from stepline.errors import NotFoundError, ReaderError
 from stepline.executors import STANDING_HINT, standing_text
-from stepline.formats._files import read_text
-from stepline.formats._frontmatter import read_frontmatter
+from stepline.formats import read_frontmatter, read_text
 from stepline.model import EventType, Run, StepSpec, StepStatus, WorkflowSpec
-from stepline.stepchain._chain import (
+from stepline.stepchain import (
+    Option,
+    Point,
+    Route,
+    Turn,
+    before_menu,
+    build_menu,
     check_visits,
     choose,
+    condition_fact,
+    follow,
     hand_over,
+    lean_step_text,
     record,
+    save_state,
     settle,
+    shared_sections,
     side_trip,
     skip_pending,
     visit_id,
+    workflow_standing,
 )
-from stepline.stepchain._conditions import condition_fact
-from stepline.stepchain._follow import Turn, follow
-from stepline.stepchain._lean_text import lean_step_text, shared_sections, workflow_standing
-from stepline.stepchain._menus import Option, Route, build_menu
-from stepline.stepchain._plan import Point
-from stepline.stepchain._state import save_state
-from stepline.stepchain._stops import before_menu
 from stepline.store import atomic_write_bytes
 
 __all__ = ["INIT_STEP", "MicrofileFlow", "run_microfile_step"]

@@ -17,8 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from stepline.stepchain._plan import Point, PointKind, read_points
-from stepline.stepchain._read import Option, Route, bulleted_choices
+from stepline.stepchain import Option, Point, PointKind, Route, bulleted_choices, read_points
 
 __all__ = ["legacy_points"]
 

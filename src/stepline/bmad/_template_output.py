@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from stepline._placeholders import Kind, Placeholder, find, substitute
-from stepline.formats._files import read_text
+from stepline.formats import read_text
 from stepline.store import atomic_write_bytes
 
 __all__ = ["create_from_template", "placeholders", "put_section", "reopen_section"]

@@ -14,9 +14,7 @@ from stepline.ccw._session import SESSION_FILE, confined_session, natural_key, s
 from stepline.ccw._task import TaskRef, TaskView, line_of, ref_from_data, validate_task_data
 from stepline.ccw._todo import TodoList, read_todo_list
 from stepline.errors import NotFoundError, ReaderError
-from stepline.formats._data import parse_json
-from stepline.formats._diagnostics import Diagnostic, Severity
-from stepline.formats._files import read_text
+from stepline.formats import Diagnostic, Severity, parse_json, read_text
 
 __all__ = ["check_ccw_session"]
 

@@ -17,10 +17,10 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from stepline.model import EventType
-from stepline.tools._git import find_commit, git, with_trailers
+from stepline.tools import find_commit, git, with_trailers
 
 if TYPE_CHECKING:
-    from stepline.engine._context import StepContext
+    from stepline.engine import StepContext
 
 __all__ = ["commit_message", "commit_task"]
 

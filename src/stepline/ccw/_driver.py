@@ -55,9 +55,7 @@ from stepline.ccw._state import (
 )
 from stepline.ccw._task import TaskView, read_task_file
 from stepline.ccw._waves import plan_workflow_waves
-from stepline.engine._runner import register_driver
-from stepline.engine._session import run_tool_once
-from stepline.engine._signals import StepBlocked
+from stepline.engine import StepBlocked, register_driver, run_tool_once
 from stepline.errors import (
     JournalError,
     OutsideRootError,
@@ -67,12 +65,11 @@ from stepline.errors import (
     StepFailed,
     StorageError,
 )
-from stepline.formats._data import parse_json
+from stepline.formats import parse_json
 from stepline.model import EventType, Run, RunStatus, StepStatus, WorkflowSpec
 
 if TYPE_CHECKING:
-    from stepline.engine._context import StepContext
-    from stepline.engine._runner import Engine
+    from stepline.engine import Engine, StepContext
     from stepline.store import RunDir, RunStore
 
 __all__ = [

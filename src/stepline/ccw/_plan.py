@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from stepline.errors import ReaderError
-from stepline.formats._data import parse_json
-from stepline.formats._files import read_text
+from stepline.formats import parse_json, read_text
 
 ExecutionModel = Literal["sequential", "parallel", "phased", "tdd"]
 

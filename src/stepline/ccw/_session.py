@@ -56,8 +56,7 @@ from stepline.ccw._todo import (
     summary_href_for,
 )
 from stepline.errors import NotFoundError, ReaderError, UsageError
-from stepline.formats._data import parse_json
-from stepline.formats._files import read_text
+from stepline.formats import parse_json, read_text
 from stepline.model import WorkflowSpec
 
 __all__ = [

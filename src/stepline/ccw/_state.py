@@ -39,14 +39,12 @@ from stepline.ccw._todo import (
     summary_href_for,
 )
 from stepline.errors import JournalError
-from stepline.formats._data import parse_json
-from stepline.formats._files import FileVersion, decode_text, file_version, read_file
+from stepline.formats import FileVersion, decode_text, file_version, parse_json, read_file
 from stepline.model import EventType, Run, StepStatus
-from stepline.store import RunDir, datasync, fsync_path
-from stepline.store._blobs import keep_blob
+from stepline.store import RunDir, datasync, fsync_path, keep_blob
 
 if TYPE_CHECKING:
-    from stepline.engine._runner import Engine
+    from stepline.engine import Engine
 
 __all__ = [
     "Committer",

@@ -24,8 +24,7 @@ from typing import Any, Literal
 import orjson
 
 from stepline.errors import ReaderError
-from stepline.formats._data import parse_json
-from stepline.formats._files import FileVersion, decode_text, read_file
+from stepline.formats import FileVersion, decode_text, parse_json, read_file
 
 TaskStatus = Literal["pending", "in_progress", "completed", "blocked", "container", "failed", "skipped"]
 TaskSchema = Literal["six-field", "flat"]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from stepline.errors import ReaderError
-from stepline.formats._files import FileVersion, decode_text, read_file
+from stepline.formats import FileVersion, decode_text, read_file
 
 TodoState = Literal["pending", "in_progress", "completed", "container"]
 

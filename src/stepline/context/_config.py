@@ -222,7 +222,7 @@ def _load(paths: list[str], project_root: Path) -> Any:
     if not paths:
         return None
     from stepline._yaml import load_yaml_text
-    from stepline.formats._files import read_text
+    from stepline.formats import read_text
 
     target = Path(paths[0]) if Path(paths[0]).is_absolute() else project_root / paths[0]
     if not target.is_file():

@@ -36,7 +36,7 @@ from stepline.context._lsp import SUFFIXES, LspPool, position_outside
 from stepline.context._select import select_within_budget
 from stepline.context._shards import Shard, load_shards_file, shards_from_markdown, shards_from_text_file
 from stepline.context._tokens import clip_to_tokens, estimate_tokens
-from stepline.formats._files import FileVersion, read_file
+from stepline.formats import FileVersion, read_file
 
 __all__ = ["ContextResolver"]
 

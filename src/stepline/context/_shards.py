@@ -27,7 +27,7 @@ from stepline._yaml import find_yaml_line, load_yaml_text
 from stepline.context._tiers import FULL_MIN_TOKENS, TIER_TOKENS, TIERS, Tier
 from stepline.context._tokens import clip_to_tokens
 from stepline.errors import ConfigError
-from stepline.formats._files import read_text
+from stepline.formats import read_text
 
 __all__ = [
     "FULL_MIN_TOKENS",

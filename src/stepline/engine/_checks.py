@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from stepline._placeholders import find
 from stepline.errors import StepFailed
-from stepline.formats._files import read_text
+from stepline.formats import read_text
 from stepline.model import EventType
 
 if TYPE_CHECKING:

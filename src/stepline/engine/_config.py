@@ -10,10 +10,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stepline._yaml import find_yaml_line, load_yaml_text
-from stepline.context._config import TelisConfig
+from stepline.context import TelisConfig
 from stepline.errors import ConfigError
 from stepline.executors import DEFAULT_PRICES, Price, PriceTable
-from stepline.formats._files import read_text
+from stepline.formats import read_text
 from stepline.guardrails import GuardrailPolicy
 from stepline.time import DEFAULT_TIMEZONE
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from stepline._placeholders import Kind, find, substitute
 from stepline.executors import MenuOption, RequestKind, StepRequest
-from stepline.formats._files import read_text
+from stepline.formats import read_text
 from stepline.model import EventType, Risk, Run, RunStep, StepSpec
 
 if TYPE_CHECKING:

@@ -23,8 +23,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from stepline.engine._signals import StepBlocked
-from stepline.executors import MenuOption, match_answer, menu_text, options_named
-from stepline.executors._human import ask_in_thread, terminal_input
+from stepline.executors import MenuOption, ask_in_thread, match_answer, menu_text, options_named, terminal_input
 from stepline.model import EventType, GateChoice
 
 if TYPE_CHECKING:

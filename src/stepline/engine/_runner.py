@@ -64,10 +64,10 @@ from stepline.store import (
     RunLock,
     RunStore,
     diagnose,
+    keep_artifact,
     sweep_temp_files,
     truncate_to_last_good,
 )
-from stepline.store._blobs import keep_artifact
 
 if TYPE_CHECKING:
     from stepline.context import ContextResolver
@@ -220,7 +220,7 @@ class Engine:
             record = options.pop("record", None)
             self._executor = create_executor(self.executor_name, options)
             if record:  # R-X6: every exchange of this run goes to a cassette as well
-                from stepline.executors._cassette import wrap_recording
+                from stepline.executors import wrap_recording
 
                 self._executor = wrap_recording(self._executor, Path(str(record)))
             if self.config.runtime.backend == "ray":  # R-D1: the executor's work runs on a Ray cluster

@@ -29,7 +29,7 @@ from stepline.time import isoformat, now
 if TYPE_CHECKING:
     from stepline.engine._context import StepContext
 
-__all__ = ["JournaledSession", "Outcome", "repair_torn_appends", "run_tool_once"]
+__all__ = ["JournaledSession", "Outcome", "repair_torn_appends", "run_tool_once", "sha256_file"]
 
 
 @dataclass(slots=True)

@@ -30,7 +30,7 @@ from stepline._yaml import YamlLoader, describe_yaml_error, yaml_errors
 from stepline.errors import ExecutorError, ReaderError, SteplineError
 from stepline.executors._base import Executor
 from stepline.executors._protocol import StepRequest, StepSession, WriteMode
-from stepline.formats._files import read_text
+from stepline.formats import read_text
 
 __all__ = ["RecordingExecutor", "ReplayExecutor", "ServingExecutor", "load_cassette", "memo_digest", "request_key",
            "wrap_recording"]

@@ -27,7 +27,7 @@ from stepline.errors import ExecutorError, ReaderError
 from stepline.executors._base import Executor
 from stepline.executors._dryrun import DryRunExecutor
 from stepline.executors._protocol import StepRequest, StepSession
-from stepline.formats._files import read_text
+from stepline.formats import read_text
 
 __all__ = ["ScriptedExecutor", "load_script"]
 

@@ -11,9 +11,7 @@ from pydantic import ValidationError
 from stepline._limits import read_limits
 from stepline._yaml import find_yaml_line, load_yaml_lines
 from stepline.errors import ReaderError
-from stepline.formats._data import parse_json
-from stepline.formats._diagnostics import Diagnostic
-from stepline.formats._files import read_text
+from stepline.formats import Diagnostic, parse_json, read_text
 from stepline.model import NativeWorkflowFile, SourceRef, WorkflowSpec
 
 __all__ = ["is_native_workflow", "lint_native", "load_native"]

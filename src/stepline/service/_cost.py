@@ -144,8 +144,7 @@ def project_prices(runs: RunService) -> PriceTable:
     table = runs.config.prices.table()
     if table.fallback is not None or not (runs.project_root / "config" / "sprint.yaml").is_file():
         return table
-    from stepline.sprint import load_sprint_config
-    from stepline.sprint._usage import budget_prices
+    from stepline.sprint import budget_prices, load_sprint_config
 
     budgets = load_sprint_config(runs.project_root).budgets
     return budget_prices(table, budgets.input_per_mtok, budgets.output_per_mtok, budgets.cache_read_per_mtok)

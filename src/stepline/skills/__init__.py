@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from stepline._lazy import lazy_exports as _lazy_exports
 
 _EXPORTS = {
+    "skill_finder": "._load",
+    "run_skill_step": "._driver",
     "Customization": "._customize",
     "RenderEnv": "._render",
     "SKILL_FORMAT": "._load",
@@ -39,6 +41,8 @@ __all__ = [
     "load_skill",
     "render_skill_text",
     "resolve_customization",
+    "run_skill_step",
+    "skill_finder",
     "skill_frame",
     "skill_kind",
     "skill_md_missing",
@@ -52,8 +56,9 @@ if TYPE_CHECKING:
         resolve_customization,
         structural_merge,
     )
+    from stepline.skills._driver import run_skill_step
     from stepline.skills._lint import lint_skill, skill_kind
-    from stepline.skills._load import SKILL_FORMAT, load_skill, skill_frame
+    from stepline.skills._load import SKILL_FORMAT, load_skill, skill_finder, skill_frame
     from stepline.skills._render import RenderEnv, render_skill_text
     from stepline.skills._skill import is_skill, skill_md_missing
 

@@ -21,8 +21,7 @@ from typing import Any
 
 from stepline._yaml import load_yaml_text
 from stepline.errors import ReaderError
-from stepline.formats._data import load_toml
-from stepline.formats._files import read_text
+from stepline.formats import load_toml, read_text
 
 __all__ = [
     "Customization",

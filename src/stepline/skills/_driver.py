@@ -26,14 +26,10 @@ from typing import Any
 
 from stepline import time
 from stepline._placeholders import Kind, find, substitute
-from stepline.engine._context import StepContext
-from stepline.engine._flow import CursorFlow
-from stepline.engine._runner import register_driver
+from stepline.engine import CursorFlow, StepContext, register_driver
 from stepline.errors import ReaderError, StepFailed
-from stepline.executors import REPEATED_HINT, MenuOption, with_notes
-from stepline.executors._human import PERSON_HINT
-from stepline.formats._files import read_text
-from stepline.formats._frontmatter import read_frontmatter
+from stepline.executors import PERSON_HINT, REPEATED_HINT, MenuOption, menu_text, with_notes
+from stepline.formats import read_frontmatter, read_text
 from stepline.model import Run, StepStatus, WorkflowSpec
 from stepline.skills._facts import load_facts
 from stepline.skills._host import (
@@ -55,19 +51,28 @@ from stepline.skills._intent import first_step_file, intent_step, next_section, 
 from stepline.skills._load import SKILL_FORMAT, find_skill
 from stepline.skills._skill import Checkpoint, SkillDoc, checkpoints_in, read_doc, read_skill_files, scripts_in
 from stepline.skills._subagents import run_subagents, subagent_layers
-from stepline.stepchain._chain import check_visits, choose, hand_over, record, settle, side_trip
-from stepline.stepchain._checkpoints import (
+from stepline.stepchain import (
+    Option,
+    Route,
+    before_menu,
+    build_menu,
+    check_visits,
     checkpoint_applies,
+    choose,
+    decide_route,
+    hand_over,
+    lean_step_text,
+    offered_routes,
+    record,
+    routes_text,
     run_checkpoint,
     said_stops,
+    settle,
+    side_trip,
     stop_choices,
     stops_offered,
     stops_text,
 )
-from stepline.stepchain._lean_text import lean_step_text
-from stepline.stepchain._menus import Option, Route, build_menu, menu_text
-from stepline.stepchain._routes import decide_route, offered_routes, routes_text
-from stepline.stepchain._stops import before_menu
 
 __all__ = ["SkillFlow", "run_skill_step"]
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from stepline._paths import escape
-from stepline.engine._context import StepContext
+from stepline.engine import StepContext
 from stepline.errors import StepFailed
-from stepline.formats._files import read_text
+from stepline.formats import read_text
 from stepline.skills._host import render
 
 __all__ = ["load_facts"]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from stepline._placeholders import Kind, find
-from stepline.formats._files import read_text
+from stepline.formats import read_text
 
 __all__ = ["ResultFacts", "ResultShape", "executor_status", "fill_result", "pick_shape", "result_shapes"]
 

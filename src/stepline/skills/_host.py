@@ -14,20 +14,27 @@ from pathlib import Path
 from typing import Any
 
 from stepline._placeholders import PROJECT_ROOT, Kind, substitute
-from stepline.engine._context import StepContext
+from stepline.engine import StepContext
 from stepline.executors import STANDING_HINT, standing_text
-from stepline.formats._files import read_text
-from stepline.formats._frontmatter import read_frontmatter
+from stepline.formats import read_frontmatter, read_text
 from stepline.model import EventType
 from stepline.skills._headless import ResultFacts, executor_status, fill_result, pick_shape, result_shapes
 from stepline.skills._render import RenderEnv, render_skill_text
 from stepline.skills._skill import SkillDoc, SkillFiles, checkpoints_in, read_skill_files, route_step_id, routed_file
-from stepline.stepchain._chain import Host, base_id, move, record
-from stepline.stepchain._follow import Followed, Turn, follow_or_leave
-from stepline.stepchain._lean_text import lean_step_text
-from stepline.stepchain._lean_text import shared_sections as _shared
-from stepline.stepchain._plan import Point, PointKind
-from stepline.stepchain._stops import before_menu
+from stepline.stepchain import (
+    Followed,
+    Host,
+    Point,
+    PointKind,
+    Turn,
+    base_id,
+    before_menu,
+    follow_or_leave,
+    lean_step_text,
+    move,
+    record,
+)
+from stepline.stepchain import shared_sections as _shared
 
 __all__ = ["activation_left", "base_context", "follow_here", "host", "leads_to", "move_on", "render", "scripts_of",
            "set_var", "shared_sections", "skill_of", "standing", "step_points", "turn_of"]

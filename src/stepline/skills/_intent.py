@@ -14,10 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stepline.engine._context import StepContext
+from stepline.engine import StepContext
 from stepline.errors import ReaderError, StepFailed
-from stepline.formats._files import read_text
-from stepline.formats._frontmatter import read_frontmatter
+from stepline.formats import read_frontmatter, read_text
 from stepline.skills._host import (
     base_context,
     follow_here,
@@ -32,8 +31,7 @@ from stepline.skills._host import (
 )
 from stepline.skills._resume import InProgress, output_mentions, steps_in_progress
 from stepline.skills._skill import SkillDoc, scripts_in
-from stepline.stepchain._chain import choose, record, recorded
-from stepline.stepchain._menus import Option, Route
+from stepline.stepchain import Option, Route, choose, record, recorded
 
 __all__ = ["first_step_file", "intent_step", "next_section", "resumed_step_files"]
 

@@ -48,9 +48,7 @@ from stepline.skills._skill import (
     step_sections,
     unrunnable,
 )
-from stepline.stepchain._plan import Point, PointKind
-from stepline.stepchain._read import halts_in, parse_menu, prose_lines
-from stepline.stepchain._stops import before_menu
+from stepline.stepchain import Point, PointKind, before_menu, halts_in, parse_menu, prose_lines
 
 __all__ = ["SKILL_FORMAT", "SkillFrame", "find_skill", "load_skill", "module_of", "skill_finder", "skill_frame",
            "step_id_of"]

@@ -14,11 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stepline.formats._files import read_text
+from stepline.formats import read_text
 from stepline.model import StepSpec
 from stepline.skills._skill import Section, SkillFiles
-from stepline.stepchain._plan import Point, PointKind, read_points
-from stepline.stepchain._read import Option, Route
+from stepline.stepchain import Option, Point, PointKind, Route, read_points
 
 __all__ = ["attach_points", "preamble_of"]
 

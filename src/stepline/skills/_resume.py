@@ -17,9 +17,8 @@ from pathlib import Path
 from stepline._paths import inside
 from stepline._placeholders import Kind, find
 from stepline.errors import ReaderError
-from stepline.formats._files import read_text
-from stepline.formats._frontmatter import read_frontmatter
-from stepline.stepchain._read import marks
+from stepline.formats import read_frontmatter, read_text
+from stepline.stepchain import marks
 
 __all__ = ["InProgress", "output_mentions", "steps_in_progress"]
 

@@ -23,12 +23,8 @@ from typing import Any, Literal
 from stepline._paths import escape, inside
 from stepline._placeholders import Kind, find
 from stepline.errors import ReaderError
-from stepline.formats._diagnostics import Diagnostic
-from stepline.formats._files import read_text
-from stepline.formats._frontmatter import read_frontmatter
-from stepline.stepchain._plan import Point, PointKind
-from stepline.stepchain._read import folder_mode, is_continuation
-from stepline.stepchain._stops import Checkpoint, checkpoints_in
+from stepline.formats import Diagnostic, read_frontmatter, read_text
+from stepline.stepchain import Checkpoint, Point, PointKind, checkpoints_in, folder_mode, is_continuation
 
 __all__ = [
     "Checkpoint",

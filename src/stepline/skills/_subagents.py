@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 from stepline._placeholders import Kind, find
-from stepline.engine._context import StepContext
+from stepline.engine import StepContext
 from stepline.skills._host import base_context, render, skill_of, standing
 
 __all__ = ["run_subagents", "subagent_layers"]

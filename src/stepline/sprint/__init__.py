@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING
 from stepline._lazy import lazy_exports as _lazy_exports
 
 _EXPORTS = {
+    "budget_prices": "._usage",
+    "SUCCEEDED": "._flow",
+    "BudgetLimit": "._config",
     "STORY_PREFIX": "._status",
     "Board": "._board",
     "LoopOptions": "._loop",
@@ -44,13 +47,16 @@ _EXPORTS = {
 
 __all__ = [
     "STORY_PREFIX",
+    "SUCCEEDED",
     "Board",
+    "BudgetLimit",
     "LoopOptions",
     "SprintConfig",
     "SprintProject",
     "StoryResult",
     "Waiting",
     "board_rows",
+    "budget_prices",
     "deferred_run",
     "find_project",
     "load_loop",
@@ -71,7 +77,8 @@ __all__ = [
 
 if TYPE_CHECKING:
     from stepline.sprint._board import Board, read_board, set_status
-    from stepline.sprint._config import SprintConfig, load_sprint_config
+    from stepline.sprint._config import BudgetLimit, SprintConfig, load_sprint_config
+    from stepline.sprint._flow import SUCCEEDED
     from stepline.sprint._loop import (
         LoopOptions,
         StoryResult,
@@ -93,5 +100,6 @@ if TYPE_CHECKING:
         waiting,
         waiting_on_board,
     )
+    from stepline.sprint._usage import budget_prices
 
 __getattr__, __dir__ = _lazy_exports("stepline.sprint", globals(), _EXPORTS)

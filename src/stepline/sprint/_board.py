@@ -23,7 +23,7 @@ from typing import Literal
 from stepline import time
 from stepline._yaml import compose_yaml_text, find_yaml_line
 from stepline.errors import NotFoundError, ReaderError, RunStateError
-from stepline.formats._files import read_text
+from stepline.formats import read_text
 
 __all__ = ["STORY_ORDER", "Board", "BoardEntry", "read_board", "set_status", "status_rank"]
 

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from stepline.executors import PriceTable
-from stepline.executors._budget import CallBudget
+from stepline.executors import CallBudget, PriceTable
 from stepline.model import EventType
 from stepline.sprint._config import DEFAULT_BUDGET_PRICE
 from stepline.sprint._stage import gate_key, link, set_var, sprint_config, story_key, story_vars
 from stepline.sprint._usage import Usage, budget_prices, over_limit, usage_of_calls
 
 if TYPE_CHECKING:
-    from stepline.engine._context import StepContext
+    from stepline.engine import StepContext
 
 __all__ = ["LOOP_BUDGET", "budget_spent", "call_budget", "note_usage", "over_budget"]
 

@@ -14,7 +14,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from stepline.errors import AgentEnvironmentError, BudgetExceeded, ExecutorError
-from stepline.executors._budget import BUDGET_HINT
+from stepline.executors import BUDGET_HINT
 from stepline.model import EventType
 from stepline.sprint._budgets import budget_spent, call_budget, note_usage, over_budget
 from stepline.sprint._project import find_project
@@ -22,7 +22,7 @@ from stepline.sprint._restore import back_to_stage_start, stage_start
 from stepline.sprint._stage import gate_key, record_evidence, set_var, sprint_config, story_key, story_vars, workspace
 
 if TYPE_CHECKING:
-    from stepline.engine._context import StepContext
+    from stepline.engine import StepContext
 
 __all__ = ["agent_failure", "build", "may_try_again", "outside_the_work"]
 

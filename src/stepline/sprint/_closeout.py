@@ -21,10 +21,10 @@ from stepline.sprint._stage import (
     story_key,
     story_vars,
 )
-from stepline.tools._git import git, git_ok
+from stepline.tools import git, git_ok
 
 if TYPE_CHECKING:
-    from stepline.engine._context import StepContext
+    from stepline.engine import StepContext
 
 __all__ = ["closeout"]
 

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from stepline.sprint._board import read_board, set_status
 from stepline.sprint._project import find_project
 from stepline.sprint._stage import effect, own_paths, set_var, story_key, story_vars, workspace
-from stepline.tools._git import find_commit, git, git_ok, with_trailers
+from stepline.tools import find_commit, git, git_ok, with_trailers
 
 if TYPE_CHECKING:
-    from stepline.engine._context import StepContext
+    from stepline.engine import StepContext
 
 __all__ = ["advance", "commit"]
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from stepline._yaml import find_yaml_line, load_yaml_text
 from stepline.errors import ConfigError
 from stepline.executors import Price
-from stepline.formats._files import read_text
+from stepline.formats import read_text
 
 #: The budgets' prices for a model the runtime's price table has none for, unless sprint.yaml names others.
 DEFAULT_BUDGET_PRICE = Price(3.0, 15.0, 0.3)

@@ -12,10 +12,10 @@ from stepline import time
 from stepline.sprint._flow import CHECKPOINTS
 from stepline.sprint._restore import put_back
 from stepline.sprint._stage import effect, excluded, own_paths, story_key, story_vars, workspace
-from stepline.tools._git import git, is_ancestor
+from stepline.tools import git, is_ancestor
 
 if TYPE_CHECKING:
-    from stepline.engine._context import StepContext
+    from stepline.engine import StepContext
 
 __all__ = ["append_deferred", "defer"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal
 
-from stepline.engine._runner import register_driver
+from stepline.engine import register_driver
 from stepline.model import Run, StepSpec, WorkflowSpec
 from stepline.sprint._baseline import baseline
 from stepline.sprint._build import build
@@ -29,7 +29,7 @@ from stepline.sprint._stage import link, set_var
 from stepline.sprint._verify import verify
 
 if TYPE_CHECKING:
-    from stepline.engine._context import StepContext
+    from stepline.engine import StepContext
 
 __all__ = ["FORMAT", "run_sprint_stage", "story_workflow"]
 

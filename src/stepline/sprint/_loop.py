@@ -300,7 +300,7 @@ async def _set_aside(root: Path, key: str, run_id: str) -> str:
     """Before a deferred story is built again: its kept worktree and branch (the deferred attempt) move out of the
     new run's way, to ``.stepline/sprint/deferred/<key>-<run>`` on branch ``sprint-deferred/<key>/<run>`` (done
     again harmlessly after a crash halfway). Says where the attempt is kept."""
-    from stepline.tools._git import git, git_error
+    from stepline.tools import git, git_error
 
     folder = root / ".stepline" / "sprint" / "worktrees" / key
     aside = root / ".stepline" / "sprint" / "deferred" / f"{key}-{run_id}"
@@ -491,6 +491,6 @@ async def _admit_stories(engine: Engine, project: SprintProject, config: SprintC
 
 async def git_head(root: Path) -> str:
     """The integration branch's commit now (the main checkout's HEAD)."""
-    from stepline.tools._git import git_ok
+    from stepline.tools import git_ok
 
     return await git_ok(root, "rev-parse", "HEAD")

@@ -28,10 +28,10 @@ from stepline.sprint._stage import (
     story_vars,
     workspace,
 )
-from stepline.tools._git import find_commit, git, git_error, git_ok, is_ancestor
+from stepline.tools import find_commit, git, git_error, git_ok, is_ancestor
 
 if TYPE_CHECKING:
-    from stepline.engine._context import StepContext
+    from stepline.engine import StepContext
 
 __all__ = ["merge"]
 

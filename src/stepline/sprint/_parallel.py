@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stepline.sprint._project import SprintProject
-from stepline.tools._git import git
+from stepline.tools import git
 
 __all__ = ["MergeQueue", "Needs", "story_needs", "touched_files"]
 

@@ -22,9 +22,7 @@ from typing import Any
 from stepline._placeholders import PROJECT_ROOT, Kind, substitute
 from stepline._yaml import load_yaml_text
 from stepline.errors import ReaderError
-from stepline.formats._data import load_toml
-from stepline.formats._files import read_text
-from stepline.formats._frontmatter import read_frontmatter
+from stepline.formats import load_toml, read_frontmatter, read_text
 
 __all__ = ["DevWorkflow", "ReviewLayer", "SprintProject", "StoryFile", "find_project", "read_story"]
 

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 from stepline.model import EventType
 from stepline.sprint._board import read_board
 from stepline.sprint._stage import gate_key, set_var, story_key, story_vars, workspace
-from stepline.tools._git import find_commit, git, git_ok, is_ancestor
+from stepline.tools import find_commit, git, git_ok, is_ancestor
 
 if TYPE_CHECKING:
-    from stepline.engine._context import StepContext
+    from stepline.engine import StepContext
 
 __all__ = ["reconcile"]
 

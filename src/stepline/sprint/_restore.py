@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from stepline.model import EventType
 from stepline.sprint._stage import effect, excluded, own_paths, story_key, workspace
-from stepline.tools._git import git, git_ok
+from stepline.tools import git, git_ok
 
 if TYPE_CHECKING:
-    from stepline.engine._context import StepContext
+    from stepline.engine import StepContext
 
 __all__ = ["back_to_stage_start", "put_back", "stage_start", "stop_left_agents"]
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from stepline._placeholders import PROJECT_ROOT, Kind, find, substitute
 from stepline.errors import BudgetExceeded, ExecutorError
-from stepline.executors._budget import BUDGET_HINT
+from stepline.executors import BUDGET_HINT
 from stepline.sprint._budgets import budget_spent, call_budget, note_usage, over_budget
 from stepline.sprint._build import agent_failure, may_try_again, outside_the_work
 from stepline.sprint._defer import append_deferred
@@ -28,10 +28,10 @@ from stepline.sprint._stage import (
     story_vars,
     workspace,
 )
-from stepline.tools._git import git
+from stepline.tools import git
 
 if TYPE_CHECKING:
-    from stepline.engine._context import StepContext
+    from stepline.engine import StepContext
 
 __all__ = ["parse_findings", "review"]
 

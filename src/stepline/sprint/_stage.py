@@ -25,7 +25,7 @@ from stepline.model import EventType
 from stepline.sprint._link import StoryEngine, StoryLink
 
 if TYPE_CHECKING:
-    from stepline.engine._context import StepContext
+    from stepline.engine import StepContext
 
 __all__ = ["effect", "excluded", "gate_key", "last_lines", "link", "local_board", "once", "own_paths",
            "record_evidence", "run_command", "set_var", "sprint_config", "story_key", "story_vars", "workspace"]

@@ -24,12 +24,12 @@ from stepline.sprint._stage import (
     story_vars,
     workspace,
 )
-from stepline.tools._git import git, git_ok, is_ancestor
+from stepline.tools import git, git_ok, is_ancestor
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from stepline.engine._context import StepContext
+    from stepline.engine import StepContext
 
 __all__ = ["verify"]
 

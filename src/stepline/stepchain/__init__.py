@@ -1,8 +1,222 @@
-"""Chains of BMAD step files, the one mechanism both families use (issue 25): micro-file workflows
-(:mod:`stepline.bmad`) and Agent Skills (:mod:`stepline.skills`) are both a step file at a time, each ending at
-a menu, a halt or the link to the next file.
+"""Chains of BMAD step files, the one mechanism both families use: micro-file workflows (:mod:`stepline.bmad`)
+and Agent Skills (:mod:`stepline.skills`) are both a step file at a time, each ending at a menu, a halt or the link
+to the next file.
 
-``_read`` reads what a step file asks of a person (its menu, its halts) and never imports the engine, so the
-families' readers use it; ``_menus`` gives each option its route; ``_chain`` runs a chain's steps with the
-engine: visits, hand-overs, a menu asked of the person (or of the executor in #yolo) and settled, side trips.
+The pure modules (``_read``: what a step file asks of a person, its menus and halts; ``_plan``: a step's prose read
+into its plan; ``_stops``: its checkpoints; ``_lean_text``: the text sent without the control prose the runtime
+owns) never import the engine, so the families' readers use them. The rest runs a chain's steps with the engine:
+``_menus`` gives each option its route, ``_chain`` visits, hands over, asks a menu and settles it, ``_follow``
+follows a step's plan, ``_checkpoints``, ``_routes``, ``_conditions`` and ``_state`` (stepsCompleted) do their part.
+Names are imported on first use, so a reader taking a pure name loads no engine.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from stepline._lazy import lazy_exports as _lazy_exports
+
+_EXPORTS = {
+    "Halt": "._read",
+    "Listed": "._read",
+    "Menu": "._read",
+    "Option": "._read",
+    "Route": "._read",
+    "bulleted_choices": "._read",
+    "condition_of": "._read",
+    "folder_mode": "._read",
+    "halt_menu": "._read",
+    "halts_in": "._read",
+    "is_continuation": "._read",
+    "marks": "._read",
+    "menus_in": "._read",
+    "parse_menu": "._read",
+    "prose_lines": "._read",
+    "step_number": "._read",
+    "Plan": "._plan",
+    "PlanStep": "._plan",
+    "Point": "._plan",
+    "PointKind": "._plan",
+    "auto_mode_of": "._plan",
+    "read_points": "._plan",
+    "with_condition": "._plan",
+    "Checkpoint": "._stops",
+    "before_menu": "._stops",
+    "checkpoints_in": "._stops",
+    "LeanText": "._lean_text",
+    "lean_step_text": "._lean_text",
+    "shared_sections": "._lean_text",
+    "workflow_standing": "._lean_text",
+    "build_menu": "._menus",
+    "Host": "._chain",
+    "SideTrip": "._chain",
+    "ask": "._chain",
+    "base_id": "._chain",
+    "check_visits": "._chain",
+    "choose": "._chain",
+    "entry_after": "._chain",
+    "hand_over": "._chain",
+    "leave": "._chain",
+    "move": "._chain",
+    "record": "._chain",
+    "recorded": "._chain",
+    "settle": "._chain",
+    "side_trip": "._chain",
+    "skip_pending": "._chain",
+    "visit_id": "._chain",
+    "PERSON_KINDS": "._follow",
+    "Answer": "._follow",
+    "Followed": "._follow",
+    "Turn": "._follow",
+    "follow": "._follow",
+    "follow_or_leave": "._follow",
+    "person_points": "._follow",
+    "checkpoint_applies": "._checkpoints",
+    "handler_has_work": "._checkpoints",
+    "run_checkpoint": "._checkpoints",
+    "said_stops": "._checkpoints",
+    "stop_choices": "._checkpoints",
+    "stops_offered": "._checkpoints",
+    "stops_text": "._checkpoints",
+    "decide_route": "._routes",
+    "offered_routes": "._routes",
+    "routes_text": "._routes",
+    "EXISTS": "._conditions",
+    "attendance_fact": "._conditions",
+    "condition_fact": "._conditions",
+    "existence_fact": "._conditions",
+    "status_of": "._conditions",
+    "mark_step_completed": "._state",
+    "save_state": "._state",
+}
+
+__all__ = [
+    "EXISTS",
+    "PERSON_KINDS",
+    "Answer",
+    "Checkpoint",
+    "Followed",
+    "Halt",
+    "Host",
+    "LeanText",
+    "Listed",
+    "Menu",
+    "Option",
+    "Plan",
+    "PlanStep",
+    "Point",
+    "PointKind",
+    "Route",
+    "SideTrip",
+    "Turn",
+    "ask",
+    "attendance_fact",
+    "auto_mode_of",
+    "base_id",
+    "before_menu",
+    "build_menu",
+    "bulleted_choices",
+    "check_visits",
+    "checkpoint_applies",
+    "checkpoints_in",
+    "choose",
+    "condition_fact",
+    "condition_of",
+    "decide_route",
+    "entry_after",
+    "existence_fact",
+    "folder_mode",
+    "follow",
+    "follow_or_leave",
+    "halt_menu",
+    "halts_in",
+    "hand_over",
+    "handler_has_work",
+    "is_continuation",
+    "lean_step_text",
+    "leave",
+    "mark_step_completed",
+    "marks",
+    "menus_in",
+    "move",
+    "offered_routes",
+    "parse_menu",
+    "person_points",
+    "prose_lines",
+    "read_points",
+    "record",
+    "recorded",
+    "routes_text",
+    "run_checkpoint",
+    "said_stops",
+    "save_state",
+    "settle",
+    "shared_sections",
+    "side_trip",
+    "skip_pending",
+    "status_of",
+    "step_number",
+    "stop_choices",
+    "stops_offered",
+    "stops_text",
+    "visit_id",
+    "with_condition",
+    "workflow_standing",
+]
+
+if TYPE_CHECKING:
+    from stepline.stepchain._chain import (
+        Host,
+        SideTrip,
+        ask,
+        base_id,
+        check_visits,
+        choose,
+        entry_after,
+        hand_over,
+        leave,
+        move,
+        record,
+        recorded,
+        settle,
+        side_trip,
+        skip_pending,
+        visit_id,
+    )
+    from stepline.stepchain._checkpoints import (
+        checkpoint_applies,
+        handler_has_work,
+        run_checkpoint,
+        said_stops,
+        stop_choices,
+        stops_offered,
+        stops_text,
+    )
+    from stepline.stepchain._conditions import EXISTS, attendance_fact, condition_fact, existence_fact, status_of
+    from stepline.stepchain._follow import PERSON_KINDS, Answer, Followed, Turn, follow, follow_or_leave, person_points
+    from stepline.stepchain._lean_text import LeanText, lean_step_text, shared_sections, workflow_standing
+    from stepline.stepchain._menus import build_menu
+    from stepline.stepchain._plan import Plan, PlanStep, Point, PointKind, auto_mode_of, read_points, with_condition
+    from stepline.stepchain._read import (
+        Halt,
+        Listed,
+        Menu,
+        Option,
+        Route,
+        bulleted_choices,
+        condition_of,
+        folder_mode,
+        halt_menu,
+        halts_in,
+        is_continuation,
+        marks,
+        menus_in,
+        parse_menu,
+        prose_lines,
+        step_number,
+    )
+    from stepline.stepchain._routes import decide_route, offered_routes, routes_text
+    from stepline.stepchain._state import mark_step_completed, save_state
+    from stepline.stepchain._stops import Checkpoint, before_menu, checkpoints_in
+
+__getattr__, __dir__ = _lazy_exports("stepline.stepchain", globals(), _EXPORTS)

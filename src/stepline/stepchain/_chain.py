@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stepline.engine._context import StepContext
-from stepline.engine._signals import StepBlocked
+from stepline.engine import StepBlocked, StepContext
 from stepline.errors import StepFailed
 from stepline.model import EventType, Run, StepStatus
 from stepline.stepchain._conditions import condition_fact

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from stepline.engine._context import StepContext
+from stepline.engine import StepContext
 from stepline.errors import StepFailed
 from stepline.stepchain._chain import Host, ask, record, recorded
 from stepline.stepchain._menus import Option, Route, match_answer

@@ -15,8 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stepline.formats._files import read_text
-from stepline.formats._frontmatter import read_frontmatter
+from stepline.formats import read_frontmatter, read_text
 
 __all__ = ["EXISTS", "attendance_fact", "condition_fact", "existence_fact", "status_of"]
 

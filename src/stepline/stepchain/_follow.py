@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stepline.engine._context import StepContext
+from stepline.engine import StepContext
 from stepline.errors import StepFailed
 from stepline.executors import REPEATED_HINT, with_notes
 from stepline.stepchain._chain import ask, choose, entry_after, leave, record

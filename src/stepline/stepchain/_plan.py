@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from stepline._placeholders import Kind, find
-from stepline.formats._diagnostics import Diagnostic
+from stepline.formats import Diagnostic
 from stepline.stepchain._read import (
     Option,
     Route,
@@ -37,7 +37,7 @@ from stepline.stepchain._read import (
     prose_lines,
 )
 
-__all__ = ["Plan", "PlanStep", "Point", "PointKind", "auto_mode_of", "read_points"]
+__all__ = ["Plan", "PlanStep", "Point", "PointKind", "auto_mode_of", "read_points", "with_condition"]
 
 
 class PointKind(StrEnum):

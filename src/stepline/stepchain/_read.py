@@ -87,7 +87,7 @@ class Option:
 
     def as_menu_option(self) -> MenuOption:
         """The protocol's form, sent to executors."""
-        from stepline.executors._protocol import MenuOption  # here: reading a step needs no executor
+        from stepline.executors import MenuOption  # here: reading a step needs no executor
 
         return MenuOption(key=self.key, label=self.label, default=self.default,
                           side_trip=self.route.kind in ("elicit", "party"))

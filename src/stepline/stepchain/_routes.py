@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stepline.engine._context import StepContext
+from stepline.engine import StepContext
 from stepline.stepchain._chain import Host
 from stepline.stepchain._conditions import EXISTS, existence_fact, status_of
 

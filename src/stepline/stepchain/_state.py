@@ -12,11 +12,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from stepline.engine._context import StepContext
-from stepline.engine._session import sha256_file
+from stepline.engine import StepContext, sha256_file
 from stepline.errors import ReaderError
-from stepline.formats._files import read_text
-from stepline.formats._frontmatter import read_frontmatter, update_frontmatter
+from stepline.formats import read_frontmatter, read_text, update_frontmatter
 from stepline.model import EventType
 from stepline.stepchain._chain import record
 from stepline.stepchain._read import step_number

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from stepline.store._blobs import keep_artifact, keep_blob, link_blob, read_blob
 from stepline.store._doctor import Diagnosis, Finding, diagnose, truncate_to_last_good
 from stepline.store._files import (
     atomic_write_bytes,
@@ -45,8 +46,12 @@ __all__ = [
     "diagnose",
     "fingerprint",
     "fsync_path",
+    "keep_artifact",
+    "keep_blob",
+    "link_blob",
     "lock_holder",
     "new_run_id",
+    "read_blob",
     "read_journal",
     "read_json",
     "read_summary",

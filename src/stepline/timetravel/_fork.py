@@ -22,17 +22,15 @@ import orjson
 
 from stepline import time
 from stepline._paths import confine, escape
-from stepline.ccw._state import Completion, SessionWriter
-from stepline.engine import Engine
-from stepline.engine._human import HumanChannel
+from stepline.ccw import Completion, SessionWriter
+from stepline.engine import Engine, HumanChannel
 from stepline.errors import OutsideRootError, StorageError, UsageError
 from stepline.model import Event, EventType
-from stepline.store import RunDir, atomic_write_bytes
-from stepline.store._blobs import link_blob, read_blob
+from stepline.store import RunDir, atomic_write_bytes, link_blob, read_blob
 from stepline.timetravel._record import RecordedRun
 
 if TYPE_CHECKING:
-    from stepline.engine._context import StepContext
+    from stepline.engine import StepContext
     from stepline.executors import MenuOption
 
 __all__ = ["Answers", "Restoration", "prepare_fork", "rewind"]

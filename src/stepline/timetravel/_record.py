@@ -15,11 +15,9 @@ from typing import Any
 from stepline._paths import inside
 from stepline.engine import Engine
 from stepline.errors import JournalError, NotFoundError
-from stepline.executors import Usage, usage_row
-from stepline.executors._cassette import memo_digest
+from stepline.executors import Usage, memo_digest, usage_row
 from stepline.model import Event, EventType, Run
-from stepline.store import RunDir
-from stepline.store._blobs import read_blob
+from stepline.store import RunDir, read_blob
 
 __all__ = ["ModelRequest", "RecordedRun", "read_run"]
 

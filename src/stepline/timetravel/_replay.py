@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stepline.engine import Engine, RuntimeConfig
-from stepline.executors import Executor, create_executor
-from stepline.executors._cassette import ServingExecutor
+from stepline.executors import Executor, ServingExecutor, create_executor
 from stepline.model import Run, WorkflowSpec
 from stepline.timetravel._fork import Answers, Restoration, rewind
 from stepline.timetravel._record import ModelRequest, RecordedRun, read_run

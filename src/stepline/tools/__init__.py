@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         validate_yaml,
     )
     from stepline.tools._builtins import builtin_tools, default_registry
+    from stepline.tools._git import find_commit, git, git_error, git_ok, is_ancestor, with_trailers
     from stepline.tools._pipeline import (
         ApprovalLookup,
         EventCallback,
@@ -65,15 +66,27 @@ __all__ = [
     "check_template_complete",
     "default_registry",
     "dump_tool_results",
+    "find_commit",
+    "git",
+    "git_error",
+    "git_ok",
+    "is_ancestor",
     "load_tool_results",
     "tool_gate_id",
     "validate_json",
     "validate_python_files",
     "validate_yaml",
+    "with_trailers",
 ]
 
 
 _EXPORTS: dict[str, str] = {
+    "find_commit": "_git",
+    "git": "_git",
+    "git_error": "_git",
+    "git_ok": "_git",
+    "is_ancestor": "_git",
+    "with_trailers": "_git",
     "ApprovalLookup": "_pipeline",
     "EffectCheck": "_spec",
     "EventCallback": "_pipeline",

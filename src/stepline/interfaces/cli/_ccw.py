@@ -23,8 +23,7 @@ from stepline.interfaces.cli._options import (
 from stepline.interfaces.cli._render import console, err_console, print_json
 
 if TYPE_CHECKING:
-    from stepline.ccw._driver import PendingCompletions
-    from stepline.ccw._session import SessionInfo
+    from stepline.ccw import PendingCompletions, SessionInfo
 
 ccw_app = typer.Typer(name="ccw", help="Run Claude-Code-Workflow sessions (.workflow/active/WFS-*).",
                       no_args_is_help=True)
@@ -36,7 +35,7 @@ SessionArg = Annotated[str, typer.Argument(help="Session id (a unique part is en
 
 def _session_dir(at: Where, session: str) -> Path:
     """A session folder from an id, a unique part of one, or a path."""
-    from stepline.ccw._session import confined_session, find_session
+    from stepline.ccw import confined_session, find_session
 
     as_path = at.path(Path(session))
     if (as_path / "workflow-session.json").is_file() or (as_path / "TODO_LIST.md").is_file():
@@ -47,7 +46,7 @@ def _session_dir(at: Where, session: str) -> Path:
 def _pending(at: Where, config: Path | None, session_dir: Path) -> PendingCompletions:
     """The completions the session's last run journaled that its files may not say yet (read, never written:
     these commands only read), told on stderr."""
-    from stepline.ccw._driver import pending_completions
+    from stepline.ccw import pending_completions
     from stepline.interfaces.cli._options import project_runs
 
     pending = pending_completions(project_runs(at, config).store, session_dir)
@@ -77,7 +76,7 @@ def sessions(
     """List the project's active sessions: id | project | done/total | %."""
     from rich.table import Table
 
-    from stepline.ccw._session import discover_sessions
+    from stepline.ccw import discover_sessions
 
     at = where(directory, project_root)
     found = discover_sessions(at.root, include_inactive=include_all)
@@ -148,8 +147,7 @@ def execute(
     ray_address: RayAddressOption = None,
 ) -> None:
     """Execute a session's tasks in dependency order, concurrently; resume it after an interruption."""
-    from stepline.ccw._driver import complete_session, execute_session
-    from stepline.ccw._session import confined_session, discover_sessions
+    from stepline.ccw import complete_session, confined_session, discover_sessions, execute_session
     from stepline.interfaces.cli._driving import build_engine, use_backend
     from stepline.interfaces.cli._render import print_secrets_in_artifacts, run_exit_code
     from stepline.service import run_summary
@@ -191,7 +189,7 @@ def status(session: SessionArg, directory: Directory = None, project_root: Proje
     journaled whose files do not say so yet show as ``completing`` (nothing is written)."""
     from rich.table import Table
 
-    from stepline.ccw._session import infer_agent, read_ccw_session
+    from stepline.ccw import infer_agent, read_ccw_session
 
     at = where(directory, project_root)
     session_dir = _session_dir(at, session)
@@ -224,7 +222,7 @@ def complete(session: SessionArg, directory: Directory = None, project_root: Pro
              config: ConfigOption = None, as_json: JsonOutput = False) -> None:
     """Mark every task completed and archive the session to .workflow/archives/ (manifest.json appended).
     Refused while the session is being executed."""
-    from stepline.ccw._driver import complete_session
+    from stepline.ccw import complete_session
     from stepline.interfaces.cli._options import project_runs
 
     at = where(directory, project_root)
@@ -245,7 +243,7 @@ def check(session: SessionArg,
     the last run journaled whose files do not say so yet are reported (nothing is written)."""
     from dataclasses import asdict
 
-    from stepline.ccw._check import check_ccw_session
+    from stepline.ccw import check_ccw_session
 
     at = where(directory, project_root)
     session_dir = _session_dir(at, session)

@@ -14,7 +14,7 @@ from stepline.interfaces.cli._options import Directory, JsonOutput, ProjectRoot,
 from stepline.interfaces.cli._render import print_json
 
 if TYPE_CHECKING:
-    from stepline.stepchain._plan import Plan, Point
+    from stepline.stepchain import Plan, Point
 
 _TEXT_WIDTH = 110
 

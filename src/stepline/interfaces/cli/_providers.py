@@ -34,8 +34,7 @@ def _env_settings(name: str) -> dict[str, str]:
 async def check_provider(name: str, settings: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One connectivity check: list the endpoint's models once, without retries, within ``timeout``."""
     from stepline.errors import SteplineError
-    from stepline.executors import create_executor
-    from stepline.executors._llm import LLMExecutor
+    from stepline.executors import LLMExecutor, create_executor
 
     try:
         executor = create_executor(name, {**settings, "timeout_seconds": timeout, "retries": 0})

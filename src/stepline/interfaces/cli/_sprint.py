@@ -24,8 +24,7 @@ from stepline.interfaces.cli._render import console, err_console, print_json
 
 if TYPE_CHECKING:
     from stepline.executors import Ledger, PriceTable, Usage
-    from stepline.sprint import LoopOptions, SprintConfig, SprintProject, StoryResult, Waiting
-    from stepline.sprint._config import BudgetLimit
+    from stepline.sprint import BudgetLimit, LoopOptions, SprintConfig, SprintProject, StoryResult, Waiting
 
 sprint_app = typer.Typer(name="sprint", help="Run BMAD stories from sprint-status.yaml: build, verify, review, "
                                              "commit, advance the board.", no_args_is_help=True)
@@ -88,7 +87,7 @@ def _progress(quiet: bool) -> Any:
     """One line per stage of the story being run (stderr): ✓ only for a stage that did what it is for."""
     from rich.text import Text
 
-    from stepline.sprint._flow import SUCCEEDED
+    from stepline.sprint import SUCCEEDED
 
     def listen(event: Any) -> None:
         if quiet or event.type not in ("WorkflowStepCompleted", "WorkflowStepFailed", "StepBlocked", "StepRetry"):

@@ -28,15 +28,14 @@ from pydantic import Field
 
 from stepline._paths import confine
 from stepline.errors import NotFoundError, RunStateError, SteplineError, UsageError
-from stepline.executors._mcp_bridge import McpBridgeExecutor, StepBridge, add_step_tools
+from stepline.executors import McpBridgeExecutor, StepBridge, add_step_tools
 from stepline.model import RunMode
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
     from stepline import Engine
-    from stepline.engine import RuntimeConfig
-    from stepline.engine._human import Question
+    from stepline.engine import Question, RuntimeConfig
     from stepline.model import Event, Run
 
 __all__ = ["RunHost", "build_server", "find_workflows", "serve_stdio"]
@@ -162,7 +161,7 @@ class RunHost:
         target = confine(self.project_root, path)
         engine = self._engine(mode)
         if target.is_dir() and detect_format(target) == "ccw":
-            from stepline.ccw._driver import execute_session
+            from stepline.ccw import execute_session
 
             return await self._launch(execute_session(engine, target))
         workflow = load_workflow(target, project_root=self.project_root, variables=variables or {})

@@ -34,7 +34,7 @@ from stepline.interfaces.web._views import (
 from stepline.store import RunDir
 
 if TYPE_CHECKING:
-    from stepline.sprint._project import SprintProject
+    from stepline.sprint import SprintProject
 
 __all__ = ["POLL_SECONDS", "SPRINT_STORY", "api", "continuation_view", "run_detail", "runs_page", "sprint_project",
            "start_continuation"]
@@ -299,7 +299,7 @@ def continue_run(state: State, request: Request, how: Auth, run_id: str) -> dict
 
 def sprint_project(state: WebState) -> SprintProject:
     """The project's sprint loop view, or NotFoundError when it has no sprint-status.yaml."""
-    from stepline.sprint._project import find_project
+    from stepline.sprint import find_project
 
     project = find_project(state.project_root)
     if not project.board_path.is_file():
@@ -359,7 +359,7 @@ async def _watch_sprint(request: Request, state: WebState, project: SprintProjec
 @api.get("/ccw/sessions", summary="CCW sessions of the project")
 def ccw_sessions(state: State) -> list[dict[str, Any]]:
     """Active, legacy and archived sessions: id, project, done/total."""
-    from stepline.ccw._session import discover_sessions
+    from stepline.ccw import discover_sessions
 
     try:
         found = discover_sessions(state.project_root, include_inactive=True)
@@ -371,7 +371,7 @@ def ccw_sessions(state: State) -> list[dict[str, Any]]:
 
 def session_dir(state: WebState, session_id: str) -> Path:
     """A session folder from its id (or a unique part of it)."""
-    from stepline.ccw._session import find_session
+    from stepline.ccw import find_session
 
     return find_session(state.project_root, session_id).path.resolve()
 

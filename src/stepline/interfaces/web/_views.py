@@ -20,7 +20,7 @@ from stepline.store import RunDir, RunSummary
 
 if TYPE_CHECKING:
     from stepline import Engine
-    from stepline.sprint._project import SprintProject
+    from stepline.sprint import SprintProject
 
 __all__ = [
     "EVIDENCE_LEGEND",
@@ -373,8 +373,7 @@ def _shown_path(path: Path, root: Path) -> str:
 def ccw_board(session_dir: Path) -> dict[str, Any]:
     """A CCW session as a board: its tasks with their wave (the planner's, over all tasks), status, group,
     agent, dependencies and summary (``.summaries/<id>-summary.md`` when it exists)."""
-    from stepline.ccw._session import infer_agent, read_ccw_session
-    from stepline.ccw._waves import plan_workflow_waves
+    from stepline.ccw import infer_agent, plan_workflow_waves, read_ccw_session
 
     session = read_ccw_session(session_dir)
     spec = session.to_workflow_spec()
