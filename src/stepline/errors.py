@@ -1,29 +1,6 @@
 """Errors a user of stepline can cause, and how the CLI reports them.
 
-Our exception hierarchy::
-
-    SteplineError                 exit 1   anything a user can cause; one clear line
-    ├── UsageError                exit 2   a bad flag, a bad --var, a wrong combination
-    ├── NotFoundError             exit 3   a path, a run, a gate, a session that does not exist
-    ├── ReaderError               exit 4   a workflow file that cannot be read (carries file:line)
-    │   └── OutsideRootError               a path (a tool's argument, a run's record) that leads out of its root
-    │   └── ValidationReport...            (see formats: a list of Diagnostics, not an exception)
-    ├── RunStateError             exit 5   the run is not in a state that allows this (completed, locked)
-    │   └── RunLockedError                 another process drives the run
-    ├── JournalError              exit 6   a run directory that is damaged beyond the torn last line
-    │   └── NondeterminismError            a resumed step asked for something the journal did not record
-    ├── StorageError              exit 1   a run's file cannot be written (disk full, read-only): path + cause
-    ├── ExecutorError             exit 7   an executor failed (retryable says whether to try again)
-    │   ├── BudgetExceeded                 a call was stopped because its usage crossed its budget
-    │   └── AgentEnvironmentError          an agent CLI failed for a reason outside the work (``kind`` says which):
-    │       ├── AgentStalled               no output and no file change for its stall limit (stopped there)
-    │       ├── AgentNeedsPermission       a permission, trust or login prompt it cannot pass unattended
-    │       ├── AgentRateLimited           a rate limit or quota error
-    │       ├── AgentUnreachable           its model's endpoint could not be reached
-    │       └── AgentCrashed               it exited at start, before it reached stepline (its stderr says why)
-    ├── ToolError                 exit 7   a tool failed or was refused
-    ├── ConfigError               exit 4   config/runtime.yaml or a --config file is wrong
-    └── StepFailed                exit 8   a step failed for good (the run is failed, details on the step)
+The tree of errors, with the exit code of each: :class:`SteplineError`.
 
 Control-flow signals (a step blocked on a person, a cancelled step) are not errors and live in
 :mod:`stepline.engine`; they never reach a user as a traceback.
@@ -83,7 +60,33 @@ EXIT_CODES: dict[int, str] = {
 
 
 class SteplineError(Exception):
-    """Root of every error a user can cause; the CLI prints ``format_message()`` and exits ``exit_code``."""
+    """Root of every error a user can cause; the CLI prints ``format_message()`` and exits ``exit_code``.
+
+    The tree, with the exit code of each::
+
+        SteplineError                 exit 1   anything a user can cause; one clear line
+        ├── UsageError                exit 2   a bad flag, a bad --var, a wrong combination
+        ├── NotFoundError             exit 3   a path, a run, a gate, a session that does not exist
+        ├── ReaderError               exit 4   a workflow file that cannot be read (carries file:line)
+        │   └── OutsideRootError               a path (a tool's argument, a run's record) that leads out of its root
+        │   └── ValidationReport...            (see formats: a list of Diagnostics, not an exception)
+        ├── RunStateError             exit 5   the run is not in a state that allows this (completed, locked)
+        │   └── RunLockedError                 another process drives the run
+        ├── JournalError              exit 6   a run directory that is damaged beyond the torn last line
+        │   └── NondeterminismError            a resumed step asked for something the journal did not record
+        ├── StorageError              exit 1   a run's file cannot be written (disk full, read-only): path + cause
+        ├── ExecutorError             exit 7   an executor failed (retryable says whether to try again)
+        │   ├── BudgetExceeded                 a call was stopped because its usage crossed its budget
+        │   └── AgentEnvironmentError          an agent CLI failed for a reason outside the work (``kind`` says which):
+        │       ├── AgentStalled               no output and no file change for its stall limit (stopped there)
+        │       ├── AgentNeedsPermission       a permission, trust or login prompt it cannot pass unattended
+        │       ├── AgentRateLimited           a rate limit or quota error
+        │       ├── AgentUnreachable           its model's endpoint could not be reached
+        │       └── AgentCrashed               it exited at start, before it reached stepline (its stderr says why)
+        ├── ToolError                 exit 7   a tool failed or was refused
+        ├── ConfigError               exit 4   config/runtime.yaml or a --config file is wrong
+        └── StepFailed                exit 8   a step failed for good (the run is failed, details on the step)
+    """
 
     exit_code: ClassVar[int] = 1
     #: Whether doing the same thing again may succeed (used by the retry policy).

@@ -3,39 +3,8 @@
 The reader discovers the chain of step *files* (from ``nextStepFile``-style frontmatter, or from prose
 such as "load ``./step-02-discovery.md``" in steps without frontmatter) so the workflow can be validated
 and the engine can keep its position, but it never stores a step's body: the just-in-time rule says a step
-file is read only when that step runs. Each :class:`~stepline.model.StepSpec` therefore has an empty
-``body`` and a ``meta``:
-
-``file``
-    absolute path of the step file (the engine reads it when the step runs).
-``frontmatter``
-    the step's frontmatter variables, resolved in order against the module config, the workflow's own
-    frontmatter and the caller's variables; ``./`` and ``../`` paths are made absolute. ``{{var}}`` runtime
-    variables are left for the engine.
-``next``
-    path of the step that follows on ``[C]``/completion (``nextStepFile``, ``nextStep``, or the single later
-    step the prose loads), or ``None`` at the end or where the prose offers several (see ``branches``). It may
-    name a missing file; :func:`lint_bmad_microfile` reports that as ``broken-chain``.
-``alt``
-    path from ``altStepFile``, or ``None``.
-``branches``
-    other step files this step may load, label -> path: frontmatter keys (``nextStepFile_modeA``,
-    ``skipToStepFile``, ``parallel-steps[3]`` …) and prose references (labelled by the target's file stem).
-``menu``
-    options the step presents, in order: ``{"key", "label", "kind", "handler", "line"}`` where ``kind`` is
-    ``continue`` | ``advanced-elicitation`` | ``party-mode`` | ``exit`` | ``custom``
-    (:func:`stepline.stepchain._read.parse_menu`).
-``halts``
-    the lines that stop for the person without a menu (:func:`stepline.stepchain._read.halts_in`).
-``is_continuation``
-    True for ``step-01b-continue``-style files, which the runtime replaces by its own resume logic.
-``mode``
-    the router mode whose entry reaches this step first (``None`` for single-mode workflows).
-
-:class:`~stepline.model.WorkflowSpec` ``meta`` holds ``workflow_file``, ``output_file`` (pattern),
-``template``, ``first_step``, ``continuation_step``, ``router`` (for tri-modal workflows: the options the
-engine presents when no mode was chosen), ``mode``, ``config`` and ``diagnostics`` (problems found while
-reading, as dicts; :func:`lint_bmad_microfile` returns them as :class:`Diagnostic` objects).
+file is read only when that step runs. So a step's ``body`` is empty; its ``meta`` says where the file is and
+where it leads (:func:`load_bmad_microfile` lists the keys).
 
 ``{name}`` references are resolved with :func:`stepline._placeholders.resolve` (dependency order, cycles
 reported), the same resolution the legacy ``workflow.yaml`` reader uses.
@@ -726,6 +695,39 @@ def load_bmad_microfile(
     Only frontmatter and links of step files are read; step bodies are left for the engine to read when the
     step runs (just-in-time). Problems in the files do not raise: they are listed in ``meta["diagnostics"]``
     (see :func:`lint_bmad_microfile`).
+
+    Each step's ``meta``:
+
+    ``file``
+        absolute path of the step file (the engine reads it when the step runs).
+    ``frontmatter``
+        the step's frontmatter variables, resolved in order against the module config, the workflow's own
+        frontmatter and the caller's variables; ``./`` and ``../`` paths are made absolute. ``{{var}}`` runtime
+        variables are left for the engine.
+    ``next``
+        path of the step that follows on ``[C]``/completion (``nextStepFile``, ``nextStep``, or the single later
+        step the prose loads), or ``None`` at the end or where the prose offers several (see ``branches``). It may
+        name a missing file; :func:`lint_bmad_microfile` reports that as ``broken-chain``.
+    ``alt``
+        path from ``altStepFile``, or ``None``.
+    ``branches``
+        other step files this step may load, label -> path: frontmatter keys (``nextStepFile_modeA``,
+        ``skipToStepFile``, ``parallel-steps[3]`` …) and prose references (labelled by the target's file stem).
+    ``menu``
+        options the step presents, in order: ``{"key", "label", "kind", "handler", "line"}`` where ``kind`` is
+        ``continue`` | ``advanced-elicitation`` | ``party-mode`` | ``exit`` | ``custom``
+        (:func:`stepline.stepchain.parse_menu`).
+    ``halts``
+        the lines that stop for the person without a menu (:func:`stepline.stepchain.halts_in`).
+    ``is_continuation``
+        True for ``step-01b-continue``-style files, which the runtime replaces by its own resume logic.
+    ``mode``
+        the router mode whose entry reaches this step first (``None`` for single-mode workflows).
+
+    The :class:`~stepline.model.WorkflowSpec`'s ``meta`` holds ``workflow_file``, ``output_file`` (pattern),
+    ``template``, ``first_step``, ``continuation_step``, ``router`` (for tri-modal workflows: the options the
+    engine presents when no mode was chosen), ``mode``, ``config`` and ``diagnostics`` (problems found while
+    reading, as dicts; :func:`lint_bmad_microfile` returns them as :class:`Diagnostic` objects).
 
     Args:
         path: The ``workflow.md`` (or ``workflow-*.md``) file, or the folder holding it.

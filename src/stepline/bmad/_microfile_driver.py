@@ -213,7 +213,7 @@ def _shared_sections(ctx: StepContext) -> tuple[str, ...]:
 
 
 def _standing(ctx: StepContext, shared: tuple[str, ...]) -> str:
-    """The run's standing instructions (issue 21): workflow.md's goal and role and the rules its step files repeat,
+    """The run's standing instructions: workflow.md's goal and role and the rules its step files repeat,
     the same text for every step, which a model executor sends once in the prefix a provider caches."""
     source = ctx.run.workflow.source
     entry = Path(source.path) if source is not None else None

@@ -1,28 +1,9 @@
 """Running CCW sessions: the task flow, the task driver, and starting, resuming and completing a session.
 
-* :class:`CcwFlow` releases tasks incrementally with the semantics of :func:`stepline.ccw._waves.plan_waves`:
-  a task starts once its ``depends_on`` are done; a container's subtasks start once the container's own
-  dependencies are, and the container completes (its step runs, without an agent) once all its subtasks
-  have; ``sequential``/``tdd`` run one task at a time in document order; ``phased`` puts a barrier after
-  each ``Phase N``; a serialization requirement lets one of its tasks run at a time. Ready tasks start
-  critical path first, then by execution group, then in document order; in a resumed run, the tasks a
-  crash interrupted start before all others. A failure returns the tasks that really depend on the failed
-  one (``depends_on`` and containment, never phases or serialization), which the engine journals as
-  skipped. Cost is O(1) per release, so a 10,000-task session schedules in linear time.
-* :func:`run_ccw_task` runs one task: its ``pre_analysis`` steps (``bash(...)``, plain commands, ``Read``,
-  ``Glob``, ``Grep``/``Search``, with ``[var]`` substitution and ``on_error``), then one ``work`` request to
-  the executor with the prompt built from the task JSON (read when the task starts), then the completion as
-  one journaled change, handed to the run's :class:`stepline.ccw._state.Committer`.
-* ``pre_analysis`` commands run through the engine's tool pipeline like any tool call: the allow/blocklist,
-  the timeout, path confinement (``Read(/etc/passwd)`` is refused) and the risk policy. A ``bash(...)`` command
-  is high risk: in a normal run its task waits at the gate ``tool:shell:<task>`` for a person (one approval
-  covers the task's commands); in an unattended run (``-y``) it runs and the allowance is journaled. Their
-  output passes the secret guardrail (reported, redacted) before it reaches the agent's prompt. Results are
-  journaled; a resumed task replays them. A ``bash`` command's intent is journaled before it starts, and one a
-  crash interrupted is never run again silently: as the step protocol's ``call_tool``, its effect is read back
-  where the tool can tell, else the task waits at the gate ``rerun:shell:<call>`` for a person.
-* :func:`execute_session` checks a session, resumes its interrupted or blocked run (the journal replays
-  every call), or marks the session started and starts a new run; :func:`complete_session` archives it.
+* :class:`CcwFlow`: which tasks may start now (dependencies, containers, execution modes, critical path first);
+* :func:`run_ccw_task`: one task, its ``pre_analysis`` steps through the engine's tool pipeline (gated and
+  journaled like any tool call), its ``work`` request, its journaled completion;
+* :func:`execute_session` and :func:`complete_session`: a session started, resumed or archived.
 """
 
 from __future__ import annotations
@@ -117,7 +98,18 @@ def _check_session_spec(workflow: WorkflowSpec, run: Run) -> None:
 
 
 class CcwFlow:
-    """Which CCW tasks may start now (see the module docstring for the rules)."""
+    """Which CCW tasks may start now.
+
+    Releases tasks incrementally with the semantics of :func:`stepline.ccw._waves.plan_waves`:
+    a task starts once its ``depends_on`` are done; a container's subtasks start once the container's own
+    dependencies are, and the container completes (its step runs, without an agent) once all its subtasks
+    have; ``sequential``/``tdd`` run one task at a time in document order; ``phased`` puts a barrier after
+    each ``Phase N``; a serialization requirement lets one of its tasks run at a time. Ready tasks start
+    critical path first, then by execution group, then in document order; in a resumed run, the tasks a
+    crash interrupted start before all others. A failure returns the tasks that really depend on the failed
+    one (``depends_on`` and containment, never phases or serialization), which the engine journals as
+    skipped. Cost is O(1) per release, so a 10,000-task session schedules in linear time.
+    """
 
     def __init__(self, workflow: WorkflowSpec, run: Run) -> None:
         _check_session_spec(workflow, run)
@@ -321,7 +313,13 @@ async def settle(engine: Engine, run: Run) -> None:
 
 
 async def run_ccw_task(ctx: StepContext) -> None:
-    """Run one CCW task (or complete one container), ending with its journaled completion."""
+    """Run one CCW task (or complete one container), ending with its journaled completion.
+
+    First its ``pre_analysis`` steps (``bash(...)``, plain commands, ``Read``, ``Glob``, ``Grep``/``Search``, with
+    ``[var]`` substitution and ``on_error``; :func:`_pre_analysis`), then one ``work`` request to
+    the executor with the prompt built from the task JSON (read when the task starts), then the completion as
+    one journaled change, handed to the run's :class:`stepline.ccw._state.Committer`.
+    """
     spec = ctx.spec
     committer = _committer(ctx.engine, ctx.run)
     key = f"{spec.id}/ccw/complete"
@@ -547,7 +545,17 @@ def _substitute(text: str, values: Mapping[str, str]) -> str:
 
 
 async def _pre_analysis(ctx: StepContext, view: TaskView) -> dict[str, str]:
-    """Run the task's pre_analysis steps in order; return their ``output_to`` values."""
+    """Run the task's pre_analysis steps in order; return their ``output_to`` values.
+
+    The commands run through the engine's tool pipeline like any tool call: the allow/blocklist,
+    the timeout, path confinement (``Read(/etc/passwd)`` is refused) and the risk policy. A ``bash(...)`` command
+    is high risk: in a normal run its task waits at the gate ``tool:shell:<task>`` for a person (one approval
+    covers the task's commands); in an unattended run (``-y``) it runs and the allowance is journaled. Their
+    output passes the secret guardrail (reported, redacted) before it reaches the agent's prompt. Results are
+    journaled; a resumed task replays them. A ``bash`` command's intent is journaled before it starts, and one a
+    crash interrupted is never run again silently: as the step protocol's ``call_tool``, its effect is read back
+    where the tool can tell, else the task waits at the gate ``rerun:shell:<call>`` for a person.
+    """
     outputs: dict[str, str] = {}
     prefix = f"{ctx.spec.id}/{ctx.attempt}/pre"
     for number, step in enumerate(view.pre_analysis):

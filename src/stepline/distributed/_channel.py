@@ -7,22 +7,9 @@ a line of JSON each way is all a call needs. So the coordinator listens on one p
 (:class:`SessionServer`); each remote ``perform`` gets a token, and its worker connects and sends the token,
 then one request line per protocol call, and reads one reply line for each (:class:`RemoteSession`).
 
-The coordinator runs every call on the step's real :class:`~stepline.executors.StepSession` — the journaled
-one, in the step's own task, in the order the calls came (:func:`serve_calls`, what the MCP bridge's serve loop
-does) — so the checks, the journal, replay and the step's timeout are exactly those of a local step, and
-nothing on a worker ever writes run state. ``memo`` is the one call whose work is the worker's: the
-coordinator looks it up in the journal and either answers with the recorded result or asks the worker to
-compute it (``{"compute": true}``), then journals what the worker sends back.
-
-When the worker's ``perform`` returns, the worker says so on the channel (``end``): the coordinator takes that as
-the step's end at once, without waiting for Ray to carry the (empty) result back — the one part of a step's
-round trip that was pure waiting (measured by ``bench/ray_backend.py``). A ``perform`` that raised says nothing;
-its error comes through Ray as before.
-
-A call that fails on the coordinator is answered with the error (the worker raises a stepline error of the
-same class, so an executor that handles, say, a refused tool goes on as it would locally) and the original
-exception is kept: if it ends the worker's ``perform``, the coordinator raises that very exception (a blocked
-gate stays a blocked gate).
+The coordinator runs every call on the step's real, journaled session (:func:`serve_calls`), so nothing on a
+worker ever writes run state; the worker's ``end`` ends the step at once (:class:`Channel`), and a call that
+fails on the coordinator fails on the worker with the same class (:func:`original_failure`).
 """
 
 from __future__ import annotations
@@ -67,7 +54,13 @@ class _Call:
 
 @dataclass(slots=True)
 class Channel:
-    """One remote ``perform``'s calls, queued by the connection handler for the step's task to run."""
+    """One remote ``perform``'s calls, queued by the connection handler for the step's task to run.
+
+    When the worker's ``perform`` returns, the worker says so on the channel (``end``): the coordinator takes that as
+    the step's end at once, without waiting for Ray to carry the (empty) result back — the one part of a step's
+    round trip that was pure waiting (measured by ``bench/ray_backend.py``). A ``perform`` that raised says nothing;
+    its error comes through Ray as before.
+    """
 
     token: str
     #: Done when the worker said its ``perform`` returned (``end``): every call it made has been answered.
@@ -150,13 +143,26 @@ class SessionServer:
 
 
 def original_failure(channel: Channel, worker_error: BaseException) -> BaseException | None:
-    """The coordinator's own exception behind ``worker_error`` (what a worker raised from a refused call), if any."""
+    """The coordinator's own exception behind ``worker_error`` (what a worker raised from a refused call), if any.
+
+    A call that fails on the coordinator is answered with the error (the worker raises a stepline error of the
+    same class, so an executor that handles, say, a refused tool goes on as it would locally) and the original
+    exception is kept: if it ends the worker's ``perform``, the coordinator raises that very exception (a blocked
+    gate stays a blocked gate).
+    """
     number = getattr(worker_error, "remote_call", None)
     return channel.failures.get(number) if isinstance(number, int) else None
 
 
 async def serve_calls(channel: Channel, session: StepSession, done: asyncio.Future[Any]) -> None:
     """Run the worker's calls on ``session`` in order, in this (the step's) task, until its ``perform`` ended.
+
+    The coordinator runs every call on the step's real :class:`~stepline.executors.StepSession` — the journaled
+    one, in the step's own task, in the order the calls came (what the MCP bridge's serve loop
+    does) — so the checks, the journal, replay and the step's timeout are exactly those of a local step, and
+    nothing on a worker ever writes run state. ``memo`` is the one call whose work is the worker's: the
+    coordinator looks it up in the journal and either answers with the recorded result or asks the worker to
+    compute it (``{"compute": true}``), then journals what the worker sends back.
 
     A call under way when the worker dies is finished and journaled all the same: it is the coordinator's
     work, so a lost worker never leaves an effect half done.

@@ -9,16 +9,7 @@ this process, where the step's real journaled session runs it (see :mod:`steplin
 why the channel is a socket). So the coordinating process keeps the lock, the journal and the run state; a
 worker holds nothing that a crash could lose.
 
-Faults:
-
-- a worker (or its node) dies mid-step: Ray restarts the host, and the step's attempt fails with
-  :class:`WorkerLost`, retried by the step's retry policy. Every call the lost attempt made was performed and
-  journaled *here*, in full, so the engine lets the next attempt replay them (``replays_calls``): nothing
-  the lost attempt did is done twice.
-- the coordinator dies: the hosts are its actors and die with it; ``stepline resume`` (with ``--backend
-  ray`` or locally) replays the journal as after any crash.
-- a step past its timeout: the engine cancels the step's task here, and the host's task is cancelled on the
-  cluster (``ray.cancel``), so an agent process it runs is stopped too.
+What a lost worker, a lost coordinator and a step past its timeout do: :class:`RayExecutor`.
 
 Files a CLI agent edits on a worker reach the project only if the worker sees the project at the same path
 (one machine, or a shared filesystem such as NFS mounted at the same path on every node): see
@@ -220,6 +211,17 @@ class _Host:
 
 class RayExecutor(Executor):
     """Runs another executor's work on a Ray cluster (see the module docstring).
+
+    What happens when something fails:
+
+    - a worker (or its node) dies mid-step: Ray restarts the host, and the step's attempt fails with
+      :class:`WorkerLost`, retried by the step's retry policy. Every call the lost attempt made was performed and
+      journaled *here*, in full, so the engine lets the next attempt replay them (``replays_calls``): nothing
+      the lost attempt did is done twice.
+    - the coordinator dies: the hosts are its actors and die with it; ``stepline resume`` (with ``--backend
+      ray`` or locally) replays the journal as after any crash.
+    - a step past its timeout: the engine cancels the step's task here, and the host's task is cancelled on the
+      cluster (``ray.cancel``), so an agent process it runs is stopped too.
 
     Args:
         inner: the run's executor (built here too, to check it can run remotely).

@@ -341,7 +341,7 @@ def repeated_prefix(request: StepRequest, user: str) -> int:
 
 
 def project_relative(text: str, root: str) -> str:
-    """``text`` with the paths under the project ``root`` written relative to it (issue 21): every tool takes
+    """``text`` with the paths under the project ``root`` written relative to it: every tool takes
     them so (``read``, ``write_output``, ``runScript``) and commands run there, so the absolute prefix, the same in
     every path, tells the model nothing. The root itself reads ``.``; a sibling (``<root>-old``) is left alone."""
     if not root or root.rstrip("/") == "":

@@ -11,11 +11,7 @@ the order, the state, the journal and the checks. A call with bad arguments is r
 correct itself); an error that ends the step (a blocked gate, a failed required tool, a cancelled step) is
 reported to the agent and raised to the engine.
 
-A question for the person (a step's menu in normal mode, a router's question, the agent's own ``ask``) is
-published with :meth:`StepBridge.ask_person` — the human channel's relay on a ``stepline mcp`` server — under an
-id of its own too, and waits for :meth:`StepBridge.answer` (the ``answer`` tool; a ``finish`` carrying the choice
-answers it too). The agent is the person's voice: its ``finish`` choice answers a step's menu
-(``speaks_for_user``), so the menu is never asked twice.
+A question for the person is published and answered the same way (:meth:`StepBridge.ask_person`).
 
 :func:`add_step_tools` registers the protocol as MCP tools on a server; :func:`serve_http` serves such a
 server on a free loopback port for the length of one step (how a CLI agent subprocess reaches it), answering
@@ -208,7 +204,14 @@ class StepBridge:
 
     async def ask_person(self, *, run_id: str, step_id: str, gate_id: str, question: str,
                          choices: list[str] | None, menu: list[MenuOption]) -> tuple[str, str]:
-        """Publish a question for the person and wait for :meth:`answer`; return the answer and who gave it."""
+        """Publish a question for the person and wait for :meth:`answer`; return the answer and who gave it.
+
+        A question for the person (a step's menu in normal mode, a router's question, the agent's own ``ask``) is
+        published here — the human channel's relay on a ``stepline mcp`` server — under an id of its own too, and
+        waits for :meth:`answer` (the ``answer`` tool; a ``finish`` carrying the choice answers it too). The agent
+        is the person's voice: its ``finish`` choice answers a step's menu (``speaks_for_user``), so the menu is
+        never asked twice.
+        """
         asker = self._pending.get(_SERVING.get() or "")
         pending = PendingQuestion(request_id=f"r{next(self._ids)}", run_id=run_id, step_id=step_id,
                                   gate_id=gate_id, question=question, choices=list(choices) if choices else None,

@@ -24,7 +24,7 @@ __all__ = ["NOTES_HEADING", "REPEATED_HINT", "STANDING_HINT", "Choice", "MenuOpt
 
 #: The hint (``StepRequest.hints``) a driver sets to the run's standing instructions: workflow-level text that is
 #: the same for every request of the run that sees the whole run (a skill's standing rules, the facts activation
-#: loaded). A model executor sends it once in the prefix a provider caches (issue 21), not in each step's part.
+#: loaded). A model executor sends it once in the prefix a provider caches, not in each step's part.
 STANDING_HINT = "standing"
 #: The heading under which the runtime's notes to one request follow the step's own text: where a turn stops, the
 #: person's answers so far, what the runtime does after the request. The step's text comes first, the same bytes in

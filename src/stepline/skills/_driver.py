@@ -112,7 +112,7 @@ async def _on_activation(ctx: StepContext) -> None:
     raw = section.text if section else ""
     left, runtime = (raw, []) if ctx.engine.config.prompts.full_step_text else activation_left(raw)
     points = step_points(ctx)
-    if not left.strip():  # nothing but what the runtime did: no request (issue 21)
+    if not left.strip():  # nothing but what the runtime did: no request, no turn spent
         hand_over(ctx, "activation", files.entry.path, raw, "", left_out={"runtime": runtime}, requested=False)
         ctx.step.summary = "activation done by the runtime: " + ("; ".join(runtime) or "nothing to do")
         move_on(ctx, ctx.spec.meta.get("next"))
@@ -275,7 +275,7 @@ async def _step_file(ctx: StepContext) -> None:
     menu = [o.as_menu_option() for o in options] or [
         MenuOption(k, label) for c in [c for c in checkpoints if c.condition is None][:1] for k, label in c.options]
     last = not layers and bool(offered)
-    # Its checkpoints are asked in the same finish too (issue 21: one turn): whether a condition the runtime cannot
+    # Its checkpoints are asked in the same finish too (one turn per step): whether a condition the runtime cannot
     # read holds, and in #yolo the option the model chooses as the user; a decide or an answer request is the
     # fallback for an executor whose finish does not say.
     always = any(c.condition is None for c in stops)
@@ -308,7 +308,7 @@ async def _step_file(ctx: StepContext) -> None:
         results = [result for _, active in layers for result in await run_subagents(ctx, active)]
         record(ctx, "subagents", "subagents", {"layers": [r["id"] for r in results]}, results)
         # The continuation repeats the step's request word for word and adds the layers' results after it: a
-        # provider serves the repeated part from its cache (issue 21) instead of a restated step text.
+        # provider serves the repeated part from its cache instead of a restated step text.
         found = "\n\n".join(f"#### {r['name']} (`{r['id']}`) — its subagent returned:\n\n{r['result']}"
                               for r in results)
         continuation = (f"{asked}\n\n## After the subagents\nThis request continues the step: the layers ran as "

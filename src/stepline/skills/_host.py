@@ -156,7 +156,7 @@ def shared_sections(ctx: StepContext) -> tuple[str, ...]:
 
 
 def standing(ctx: StepContext, **more: Any) -> dict[str, Any]:
-    """The hints of a request that sees the whole run (issue 21): the skill's standing rules, the sections its step
+    """The hints of a request that sees the whole run: the skill's standing rules, the sections its step
     files repeat and the persistent facts activation loaded, the same text for every request of the run, which the
     executor sends once in the prefix a provider caches, instead of restated in each step's context."""
     facts = [f"- {f['fact']}" if "fact" in f else f"- {f['path']}:\n{f['text']}"

@@ -1,4 +1,4 @@
-"""Work a skill left in progress, which it would offer to resume (issue 16.8).
+"""Work a skill left in progress, which it would offer to resume rather than start over.
 
 Two forms a skill-era release uses: a document whose frontmatter ``status`` is not final (``prd.md`` with
 ``status: draft`` in the skill's output folder: "offer to resume rather than starting over"), and a step-file

@@ -34,15 +34,15 @@ _MOVE_ON = re.compile(r"^(?:(?:then|and)\s+)?(?:→|->|(?:continue|proceed|retur
 
 
 def handler_has_work(handler: str) -> bool:
-    """Whether a checkpoint option's handler asks for work beyond moving on (issue 21: no request for a handler
-    that only continues, returns to the checkpoint or names the next step)."""
+    """Whether a checkpoint option's handler asks for work beyond moving on (a handler that only continues,
+    returns to the checkpoint or names the next step costs no request)."""
     body = re.sub(r"^\s*[-*]\s*(?:\*\*)?\[?\w\]?(?:\*\*)?\s*:\s*", "", handler.strip())
     sentences = [p.strip(" .*_`") for p in re.split(r"(?<=[.;!])\s+|,\s*then\s+|\n+", body)]
     return any(p and not _MOVE_ON.match(p) for p in sentences)
 
 
 def stops_offered(ctx: StepContext, host: Host, checkpoints: list[Checkpoint]) -> list[Checkpoint]:
-    """The checkpoints the step's work request asks about in its ``finish`` (issue 21: one turn per step): each
+    """The checkpoints the step's work request asks about in its ``finish`` (so a step costs one turn): each
     conditional one the runtime cannot read now, up to the first unconditional one; in #yolo, where the model
     answers as the user, that unconditional one too (its option is the answer)."""
     offered = []

@@ -1,8 +1,8 @@
 """What a step file's menu options do: the runtime, not the model, decides where each one leads.
 
-A step's menu comes from the reader (``meta["menu"]``: key, label, kind, handler text, see
-:func:`stepline.stepchain._read.parse_menu`); a step without one that halts for the person presents its halt's
-options (``meta["halts"]``, :func:`stepline.stepchain._read.halt_menu`). Each option gets a :class:`Route`:
+A step's menu comes from the reader (``meta["menu"]``: key, label, kind, handler text, :func:`parse_menu`); a
+step that halts for the person without one presents its halt's options (``meta["halts"]``, :func:`halt_menu`).
+Each option gets a :class:`Route`:
 
 ``goto``
     save state and go to a step file (``target``), or end the workflow (``target`` None). ``[C]`` goes to
@@ -14,8 +14,7 @@ options (``meta["halts"]``, :func:`stepline.stepchain._read.halt_menu`). Each op
     ``[X]``: the run stops cleanly where it is (resumable).
 ``local``
     any other option (``[1]`` … ``[7]`` technique categories, "any other comments"): the executor acts on it
-    inside the step, then the menu is shown again. When a menu has no option that moves forward at all, its
-    options are taken as the step's ways forward instead (the prose decides; the runtime follows ``next``).
+    inside the step, then the menu is shown again (unless no option moves forward: see :func:`build_menu`).
 
 A step with no menu but branch links (``nextStepFile_modeA/B``, ``skipToStepFile``) gets a synthesised menu,
 answered by the executor, since choosing a branch there is the model's judgement of the step's prose.
@@ -110,6 +109,9 @@ def _default(options: list[tuple[dict[str, Any], Route]], meta: dict[str, Any], 
 def build_menu(meta: dict[str, Any], env: dict[str, Any], visited: frozenset[str] = frozenset(),
                exists: Callable[[str], bool] = lambda target: Path(target).is_file()) -> tuple[list[Option], bool]:
     """The options of a step and whether a person answers them (authored menu) or the executor (synthesised).
+
+    When a menu has no option that moves forward at all, its ``local`` options are taken as the step's ways
+    forward instead (the prose decides; the runtime follows ``next``).
 
     ``visited`` holds the step files this run has already been through: the default (what pressing Enter, or
     the dry-run executor, picks) prefers a way forward to a step not visited yet, so that a workflow whose

@@ -2,8 +2,8 @@
 
 The runtime decides from structured facts when they show it — a file named by one of the step's variables whose
 frontmatter ``status`` a route line maps (```draft` → step-02-plan.md``), or a file a route line hinges on (``If
-`x` exists →``). Otherwise the executor chose among the routes in the finish of the step's work (issue 21: one
-turn per step), else each route is a ``decide`` request with its line as the condition; none holding, the step's
+`x` exists →``). Otherwise the executor chose among the routes in the finish of the step's work (so a step costs
+one model turn), else each route is a ``decide`` request with its line as the condition; none holding, the step's
 NEXT. A step's ``meta`` holds ``next``, ``routes`` (target, file, line, text, loop), ``status_routes`` and ``file``.
 """
 

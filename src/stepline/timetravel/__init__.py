@@ -1,4 +1,4 @@
-"""Time travel over recorded runs (issue 32): fork a run from a step, replay it against a changed workflow,
+"""Time travel over recorded runs: fork a run from a step, replay it against a changed workflow,
 compare two runs. It runs workflows, so it sits beside :mod:`stepline._api`, above the families' drivers."""
 
 from __future__ import annotations

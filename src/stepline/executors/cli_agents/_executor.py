@@ -12,38 +12,8 @@ a session's running total (codex, qwen) has that total recorded with the session
 records and meters only what it used itself; one that writes each model response's usage only to its session's
 file (codex, gemini) has that file followed while it runs.
 
-The agent runs under a supervisor (:mod:`._process`): it dies with the driver that started it, however that ends,
-and it is journaled (pid, start time, process group) before it starts, so a resumed step first stops an agent a
-dead driver left. While it runs, each line it prints is appended to the step's output log in the run's folder
-(:meth:`StepSession.output_log`, followed by ``stepline logs RUN -f``), and the usage it streams is measured
-against the call's budget — the caller's (``hints["budget"]``, see :mod:`stepline.executors._budget`) or
-``max_call_tokens`` / ``max_call_cost_usd``. Past it, the agent's process group is stopped (SIGTERM, SIGKILL after
-``stop_grace_seconds``), the call is journaled as stopped with what it had used, and
-:class:`~stepline.errors.BudgetExceeded` is raised; a call stopped at its ``timeout_seconds`` or ended without
-finishing has what it used journaled (:meth:`StepSession.record_usage`), then raised. An agent that prints nothing
-and changes no file in its folder for ``stall_seconds`` is stopped too (:class:`~stepline.errors.AgentStalled`); one
-that ends at a permission or login prompt, a rate limit or quota, or an unreachable endpoint raises the matching
-:class:`~stepline.errors.AgentEnvironmentError` (its ``kind`` in the message), not a plain failure of the work.
-
-The whole agent run is one :meth:`StepSession.memo`: a resumed step replays the agent's journaled calls
-instead of running it again. An agent interrupted halfway is run again from the start, and its calls must
-then match the ones journaled before the interruption.
-
-Options:
-    agent: ``claude`` (default), ``codex``, ``gemini``, ``qwen`` or ``opencode``.
-    command: the executable to run instead of the agent's usual name.
-    mode: ``write`` or ``analysis`` (default: write for work/generate requests, analysis for the rest).
-    cd: the agent's working folder (default: the run's ``project-root`` variable, else the current folder).
-    include_dirs: more folders the agent may read.
-    model: the model name passed to the CLI.
-    execution_id / resume_from / strategy: CCW ``cli_execution`` (``new``, ``resume``, ``fork``); a request's
-        ``hints["cli_execution"]`` overrides them per step.
-    timeout_seconds: kill the agent after this long (the step's own timeout applies too).
-    stall_seconds: stop an agent that prints no line and changes no file for this long (default 600; 0: never).
-    exit_grace_seconds: how long the agent may run on after ``finish`` before it is killed (default 30).
-    extra_args: more arguments for the CLI.
-    max_call_tokens / max_call_cost_usd: stop a call whose streamed usage goes past this (no caller's budget).
-    stop_grace_seconds: how long a stopped agent's group has between SIGTERM and SIGKILL (default 3).
+How the agent is supervised, replayed on resume and stopped (budget, timeout, stall), and the executor's
+options: :class:`CliAgentExecutor`.
 """
 
 from __future__ import annotations
@@ -109,7 +79,42 @@ def _tail(text: str, limit: int = 400) -> str:
 
 
 class CliAgentExecutor(Executor):
-    """Runs a coding-agent CLI per request; the agent reports through stepline's MCP server."""
+    """Runs a coding-agent CLI per request; the agent reports through stepline's MCP server.
+
+    The agent runs under a supervisor (:mod:`stepline.executors.cli_agents._process`): it dies with the driver that
+    started it, however that ends, and it is journaled (pid, start time, process group) before it starts, so a resumed
+    step first stops an agent a dead driver left. While it runs, each line it prints is appended to the step's output
+    log in the run's folder (:meth:`StepSession.output_log`, followed by ``stepline logs RUN -f``), and the usage it
+    streams is measured against the call's budget — the caller's (``hints["budget"]``, see
+    :mod:`stepline.executors._budget`) or ``max_call_tokens`` / ``max_call_cost_usd``. Past it, the agent's process
+    group is stopped (SIGTERM, SIGKILL after ``stop_grace_seconds``), the call is journaled as stopped with what it had
+    used, and :class:`~stepline.errors.BudgetExceeded` is raised; a call stopped at its ``timeout_seconds`` or ended
+    without finishing has what it used journaled (:meth:`StepSession.record_usage`), then raised. An agent that prints
+    nothing and changes no file in its folder for ``stall_seconds`` is stopped too
+    (:class:`~stepline.errors.AgentStalled`); one that ends at a permission or login prompt, a rate limit or quota, or
+    an unreachable endpoint raises the matching :class:`~stepline.errors.AgentEnvironmentError` (its ``kind`` in the
+    message), not a plain failure of the work.
+
+    The whole agent run is one :meth:`StepSession.memo`: a resumed step replays the agent's journaled calls instead of
+    running it again. An agent interrupted halfway is run again from the start, and its calls must then match the ones
+    journaled before the interruption.
+
+    Options:
+        agent: ``claude`` (default), ``codex``, ``gemini``, ``qwen`` or ``opencode``.
+        command: the executable to run instead of the agent's usual name.
+        mode: ``write`` or ``analysis`` (default: write for work/generate requests, analysis for the rest).
+        cd: the agent's working folder (default: the run's ``project-root`` variable, else the current folder).
+        include_dirs: more folders the agent may read.
+        model: the model name passed to the CLI.
+        execution_id / resume_from / strategy: CCW ``cli_execution`` (``new``, ``resume``, ``fork``); a request's
+            ``hints["cli_execution"]`` overrides them per step.
+        timeout_seconds: kill the agent after this long (the step's own timeout applies too).
+        stall_seconds: stop an agent that prints no line and changes no file for this long (default 600; 0: never).
+        exit_grace_seconds: how long the agent may run on after ``finish`` before it is killed (default 30).
+        extra_args: more arguments for the CLI.
+        max_call_tokens / max_call_cost_usd: stop a call whose streamed usage goes past this (no caller's budget).
+        stop_grace_seconds: how long a stopped agent's group has between SIGTERM and SIGKILL (default 3).
+    """
 
     name = "cli-agent"
 

@@ -1,4 +1,4 @@
-"""Time travel over recorded runs: ``stepline fork``, ``stepline replay`` and ``stepline diff`` (issue 32)."""
+"""Time travel over recorded runs: ``stepline fork``, ``stepline replay`` and ``stepline diff``."""
 
 from __future__ import annotations
 
