@@ -69,6 +69,12 @@ def test_a_deferred_story_is_taken_again_with_sprint_retry_and_one_that_needs_it
     assert (root / ".stepline" / "sprint" / "deferred" / f"1-1-add-{deferred_run}" / "calc_add.py").is_file()
     retried = [e for e in _loop_log(root) if e["event"] == "story-retried"]
     assert [(e["key"], e["run_id"]) for e in retried] == [("1-1-add", deferred_run)]
+    # sprint watch shows the retry's loop: the new run's stages, and what this loop spent (not the deferred run's).
+    assert run_cli(["sprint", "watch", "-C", str(root)]) == 0
+    watched = capsys.readouterr().out
+    assert watched.count("1-1-add    build          WorkflowStepStarted") == 1, watched
+    spent = re.findall(r"loop budget: ([\d,]+) tokens", watched)
+    assert spent and spent[-1] == f"{result['usage']['input_tokens'] + result['usage']['output_tokens']:,.0f}", watched
     # Only a deferred story is taken again.
     assert run_cli(["sprint", "retry", "1-1", "-C", str(root)]) == 5
     assert "story 1-1-add was not deferred: its latest run" in capsys.readouterr().err

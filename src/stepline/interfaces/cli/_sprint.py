@@ -402,7 +402,8 @@ def watch(
         records = [json.loads(line) for line in complete.decode("utf-8").splitlines() if line.strip()]
         shown = [(str(r.get("time")), said) for r in records if (said := _loop_line(r)) is not None]
         for record in records:
-            if record.get("run_id") and record["run_id"] not in runs:
+            # A retried story's record names its deferred run, an earlier loop's: not one this loop drives.
+            if record.get("run_id") and record["run_id"] not in runs and record.get("event") != "story-retried":
                 run_dir = store.open(record["run_id"])
                 runs[record["run_id"]] = (str(record.get("key")), run_dir, AgentLogs(run_dir.path / "logs", raw=raw))
             if record.get("event") == "loop-started":
