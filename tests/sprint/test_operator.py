@@ -169,3 +169,27 @@ def test_sprint_run_help_lists_j_once(capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     assert len(re.findall(r"(?<![\w-])-j\b", out)) == 1, out
     assert "--jobs" in out and "--concurrency" in out
+
+
+def test_one_story_at_a_time_a_story_whose_dependency_was_deferred_is_not_taken(
+        tmp_path: Path, agent_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """-j 1: 1-1 is deferred; 1-2 depends on it and is not built (by this loop or the next), as `sprint status`
+    says; 1-3 needs nothing and is."""
+    root = make_project(tmp_path / "calc", builds=1)
+    story = root / ARTIFACTS / "1-2-sub.md"
+    story.write_text(story.read_text() + "\nDepends on Story 1.1.\n")
+    git(root, "commit", "-q", "-am", "1.2 depends on 1.1")
+    monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-1": "stubborn"}))
+    assert run_cli(["sprint", "run", "--max-stories", "3", "-C", str(root), "--json", "-q"]) == 11
+    assert [(r["key"], r["outcome"]) for r in json.loads(capsys.readouterr().out)] == [
+        ("1-1-add", "deferred"), ("1-3-mul", "committed")]
+    waiting = [e for e in _loop_log(root) if e["event"] == "story-waiting"]
+    assert [(e["key"], e["reason"]) for e in waiting] == [("1-2-sub", "a story it depends on was not committed")]
+    assert run_cli(["sprint", "run", "-C", str(root), "--json", "-q"]) == 0  # the next loop leaves it too
+    assert [r["key"] for r in json.loads(capsys.readouterr().out)] == ["1-4-div"]
+    waiting = [e for e in _loop_log(root) if e["event"] == "story-waiting"]
+    assert (waiting[-1]["key"], waiting[-1]["reason"]) == ("1-2-sub", "it depends on 1-1-add, not done yet")
+    assert [c["story"] for c in map(json.loads, agent_env.read_text().splitlines()) if c["stage"] == "build"] == [
+        "1-1-add", "1-3-mul", "1-4-div"]
+    assert run_cli(["sprint", "status", "-C", str(root)]) == 0
+    assert re.search(r"^1-2-sub\s+ready-for-dev\s+waits: 1-1-add deferred", capsys.readouterr().out, re.M)

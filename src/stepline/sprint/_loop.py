@@ -356,8 +356,24 @@ def _story_engine(engine: Engine, key: str, link: StoryLink, log: _LoopLog) -> S
     return story_engine
 
 
+def _held_back(after: set[str], ended: dict[str, str], statuses: dict[str, str]) -> tuple[str, bool] | None:
+    """Why a story that depends on ``after`` is not taken now, and whether for the rest of the loop (a story it
+    depends on ended in this loop without a commit); None: its dependencies are done."""
+    if any(ended.get(dep, "committed") != "committed" for dep in after):
+        return "a story it depends on was not committed", True
+    for dep in sorted(after):
+        if statuses.get(dep) != "done":
+            return f"it depends on {dep}, not done yet", False
+    return None
+
+
 async def _stories(engine: Engine, project: SprintProject, config: SprintConfig, options: LoopOptions,
                    keys: list[str], to_resume: dict[str, str], log: _LoopLog, report: Any) -> list[StoryResult]:
+    """One story at a time, in sprint order; a story whose dependencies are not done is passed over."""
+    from stepline.sprint._parallel import story_needs
+
+    needs = story_needs(project, keys, [s.key for s in read_board(project.board_path).stories])
+    ended: dict[str, str] = {}
     results: list[StoryResult] = []
     spent = _spent_before(engine, options, keys)
     limit = config.budgets.run
@@ -371,6 +387,10 @@ async def _stories(engine: Engine, project: SprintProject, config: SprintConfig,
         if halted := same.halt(key, log):
             results.append(halted)
             break
+        if key not in to_resume and (held := _held_back(needs[key].after, ended,
+                                                        read_board(project.board_path).statuses())):
+            log.write("story-waiting", key=key, reason=held[0])
+            continue
         log.write("story-started", key=key, run_id=to_resume.get(key))
         story_engine = _story_engine(engine, key, StoryLink(MergeQueue([]), reconcile=key in to_resume), log)
         if key in to_resume:
@@ -381,6 +401,7 @@ async def _stories(engine: Engine, project: SprintProject, config: SprintConfig,
             run = await story_engine.start(_workflow(key, config), _variables(project, config, key, options, spent))
         result = _story_ended(run, spent, limit, log, report)
         spent = spent + result.usage
+        ended[key] = result.outcome
         results.append(result)
         same.ended(result)
         if result.outcome in ("blocked", "failed"):
@@ -428,11 +449,7 @@ async def _admit_stories(engine: Engine, project: SprintProject, config: SprintC
                                                                  "sprint_parallel": True})
 
     async def may_start(key: str) -> str | None:
-        """Why ``key`` cannot start now (None: it may)."""
-        statuses = read_board(project.board_path).statuses()
-        for dep in sorted(needs[key].after):
-            if statuses.get(dep) != "done":
-                return f"it depends on {dep}, not done yet"
+        """Why ``key``, whose dependencies are done, cannot start now (None: it may)."""
         if needs[key].files:
             integration = await git_head(project.root)
             for other in running.values():
@@ -458,11 +475,12 @@ async def _admit_stories(engine: Engine, project: SprintProject, config: SprintC
                     log.write("story-ended", key=key, run_id="", outcome="stopped", summary=results[-1].summary)
                     waiting = [k for k in waiting if k in to_resume]
                     break
-                if any(dep in ended and ended[dep] != "committed" for dep in needs[key].after):
+                if (held := _held_back(needs[key].after, ended, read_board(project.board_path).statuses())) \
+                        and held[1]:
                     waiting.remove(key)  # a story it needs was not committed: it waits for a later loop
-                    log.write("story-waiting", key=key, reason="a story it depends on was not committed")
+                    log.write("story-waiting", key=key, reason=held[0])
                     continue
-                if (why := await may_start(key)) is not None:
+                if (why := held[0] if held else await may_start(key)) is not None:
                     if told.get(key) != why:
                         told[key] = why
                         log.write("story-waiting", key=key, reason=why)

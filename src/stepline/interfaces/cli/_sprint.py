@@ -335,7 +335,7 @@ def _loop_line(record: dict[str, Any]) -> str | None:
         return f"{when} ── story {key}" + (f" (resuming run {record['run_id']})" if record.get("run_id") else "")
     if event == "story-run":
         return f"{when} ── story {key}: run {record.get('run_id')}"
-    if event == "story-waiting":  # a parallel loop's story held back: a dependency, a file a running story changes
+    if event == "story-waiting":  # a story held back: a dependency not done, a file a running story changes
         return f"{when} ── story {key} waits: {record.get('reason')}"
     if event == "story-retried":
         return f"{when} ── story {key} taken again (deferred in run {record.get('run_id')}; kept: {record.get('kept')})"
