@@ -256,6 +256,7 @@ def test_other_packages_are_used_through_their_public_names() -> None:
     assert all(reason.strip() for reason in PRIVATE_IMPORTS.values())
 
 
+#: ``stepline.interfaces`` only holds the three interfaces; it has no names of its own.
 @pytest.mark.parametrize("package", sorted(p for p in PACKAGES if p != "stepline.interfaces"))
 def test_every_package_names_its_public_names(package: str) -> None:
     """A package's ``__init__`` lists its public names in ``__all__``, and each of them is there (a lazy one too)."""
