@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import subprocess
 import sys
 from pathlib import Path
 
@@ -134,6 +135,41 @@ def test_foundations_import_nothing_above_them(package: str) -> None:
         if _in(module, package):
             bad = sorted(d for d in deps if any(_in(d, a) for a in above))
             assert not bad, f"{module} imports {bad}, which sit above {package}"
+
+
+#: All that ARCHITECTURE.md's layout lets a package import besides its own modules (and ``stepline`` itself).
+ONLY = {
+    "stepline.model": (),  # "imports nothing else of stepline"
+    "stepline.distributed": ("stepline.executors", "stepline.errors"),  # "imports executors and errors only"
+}
+#: What a package of the layout must not import, in ARCHITECTURE.md's words.
+NEVER = {
+    "stepline.store": ("stepline.formats", "stepline.executors"),  # "knows nothing of formats or executors"
+    "stepline.context": ("stepline.engine", "stepline.families", *FAMILIES),  # "no family, no engine"
+}
+
+@pytest.mark.parametrize("package", sorted(ONLY))
+def test_a_package_imports_only_what_the_layout_says(package: str) -> None:
+    allowed = (package, *ONLY[package])
+    for module, deps in _LOADS.items():  # what it imports itself (an allowed package loads what it needs)
+        if _in(module, package):
+            bad = sorted(d for d in deps if d != "stepline" and not any(_in(d, a) for a in allowed))
+            assert not bad, f"{module} imports {bad}: ARCHITECTURE.md lets {package} import {ONLY[package] or 'none'}"
+
+
+@pytest.mark.parametrize("package", sorted(NEVER))
+def test_a_package_imports_nothing_the_layout_rules_out(package: str) -> None:
+    for module, deps in _LOADS.items():
+        if _in(module, package):
+            bad = sorted(d for d in deps if any(_in(d, n) for n in NEVER[package]))
+            assert not bad, f"{module} imports {bad}, which ARCHITECTURE.md says {package} knows nothing of"
+
+
+def test_importing_the_ray_backend_does_not_import_ray() -> None:
+    """Ray is imported at a run's first step on the cluster, never when the CLI or a program imports stepline."""
+    code = "import sys, stepline.distributed, stepline.interfaces.cli; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False", "importing stepline.distributed or the CLI imports ray: import it where it is used"
 
 
 def _check_no_circle(packages: tuple[str, ...]) -> None:
