@@ -181,12 +181,16 @@ def test_one_story_at_a_time_a_story_whose_dependency_was_deferred_is_not_taken(
     git(root, "commit", "-q", "-am", "1.2 depends on 1.1")
     monkeypatch.setenv("FAKE_SPRINT", json.dumps({"1-1": "stubborn"}))
     assert run_cli(["sprint", "run", "--max-stories", "3", "-C", str(root), "--json", "-q"]) == 11
-    assert [(r["key"], r["outcome"]) for r in json.loads(capsys.readouterr().out)] == [
+    out = capsys.readouterr()
+    assert [(r["key"], r["outcome"]) for r in json.loads(out.out)] == [
         ("1-1-add", "deferred"), ("1-3-mul", "committed")]
+    assert "story 1-2-sub is not taken: a story it depends on was not committed" in out.err
     waiting = [e for e in _loop_log(root) if e["event"] == "story-waiting"]
     assert [(e["key"], e["reason"]) for e in waiting] == [("1-2-sub", "a story it depends on was not committed")]
     assert run_cli(["sprint", "run", "-C", str(root), "--json", "-q"]) == 0  # the next loop leaves it too
-    assert [r["key"] for r in json.loads(capsys.readouterr().out)] == ["1-4-div"]
+    out = capsys.readouterr()
+    assert [r["key"] for r in json.loads(out.out)] == ["1-4-div"]
+    assert "story 1-2-sub is not taken: it depends on 1-1-add, not done yet" in out.err
     waiting = [e for e in _loop_log(root) if e["event"] == "story-waiting"]
     assert (waiting[-1]["key"], waiting[-1]["reason"]) == ("1-2-sub", "it depends on 1-1-add, not done yet")
     assert [c["story"] for c in map(json.loads, agent_env.read_text().splitlines()) if c["stage"] == "build"] == [

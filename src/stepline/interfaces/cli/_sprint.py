@@ -144,8 +144,12 @@ def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, opti
     if as_json:
         print_json([{"key": r.key, "run_id": r.run_id, "outcome": r.outcome, "summary": r.summary,
                      "usage": r.usage.to_record()} for r in results])
-    elif not results:
+    passed_over = _passed_over(at.root)
+    if not as_json and not results and not passed_over:
         console.print("no story is ready-for-dev")
+    for key, why in passed_over.items():
+        err_console.print(f"story {key} is not taken: {why} (`stepline sprint status` shows the board)", markup=False,
+                          soft_wrap=True)
     for stopped in [r for r in results if r.outcome == "stopped"]:  # why a loop that built nothing exits 11
         err_console.print(f"the loop stopped before story {stopped.key}: {stopped.summary}; raise budgets.run in "
                           "config/sprint.yaml (or set budgets.mode: warn), then `stepline sprint resume` takes the "
@@ -164,6 +168,25 @@ def _drive(at: Where, config_path: Path | None, sprint_config: Path | None, opti
         err_console.print(f"story {failed.key} failed (see `stepline logs {failed.run_id}`); fix the cause, then "
                           "`stepline sprint resume`", markup=False, soft_wrap=True)
     raise typer.Exit(_EXIT[outcome])
+
+
+def _passed_over(root: Path) -> dict[str, str]:
+    """The stories the loop that just ended did not take, and why (its story-waiting records, since it started or
+    resumed, of stories it did not start after)."""
+    import json
+
+    from stepline.sprint import loop_log_path
+
+    path = loop_log_path(root)
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    start = max((n for n, line in enumerate(lines) if '"event": "loop-started"' in line), default=0)
+    passed: dict[str, str] = {}
+    for record in map(json.loads, lines[start:]):
+        if record.get("event") == "story-waiting":
+            passed[str(record.get("key"))] = str(record.get("reason"))
+        elif record.get("event") == "story-started":
+            passed.pop(str(record.get("key")), None)
+    return passed
 
 
 def _print_waiting(found: list[Waiting]) -> None:
