@@ -83,7 +83,7 @@ def walk(project: Path, skill: Path, *, limit: int, first: bool) -> dict[str, An
         (gate,) = pending
         answer = answer_to(gate, out["stops"])
         out["stops"].append({"step": gate.step_id, "gate": gate.gate_id, "question": gate.reason,
-                             "options": [f"[{c.key}] {c.label}" if c.label != c.key else c.key
+                             "options": [f"[{c.key}] {c.label}" if c.label and c.label != c.key else c.key
                                          for c in gate.choices], "answer": answer})
         if first:
             break

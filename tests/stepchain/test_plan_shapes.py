@@ -209,3 +209,23 @@ def test_inline_options_of_a_choice(tmp_path: Path) -> None:
         assert _kinds(points) == ["choice"] and [o.label for o in points[0].options] == labels, text
     text = "Stakes-calibrated — hobby/solo may skip; higher stakes get the explicit all/subset/skip menu.\n"
     assert [p.condition for p in _points(text, tmp_path)] == ["higher stakes"]
+
+
+def test_a_halt_that_waits_for_the_choice_above_it_is_no_menu_of_its_own(tmp_path: Path) -> None:
+    """code-review's last section: ``Present the user with follow-up options:`` a numbered list, then ``**HALT** — I
+    am waiting for your choice.``: the choice is the point the person answers, once; the halt is its wait, not a
+    ``[C] Continue`` menu after it. A halt under another heading than the point still gates the step's end."""
+    from stepline.stepchain._read import halt_menu, halts_in, prose_lines
+
+    text = ("### 6. Sync\n\nSave the file.\n\n"
+            "### 7. Next steps\n\nPresent the user with follow-up options:\n\n"
+            "> 1. **Start the next story** — run `dev-story`\n> 2. **Re-run code review** — review again\n"
+            "> 3. **Done** — end the workflow\n\n"
+            "**HALT** — I am waiting for your choice. Do not proceed until the user selects an option.\n")
+    points = [p.to_json() for p in _points(text, tmp_path)]
+    assert [(p["kind"], p["line"]) for p in points] == [("choice", 7)]
+    halts = [h.as_meta() for h in halts_in(prose_lines(text, 1))]
+    assert [h["line"] for h in halts] == [13]
+    assert halt_menu(halts, points) == []
+    moved = [{**p, "line": 2} for p in points]  # the same choice under the heading before the halt's
+    assert [o["key"] for o in halt_menu(halts, moved)] == ["C"]

@@ -57,7 +57,7 @@ from stepline.bmad._template_output import (
 )
 from stepline.engine import Engine, StepBlocked, StepContext, register_driver, sha256_file
 from stepline.errors import NondeterminismError, StepFailed, SteplineError
-from stepline.executors import Executor, StepRequest, StepSession
+from stepline.executors import Executor, MenuOption, StepRequest, StepSession
 from stepline.formats import read_text
 from stepline.model import EventType, Run, RunStatus, StepStatus, WorkflowSpec
 
@@ -458,17 +458,18 @@ class _Interpreter:
             if names and all(is_known(self.run.variables, n) for n in names):
                 continue
             await self._flush()
-            keys = [str(o["key"]) for o in raw.get("options") or []] if raw["kind"] == "choice" else None
-            shown = "  ".join(f"[{o['key']}] {o['label']}" for o in raw.get("options") or []) if keys else ""
+            menu = [MenuOption(key=str(o["key"]), label=str(o["label"])) for o in raw.get("options") or []] \
+                if raw["kind"] == "choice" else []
+            shown = "  ".join(f"[{o.key}] {o.label}" for o in menu)
             question = f"{Path(self.source).name}:{line}: {self._render(str(raw['text']))} {shown}".strip()
-            answer = await self._ask(question, keys)
+            answer = await self._ask(question, menu=menu)
             self.last_answer = answer
             self._add(f"The person answered (line {line}): {answer}", actionable=False)
             return
 
     async def _ask_node(self, node: Ask) -> None:
         await self._flush()
-        answer = await self._ask(self._render(node.text))
+        answer = await self._ask(self._render(node.text), menu=self._listed(node))
         if node.response:
             self.ctx.emit(EventType.VARIABLE_SET, {"name": node.response, "value": answer})
         self.last_answer = answer
@@ -539,16 +540,26 @@ class _Interpreter:
             self.requests += 1
         return bool(result["value"])
 
-    async def _ask(self, question: str, choices: list[str] | None = None) -> str:
+    def _listed(self, node: Ask) -> list[MenuOption]:
+        """The options an ``<ask>`` lists, as its plan point read them at load (``Continue [c] or Edit [e]?``, the
+        numbered ``<output>`` before it): the person answers with one of them."""
+        for point in self.spec.meta.get("points") or []:
+            if point.get("kind") == "choice" and int(point.get("line") or 0) == node.line and point.get("options"):
+                return [MenuOption(key=str(o["key"]), label=str(o["label"])) for o in point["options"]]
+        return []
+
+    async def _ask(self, question: str, choices: list[str] | None = None, *,
+                   menu: list[MenuOption] | None = None) -> str:
         async def ask(key: str) -> str:
-            return await self._human(question, choices, key)
+            return await self._human(question, [o.key for o in menu] if menu else choices, key, menu=menu)
 
         answer = str(await self._op("ask", ask, args={"question": question}))
         self.interacted = True
         return answer
 
-    async def _human(self, question: str, choices: list[str] | None, key: str) -> str:
-        return await self.engine.human.ask(self.ctx, question, choices, key)
+    async def _human(self, question: str, choices: list[str] | None, key: str, *,
+                     menu: list[MenuOption] | None = None) -> str:
+        return await self.engine.human.ask(self.ctx, question, choices, key, menu=menu)
 
     async def _op(self, kind: str, compute: Callable[[str], Awaitable[Any]], *, args: dict[str, Any] | None = None,
                   key: str | None = None, needed: bool = True) -> Any:

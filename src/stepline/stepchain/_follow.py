@@ -43,6 +43,8 @@ _LEAVES = frozenset({PointKind.ROUTE, PointKind.HANDOVER})
 _ENDS_LOOP = re.compile(r"^\W*(?:done|i'?m done|we'?re done|finish(?:ed)?|end|stop|exit|quit|enough|that'?s (?:all|it)|"
                         r"no more|nothing (?:else|more)|move on|let'?s move on|next)\W*$", re.I)
 _QUOTED = re.compile(r"[\"“'`]([^\"”'`]{1,30})[\"”'`]")
+#: a point's condition that is the other case of the one before it: ``Otherwise ask for what's missing``
+_OTHERWISE = re.compile(r"(?i)\W*(?:otherwise|else)\b")
 _CONFIRM_OPTIONS = (Option("Y", "Yes", Route("local"), default=True), Option("N", "No", Route("local")))
 
 
@@ -171,9 +173,14 @@ async def _stop(ctx: StepContext, points: list[Point], window: list[int], turn: 
     # the window ends at a point that always applies (no condition, or one the runtime reads as holding), or at none
     always = last.condition is None or turn.fact(last.condition) is not None
     labels = [_label(points, window, at) for at in window]
-    # the first choice is the default branch (what dry-run takes): none of the conditions holds
+    # the first choice is the default branch (what dry-run takes): none of the conditions holds — unless the window
+    # holds the text's "Otherwise …" to a condition before it in the window: then that point (one of the two applies)
     conditional = labels[:-1] if always else labels
-    choices = None if len(window) == 1 and always else [labels[-1] if always else "none", *conditional]
+    otherwise = next((labels[i] for i, at in enumerate(window) if i and not always
+                      and _OTHERWISE.match(points[at].condition or "")), None)
+    default = labels[-1] if always else otherwise or "none"
+    choices = None if len(window) == 1 and always else [
+        default, *[label for label in [*conditional, *(["none"] if otherwise else [])] if label != default]]
     # the step's text first and the same title in every turn, the turn's own note after it: the turns share a
     # prefix a provider caches (the stops and answers are in the note, not repeated in the context)
     outcome = await ctx.invoke("work", title=turn.title,

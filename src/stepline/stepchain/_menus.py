@@ -118,7 +118,7 @@ def build_menu(meta: dict[str, Any], env: dict[str, Any], visited: frozenset[str
     menus lead back (validate -> edit -> validate) is walked through rather than around in circles. Targets are
     what ``meta`` names (a micro-file step's file, a skill's step id); ``exists`` says whether one is there.
     """
-    written = meta.get("menu") or halt_menu(meta.get("halts") or [])
+    written = meta.get("menu") or halt_menu(meta.get("halts") or [], meta.get("points") or [])
     authored = [(raw, _route(raw, meta, env)) for raw in written]
     if authored and not any(route.kind == "goto" for _, route in authored):
         authored = [(raw, Route("goto", meta.get("next")) if route.kind == "local" else route)

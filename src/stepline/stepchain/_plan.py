@@ -196,7 +196,7 @@ _ASKS_IF = re.compile(r"(?i)^(?:ask|asking|prompt)(?:\s+(?:the\s+)?(?:user|human
 #: an offer to resume a run: only when there is one to resume
 _RESUME_OFFER = re.compile(r"(?i)\boffer\s+to\s+resume\b")
 #: a clause within a sentence that conditions what follows it: ``… — or, if they're ready to land it, go to …``
-_INNER_CONDITION = re.compile(r"(?i)(?:^|[,;—(]\s*|\b(?:or|and|but|then)\s*,?\s*)(?P<cond>(?:if|when|unless)\b"
+_INNER_CONDITION = re.compile(r"(?i)(?:^|[,;:—(]\s*|\b(?:or|and|but|then)\s*,?\s*)(?P<cond>(?:if|when|unless)\b"
                               r"[^,;:.()]{2,100}),\s*[^,;.]*$")
 #: a case named by what the person is doing, then a colon: ``Picking up an existing session instead of starting
 #: fresh: load …``
@@ -226,6 +226,9 @@ _LOOP = re.compile(r"\b(?:until|till)\s+(?P<end>(?:the\s+)?(?:user|human|person|
                    r"asks?\s+to\s+(?:stop|move|end|finish)|is\s+(?:done|satisfied|ready|happy|finished)|"
                    r"are\s+(?:done|satisfied|ready|happy|finished)|(?:is|are)\s+out\s+of|runs?\s+out|"
                    r"stops?|ends?\s+(?:it|the)|moves?\s+on|done|satisfied)\b[^.;]*)", re.I)
+#: a conversation the text runs a question at a time: ``Work one question at a time, in dependency order.``
+_ONE_AT_A_TIME = re.compile(r"(?i)^(?:work|go|proceed|ask|take\s+it|interrogate)\s+(?:through\s+it\s+)?"
+                            r"one\s+question\s+at\s+a\s+time\b")
 _CONFIRM = re.compile(
     r"\bwait\s+for\s+(?:an?\s+)?(?:explicit\s+|the\s+user'?s?\s+|their\s+)?(?:user\s+)?(?:yes|approval|"
     r"confirmation|go-ahead|consent|sign-?off|ok)\b"
@@ -262,7 +265,7 @@ _QUESTION = re.compile(
     r"|\bpause\s+to\s+(?:clarify|ask)\b|\bclarify\s+with\s+(?:the\s+)?(?:user|human|person)\b"
     r"|\b(?:paste|send|share)\s+(?:it|them|the\s+\w+)\s+back\b"
     r"|\binvit(?:e|es|ing)\s+(?:(?:the\s+)?(?:user|human|person|them)\s+to\b|(?:a|an|the|their|any)\s+\w)"
-    r"|\bopen\s+the\s+floor\b"
+    r"|\bopen\s+the\s+floor\b|\bgive\s+(?:the\s+)?(?:user|human|person|them)\s+a\s+chance\s+to\b"
     # the verb, not the noun of ``a deep-research prompt the user runs``
     r"|(?:^|[,;:—(]\s*|\b(?:then|and|or|to|must|should|always|please|also|first)\s+)"
     r"prompt\s+(?:the\s+)?(?:user|human|person|them)\b"
@@ -302,7 +305,7 @@ _RULES_SECTION = re.compile(r"(?i)\b(?:mandatory|execution\s+(?:rules|protocols)
 _TURN_WORDS = ("ask", "prompt", "probe", "paste", "invit", "the floor", "clarify", "wait", "confirm", "approv",
                "offer", "choose", "choice", "select", "pick", "decide", "until", "y/n", "yes/no", "menu", "answer",
                "respond", "reply", "halt", "input", "feedback", "agree", "sign", "consent", "with the user",
-               "with the human", "let the", "present", "please", "escalate")
+               "with the human", "let the", "present", "please", "escalate", "a chance", "one question")
 #: a working session with the person the text names no kind for: ``Walk the memlog with the user``
 _WITH_PERSON = re.compile(r"\b(?:walk|review|discuss|go\s+through|work\s+through|resolve|settle|agree|decide|"
                           r"iterate|refine|explore|brainstorm)\b[^;]{0,80}\bwith\s+(?:the\s+)?(?:user|human|person)\b",
@@ -315,7 +318,7 @@ _SLASH_MENU = re.compile(r"\b(?P<opts>[\w-]+(?:\s*/\s*[\w-]+)+)\s+menu\b"
 #: a table column naming the file to load for its row
 _LOAD_COLUMN = re.compile(r"(?i)load|route(?:\s+to)?|reference|read|follow|go\s+to|file\s+to\s+load")
 #: the line before a fenced block the text presents as its menu (``## The Menu``, ``Present these options:``)
-_PRESENTS = re.compile(r"(?i)^(?:#{1,6}\s.*\b(?:menu|options|choices?|display|present)\b.*"
+_PRESENTS = re.compile(r"(?i)^(?:#{1,6}\s.*\b(?:menu|options|choices?|display|present|decision)\b.*"
                        r"|.*\b(?:present|display|show)\b[^:]*:\**)$")
 #: a sentence that presents a choice whose options follow it (a list, or bold spans after a colon)
 _CHOICE_LEAD = re.compile(
@@ -487,13 +490,19 @@ class _Reader:
         paragraph (``Ask the user if there are any other documents to include. Wait for user confirmation.``):
         it is that question's wait, not a turn of its own."""
         blank = {line for line, text in self.prose if not text.strip()}
+        headings = [line for line, text in self.prose if _HEADING.match(text)]
         kept: list[Point] = []
         for point in sorted(self.points, key=lambda p: p.line):
             before = next((p for p in reversed(kept) if p.kind in PERSON_KINDS), None)
-            if (point.kind in (PointKind.CONFIRM, PointKind.QUESTION) and _BARE_WAIT.match(point.text.strip(" *"))
-                    and before is not None and before.condition == point.condition
-                    and 0 <= point.line - before.line <= 3
-                    and not any(before.line < line < point.line for line in blank)):
+            if before is None or point.kind not in (PointKind.CONFIRM, PointKind.QUESTION):
+                kept.append(point)
+                continue
+            if _BARE_WAIT.match(point.text.strip(" *")) and before.condition == point.condition \
+                    and 0 <= point.line - before.line <= 3 and not any(before.line < n < point.line for n in blank):
+                continue
+            # ``**HALT** — I am waiting for your numbered choice.`` under the same heading as a question before it
+            if _BARE_HALT.search(point.text) and before.condition in (None, point.condition) \
+                    and not any(before.line < n < point.line for n in headings):
                 continue
             kept.append(point)
         self.points = kept
@@ -529,12 +538,15 @@ class _Reader:
 
     def halts(self) -> None:
         choices = [p.line for p in self.points if p.kind is PointKind.CHOICE]
-        section = _section_of(self.prose)
+        headings = [line for line, text in self.prose if _HEADING.match(text)]
+
+        def section(line: int) -> int:  # the heading over a line (a menu's fenced block's too)
+            return max((h for h in headings if h <= line), default=0)
         for halt in halts_in(self.prose):
             if halt.line in self.rules or halt.line in self.claimed:
                 continue  # a rule restated, or the wait of a choice read from the same line
             near_menu = "menu" in halt.text.lower() or (_BARE_HALT.search(halt.text) is not None and any(
-                -8 <= halt.line - line <= 15 and section.get(line) == section.get(halt.line) for line in choices))
+                -8 <= halt.line - line <= 15 and section(line) == section(halt.line) for line in choices))
             if near_menu:  # the halt that waits at a choice already read (or asks what the choice below offers)
                 self.claimed.add(halt.line)
                 continue
@@ -562,7 +574,7 @@ class _Reader:
                 start = next((i for i, (_, line) in enumerate(block) if _LIST_MARK.match(line)), None)
                 listed = bulleted_choices(block[start:]) if start is not None else None
                 if listed is not None and len(listed.options) >= 2:
-                    title = next((line.strip(" *") for _, line in block if line.strip() and not
+                    title = next((line.strip(" *") for _, line in block if line.strip(" -=*") and not
                                   _LIST_MARK.match(line)), before)
                     options = tuple(Option(k, label, Route("local")) for k, label in listed.options)
                     self.point(PointKind.CHOICE, self.first_line + offset, title, options=options,
@@ -643,8 +655,14 @@ class _Reader:
         lead = _BOLD_CONDITION.match(item)
         if lead and _reads_as_case(lead["cond"]):
             return lead["cond"].strip(" `")
+        if lead and lead["cond"].strip(" `").lower() in self.offered():  # ``- **Rework**: Ask what went wrong``
+            return f"{lead['cond'].strip(' `')} chosen"
         nested = condition_of(self.prose, index)
         return (nested if not _temporal(nested or "") else None) or self.case_above(index)
+
+    def offered(self) -> set[str]:
+        """The labels of the options the text's choices offer (read before its sentences), lower-cased."""
+        return {o.label.lower() for p in self.points if p.kind is PointKind.CHOICE for o in p.options}
 
     def case_above(self, index: int) -> str | None:
         """The case of the paragraph right above (at the same indentation) when it is a case's lead-in that this
@@ -750,6 +768,8 @@ class _Reader:
             return PointKind.CHOICE
         loop = _LOOP.search(text)
         if loop and (not _NEGATED_BEFORE.search(text[:loop.start()]) or _STOPS.search(text[:loop.start()])):
+            return PointKind.LOOP
+        if _ONE_AT_A_TIME.search(text):
             return PointKind.LOOP
         if _CONFIRM.search(text):
             return PointKind.CONFIRM
@@ -906,17 +926,6 @@ _DISPLAY_LEAD = re.compile(r"(?i)^\**(?:display|present|show)(?:\s+(?:this\s+|it
 _BARE_WAIT = re.compile(r"(?i)^(?:then\s+)?(?:halt\s+and\s+)?wait(?:\s+for\s+(?:the\s+)?"
                         r"(?:user'?s?\s+|their\s+|explicit\s+)?"
                         r"(?:confirmation|response|input|answer|reply|approval|selection|feedback))?\W*$")
-
-
-def _section_of(prose: list[tuple[int, str]]) -> dict[int, int]:
-    """Each line's section: the line of the heading over it (0 above the first)."""
-    out: dict[int, int] = {}
-    current = 0
-    for line_no, line in prose:
-        if _HEADING.match(line):
-            current = line_no
-        out[line_no] = current
-    return out
 
 
 _INLINE_KEY = re.compile(r"\[([A-Z]|\d{1,2})\]\s*([A-Za-z][^\[\]/|,;\"“”]*?)(?=\s*(?:/|\||,|;|or\b|\[|\"|”|\)|$))")

@@ -14,6 +14,7 @@ Pure (never imports the engine): the micro-file and the skill readers put what i
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -351,11 +352,13 @@ class Halt:
     text: str
     options: tuple[tuple[str, str], ...]
     condition: str | None = None
+    #: the line of the heading over it (0: none): a point of the person's between the two is what it waits for
+    section: int = 0
 
     def as_meta(self) -> dict[str, Any]:
         """The halt as a step's ``meta["halts"]`` entry (a WorkflowSpec's meta is plain data)."""
         return {"line": self.line, "text": self.text, "options": [list(o) for o in self.options],
-                "condition": self.condition}
+                "condition": self.condition, "section": self.section}
 
 
 def _indent(line: str) -> int:
@@ -418,8 +421,9 @@ def halts_in(prose: list[tuple[int, str]]) -> list[Halt]:
         if not options and line.rstrip(" *").endswith(":"):
             options = list(bulleted_choices(prose[index + 1:], bold_only=True).options)
         runtime, condition = _condition(prose, index, line[:match.start()])
+        section = next((number for number, text in reversed(prose[:index]) if _HEADING_RE.match(text)), 0)
         if runtime:
-            found.append(Halt(line_no, line.strip(), tuple(options), condition))
+            found.append(Halt(line_no, line.strip(), tuple(options), condition, section))
     return found
 
 
@@ -513,11 +517,18 @@ def _label(text: str) -> str:
     return re.sub(r"[;,]?\s*\b(?:or|and)$", "", label).strip(" ;,.")
 
 
-def halt_menu(halts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+_PERSON_POINTS = frozenset({"question", "choice", "confirm", "loop"})
+
+
+def halt_menu(halts: list[dict[str, Any]], points: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """The menu a step without one presents at its halt (``meta["halts"]``, see :meth:`Halt.as_meta`): the
     options of its last unconditional halt (the one that gates the way on), ``[C] Continue`` when it writes
-    none; no halt, no menu."""
-    always = [h for h in halts if h.get("condition") is None]
+    none; no halt, no menu. A halt that waits for a point of the step's plan (``points``, ``meta["points"]``: a
+    question or choice of the person's under the same heading, before it) is that point's wait, asked with it:
+    no menu of its own."""
+    asked = [int(p["line"]) for p in points if p.get("kind") in _PERSON_POINTS]
+    always = [h for h in halts if h.get("condition") is None
+              and not any(int(h.get("section") or 0) < line < int(h["line"]) for line in asked)]
     if not always:
         return []
     halt = always[-1]

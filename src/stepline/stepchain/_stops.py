@@ -90,6 +90,6 @@ def checkpoints_in(text: str) -> list[Checkpoint]:
 def before_menu(points: list[Point], meta: dict[str, Any]) -> list[Point]:
     """The points before the menu (or halt) the chain presents at the step's end (``meta``'s ``menu`` or
     ``halts``): the menu, its handlers and what follows them are the chain's (:func:`~._chain.settle`)."""
-    written = meta.get("menu") or halt_menu(meta.get("halts") or [])
+    written = meta.get("menu") or halt_menu(meta.get("halts") or [], meta.get("points") or [])
     stop = min((int(o["line"]) for o in written if o.get("line")), default=None)
     return [p for p in points if stop is None or p.line < stop]
