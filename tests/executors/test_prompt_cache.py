@@ -185,3 +185,13 @@ def test_paths_under_the_project_root_are_sent_relative_to_it() -> None:
     assert "- output_folder: _bmad-output\n- project-root: ." in system and "relative to the project root" in system
     assert (system + user).count(root) == 2  # the sibling and the /mnt path only
 
+
+
+def test_a_step_visited_again_sends_its_text_under_the_same_header() -> None:
+    """The runtime's visit id (``step-01@2``) stays out of the prompt: the second visit's request starts with the
+    same bytes as the first's, which a provider serves from its cache."""
+    first = StepRequest(kind="work", run_id="r", step_id="step-01", title="step-01.md", content="Do it.",
+                        workflow_id="wf", mode="yolo")
+    again = StepRequest(**{**first.to_dict(), "menu": [], "step_id": "step-01@2"})
+    assert build_prompt(first) == build_prompt(again)
+    assert build_prompt(again)[1].startswith("# Step step-01: step-01.md\n")

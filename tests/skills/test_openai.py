@@ -143,8 +143,9 @@ def test_bmad_build_with_the_openai_executor(v611: Path, server: fake_openai.Fak
     # first: a turn up to the next point that applies, the points under a condition before it offered in the same
     # turn (one turn per stop; the fake model, taking the first choice, says none of those conditions holds); a
     # route it takes (compile-epic-context.md, sync-sprint-status.md) runs as the next step, then the step goes on
-    # after it (``@2``); a question the model did not ask is asked by the runtime (step-05's offer to push: an
-    # answer request, #yolo). Then the step's own request: step-02's
+    # after it (a visit ``@2`` in the journal, its requests under the step's own id, as the first visit's: the
+    # provider's cache serves the step's text); a question the model did not ask is asked by the runtime (step-05's
+    # offer to push: an answer request, #yolo). Then the step's own request: step-02's
     # checkpoint choice acted on, step-04's three review layers as subagents and its continuation. Issue 21: the
     # prose conditions of the checkpoints, the [A]/[E] checkpoint answered as the user and step-01's three other
     # routes and step-04's two loops back are all said in the finish of the step's own request: no decide.
@@ -154,18 +155,18 @@ def test_bmad_build_with_the_openai_executor(v611: Path, server: fake_openai.Fak
     assert briefs == [
         ("step-01-clarify-and-route", "up to line 32"),
         ("route-compile-epic-context", "compile-epic-context.md (routed to)"),
-        ("step-01-clarify-and-route@2", "up to line 64"),
-        ("step-01-clarify-and-route@2", "step-01-clarify-and-route.md"),
+        ("step-01-clarify-and-route", "up to line 64"),
+        ("step-01-clarify-and-route", "step-01-clarify-and-route.md"),
         ("step-02-plan", "up to line 14"), ("step-02-plan", "step-02-plan.md"),
         ("step-02-plan", "[A] Approve at step-02-plan.md:38"),
         ("step-03-implement", "up to line 15"), ("route-sync-sprint-status", "sync-sprint-status.md (routed to)"),
-        ("step-03-implement@2", "up to line 45"), ("step-03-implement@2", "step-03-implement.md"),
+        ("step-03-implement", "up to line 45"), ("step-03-implement", "step-03-implement.md"),
         ("step-04-review", "up to line 25"), ("step-04-review", "step-04-review.md"),
         ("step-04-review", "subagent: Blind Hunter"), ("step-04-review", "subagent: Edge Case Hunter"),
         ("step-04-review", "subagent: Verification Gap Reviewer"), ("step-04-review", "step-04-review.md"),
-        ("step-05-present", "up to line 55"), ("route-sync-sprint-status@2", "sync-sprint-status.md (routed to)"),
-        ("step-05-present@2", "up to line 67"), ("step-05-present@2", "answer line 67"),
-        ("step-05-present@2", "step-05-present.md")]
+        ("step-05-present", "up to line 55"), ("route-sync-sprint-status", "sync-sprint-status.md (routed to)"),
+        ("step-05-present", "up to line 67"), ("step-05-present", "answer line 67"),
+        ("step-05-present", "step-05-present.md")]
     recorded = [(e.data["op"], e.data["key"].split("/")[0].split("@")[0], e.data["result"]) for e in events
                 if e.type == "CallRecorded" and e.data["op"] in ("checkpoint-condition", "checkpoint")]
     # the step's own requests (not its turns up to the points of its plan)
@@ -183,7 +184,7 @@ def test_bmad_build_with_the_openai_executor(v611: Path, server: fake_openai.Fak
     assert "chose the step's NEXT" in routes["step-04-review"]["reason"]
     offered = [r for r in own if "Where this step leaves" in r.parts["Step instructions"]]
     assert [(r.step_id, r.choices) for r in offered] == [
-        ("step-01-clarify-and-route@2", ["next", "step-03-implement.md", "step-04-review.md", "step-oneshot.md",
+        ("step-01-clarify-and-route", ["next", "step-03-implement.md", "step-04-review.md", "step-oneshot.md",
                                        "line 85: [S]", "line 85: [K]"]),
         ("step-04-review", ["next", "step-02-plan.md", "step-03-implement.md"])]
     activation = next(e.data for e in events if e.type == "CallRecorded" and e.data["op"] == "handover"
@@ -228,7 +229,7 @@ def test_bmad_prd_with_the_openai_executor(v611: Path, server: fake_openai.FakeO
     assert len(named) == 1 and named.pop().endswith(str(PRD / "references" / "headless.md"))
     memlog = (v611 / WORKSPACE / ".memlog.md").read_text(encoding="utf-8")
     assert memlog.startswith("---\ntopic: Fake product\nupdated: ")
-    assert memlog.endswith("\n---\n\n- (event) section-finalize@2 done\n")
+    assert memlog.endswith("\n---\n\n- (event) section-finalize done\n")
 
 
 def _child(project: Path, server: fake_openai.FakeOpenAI, pattern: str, n: int, *args: str
@@ -263,6 +264,6 @@ def test_sigkill_then_resume_runs_each_script_once(v611: Path, server: fake_open
                if e.type == "CallStarted" and e.data["args"]["name"] == "runScript"]
     assert scripts == ['["init"]', '["append"]'], where
     memlog = (v611 / WORKSPACE / ".memlog.md").read_text(encoding="utf-8")
-    assert memlog.count("- (event) section-finalize@2 done") == 1 and memlog.count("topic: Fake product") == 1
+    assert memlog.count("- (event) section-finalize done") == 1 and memlog.count("topic: Fake product") == 1
     completed = [e.step_id for e in events if e.type == "WorkflowStepCompleted"]
     assert completed == PRD_STEPS, where

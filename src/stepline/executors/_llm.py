@@ -297,7 +297,10 @@ def build_prompt(request: StepRequest) -> tuple[str, str]:
         shared.append("## Standing instructions of this workflow (for every step)\n" + standing)
     root = str(request.context.get("project_root") or "")
     system = redact(project_relative("\n\n".join(shared), root))
-    parts = [f"# Step {request.step_id}: {request.title}", _KIND[request.kind].format(section=request.section)
+    # the step as the workflow names it, not the runtime's visit (``step-01@2``): a step visited again sends its
+    # text under the same header, which a provider then serves from its cache
+    parts = [f"# Step {request.step_id.split('@', 1)[0]}: {request.title}",
+             _KIND[request.kind].format(section=request.section)
              + (f"\nAttempt {request.attempt}." if request.attempt > 1 else "")]
     if standing and request.context.get("fresh_context"):  # a subagent: the shared prefix is not its context
         parts[1] += "\nA subagent with a fresh context: work only from the instructions below."
