@@ -96,6 +96,7 @@ def test_the_price_table_is_printed_with_its_date(tmp_path: Path, capsys: pytest
     assert run_cli(["cost", "--prices", "-C", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert f"as of {DEFAULT_PRICES.as_of}" in out and "claude-sonnet-4-5" in out and "gemini-2.5-pro" in out
+    assert "set your own under `prices` in config/runtime.yaml" in out
     assert run_cli(["cost", "--prices", "--json", "-C", str(tmp_path)]) == 0
     table = json.loads(capsys.readouterr().out)
     assert table["models"]["gpt-4o-mini"] == {"input": 0.15, "output": 0.6, "cache_read": 0.075}

@@ -224,9 +224,10 @@ def _anthropic(inp: float, out: float) -> Price:
 
 
 #: List prices (USD per million tokens, standard tier, prompts under any long-context threshold) of the main
-#: models, taken from Anthropic's, OpenAI's and Google's pricing pages on the date in ``as_of``. A newer model, a
-#: negotiated price or another provider: set ``prices.models`` in config/runtime.yaml.
-DEFAULT_PRICES = PriceTable(as_of="2025-11-15", models={
+#: models, from Anthropic's, OpenAI's and Google's API pricing pages as they stood in late November 2025: ``as_of``
+#: is Claude Opus 4.5's release, the newest model here. Defaults to check, not a quote: a newer model, a changed or
+#: negotiated price or another provider is set in ``prices`` of config/runtime.yaml (docs/guides/cost.md).
+DEFAULT_PRICES = PriceTable(as_of="2025-11-24", models={
     "claude-opus-4-5": _anthropic(5, 25), "claude-opus-4-1": _anthropic(15, 75), "claude-opus-4": _anthropic(15, 75),
     "claude-sonnet-4-5": _anthropic(3, 15), "claude-sonnet-4": _anthropic(3, 15),
     "claude-3-7-sonnet": _anthropic(3, 15), "claude-haiku-4-5": _anthropic(1, 5),

@@ -101,3 +101,5 @@ def _print_prices(table: PriceTable, as_json: bool) -> None:
     fallback = table.fallback
     print("any other model: " + ("no price (its cost is unknown)" if fallback is None else
                                  f"{fallback.input:g} in, {fallback.output:g} out"))
+    print("list prices to check against your provider's pricing and contract: set your own under `prices` in "
+          "config/runtime.yaml")
