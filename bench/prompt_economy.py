@@ -243,14 +243,15 @@ def subagents_of(requests: list[dict[str, Any]]) -> dict[str, Subagents]:
     """By step id: the subagents stepline's run launched (``subagent: <name>`` requests, each counted once) and the
     results its continuation request carried back to the step."""
     from fakes.policy import read_request
+    from stepline.skills._subagents import FILES_HEADING
 
     instructions: dict[str, dict[str, str]] = {}
     results: dict[str, str] = {}
     for request in requests:
         parsed = read_request(_user(request))
         text = parsed.parts.get("Step instructions", "")
-        if parsed.title.startswith("subagent: "):
-            instructions.setdefault(parsed.step_id, {})[parsed.title] = text
+        if parsed.title.startswith("subagent: "):  # its instruction (the prompt-run's subagent reads the files)
+            instructions.setdefault(parsed.step_id, {})[parsed.title] = text.partition(f"\n{FILES_HEADING}\n")[0]
         elif "\n## After the subagents\n" in text:
             results[parsed.step_id] = text.split("\n## After the subagents\n", 1)[1]
     return {step: Subagents(list(given.values()), results.get(step, "")) for step, given in instructions.items()}
@@ -261,12 +262,16 @@ def subagent_reads(requests: list[dict[str, Any]], project: Path) -> list[dict[s
     (the fake model reads none): its first request with what it read appended, as the prompt-run's subagents read
     them."""
     from fakes.policy import read_request
+    from stepline.skills._subagents import FILES_HEADING
 
     follow_ups = []
     for request in requests:
         parsed = read_request(_user(request))
-        files = named_files(project, parsed.parts.get("Step instructions", "")) \
-            if parsed.title.startswith("subagent: ") else []
+        if not parsed.title.startswith("subagent: "):
+            continue
+        instruction, _, given = parsed.parts.get("Step instructions", "").partition(f"\n{FILES_HEADING}\n")
+        files = [path for path in named_files(project, instruction)  # those stepline sent with it are not read again
+                 if path.read_text(encoding="utf-8").strip() not in given]
         if files:
             read = "".join(f"[read {path.name}]\n{path.read_text(encoding='utf-8')}" for path in files)
             follow_ups.append({**request, "messages": [*request["messages"], {"role": "user", "content": read}]})

@@ -21,6 +21,7 @@ from fakes.policy import Call, Policy, Request, read_request
 from stepline import Engine
 from stepline.families import load_workflow, register_drivers
 from stepline.model import Event
+from stepline.skills._subagents import FILES_HEADING
 from stepline.store import read_journal
 
 from .conftest import CORPUS_V611
@@ -211,6 +212,10 @@ def test_bmad_build_with_the_openai_executor(v611: Path, server: fake_openai.Fak
     hunter = next(r for r in review if r.title == "subagent: Edge Case Hunter").parts["Step instructions"]
     # the path as the model's tools take it: relative to the project root (issue 21), nowhere absolute
     assert "Read `_bmad/bmm/ship/bmad-build/review-prompts/edge-case-hunter.md`" in hunter
+    # the file it says to read comes with it, as the project holds it: no round trip to read it
+    named = "_bmad/bmm/ship/bmad-build/review-prompts/edge-case-hunter.md"
+    said = (v611 / named).read_text(encoding="utf-8").strip()
+    assert hunter.endswith(f"\n\n{FILES_HEADING}\n### `{named}`\n{said}")
     assert not [r.step_id for r in policy.requests if str(v611) in json.dumps(r.parts)]
     assert "diff_output by the fake model" in hunter  # the value the step set for its layers
     assert "# Step 5" not in review[0].parts["Step instructions"] + review[-1].parts["Step instructions"]

@@ -154,3 +154,23 @@ def test_anthropic_marks_its_cache_breakpoint_at_the_end_of_the_shared_prefix(_c
     continued = [text for text in map(_user, requests)
                  if text.startswith("# Step step-02-review: ") and "## After the subagents" in text]
     assert continued and all(text.startswith(marked["step-02-review"][0]) for text in continued)
+
+
+def test_a_subagent_gets_the_project_files_its_instruction_says_to_read(tmp_path: Path) -> None:
+    """``Read `x.md` ``: a file in the project comes with the instruction, under its heading; one outside the
+    project (a path or a symlink), missing, a folder or not UTF-8 is left to the subagent, which reports it."""
+    from stepline.skills._subagents import FILES_HEADING, with_files_read
+
+    root = tmp_path / "shop"
+    (root / "prompts").mkdir(parents=True)
+    (root / "prompts" / "hunter.md").write_text("# Hunter\n\nFind edge cases.\n", encoding="utf-8")
+    (root / "prompts" / "binary.md").write_bytes(b"\xff\xfe bad")
+    (tmp_path / "secret.md").write_text("outside", encoding="utf-8")
+    (root / "prompts" / "link.md").symlink_to(tmp_path / "secret.md")
+    given = ("Read `prompts/hunter.md` completely and follow it. Then read `prompts/hunter.md` again, and "
+             f"Read `../secret.md`, Read `prompts/link.md`, Read `prompts/none.md`, Read `prompts`, "
+             f"Read `prompts/binary.md`, Read `{root}/prompts/hunter.md`.")
+    sent = with_files_read(root, given)
+    assert sent == f"{given}\n\n{FILES_HEADING}\n### `prompts/hunter.md`\n# Hunter\n\nFind edge cases."  # once
+    assert "outside" not in sent
+    assert with_files_read(root, "Review the diff.") == "Review the diff."
