@@ -285,3 +285,20 @@ def test_a_model_that_does_not_ask_is_asked_for_by_the_runtime(skills: Path, ser
     (point,) = _recorded(_events(second, run), "point")
     assert point["result"] == {"answer": "Stepline", "by": "executor's ask" if model_asks else "person"}
     assert policy.errors == []
+
+
+def test_a_turn_names_a_condition_once_and_the_last_request_names_only_answers_given() -> None:
+    """A point's condition is named after its line unless the line says it and pointing to it is shorter (a long
+    'If …' clause is not sent twice); a lead-in's condition, which the line does not say, is named. The step's last
+    request names the person's answers only when there are some."""
+    from stepline.stepchain._follow import Followed, _only_if
+
+    line = "If the tree is dirty or the branch is an obvious mismatch, HALT and ask the human before proceeding."
+    assert _only_if("If the tree is dirty or the branch is an obvious mismatch", line) == (
+        " — only if its condition (in the line) holds")
+    assert _only_if("If it exceeds 5", "If it exceeds 5, HALT.") == " — only if: If it exceeds 5"  # shorter so
+    assert _only_if("If overlap is significant:", "Ask whether to consolidate.") == (
+        " — only if: If overlap is significant:")
+    rest = Followed(done_to=81).rest("The step's text.")
+    assert rest == ("The step's text.\n\n## This request\nThe work of this step up to line 81 is done (earlier "
+                    "requests); do the rest of the step, after it, and do not ask those points again.")

@@ -92,10 +92,10 @@ class Followed:
         answered (after the step's text, which the turns sent too: a provider serves it from its cache)."""
         if not self.done_to:
             return content
-        answers = "\n".join(a.line() for a in self.answers) or "(none)"
+        answers = "".join(f"\n{a.line()}" for a in self.answers)
         return with_notes(content, f"The work of this step up to line {self.done_to} is done (earlier requests); do "
-                                   "the rest of the step, after it, and do not ask those points again. The person's "
-                                   f"answers:\n{answers}")
+                                   "the rest of the step, after it, and do not ask those points again."
+                                   + (f" The person's answers:{answers}" if answers else ""))
 
     def hints(self, hints: dict[str, Any]) -> dict[str, Any]:
         """``hints`` for the step's last request: marked as repeating the step's text when turns sent it before."""
@@ -250,8 +250,10 @@ def _turn_text(points: list[Point], window: list[int], labels: list[str], turn: 
         options = _options(point)
         what = (" — the runtime follows it (do not read or follow it yourself)" if point.kind in _LEAVES else
                 f" — its options: {'  '.join(f'[{o.key}] {o.label}' for o in options)}" if options else "")
-        when = f" — only if: {point.condition}" if point.condition and not (always and at == window[-1]) else ""
-        stops.append(f"- `{label}` ({point.kind.value}): {turn.render(point.text)}{what}{when}")
+        shown = turn.render(point.text)
+        when = "" if not point.condition or (always and at == window[-1]) else _only_if(turn.render(point.condition),
+                                                                                        shown)
+        stops.append(f"- `{label}` ({point.kind.value}): {shown}{what}{when}")
     if len(window) == 1 and always:
         how = ("Finish there." if points[window[0]].kind in _LEAVES else
                "Ask it through `ask` and finish; if you finish without asking, the runtime asks the person.")
@@ -264,6 +266,14 @@ def _turn_text(points: list[Point], window: list[int], labels: list[str], turn: 
         lead = "Do this step's work up to the first of these points that applies now, and stop there:"
     return (f"A turn, up to line {points[window[0]].line}: the runtime hands this step's questions to the person one "
             f"at a time, in the text's order. {done}{lead}\n" + "\n".join(stops) + f"\n{how}{said}")
+
+
+def _only_if(condition: str, shown: str) -> str:
+    """A point's condition, said after its line: named, unless the line says it and pointing to it is shorter than
+    repeating it (a long 'If …' clause)."""
+    own = condition.strip().rstrip(":,.;").strip()
+    named, pointed = f" — only if: {condition}", " — only if its condition (in the line) holds"
+    return pointed if own and own in shown and len(pointed) < len(named) else named
 
 
 async def _again(ctx: StepContext, point: Point, turn: Turn, followed: Followed, note: str) -> list[str]:
