@@ -144,7 +144,8 @@ def test_microfile_product_brief_is_built_by_model_tool_calls(project: Path, pro
     engine, run, policy = run_with_fake_model(project, BRIEF, provider)
     assert [(r.step_id, r.kind) for r in policy.requests] == [
         ("step-01-init", "work"), ("step-01-init", "answer"), *[(step, "work") for step in BRIEF_STEPS]]
-    assert "step-01-init.md:101: <critical>Confirm what you have found" in policy.requests[1].title
+    assert policy.requests[1].title == "answer as the user: step-01-init.md:101"
+    assert "step-01-init.md:101: <critical>Confirm what you have found" in policy.requests[1].parts["Question"]
     points = [e.data for e in run_dir(engine, run).events() if e.type == "CallRecorded" and e.data["op"] == "point"]
     assert [(p["args"]["line"], p["result"]["by"]) for p in points] == [(101, "executor")]
     assert run.steps["step-01b-continue"].status.value == "skipped"

@@ -103,8 +103,9 @@ def test_yolo_a_stop_with_work_gets_its_handler_request(tmp_path: Path) -> None:
     assert run.status == "completed", run.error
     step = [(r.kind, r.title) for r in executor.requests if r.step_id == "step-01-plan"]
     assert step[1:] == [("work", f"[S] Split at step-01-plan.md:{SIZE}"),
-                        ("answer", f"answer as the user: step-01-plan.md:{APPROVE}: Select an option: [A] Approve  "
-                                   "[E] Edit")]
+                        ("answer", f"answer as the user: step-01-plan.md:{APPROVE}")]
+    asked = next(r for r in executor.requests if r.kind == "answer")  # the question, once: in its own part
+    assert asked.question == f"step-01-plan.md:{APPROVE}: Select an option: [A] Approve  [E] Edit"
     journal = _journal(events)
     assert [(op, r.get("holds", r.get("choice")), r["by"]) for op, r in journal] == [
         ("checkpoint-condition", True, "executor"), ("checkpoint", "S", "executor"),

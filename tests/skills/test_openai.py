@@ -100,7 +100,7 @@ def _turn(request: Request) -> str | None:
 def _brief(request: Request) -> tuple[str, str]:
     """A request in short: its step and its title's end (a step file) or its turn's stop (``up to line N``), an
     answer its line."""
-    asked = re.match(r"answer as the user: [\w.-]+\.md:(\d+):", request.title)
+    asked = re.fullmatch(r"answer as the user: [\w.-]+\.md:(\d+)", request.title)
     return request.step_id, f"answer line {asked[1]}" if asked else _turn(request) or request.title.split(" — ")[-1]
 
 

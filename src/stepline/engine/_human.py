@@ -15,6 +15,7 @@ a human or an IDE agent passed with ``finish``) is journaled with :meth:`HumanCh
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -88,6 +89,10 @@ def terminal_prompt(question: str, choices: list[str] | None, *, read: Callable[
               + (" (Enter: " + default + ")" if default else ""))
 
 
+#: Where a question stands, when it says so first (``step-01.md:12: Confirm …``).
+_WHERE = re.compile(r"([^\s:]+:\d+): ")
+
+
 class HumanChannel:
     """Routes ``ask`` calls and human gates to a person, the simulated expert, or a blocked run."""
 
@@ -110,9 +115,10 @@ class HumanChannel:
         ``menu``: the options, when the question is a step's menu (``choices`` are their keys); a relay shows them.
         ``hints``: the request's hints when the executor answers as the user (#yolo), e.g. the run's standing text.
         """
-        if ctx.run.mode == "yolo":
-            outcome = await ctx.invoke("answer", question=question, choices=choices,
-                                       title=f"answer as the user: {question}", hints=hints)
+        if ctx.run.mode == "yolo":  # titled by where the question stands (``step.md:12``): the request says it once
+            where = _WHERE.match(question)
+            outcome = await ctx.invoke("answer", question=question, choices=choices, hints=hints,
+                                       title="answer as the user" + (f": {where[1]}" if where else ""))
             return outcome.choice or outcome.summary or ""
         gate_id = f"ask:{key}"
         engine = ctx.engine
