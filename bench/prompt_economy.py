@@ -251,7 +251,8 @@ def subagents_of(requests: list[dict[str, Any]]) -> dict[str, Subagents]:
         parsed = read_request(_user(request))
         text = parsed.parts.get("Step instructions", "")
         if parsed.title.startswith("subagent: "):  # its instruction (the prompt-run's subagent reads the files)
-            instructions.setdefault(parsed.step_id, {})[parsed.title] = text.partition(f"\n{FILES_HEADING}\n")[0]
+            given = text.partition(f"\n{FILES_HEADING}\n")[0].rstrip("\n")
+            instructions.setdefault(parsed.step_id, {})[parsed.title] = given
         elif "\n## After the subagents\n" in text:
             results[parsed.step_id] = text.split("\n## After the subagents\n", 1)[1]
     return {step: Subagents(list(given.values()), results.get(step, "")) for step, given in instructions.items()}

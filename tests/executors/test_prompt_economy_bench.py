@@ -13,6 +13,7 @@ import pytest
 
 from stepline.executors import StepRequest
 from stepline.executors._llm import build_prompt
+from stepline.skills._subagents import with_files_read
 
 BIG = "x" * 5000  # above the 4,096 characters (1,024 tokens) a provider caches from
 
@@ -109,6 +110,11 @@ def test_a_stepline_subagent_reads_the_files_its_instruction_names_as_the_prompt
     reads = prompt_economy.subagent_reads([step, hunter, other], tmp_path)
     assert [prompt_economy._text(r) for r in reads] == [
         prompt_economy._text(hunter) + json.dumps({"content": "[read hunter.md]\nHUNTER PROMPT", "role": "user"})]
+    # a file stepline sent with the instruction is not read again; the prompt-run's subagent gets the instruction alone
+    given = _sent(StepRequest(kind="work", title="subagent: hunter",
+                              content=with_files_read(tmp_path, "Read `rp/hunter.md`. Go."), **review))
+    assert prompt_economy.subagent_reads([step, given, other], tmp_path) == []
+    assert prompt_economy.subagents_of([step, given])["step-04-review"].instructions == ["Read `rp/hunter.md`. Go."]
 
 
 def test_the_claude_code_head_has_the_captured_sizes_and_breakpoints(prompt_economy: ModuleType) -> None:
