@@ -35,10 +35,9 @@ CHILD = Path(__file__).with_name("crash_child.py")
 WORKSPACE = "_bmad-output/planning-artifacts/prds/prd-by-fake-model"
 MEMLOG = "_bmad/scripts/memlog.py"
 BUILD = Path("_bmad/bmm/ship/bmad-build")
-#: bmad-prd's steps in #yolo: Finalize's hand-over ("invoke `bmad-help` for authoritative routing") runs bmad-help
-#: within the run, then Finalize goes on after it (``@2``: its memlog append, its close)
-PRD_STEPS = ["activate", "on-activation", "intent", "section-discovery", "section-finalize", "bmad-help:activate",
-             "bmad-help:on-activation", "bmad-help:skill", "section-finalize@2"]
+#: bmad-prd's steps in #yolo: Finalize ends the run (its "Common next: …; invoke `bmad-help` for authoritative
+#: routing" suggests what the person may run next: no hand-over)
+PRD_STEPS = ["activate", "on-activation", "intent", "section-discovery", "section-finalize"]
 PRD = Path("_bmad/bmm/plan/bmad-prd")
 
 

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 CHILD = Path(__file__).with_name("crash_child.py")
 SLOW = Path(__file__).resolve().parent / "fixtures" / "slow" / "slow_script.py"
 NOTE = "_bmad/scripts/note.py"
-ENTRY = "- (event) section-finalize done"  # Finalize goes on after its hand-over to bmad-help
+ENTRY = "- (event) section-finalize done"  # Finalize's memlog append
 
 
 @pytest.fixture(scope="module")

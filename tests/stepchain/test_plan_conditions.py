@@ -224,3 +224,14 @@ def test_a_reference_file_name_does_not_end_a_condition(tmp_path: Path) -> None:
     text = ("When the user points the skill at an existing spec folder (or its SPEC.md) with no change signal, offer "
             "to review the open questions.\n")
     assert _only(_points(text, tmp_path), PointKind.CONFIRM).condition is not None
+
+
+def test_a_leading_condition_keeps_its_parenthesis_whole(tmp_path: Path) -> None:
+    """party mode's ``If they want to create or configure a saved party setup (invent a cast, add a persona, …),
+    load …``: the commas inside the parenthesis do not end the condition (cut there, it named half a case, and every
+    point of the routed file carried that half)."""
+    text = ("3. **Detect intent and route.** If they want to create or configure a saved party setup (invent a cast, "
+            "add a persona, or set a default), load `references/resume.md` and follow it. Otherwise run a party.\n")
+    route = _only(_points(text, tmp_path), PointKind.ROUTE)
+    assert route.condition == ("If they want to create or configure a saved party setup (invent a cast, add a "
+                               "persona, or set a default)")

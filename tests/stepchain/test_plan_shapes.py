@@ -229,3 +229,25 @@ def test_a_halt_that_waits_for_the_choice_above_it_is_no_menu_of_its_own(tmp_pat
     assert halt_menu(halts, points) == []
     moved = [{**p, "line": 2} for p in points]  # the same choice under the heading before the halt's
     assert [o["key"] for o in halt_menu(halts, moved)] == ["C"]
+
+
+def test_a_section_that_sets_a_standard_held_throughout_gives_no_points(tmp_path: Path) -> None:
+    """party mode's ``## Keep It Feeling Like a Party`` — ``This is the bar — strive for every one of these, every
+    round`` — is how every round should feel, not a step: its ``When it sags, … or ask where they want to take it``
+    is one of the orchestrator's moves, no conditional question. A section that opens with work still asks."""
+    text = ("## Keep It Lively\n\nThis is the bar — strive for every one of these, every round:\n\n"
+            "- **When it sags, change something.** Drifting? Bring in a new voice, or ask where they want to take it.\n"
+            "- **Pull the user into the room.** Characters put a question back to them.\n\n"
+            "## Wrap Up\n\nRead back the takeaways, then ask the user what to keep.\n")
+    points = _points(text, tmp_path)
+    assert [(p.kind, p.line, p.condition) for p in points] == [(PointKind.QUESTION, 10, None)]
+
+
+def test_a_skill_named_in_a_sentence_of_advice_is_no_hand_over(tmp_path: Path) -> None:
+    """bmad-prd's Close: ``Common next: `bmad-ux`, `bmad-architecture`; invoke `bmad-help` for authoritative
+    routing.`` suggests what the person may run next (the label covers the whole sentence, past its ``;``); a
+    sentence that says to invoke it is a hand-over."""
+    advice = "7. **Close.** Share paths. Common next: `bmad-ux`, `bmad-arch`; invoke `bmad-help` for routing.\n"
+    assert [p for p in _points(advice, tmp_path) if p.kind is PointKind.HANDOVER] == []
+    told = "7. **Close.** Share artifact paths. Invoke the `bmad-help` skill.\n"
+    assert [p.target for p in _points(told, tmp_path) if p.kind is PointKind.HANDOVER] == ["bmad-help"]

@@ -176,7 +176,7 @@ _LEADING_CONDITION = re.compile(
     r"(?:for|under) (?:the )?\w+ (?:intent|mode)|at\s+\*\*[^*]+\*\*|"
     r"for\s+\*{0,2}(?!example\b|instance\b|each\b|all\b)[A-Z][\w-]*\*{0,2}(?=,)|"
     r"in\s+\*\*[^*]+\*\*(?:\s*(?:,|and|or)\s*\*\*[^*]+\*\*)*(?:\s+mode)?|in\s+\w+(?:[\s-]\w+)?\s+mode)"
-    r"(?:\b|(?<=\*))(?:`[^`]*`|[^.;:`]|\.(?=\w))*?)"
+    r"(?:\b|(?<=\*))(?:`[^`]*`|\([^()]*\)|\((?![^()]*\))|[^.;:`(]|\.(?=\w))*?)"
     r"(?:[,:;—–]\s+|\s+(?:-|→|->)\s+|(?=\s+(?:ask|offer|present|wait|halt|confirm|route|load|invoke)\b))", re.I)
 #: a leading clause that only says when in the flow, not whether: ``Once chosen,``, ``When all dimensions are done,``
 _TEMPORAL = re.compile(r"(?i)^(?:once|when|after)\b(?:(?!\b(?:user|they|human|person|them)\b)[^,;:]){0,60}\b"
@@ -382,6 +382,10 @@ _NOT_HANDOVER = re.compile(r"\b(?:can|could|may|might|should|would)\s+(?:also\s+
                            r"\bsuggest|\brecommend|\bcommon\s+next\b|\bnext\s+steps?\s*:|"
                            r"\bat\s+any\s+point\b|\bif\s+(?:they|the\s+user)\s+(?:want|prefer)|\bpoint\s+them\b|"
                            r"\blet\s+the\s+user\s+know\b|\bmention\b", re.I)
+
+
+#: a sentence's opening label, up to its colon: ``Common next:``, ``Next steps:``
+_LABEL = re.compile(r"^[^:;.`]{1,40}:")
 
 
 @dataclass(frozen=True, slots=True)
@@ -859,6 +863,9 @@ class _Reader:
             clause = re.split(r"[;—]|\s-\s", text[:match.start()])[-1]
             if _NOT_HANDOVER.search(clause + match[0]):
                 continue  # advice or an aside naming the skill in this clause
+            label = _LABEL.match(text[:match.start()])
+            if label and _NOT_HANDOVER.search(label[0]):
+                continue  # a sentence labelled as advice (``Common next: `bmad-ux`, …; invoke `bmad-help` …``)
             if name.lower() in ("the", "skill") or name == _own_name(self.base):
                 continue
             resolved = self.find_skill(name) if self.find_skill else None
@@ -949,7 +956,7 @@ def _rules_lines(prose: list[tuple[int, str]]) -> set[int]:
     lines: set[int] = set()
     level: int | None = None
     tag: str | None = None
-    for line_no, line in prose:
+    for index, (line_no, line) in enumerate(prose):
         opened = _DESCRIBING_TAG.match(line)
         if opened and not opened[1]:
             tag = opened[2]
@@ -963,13 +970,19 @@ def _rules_lines(prose: list[tuple[int, str]]) -> set[int]:
             depth = len(heading[1])
             if level is not None and depth <= level:
                 level = None
-            if level is None and _RULES_SECTION.search(heading[2]):
+            lead = next((text for _, text in prose[index + 1:] if text.strip()), "")
+            if level is None and (_RULES_SECTION.search(heading[2]) or _STANDING_LEAD.search(lead)):
                 level = depth
         if level is not None:
             lines.add(line_no)
     return lines
 
 
+#: a section's opening line that says its items are a standard held throughout, not steps to take once: ``This is
+#: the bar — strive for every one of these, every round.``
+_STANDING_LEAD = re.compile(r"(?i)\bthis\s+is\s+the\s+bar\b|\b(?:strive|aim)\s+for\s+(?:every|each|all)\s+(?:one\s+)?"
+                            r"of\s+these\b|\b(?:these|the\s+following)\s+(?:hold|apply)\s+(?:throughout|at\s+all\s+times|"
+                            r"every\s+(?:round|turn))")
 #: a CCW skill's tags that describe what the rest does (``<success_criteria>``, ``<auto_mode>``, ``<purpose>``)
 _DESCRIBING_TAG = re.compile(r"^\s*<(/?)(success_criteria|auto_mode|purpose|overview|notes?)>\s*$")
 _MENU_HANDLER = re.compile(r"^\s*(?:[-*+]\s*)?\**\s*(?i:if)\s+['\"]?(?:[A-Z0-9]{1,4}\b|(?i:any\s+other))[^:]*:")
