@@ -8,13 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS
 from stepline import Engine
 from stepline.bmad import install_bmad
 from stepline.engine._config import PromptsSection, RuntimeConfig
 from stepline.executors import DryRunExecutor, StepRequest, StepSession
 from stepline.families import load_workflow
 from stepline.stepchain._lean_text import lean_step_text
+
+# Not `from conftest import CORPUS`: in a whole-suite run `conftest` is whichever folder's conftest came last.
+CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
 
 STEP = """---
 name: 'step-02-vision'
