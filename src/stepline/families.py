@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -326,6 +327,7 @@ def read_plan(path: Path | str, *, project_root: Path | str | None = None) -> Pl
         steps.append(PlanStep(step.id, step.name or step.id, str(step.meta.get("role") or spec.format), source,
                               step.source.line if step.source and step.source.line else 1, points))
         steps.extend(_routed_steps(points, base, own, routed, finder))
+    steps = _under_route_conditions(steps)
     entry = Path(spec.source.path) if spec.source else None
     text = read_text(entry) if entry is not None and entry.is_file() else ""
     auto = auto_mode_of(text) if "autoYes" in text or "auto mode" in text.lower() else None
@@ -339,7 +341,7 @@ def _routed_steps(points: tuple[Point, ...], base: Path, own: set[Path], routed:
     """A step for each file ``points`` route to (and each file those route to, depth first), once per plan; a
     workflow's own step files are steps already."""
     from stepline.formats import read_text
-    from stepline.stepchain import PlanStep, PointKind, read_points, with_condition
+    from stepline.stepchain import PlanStep, PointKind, read_points
 
     out: list[PlanStep] = []
     for point in points:
@@ -350,12 +352,53 @@ def _routed_steps(points: tuple[Point, ...], base: Path, own: set[Path], routed:
         home = next((p for p in target.parents if (p / "SKILL.md").is_file() or (p / "workflow.yaml").is_file()),
                     base.resolve())
         name = target.relative_to(home).with_suffix("").as_posix() if target.is_relative_to(home) else target.stem
-        inner = with_condition(read_points(read_text(target), file=target, base=home, find_skill=finder),
-                               point.condition)
+        inner = read_points(read_text(target), file=target, base=home, find_skill=finder)
         out.append(PlanStep(f"route-{name.replace('/', '-')}", point.target or target.name, "route", target, 1,
                             inner))
         out.extend(_routed_steps(inner, base, own, routed, finder))
     return out
+
+
+def _under_route_conditions(steps: list[PlanStep]) -> list[PlanStep]:
+    """Each routed file's points under the condition on which the run gets there: none when a route to it always
+    applies (prfaq's interactive path reaches press-release.md as its headless case does), else its routes'
+    conditions, each with the condition on which the run reaches the file that routes (one ``or`` another)."""
+    from stepline.stepchain import PointKind, with_condition
+
+    routed = {s.file.resolve(): s for s in steps if s.kind == "route"}
+    reachers: dict[Path, list[tuple[PlanStep, str | None]]] = {target: [] for target in routed}
+    for step in steps:
+        for point in step.points:
+            if point.kind is PointKind.ROUTE and point.resolved is not None and point.resolved.resolve() in routed:
+                reachers[point.resolved.resolve()].append((step, point.condition))
+
+    reached: dict[Path, tuple[str | None, bool]] = {}  # file: (its condition, whether it is reached at all)
+
+    def condition_of(step: PlanStep, seen: frozenset[Path]) -> tuple[str | None, bool]:
+        if step.kind != "route":
+            return None, True
+        target = step.file.resolve()
+        if target in reached:
+            return reached[target]
+        ways: list[str] = []
+        for source, condition in reachers[target]:
+            if source.file.resolve() in seen:
+                continue  # a route back into a file on the way here adds no way to get here
+            above, ok = condition_of(source, seen | {target})
+            if not ok:
+                continue
+            both = "; ".join(c for c in (above, condition) if c)
+            if not both:
+                reached[target] = (None, True)
+                return None, True
+            ways.append(both)
+        found = (" or ".join(dict.fromkeys(ways)) or None, bool(ways))
+        if not seen:
+            reached[target] = found
+        return found
+
+    return [replace(s, points=with_condition(s.points, condition_of(s, frozenset())[0])) if s.kind == "route" else s
+            for s in steps]
 
 
 def _plan_diagnostics(steps: list[PlanStep]) -> list[Diagnostic]:

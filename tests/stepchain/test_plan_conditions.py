@@ -235,3 +235,39 @@ def test_a_leading_condition_keeps_its_parenthesis_whole(tmp_path: Path) -> None
     route = _only(_points(text, tmp_path), PointKind.ROUTE)
     assert route.condition == ("If they want to create or configure a saved party setup (invent a cast, add a "
                                "persona, or set a default)")
+
+
+def test_a_flow_under_a_mode_that_is_not_the_default_is_under_that_mode(tmp_path: Path) -> None:
+    """CCW's ``### Plan Mode (default)`` … ``### Verify Mode``: the Verify flow's phase is read only in that mode;
+    the default mode's flow always applies."""
+    (tmp_path / "phases").mkdir()
+    for name in ("01-plan.md", "05-verify.md"):
+        (tmp_path / "phases" / name).write_text("# x\n", encoding="utf-8")
+    text = ("## Execution Flow\n\n### Plan Mode (default)\n\n```\nPhase 1: Plan\n"
+            "   └─ Ref: Read(\"phases/01-plan.md\")\n```\n\n"
+            "### Verify Mode\n\n```\nPhase 5: Verify\n   └─ Ref: Read(\"phases/05-verify.md\")\n```\n")
+    doc = tmp_path / "SKILL.md"
+    doc.write_text(text, encoding="utf-8")
+    routes = {p.target: p.condition for p in read_points(text, file=doc, base=tmp_path) if p.kind is PointKind.ROUTE}
+    assert routes == {"phases/01-plan.md": None, "phases/05-verify.md": "Verify Mode"}
+
+
+def test_a_routed_file_reached_by_a_route_that_always_applies_is_under_no_condition(tmp_path: Path) -> None:
+    """prfaq reaches press-release.md from its headless case and from its interactive path: the file's points are
+    the person's in an interactive run (not under ``--headless``); a file reached only from a case stays under it."""
+    from stepline.families import read_plan
+
+    skill = tmp_path / "bmad-x"
+    (skill / "references").mkdir(parents=True)
+    (skill / "SKILL.md").write_text(
+        "---\nname: bmad-x\ndescription: test skill\n---\n\n# X\n\n## Setup\n\n"
+        "- `--headless` / `-H`: draft it all, then route to `./references/draft.md`.\n"
+        "- If the user is in a hurry, route to `./references/fast.md`.\n\n"
+        "## Ignition\n\nAsk the user what the product is.\n\n"
+        "When you have enough, route to `./references/draft.md`.\n", encoding="utf-8")
+    (skill / "references" / "draft.md").write_text("# Draft\n\nAsk the user for the headline.\n", encoding="utf-8")
+    (skill / "references" / "fast.md").write_text("# Fast\n\nAsk the user for the date.\n", encoding="utf-8")
+    plan = read_plan(skill, project_root=tmp_path)
+    conditions = {s.id: [p.condition for p in s.points] for s in plan.steps if s.kind == "route"}
+    assert conditions["route-references-draft"] == [None]
+    assert conditions["route-references-fast"] == ["If the user is in a hurry"]

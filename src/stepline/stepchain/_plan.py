@@ -1277,7 +1277,28 @@ def _flow_condition(lines: list[str], offset: int) -> str | None:
     match = re.match(r"(?P<cond>[^→]+?)\s*(?:→|->)", line)
     if match and not re.match(r"(?i)^(?:ref|phase)\b", match["cond"]):
         return match["cond"].strip(' "')
-    return _code_condition(lines, offset)
+    return _code_condition(lines, offset) or _mode_over(lines, offset)
+
+
+def _mode_over(lines: list[str], offset: int) -> str | None:
+    """The mode whose heading is over the fenced flow holding ``lines[offset]`` when the text names another mode
+    the default (``### Plan Mode (default)`` … ``### Verify Mode``): that flow is the run's only in its mode."""
+    opened = False
+    for line in reversed(lines[:offset]):
+        if line.lstrip().startswith("```"):
+            if opened:
+                return None  # another block's end: no heading over this one
+            opened = True
+            continue
+        heading = re.match(r"(#{2,6})\s+(.+)", line) if opened else None
+        if heading:
+            title = heading[2].strip(" *")
+            default = re.compile(rf"^{heading[1]}\s+.*\bmode\b.*\(default\)", re.I)
+            if re.search(r"(?i)\bmode\b", title) and "(default)" not in title.lower() \
+                    and any(default.match(other) for other in lines):
+                return title
+            return None
+    return None
 
 
 def auto_mode_of(text: str) -> str | None:
