@@ -138,16 +138,16 @@ def test_microfile_product_brief_is_built_by_model_tool_calls(project: Path, pro
     """create-product-brief (micro-file) completes: each step's write_output appends its section, each menu is
     answered with [C], stepsCompleted covers all six steps, and the usage is journaled. step-01-init's text hands
     the person one real question in a fresh run (``Confirm what you have found with the user … Only after this
-    confirmation will you proceed``): its work up to it is one request, the model answers it as the user (#yolo,
-    journaled as the executor's answer), and the rest of the step is another; its route to step-01b-continue is
-    only for a continuation, never taken."""
+    confirmation will you proceed``): its work up to it is one request, whose finish gives the model's answer as
+    the user (#yolo: no answer request; journaled as the executor's answer, as one was), and the rest of the step
+    is another; its route to step-01b-continue is only for a continuation, never taken."""
     engine, run, policy = run_with_fake_model(project, BRIEF, provider)
     assert [(r.step_id, r.kind) for r in policy.requests] == [
-        ("step-01-init", "work"), ("step-01-init", "answer"), *[(step, "work") for step in BRIEF_STEPS]]
-    assert policy.requests[1].title == "answer as the user: step-01-init.md:101"
-    assert "step-01-init.md:101: <critical>Confirm what you have found" in policy.requests[1].parts["Question"]
+        ("step-01-init", "work"), *[(step, "work") for step in BRIEF_STEPS]]
+    assert "set `choice` to `line 101: <the user's answer>`" in policy.requests[0].parts["Step instructions"]
     points = [e.data for e in run_dir(engine, run).events() if e.type == "CallRecorded" and e.data["op"] == "point"]
-    assert [(p["args"]["line"], p["result"]["by"]) for p in points] == [(101, "executor")]
+    assert [(p["args"]["line"], p["result"]) for p in points] == [
+        (101, {"answer": "yes, as the fake model would answer", "by": "executor"})]
     assert run.steps["step-01b-continue"].status.value == "skipped"
     (document,) = (project / "_bmad-output" / "planning-artifacts").glob("product-brief-*.md")
     text = document.read_text(encoding="utf-8")

@@ -240,23 +240,26 @@ def test_prompt_holds_the_current_step_only_with_secrets_redacted() -> None:
     assert protocol_tools() == protocol_tools()  # no per-request part (a menu's enum) in the tools
 
 
+class _Finished:
+    """A session that keeps the choice the executor finished with, and runs each model call."""
+
+    choice: str | None = None
+
+    async def finish(self, choice: str | None = None, summary: str | None = None) -> None:
+        self.choice = choice
+
+    async def memo(self, label: str, payload: dict[str, Any], compute: Any) -> dict[str, Any]:
+        result: dict[str, Any] = await compute()
+        return result
+
+
 def test_a_choice_outside_the_menu_is_sent_back(tmp_path: Path, server: FakeOpenAI) -> None:
     """finish with a key the menu does not offer is refused to the model, which then picks a valid one."""
     from stepline.executors import MenuOption, StepRequest
 
-    class Session:
-        choice: str | None = None
-
-        async def finish(self, choice: str | None = None, summary: str | None = None) -> None:
-            self.choice = choice
-
-        async def memo(self, label: str, payload: dict[str, Any], compute: Any) -> dict[str, Any]:
-            result: dict[str, Any] = await compute()
-            return result
-
     server.queue(completion(("finish", {"choice": "Z"})), completion(("finish", {"choice": "X"})))
     executor = OpenAIExecutor(options(server))
-    session = Session()
+    session = _Finished()
     request = StepRequest(kind="choose", run_id="r", step_id="menu", title="Menu",
                           menu=[MenuOption("C", "Continue"), MenuOption("X", "Exit")])
 
@@ -267,6 +270,31 @@ def test_a_choice_outside_the_menu_is_sent_back(tmp_path: Path, server: FakeOpen
     asyncio.run(go())
     assert session.choice == "X"
     assert server.requests[1]["messages"][-1]["content"] == "error: choice must be one of C, X"
+
+
+def test_a_choice_with_a_placeholder_takes_the_models_own_text(server: FakeOpenAI) -> None:
+    """A choice with a ``<…>`` placeholder (a #yolo turn's ``line 12: <the user's answer>``) takes the model's text
+    in its place; one that does not fit it, or none, is refused."""
+    from stepline.executors import StepRequest, choice_fits
+
+    choices = ["line 12", "line 9", "line 12: <the user's answer>", "line 9: [<key>]"]
+    assert choice_fits("line 9: [A], [C]", choices) and not choice_fits("line 9: A", choices)
+    assert not choice_fits("line 12: ", choices) and not choice_fits("line 7: yes", choices)
+    server.queue(completion(("finish", {"choice": "line 7: yes"})), completion(("finish", {})),
+                 completion(("finish", {"choice": "line 12: Stepline, as named"})))
+    executor = OpenAIExecutor(options(server))
+    session = _Finished()
+    request = StepRequest(kind="work", run_id="r", step_id="ask", title="Ask", content="Ask.", mode="yolo",
+                          choices=choices)
+
+    async def go() -> None:
+        await executor.perform(request, session)  # type: ignore[arg-type]
+        await executor.aclose()
+
+    asyncio.run(go())
+    assert session.choice == "line 12: Stepline, as named"
+    refused = [r["messages"][-1]["content"] for r in server.requests[1:]]
+    assert refused == [f"error: choice must be one of {', '.join(choices)}"] * 2
 
 
 def test_a_finish_refused_every_turn_names_the_refusal(server: FakeOpenAI) -> None:

@@ -6,7 +6,8 @@ of its previous answer) and answers by the request kind:
 
 - ``generate`` — ``write_output`` of a section text naming the section, then (next turn) ``finish``;
 - ``work`` — ``set_var`` when the step asks for a value, ``write_output`` when the step has an output file, then
-  ``finish`` with the menu's continue key (``C``) when there is a menu;
+  ``finish`` with the menu's continue key (``C``) when there is a menu, or the user's answer to the question the
+  turn stops at when it asks for one in the finish (#yolo: ``line N: [K]``, its first option, or a short answer);
 - ``decide`` — ``decide`` false (the default branch);
 - ``answer`` / ``choose`` — ``finish`` with the first choice (``C`` for a menu) or a short answer.
 
@@ -39,6 +40,10 @@ _PARTS = ("Step instructions", "Condition", "Question", "Choices", "Menu", "Outp
 _HEADER = re.compile(r"^# Step (?P<step>\S+): (?P<title>.*)$", re.M)
 _SET_VAR = re.compile(r"set it with set_var\('(?P<name>[^']+)'")
 _MENU_LINE = re.compile(r"^\[(?P<key>[^\]]+)\] (?P<label>.*?)(?: \(default\))?$")
+#: What a #yolo turn's finish gives after the question it stops at (``line 12: <the user's answer>``): in its
+#: choices, or said in its notes when it has one stop; and that stop's line in the notes (its first option).
+_ANSWER_IN_FINISH = re.compile(r"(?P<label>line [\w#]+): (?P<what>\[<key>\]|<the user's answer>)")
+_STOP_LINE = r"^- `{label}` \(\w+\): (?P<text>.*?)(?: — its options: \[(?P<key>[^\]]+)\].*)?$"
 
 
 @dataclass(frozen=True)
@@ -174,11 +179,29 @@ class Policy:
         args: dict[str, Any] = {"summary": f"{request.kind} {request.step_id} done by the {self.label}"}
         if request.menu:
             args["choice"] = "C" if "C" in request.menu else request.menu[0]
+        elif request.kind == "work" and (asked := self._answer_in_finish(request)) is not None:
+            args["choice"] = asked
         elif request.choices:
             args["choice"] = request.choices[0]
         elif request.kind == "answer":
             args["choice"] = short_answer(request.parts.get("Question", ""), self.label)
         return ("finish", args)
+
+    def _answer_in_finish(self, request: Request) -> str | None:
+        """The turn's finish choice when it asks for the user's answer in it: ``line N: [K]`` (the first option)
+        or ``line N: <a short answer>``; None when it does not ask."""
+        text = request.parts.get("Step instructions", "")
+        if request.choices:  # the stop the policy names anyway (the first, the default branch), if it is a question
+            wanted = next((m for m in map(_ANSWER_IN_FINISH.fullmatch, request.choices)
+                           if m and m["label"] == request.choices[0]), None)
+        else:  # one stop: its notes say how
+            wanted = _ANSWER_IN_FINISH.search(text.rsplit("\n## This request\n", 1)[-1])
+        if wanted is None:
+            return None
+        stop = re.search(_STOP_LINE.format(label=re.escape(wanted["label"])), text, re.M)
+        if wanted["what"] == "[<key>]":
+            return f"{wanted['label']}: [{stop['key'] if stop and stop['key'] else 'Y'}]"
+        return f"{wanted['label']}: {short_answer(stop['text'] if stop else '', self.label)}"
 
 
 def short_answer(question: str, label: str) -> str:

@@ -144,8 +144,8 @@ def test_bmad_build_with_the_openai_executor(v611: Path, server: fake_openai.Fak
     # turn (one turn per stop; the fake model, taking the first choice, says none of those conditions holds); a
     # route it takes (compile-epic-context.md, sync-sprint-status.md) runs as the next step, then the step goes on
     # after it (a visit ``@2`` in the journal, its requests under the step's own id, as the first visit's: the
-    # provider's cache serves the step's text); a question the model did not ask is asked by the runtime (step-05's
-    # offer to push: an answer request, #yolo). Then the step's own request: step-02's
+    # provider's cache serves the step's text); a question is answered as the user (#yolo) in the finish of the turn
+    # that stops at it (step-05's offer to push: no answer request). Then the step's own request: step-02's
     # checkpoint choice acted on, step-04's three review layers as subagents and its continuation. Issue 21: the
     # prose conditions of the checkpoints, the [A]/[E] checkpoint answered as the user and step-01's three other
     # routes and step-04's two loops back are all said in the finish of the step's own request: no decide.
@@ -165,8 +165,10 @@ def test_bmad_build_with_the_openai_executor(v611: Path, server: fake_openai.Fak
         ("step-04-review", "subagent: Blind Hunter"), ("step-04-review", "subagent: Edge Case Hunter"),
         ("step-04-review", "subagent: Verification Gap Reviewer"), ("step-04-review", "step-04-review.md"),
         ("step-05-present", "up to line 55"), ("route-sync-sprint-status", "sync-sprint-status.md (routed to)"),
-        ("step-05-present", "up to line 67"), ("step-05-present", "answer line 67"),
-        ("step-05-present", "step-05-present.md")]
+        ("step-05-present", "up to line 67"), ("step-05-present", "step-05-present.md")]
+    points = [(e.data["key"].split("/")[0], e.data["args"]["line"], e.data["result"]) for e in events
+              if e.type == "CallRecorded" and e.data["op"] == "point"]
+    assert points == [("step-05-present@2", 67, {"answer": "[Y] Yes", "by": "executor"})]  # journaled as before
     recorded = [(e.data["op"], e.data["key"].split("/")[0].split("@")[0], e.data["result"]) for e in events
                 if e.type == "CallRecorded" and e.data["op"] in ("checkpoint-condition", "checkpoint")]
     # the step's own requests (not its turns up to the points of its plan)

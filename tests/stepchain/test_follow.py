@@ -7,6 +7,7 @@ by the runtime. In #yolo the executor answers every point, journaled."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -210,6 +211,78 @@ def test_yolo_the_executor_answers_every_point_journaled(skills: Path) -> None:
     assert run.status.value == "completed", run.error
     points = [(d["args"]["line"], d["result"]["by"]) for d in _recorded(_events(engine, run), "point")]
     assert points == [(13, "executor"), (15, "executor"), (3, "executor"), (24, "executor")]
+
+
+#: a point under a condition before the asker's first: the first turn may stop at either
+CONDITIONAL = ASKER.replace("## Gather\n\n", "## Gather\n\nIf the user has a brief, ask them for its path.\n\n")
+_IN_FINISH = re.compile(r"set `choice` to `(line [^`]+)`")
+
+
+class AsUser(Recorder):
+    """A #yolo executor that gives the user's answer in the turn's own finish, as asked (the first question of
+    the turn's choices, or the one its notes name); ``keys``: what it answers a choice with."""
+
+    def __init__(self, keys: str = "[C]") -> None:
+        super().__init__()
+        self.keys = keys
+
+    async def perform(self, request: StepRequest, session: StepSession) -> None:
+        templates = [c for c in request.choices or [] if "<" in c] or _IN_FINISH.findall(request.content)
+        if request.kind != "work" or not templates:
+            await super().perform(request, session)
+            return
+        self.requests.append(request)
+        label = templates[0].split(":", 1)[0]
+        answer = templates[0].replace("<the user's answer>", f"the answer at {label}").replace("[<key>]", self.keys)
+        await session.finish(choice=answer, summary=f"did {request.step_id}")
+
+
+def test_yolo_the_turn_that_stops_at_a_question_gives_the_answer_journaled_as_before(skills: Path) -> None:
+    """#yolo: the turn that stops at a question gives the user's answer in its own finish (a conditional one among
+    the turn's choices, an unconditional one as its notes say): no answer request is made, each answer is
+    journaled as the executor's, as an answer request's was, and handed to the next turn."""
+    _write(skills.parent / "src", {"conditional/SKILL.md": CONDITIONAL.replace("name: asker", "name: conditional"),
+                                   "conditional/references/deep.md": DEEP})
+    executor = AsUser()
+    engine = _engine(skills, executor, mode="yolo")
+    run = asyncio.run(engine.start(load_workflow(skills.parent / "src" / "conditional", project_root=skills)))
+    assert run.status.value == "completed", run.error
+    assert [r.kind for r in executor.requests if r.kind != "work"] == []  # no answer request
+    points = [(d["args"]["line"], d["result"]) for d in _recorded(_events(engine, run), "point")]
+    assert points == [(13, {"answer": "the answer at line 13", "by": "executor"}),
+                      (15, {"answer": "the answer at line 15", "by": "executor"}),
+                      (17, {"answer": "[C] Coaching path", "by": "executor"}),
+                      (3, {"answer": "the answer at line 3", "by": "executor"}),
+                      (26, {"answer": "the answer at line 26", "by": "executor"})]
+    first, second, third = executor.work("section-gather")[:3]
+    assert first.choices == ["line 15", "line 13", "line 13: <the user's answer>", "line 15: <the user's answer>"]
+    assert "answer it as the user would, in this same finish" in first.content
+    assert second.choices is None and "set `choice` to `line 15: <the user's answer>`" in second.content
+    assert "set `choice` to `line 17: [<key>]`" in third.content and "the answer at line 15" in third.content
+    (held,) = _recorded(_events(engine, run), "point-condition")
+    assert held["result"]["holds"] is True  # the finish stopped at the conditional question
+
+
+def test_yolo_an_answer_not_in_the_turns_finish_is_asked_in_a_request_of_its_own(skills: Path) -> None:
+    """#yolo: a turn whose finish gives no answer (none, or an option the choice does not have) leaves it to an
+    answer request, as before; journaled the same way."""
+    executor = AsUser(keys="[Z]")  # only its free-text answers fit
+    engine = _engine(skills, executor, mode="yolo")
+    run = asyncio.run(engine.start(load_workflow(skills.parent / "src" / "asker", project_root=skills)))
+    assert run.status.value == "completed", run.error
+    answered = [r.question for r in executor.requests if r.kind == "answer"]
+    assert len(answered) == 1 and str(answered[0]).startswith("SKILL.md:15: **Working mode.**")
+    points = [(d["args"]["line"], d["result"]) for d in _recorded(_events(engine, run), "point")]
+    assert points[1] == (15, {"answer": "[F] Fast path", "by": "executor"})  # the answer request's first choice
+    recorder = Recorder()  # an executor that never answers in its finish: one answer request per point
+    engine = _engine(skills, recorder, mode="yolo")
+    run = asyncio.run(engine.start(load_workflow(skills.parent / "src" / "asker", project_root=skills)))
+    assert run.status.value == "completed", run.error
+    assert len([r for r in recorder.requests if r.kind == "answer"]) == 4
+    points = [(d["args"]["line"], d["result"]["answer"], d["result"]["by"])
+              for d in _recorded(_events(engine, run), "point")]
+    assert points == [(13, "an answer", "executor"), (15, "[F] Fast path", "executor"),
+                      (3, "an answer", "executor"), (24, "an answer", "executor")]
 
 
 def test_a_hand_over_runs_the_other_skill_within_the_run_with_its_customization(skills: Path) -> None:

@@ -35,6 +35,7 @@ from stepline.executors._protocol import (
     StepRequest,
     StepSession,
     WriteMode,
+    choice_fits,
 )
 from stepline.executors._reliability import Backoff, CircuitBreaker, Reliability
 from stepline.executors._usage import Price, PriceTable, Usage
@@ -258,7 +259,7 @@ next step file, updating the frontmatter and stepsCompleted): do not do those. U
 runtime's notes to this one request (where this turn of the step stops, the person's answers so far, what the \
 runtime does after it); the step's other requests send the same text before different notes.
 - `## Condition` / `## Question`: what a decide / answer request asks.
-- `## Choices`: the only values `finish`'s `choice` may take.
+- `## Choices`: the only values `finish`'s `choice` may take (your own text in place of a `<…>` in one).
 - `## Menu`: in a work request, the step's menu, which the runtime presents after it: do the work up to the menu, \
 do not present it, and put the option you would pick in `choice` (in #yolo it is the answer; otherwise the person \
 answers). In a choose request: the options, by key.
@@ -597,7 +598,7 @@ class LLMExecutor(Executor):
             return "ok"
         choice = _opt_text(args, "choice")
         allowed = [option.key for option in request.menu] or list(request.choices or [])
-        if allowed and choice not in allowed:
+        if allowed and (choice is None or not choice_fits(choice, allowed)):
             raise _BadCall(f"choice must be one of {', '.join(allowed)}")
         if choice is None and request.kind in ("choose", "answer"):
             raise _BadCall("finish needs choice: the menu key, or your answer")

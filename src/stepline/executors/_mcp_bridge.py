@@ -36,7 +36,15 @@ from pydantic import Field
 from stepline.errors import ExecutorError, OutsideRootError, SteplineError, UsageError
 from stepline.executors._base import Executor
 from stepline.executors._dryrun import default_choice
-from stepline.executors._protocol import MenuOption, StepRequest, StepSession, WriteMode, match_answer, options_named
+from stepline.executors._protocol import (
+    MenuOption,
+    StepRequest,
+    StepSession,
+    WriteMode,
+    choice_fits,
+    match_answer,
+    options_named,
+)
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -364,7 +372,9 @@ def _check_final(request: StepRequest, method: str, args: dict[str, Any]) -> dic
             # In normal mode a work step's menu is the user's: no choice leaves it for the runtime to ask.
             choice = None if request.kind == "work" and request.mode != "yolo" else default_choice(request)
         else:
-            matched = next((o for o in options if o.lower() == str(choice).strip().lower()), None)
+            said = str(choice).strip()
+            matched = next((o for o in options if o.lower() == said.lower()), said if choice_fits(said, options)
+                           else None)
             if matched is None:
                 raise UsageError(f"{choice!r} is not an option of step {request.step_id!r}",
                                  hint="choose one of " + ", ".join(options))

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
 __all__ = ["NOTES_HEADING", "REPEATED_HINT", "STANDING_HINT", "Choice", "MenuOption", "RequestKind", "StepRequest",
-           "StepSession", "WriteMode", "match_answer", "menu_text", "options_named", "standing_text", "with_notes"]
+           "StepSession", "WriteMode", "choice_fits", "match_answer", "menu_text", "options_named", "standing_text",
+           "with_notes"]
 
 #: The hint (``StepRequest.hints``) a driver sets to the run's standing instructions: workflow-level text that is
 #: the same for every request of the run that sees the whole run (a skill's standing rules, the facts activation
@@ -101,6 +102,22 @@ def match_answer(answer: str | None, options: Sequence[C]) -> C | None:
         if text and text == option.label.lower():
             return option
     return None
+
+
+#: A placeholder in one of a request's choices (``line 12: <the user's answer>``): the executor's own text goes there.
+_PLACEHOLDER = re.compile(r"<[^<>]+>")
+
+
+def choice_fits(choice: str, choices: Sequence[str]) -> bool:
+    """Whether ``choice`` is one of ``choices``: the same text, or one with a ``<…>`` placeholder with text of the
+    executor's own in its place (``line 12: yes, go on`` fits ``line 12: <the user's answer>``)."""
+    for allowed in choices:
+        if choice == allowed:
+            return True
+        if _PLACEHOLDER.search(allowed) and re.fullmatch(
+                ".+".join(re.escape(part) for part in _PLACEHOLDER.split(allowed)), choice, re.S):
+            return True
+    return False
 
 
 def menu_text(options: Sequence[Choice]) -> str:

@@ -5,7 +5,8 @@ executor does the step's work up to the next point that applies and says where i
 condition before the next one that always applies are offered together, the finish naming the first that holds: one
 turn per stop). The point is asked by the executor's own ``ask`` during that request, which counts, or else by the
 runtime with the point's question and its options through the human channel (a terminal prompt; exit 9, ``stepline
-answer`` and ``resume``; MCP ``waiting_for_answer``). In #yolo the executor answers as the user. Each answer is
+answer`` and ``resume``; MCP ``waiting_for_answer``). In #yolo the executor answers as the user: in the finish of
+the turn that stops at the point (``line N: <answer>``), else in an ``answer`` request of its own. Each answer is
 journaled with who gave it and handed to the next turn; the family's own last request does the rest of the step.
 
 * a **choice** is answered with one of its options (:func:`~stepline.stepchain._menus.match_answer`, the one
@@ -120,7 +121,7 @@ async def follow(ctx: StepContext, points: list[Point], turn: Turn, *,
         if not window:
             followed.taken = len(points)
             return followed
-        chosen, asked = await _stop(ctx, points, window, turn, followed)
+        chosen, asked, given = await _stop(ctx, points, window, turn, followed)
         for skipped in window[:window.index(chosen)] if chosen is not None else window:
             _decided(ctx, points[skipped], skipped, holds=False, why="the executor's finish named a later stop")
         if chosen is None:  # none applied: the turn did the work up to the last of them
@@ -134,7 +135,7 @@ async def follow(ctx: StepContext, points: list[Point], turn: Turn, *,
         if point.kind in _LEAVES:
             followed.leave = point
             return followed
-        followed.answers.append(await _asked(ctx, point, f"point/{chosen}", turn, followed, asked))
+        followed.answers.append(await _asked(ctx, point, f"point/{chosen}", turn, followed, asked, given))
 
 
 async def _window(ctx: StepContext, points: list[Point], index: int, turn: Turn,
@@ -166,13 +167,16 @@ def _label(points: list[Point], window: list[int], at: int) -> str:
 
 
 async def _stop(ctx: StepContext, points: list[Point], window: list[int], turn: Turn,
-                followed: Followed) -> tuple[int | None, list[str]]:
+                followed: Followed) -> tuple[int | None, list[str], str | None]:
     """One turn: the work up to the first point of ``window`` that applies; where it stopped (None: none of them
-    applied) and what the person answered the executor's own ``ask``."""
+    applied), what the person answered the executor's own ``ask``, and the user's answer the finish gave (#yolo:
+    ``line N: <answer>``; None: it gave none)."""
     last = points[window[-1]]
     # the window ends at a point that always applies (no condition, or one the runtime reads as holding), or at none
     always = last.condition is None or turn.fact(last.condition) is not None
     labels = [_label(points, window, at) for at in window]
+    # #yolo: the executor answers as the user in the turn's own finish, after the question it stops at
+    asks = [at for at in window if points[at].kind in PERSON_KINDS] if ctx.run.mode == "yolo" else []
     # the first choice is the default branch (what dry-run takes): none of the conditions holds — unless the window
     # holds the text's "Otherwise …" to a condition before it in the window: then that point (one of the two applies)
     conditional = labels[:-1] if always else labels
@@ -181,20 +185,25 @@ async def _stop(ctx: StepContext, points: list[Point], window: list[int], turn: 
     default = labels[-1] if always else otherwise or "none"
     choices = None if len(window) == 1 and always else [
         default, *[label for label in [*conditional, *(["none"] if otherwise else [])] if label != default]]
+    if asks and choices:  # after the plain stops: an executor that names one leaves the answer to a request of its own
+        choices += [f"{labels[window.index(at)]}: {_placeholder(points[at])}" for at in asks]
     # the step's text first and the same title in every turn, the turn's own note after it: the turns share a
     # prefix a provider caches (the stops and answers are in the note, not repeated in the context)
     outcome = await ctx.invoke("work", title=turn.title,
                                content=with_notes(turn.content, _turn_text(points, window, labels, turn, followed,
-                                                                           always)),
+                                                                           always, bool(asks))),
                                context=turn.context, hints={**turn.hints, REPEATED_HINT: True}, choices=choices)
     said = str(outcome.choice or "").strip().strip("`")
+    for at in asks:
+        if said.startswith(f"{labels[window.index(at)]}:"):
+            return at, outcome.asked, said.split(":", 1)[1].strip() or None
     if said in labels:
-        return window[labels.index(said)], outcome.asked
+        return window[labels.index(said)], outcome.asked, None
     if said == "none" and not always and not outcome.asked:
-        return None, []
+        return None, [], None
     # no word (an executor that does not say): it stopped at the first question (the safe side), or asked there
     stop = next((at for at in window if points[at].kind in PERSON_KINDS), window[-1] if always else None)
-    return stop, outcome.asked
+    return stop, outcome.asked, None
 
 
 def _decided(ctx: StepContext, point: Point, at: int, *, holds: bool, why: str, by: str = "executor") -> None:
@@ -238,7 +247,7 @@ def _text_after(text: str, first_line: int, line: int) -> bool:
 
 
 def _turn_text(points: list[Point], window: list[int], labels: list[str], turn: Turn, followed: Followed,
-               always: bool) -> str:
+               always: bool, yolo: bool) -> str:
     """The runtime's note that leads a turn's request: where it may stop, and what was answered before."""
     done = (f"The work up to line {followed.done_to} is done (earlier requests); go on from there. "
             if followed.done_to else "")
@@ -254,12 +263,19 @@ def _turn_text(points: list[Point], window: list[int], labels: list[str], turn: 
         when = "" if not point.condition or (always and at == window[-1]) else _only_if(turn.render(point.condition),
                                                                                         shown)
         stops.append(f"- `{label}` ({point.kind.value}): {shown}{what}{when}")
-    if len(window) == 1 and always:
+    if yolo and len(window) == 1 and always:
+        how = ("This run is unattended: do not ask it; answer it as the user would, in this same finish: set "
+               f"`choice` to `{labels[0]}: {_placeholder(points[window[0]])}`.")
+        lead = "Do this step's work up to this point, and stop there:"
+    elif len(window) == 1 and always:
         how = ("Finish there." if points[window[0]].kind in _LEAVES else
                "Ask it through `ask` and finish; if you finish without asking, the runtime asks the person.")
         lead = "Do this step's work up to this point, and stop there:"
     else:
-        how = ("At a question, ask it through `ask` and finish (if you do not ask, the runtime asks the person); at "
+        how = ("This run is unattended: at a question, do not ask it; answer it as the user would, in this same "
+               "finish: set `choice` to the point and your answer (`line N: <the user's answer>`, as `## Choices` "
+               "shows); at a route, just finish. Else set `choice` to the point you stopped at" if yolo else
+               "At a question, ask it through `ask` and finish (if you do not ask, the runtime asks the person); at "
                "a route, just finish. Set `choice` to the point you stopped at"
                + ("." if always else f", or to `none` if none applies — then do the work up to line "
                   f"{points[window[-1]].line} and stop."))
@@ -288,6 +304,11 @@ async def _again(ctx: StepContext, point: Point, turn: Turn, followed: Followed,
     return list(outcome.asked)
 
 
+def _placeholder(point: Point) -> str:
+    """What follows a question's stop in a #yolo turn's finish: the user's answer (a choice's option keys)."""
+    return "[<key>]" if _options(point) else "<the user's answer>"
+
+
 def _options(point: Point) -> list[Option]:
     """The options a point is answered with: a choice's own (its default marked), a confirmation's yes / no."""
     if point.kind is PointKind.CONFIRM:
@@ -306,15 +327,20 @@ def _who(ctx: StepContext) -> str:
 
 
 async def _asked(ctx: StepContext, point: Point, name: str, turn: Turn, followed: Followed,
-                 asked: list[str]) -> Answer:
-    """The point's answer: what the person said to the executor's own ``ask`` in the turn, else the runtime asks it;
-    a confirmation not given and a loop not ended go on, a turn and a question at a time."""
+                 asked: list[str], given: str | None = None) -> Answer:
+    """The point's answer: what the person said to the executor's own ``ask`` in the turn, else what the turn's
+    finish ``given`` as the user's (#yolo; a choice's only if it names its options), else the runtime asks it; a
+    confirmation not given and a loop not ended go on, a turn and a question at a time."""
     where = f"{point.file.name}:{point.line}: {turn.render(point.text)}"
     limit = ctx.engine.config.runtime.max_step_visits
     round_no = 0
     while True:
+        options = _options(point)
+        named = given if given is None or not options else _named(given, options, multi=point.multi)
         if asked:
             answer, by = asked[-1], "executor's ask"
+        elif named is not None:  # answered as the user in the turn's own finish: no request of its own
+            answer, by = named, _who(ctx)
         else:
             answer, by = await _ask_point(ctx, point, name, where, round_no, turn.hints), _who(ctx)
         record(ctx, f"{name}/{round_no}", "point",
@@ -327,7 +353,7 @@ async def _asked(ctx: StepContext, point: Point, name: str, turn: Turn, followed
             raise StepFailed(f"{where}: the conversation did not end in {limit} rounds", retryable=False,
                              hint="answer `done` to end it, or raise runtime.max_step_visits")
         followed.answers.append(Answer(point, answer, by))
-        asked = await _again(ctx, point, turn, followed, again)
+        asked, given = await _again(ctx, point, turn, followed, again), None
 
 
 def _goes_on(ctx: StepContext, point: Point, answer: str) -> str | None:
@@ -369,10 +395,19 @@ async def _choose_many(ctx: StepContext, options: list[Option], where: str, name
     note = where + " (one or more, separated by commas)"
     for attempt in range(ctx.engine.config.runtime.max_step_visits):
         answer = await ask(ctx, options, executor=False, round_no=attempt, note=note, hints=hints, name=name)
-        parts = [p for p in re.split(r"\s*(?:,|;|\band\b)\s*", answer or "") if p.strip()]
-        chosen = [match_answer(p, options) for p in parts]
-        if chosen and all(c is not None for c in chosen):
-            return ", ".join(f"[{c.key}] {c.label}" for c in chosen if c is not None)
+        named = _named(answer or "", options, multi=True)
+        if named is not None:
+            return named
         note = f"{answer!r} names no option. {where} (one or more, separated by commas)"
     raise StepFailed(f"{where}: no option chosen in {ctx.engine.config.runtime.max_step_visits} rounds",
                      retryable=False, hint="name one or more of the options")
+
+
+def _named(answer: str, options: list[Option], *, multi: bool) -> str | None:
+    """The option an answer names as ``[K] Label`` (a multiple choice: one or more, ``1, 3``); None if it names
+    none."""
+    parts = [p for p in re.split(r"\s*(?:,|;|\band\b)\s*", answer) if p.strip()] if multi else [answer]
+    chosen = [match_answer(p, options) for p in parts]
+    if chosen and all(c is not None for c in chosen):
+        return ", ".join(f"[{c.key}] {c.label}" for c in chosen if c is not None)
+    return None
