@@ -454,7 +454,7 @@ class _Interpreter:
         for raw in self.spec.meta.get("points") or []:
             if int(raw.get("line") or 0) != line or raw.get("condition") or raw.get("kind") not in _PERSON:
                 continue
-            names = re.findall(r"\{\{(\w+)\}\}", str(raw.get("text") or ""))
+            names = [token.name for token in find(str(raw.get("text") or ""), {Kind.RUNTIME})]
             if names and all(is_known(self.run.variables, n) for n in names):
                 continue
             await self._flush()
