@@ -251,3 +251,16 @@ def test_a_skill_named_in_a_sentence_of_advice_is_no_hand_over(tmp_path: Path) -
     assert [p for p in _points(advice, tmp_path) if p.kind is PointKind.HANDOVER] == []
     told = "7. **Close.** Share artifact paths. Invoke the `bmad-help` skill.\n"
     assert [p.target for p in _points(told, tmp_path) if p.kind is PointKind.HANDOVER] == ["bmad-help"]
+
+
+def test_a_quotation_handed_to_a_subagent_is_no_turn(tmp_path: Path) -> None:
+    """The words a step hands a subagent to carry (``spawn one per lens; give it … the constraint "…"``) are its
+    orders, not the person's turn, however many sentences the quotation runs to; a quotation said to the person
+    (``Ask: "…"``) is still a question."""
+    text = ("5. **Run the lenses.** When subagents are available, spawn one per lens; give it the content path and "
+            "the constraint \"Return ONLY your findings. Return them as text; do not route them through any tool "
+            "the host may offer. Ask nothing of the user.\" Otherwise run the lenses yourself.\n"
+            "6. Spawn them with the same constraint: \"Do not wait for confirmation. Offer no menu.\"\n"
+            "7. Ask: \"Which lens should run first? Any areas to consider?\"\n")
+    points = _points(text, tmp_path)
+    assert [(p.kind.value, p.line) for p in points] == [("question", 3)]

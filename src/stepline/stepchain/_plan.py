@@ -394,6 +394,7 @@ class _Sentence:
     text: str
     index: int  # the prose line it is on (for conditions from the lines above)
     start: int  # where it starts in that line (the first sentence of a line takes the line's lead-in)
+    said: str  # the text with what it hands to a subagent blanked: what it says of the person's turn
 
 
 #: a sentence that says what a part is for (``**Purpose**: …``, ``**Note**: …``), not what to do
@@ -401,6 +402,9 @@ _DESCRIBING_LABEL = re.compile(r"(?i)^\**(?:purpose|goal|note|notes|overview|sum
                                r"input|context|why|rationale)\**\s*:")
 _MENTIONS_MENU = re.compile(r"(?i)\b(?:offer|present|show|display|serve)s?\b[^.]{0,40}\b(?:menu|options|choices)\b")
 _SPAN_CODE = re.compile(r"`[^`\n]*`")
+_QUOTATION = re.compile(r"\"[^\"]+\"|“[^”]+”")
+#: who a quotation is handed to when it is no person's: a subagent spawned, a worker's prompt
+_TO_MODEL = re.compile(r"(?i)\b(?:spawn\w*|sub-?agents?|workers?|(?:task|agent|lens|reviewer)\s+prompts?)\b")
 #: a line that is only a bold title (``**Tier 5 — Ask.**``)
 _TITLE = re.compile(r"^\*\*[^*]+\*\*$")
 
@@ -412,21 +416,34 @@ def _masked(text: str) -> str:
     return re.sub(r"(?<![*\w])\*{1,2}(?=\w)|(?<=\w)\*{1,2}(?![*\w])", "", masked)
 
 
+def _said_to_model(body: str) -> str:
+    """``body`` with each quotation the text hands to a subagent blanked (``spawn one per lens; give it … the
+    constraint "Return ONLY your findings … the host may offer."``): its words are the model's orders, said to no
+    person."""
+    def blank(quote: re.Match[str]) -> str:
+        opening = _SENTENCE_END.split(body[:quote.start()])[-1]
+        to_model = list(_TO_MODEL.finditer(opening))
+        if not to_model or _PERSON_RE.search(opening[to_model[-1].end():]):
+            return quote[0]
+        return quote[0][0] + " " * (len(quote[0]) - 2) + quote[0][-1]
+    return _QUOTATION.sub(blank, body)
+
+
 def _sentences(prose: list[tuple[int, str]]) -> list[_Sentence]:
     found = []
     for index, (line_no, line) in enumerate(prose):
         if not line.strip() or _HEADING.match(line) or _TABLE.match(line):
             continue
         body = _LIST_MARK.sub("", _QUOTE.sub("", line)).strip()
+        said = _said_to_model(body)
         protected = _ABBREV.sub(lambda m: m[0].replace(".", "\x00"), body)
         protected = _SPAN_CODE.sub(lambda m: m[0].replace(".", "\x00").replace("?", "\x01").replace("!", "\x02")
                                    if re.search(r"\s", m[0]) else m[0], protected)
-        position = 0
-        for part in _SENTENCE_END.split(protected):
-            text = part.replace("\x00", ".").replace("\x01", "?").replace("\x02", "!").strip()
+        bounds = [0, *(at for m in _SENTENCE_END.finditer(protected) for at in m.span()), len(protected)]
+        for begin, end in zip(bounds[::2], bounds[1::2], strict=True):
+            text = protected[begin:end].replace("\x00", ".").replace("\x01", "?").replace("\x02", "!").strip()
             if text:
-                found.append(_Sentence(line_no, text, index, position))
-            position += len(part) + 1
+                found.append(_Sentence(line_no, text, index, begin, said[begin:end].strip()))
     return found
 
 
@@ -702,8 +719,8 @@ class _Reader:
             return
         if _MENU_HANDLER.match(self.prose[s.index][1]):
             return  # what an option does (``IF A: …``): the menu is the person's turn, its routes are read above
-        inline = _inline_keyed(s.text)
-        kind = self.classify(_masked(s.text), s.text) if not inline else (
+        inline = _inline_keyed(s.said)
+        kind = self.classify(_masked(s.said), s.said) if not inline else (
             PointKind.CONFIRM if {o.key for o in inline} <= {"Y", "N"} else PointKind.CHOICE)
         if kind is None:
             return
