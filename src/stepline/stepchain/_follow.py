@@ -16,9 +16,6 @@ journaled with who gave it and handed to the next turn; the family's own last re
 * a point under a **condition** is asked when it holds: the runtime reads it when it can, else the turn's finish
   names it (or ``none``); a finish that names none of them stops at the first question (asking is the safe side);
 * a **route** or **hand-over** the family follows ends the turns there: the step leaves for its target.
-
-A resumed step replays its journaled turns and answers: nothing is asked twice. With the human executor the person
-does the step's work: its questions are theirs as they go (its routes and hand-overs are followed).
 """
 
 from __future__ import annotations
@@ -113,7 +110,11 @@ async def follow(ctx: StepContext, points: list[Point], turn: Turn, *,
     """Follow ``points`` (in text order, from the ``after``-th on: a step continued after a route) as turns (see the
     module doc). ``leads_to`` names the step a route or hand-over goes to (None: the family does not follow it
     here). A route or hand-over taken ends the turns: :attr:`Followed.leave` is it, :attr:`Followed.taken` the
-    number of points done with it."""
+    number of points done with it.
+
+    A resumed step replays its journaled turns and answers: nothing is asked twice. With the human executor the
+    person does the step's work: its questions are theirs as they go (its routes and hand-overs are followed).
+    """
     followed = Followed(done_to=points[after - 1].line if 0 < after <= len(points) else 0, taken=after)
     index = after
     while True:
