@@ -271,3 +271,12 @@ def test_a_routed_file_reached_by_a_route_that_always_applies_is_under_no_condit
     conditions = {s.id: [p.condition for p in s.points] for s in plan.steps if s.kind == "route"}
     assert conditions["route-references-draft"] == [None]
     assert conditions["route-references-fast"] == ["If the user is in a hurry"]
+
+
+def test_a_leading_condition_runs_past_a_noun_that_spells_like_a_cue(tmp_path: Path) -> None:
+    """``When the ask is bare research …, open the floor``: ``the ask`` is a noun inside the condition, not the
+    point's cue (``If ambiguous ask the user`` still ends its condition at the verb)."""
+    text = ("4. When the ask is bare research with no verb (\"research X for me\"), open the floor first.\n\n"
+            "If ambiguous ask the user which file to use.\n")
+    conditions = [p.condition for p in _points(text, tmp_path)]
+    assert conditions == ['When the ask is bare research with no verb ("research X for me")', "If ambiguous"]

@@ -264,3 +264,17 @@ def test_a_quotation_handed_to_a_subagent_is_no_turn(tmp_path: Path) -> None:
             "7. Ask: \"Which lens should run first? Any areas to consider?\"\n")
     points = _points(text, tmp_path)
     assert [(p.kind.value, p.line) for p in points] == [("question", 3)]
+
+
+def test_options_described_are_no_choice_unless_offered(tmp_path: Path) -> None:
+    """A sentence that names a concept's values (``the **decision shape**: **explore** (…) or **select** (choose
+    between candidates)``) offers nothing: an option's own gloss is no cue. ``choose: **express** (…) or
+    **guided** (…)`` and ``Offer the mode: …`` still are choices."""
+    text = ("Orthogonal to type is the **decision shape**: **explore** (the default — understand, assess) or "
+            "**select** (choose between candidates).\n")
+    assert _points(text, tmp_path) == ()
+    for text in ("When input is sparse, choose: **express** (best-effort distill) or **guided** (walk the fields "
+                 "with the user).\n",
+                 "Offer the working mode: **Coaching path** (draft with them) or **Fast path** (you draft).\n"):
+        (point,) = _points(text, tmp_path)
+        assert point.kind is PointKind.CHOICE and len(point.options) == 2, text

@@ -177,7 +177,9 @@ _LEADING_CONDITION = re.compile(
     r"for\s+\*{0,2}(?!example\b|instance\b|each\b|all\b)[A-Z][\w-]*\*{0,2}(?=,)|"
     r"in\s+\*\*[^*]+\*\*(?:\s*(?:,|and|or)\s*\*\*[^*]+\*\*)*(?:\s+mode)?|in\s+\w+(?:[\s-]\w+)?\s+mode)"
     r"(?:\b|(?<=\*))(?:`[^`]*`|\([^()]*\)|\((?![^()]*\))|[^.;:`(]|\.(?=\w))*?)"
-    r"(?:[,:;—–]\s+|\s+(?:-|→|->)\s+|(?=\s+(?:ask|offer|present|wait|halt|confirm|route|load|invoke)\b))", re.I)
+    # a verb ends the clause, a noun does not: ``If ambiguous ask`` but ``When the ask is bare research, …``
+    r"(?:[,:;—–]\s+|\s+(?:-|→|->)\s+|(?<!\bthe)(?<!\ba)(?<!\ban)(?<!\bthis)(?<!\bthat)(?<!\btheir)(?<!\bits)"
+    r"(?<!\byour)(?=\s+(?:ask|offer|present|wait|halt|confirm|route|load|invoke)\b))", re.I)
 #: a leading clause that only says when in the flow, not whether: ``Once chosen,``, ``When all dimensions are done,``
 _TEMPORAL = re.compile(r"(?i)^(?:once|when|after)\b(?:(?!\b(?:user|they|human|person|them)\b)[^,;:]){0,60}\b"
                        r"(?:done|spent|complete|completed|completes|finished|settled|captured|written|saved|chosen|"
@@ -325,7 +327,8 @@ _CHOICE_LEAD = re.compile(
     r"\b(?:offer|present|show|display|give|list|put)\b(?!\s+(?:the\s+)?(?:chosen|selected|recommended)\b)[^.]*?"
     r"\b(?:choices?|options?|menu|paths?|modes?|alternatives?)\b"
     r"|\b(?:ask|let)\b[^.]*?\b(?:which|choose|pick|select|one of|preference|between)\b"
-    r"|\b(?:choose|pick|select)\b[^.]*?\b(?:one|between|from|of the following|an? (?:option|path|mode))\b",
+    r"|\b(?:choose|pick|select)\b[^.]*?\b(?:one|between|from|of the following|an? (?:option|path|mode))\b"
+    r"|\b(?:choose|pick|select)\s*:",  # the options follow: ``When input is sparse, choose: **express** (…) or …``
     re.I)
 #: speaks of the person's turn but may fit no kind above: kept as ``unclassified``
 _TURN = re.compile(
@@ -427,6 +430,21 @@ def _said_to_model(body: str) -> str:
             return quote[0]
         return quote[0][0] + " " * (len(quote[0]) - 2) + quote[0][-1]
     return _QUOTATION.sub(blank, body)
+
+
+#: an option a sentence lists after its colon, with the aside that glosses it: ``**select** (choose between
+#: candidates)``
+_GLOSSED_OPTION = re.compile(r"\*\*[^*]+\*\*(?:\s*\([^()]*\))?")
+
+
+def _options_blanked(text: str) -> str:
+    """``text`` with the options it lists after its colon (two or more bold spans, each with its gloss) blanked:
+    an option's own words (``**select** (choose between candidates)``) are no cue of the person's turn — the
+    sentence must offer them (``Offer the mode: …``) to be a choice."""
+    colon = text.find(":")
+    if colon < 0 or len(_GLOSSED_OPTION.findall(text, colon)) < 2:
+        return text
+    return text[:colon] + _GLOSSED_OPTION.sub(lambda m: " " * len(m[0]), text[colon:])
 
 
 def _sentences(prose: list[tuple[int, str]]) -> list[_Sentence]:
@@ -720,7 +738,7 @@ class _Reader:
         if _MENU_HANDLER.match(self.prose[s.index][1]):
             return  # what an option does (``IF A: …``): the menu is the person's turn, its routes are read above
         inline = _inline_keyed(s.said)
-        kind = self.classify(_masked(s.said), s.said) if not inline else (
+        kind = self.classify(_masked(_options_blanked(s.said)), s.said) if not inline else (
             PointKind.CONFIRM if {o.key for o in inline} <= {"Y", "N"} else PointKind.CHOICE)
         if kind is None:
             return
