@@ -280,3 +280,17 @@ def test_a_leading_condition_runs_past_a_noun_that_spells_like_a_cue(tmp_path: P
             "If ambiguous ask the user which file to use.\n")
     conditions = [p.condition for p in _points(text, tmp_path)]
     assert conditions == ['When the ask is bare research with no verb ("research X for me")', "If ambiguous"]
+
+
+def test_an_approval_a_permission_requires_is_under_the_permission(tmp_path: Path) -> None:
+    """``Rules … can go in a nested `AGENTS.md` there — but only when they are substantial, the user approves it,
+    and …``: the person approves only when the permission is used. A gate on the flow itself (``You can proceed
+    only after the user approves``, ``Proceed only after the user confirms``) always applies."""
+    text = ("Rules bounded to a directory can go in a nested `AGENTS.md` there, attached by location — but only "
+            "when they are substantial, the split reduces the root block, the user approves it, and loading is "
+            "verified.\n\nYou can proceed only after the user approves the plan.\n\n"
+            "Proceed only after the user confirms.\n")
+    points = _points(text, tmp_path)
+    assert [(p.kind.value, p.condition) for p in points] == [
+        ("confirm", "Rules bounded to a directory can go in a nested `AGENTS.md` there"),
+        ("confirm", None), ("confirm", None)]

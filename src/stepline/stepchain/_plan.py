@@ -742,7 +742,11 @@ class _Reader:
             PointKind.CONFIRM if {o.key for o in inline} <= {"Y", "N"} else PointKind.CHOICE)
         if kind is None:
             return
-        condition = self.condition(s.index, s.text, s.start, at=_cue_at(s.text, kind))
+        cue = _cue_at(s.text, kind)
+        condition = self.condition(s.index, s.text, s.start, at=cue)
+        permission = _permission_of(s.text, cue)
+        if permission is not None and kind in (PointKind.CONFIRM, PointKind.QUESTION):
+            condition = "; ".join(filter(None, (condition, permission)))
         if s.line in self.listed:
             condition = f"{self.listed[s.line]} chosen" + (f"; {condition}" if condition else "")
         if _RESUME_OFFER.search(s.text) and "resume" not in (condition or "") and " exist" not in (condition or ""):
@@ -1088,6 +1092,25 @@ def _cue_at(sentence: str, kind: PointKind) -> int:
         if found:
             return found.start() + len(found[0]) - len(found[0].lstrip(",;:—( "))
     return 0
+
+
+#: a permission followed by what it requires: ``Rules … can go in a nested `AGENTS.md` there — but only when …``
+_PERMISSION = re.compile(r"(?i)^(?!\W*(?:you|we|i)\b)(?:"
+                         r"(?P<what>(?:[^.;:]|\.(?=\w))*?\b(?:can|may|could|might)\s+(?!not\b)(?:[^.;:]|\.(?=\w))*?)"
+                         r"\s*[—–,]?\s*\bbut\s+only\s+(?:when|if|after|once)\b"
+                         r"|(?P<bare>(?:[^.;:—–]|\.(?=\w))*?\b(?:can|may|could|might)\s+(?!not\b)"
+                         r"(?:[^.;:—–]|\.(?=\w))*?)\s+only\s+(?:when|if|after|once)\b)")
+
+
+def _permission_of(sentence: str, cue: int) -> str | None:
+    """The permission a sentence grants when the person's turn at ``cue`` is one of the requirements it lists
+    after it (``Rules bounded to a directory can go in a nested `AGENTS.md` there … — but only when they are
+    substantial, the user approves it, and …``): the turn is the person's only when the permission is used, so
+    that is its condition (the permission's first clause). None when the sentence is no such permission."""
+    found = _PERMISSION.match(sentence)  # not ``You can proceed only after the user approves``: a gate on the flow
+    if found is None or cue < found.end():
+        return None
+    return re.split(r"\s*(?:,|\s[—–]\s)\s*", found["what"] or found["bare"])[0].strip(" *") or None
 
 
 def _reads_as_case(lead: str) -> bool:
