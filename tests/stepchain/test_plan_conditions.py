@@ -294,3 +294,17 @@ def test_an_approval_a_permission_requires_is_under_the_permission(tmp_path: Pat
     assert [(p.kind.value, p.condition) for p in points] == [
         ("confirm", "Rules bounded to a directory can go in a nested `AGENTS.md` there"),
         ("confirm", None), ("confirm", None)]
+
+
+def test_a_bold_lead_in_whose_aside_gives_a_value_is_a_case(tmp_path: Path) -> None:
+    """``**Template swap** (`*_template` scalar): offer to copy …`` and ``**Standalone Mode** (no story):`` are
+    cases (the aside names the value or the case); ``**Analyzer** (`./agents/analyzer.md`) —`` describes a part.
+    An arrow inside an aside closed before the point (``(policy → team, personal → user), confirm before
+    writing``) is no case of the point."""
+    text = ("**Template swap** (`*_template` scalar): offer to copy the default template.\n\n"
+            "**Standalone Mode** (no story): ask the user which files to test.\n\n"
+            "- **Analyzer** (`./agents/analyzer.md`) — ask the user which folders to scan.\n\n"
+            "Default by character (policy → team, personal → user), confirm before writing.\n")
+    points = _points(text, tmp_path)
+    assert [(p.kind.value, p.condition) for p in points] == [
+        ("confirm", "Template swap"), ("question", "Standalone Mode"), ("question", None), ("confirm", None)]

@@ -209,7 +209,8 @@ _CASE_LABEL = re.compile(r"(?i)^(?P<cond>[^:;]{0,80}?\b(?:empty|none|missing|fou
                          r"unavailable)\b[^:;]{0,80}?):\s")
 #: a bold lead-in ending with a colon: ``**Resolver missing or fails:**``, ``**`auto`** —``; a condition only when it
 #: reads as one (:func:`_reads_as_case`), not a step's title (``**Welcome the user:**``)
-_BOLD_CONDITION = re.compile(r"^\*\*(?P<cond>[^*]{2,120}?)(?::\*\*|\*\*(?:\s*\([^)]*\))?\s*(?::|—|–|\s-\s|->|→))")
+_BOLD_CONDITION = re.compile(r"^\*\*(?P<cond>[^*]{2,120}?)"
+                             r"(?::\*\*|\*\*(?:\s*\((?P<aside>[^)]*)\))?\s*(?::|—|–|\s-\s|->|→))")
 #: a list item's bold title that opens with a condition: ``**When it sags, change something — don't force it.**``
 _BOLD_TITLE = re.compile(r"^\*\*(?P<title>[^*]{2,160}?)\*\*")
 #: the words of a case a lead-in names (``Resolver missing or fails``, ``Exactly one `review` story``, ``PASS``)
@@ -692,7 +693,7 @@ class _Reader:
         if opens and not _temporal(opens["cond"]) and (start or not has_own):
             return opens["cond"].strip(" *,")
         lead = _BOLD_CONDITION.match(item)
-        if lead and _reads_as_case(lead["cond"]):
+        if lead and _lead_is_case(lead):
             return lead["cond"].strip(" `")
         if lead and lead["cond"].strip(" `").lower() in self.offered():  # ``- **Rework**: Ask what went wrong``
             return f"{lead['cond'].strip(' `')} chosen"
@@ -713,7 +714,7 @@ class _Reader:
             if _HEADING.match(above) or _indent(above) != _indent(line) or _LIST_MARK.match(line):
                 return None
             lead = _BOLD_CONDITION.match(above.strip())
-            return lead["cond"].strip(" `") if lead and _reads_as_case(lead["cond"]) else None
+            return lead["cond"].strip(" `") if lead and _lead_is_case(lead) else None
         return None
 
     def question_before(self, index: int, start: int) -> str | None:
@@ -1113,6 +1114,19 @@ def _permission_of(sentence: str, cue: int) -> str | None:
     return re.split(r"\s*(?:,|\s[—–]\s)\s*", found["what"] or found["bare"])[0].strip(" *") or None
 
 
+def _lead_is_case(lead: re.Match[str]) -> bool:
+    """Whether a bold lead-in (:data:`_BOLD_CONDITION`) names a case: by its words (:func:`_reads_as_case`), or by
+    the aside after it that gives the value or field it covers (``**Template swap** (`*_template` scalar):``,
+    ``**Architecture Review** (`architecture`):``) or a case (``**Standalone Mode** (no story):``); an aside that
+    names a file (``**Artifact Analyzer** (`./agents/analyzer.md`) —``) describes a part, not a case."""
+    if _reads_as_case(lead["cond"]):
+        return True
+    aside = (lead["aside"] or "").strip()
+    if not aside or _PATH_RE.search(aside) or re.search(r"\.(?:md|ya?ml|json|toml|py|ts|js)\b", aside):
+        return False
+    return bool(re.match(r"`[^`]+`(?:\s+[\w-]+)?$", aside) or _reads_as_case(aside))
+
+
 def _reads_as_case(lead: str) -> bool:
     """Whether a bold lead-in names a case (``Resolver missing or fails``, ``Otherwise (interactive)``, a value such
     as ```auto```), not a step's title (``Welcome the user``, ``Resolve the roster``)."""
@@ -1135,6 +1149,9 @@ def _arrow_case(sentence: str, at: int | None) -> str | None:
     arrow = arrows[-1]
     if any(m.start() < at for m in re.finditer(r"[.;]\s|\s[—–]\s", sentence[arrow.end():at])):
         return None  # the point is in another clause than the arrow's
+    between = sentence[arrow.end():at]
+    if between.count(")") > between.count("("):
+        return None  # the arrow is in an aside closed before the point: ``(policy → team, personal → user), confirm``
     depth, begin = 0, 0
     for offset in range(arrow.start() - 1, -1, -1):
         char = sentence[offset]
