@@ -212,23 +212,26 @@ def test_the_real_cli_records_the_whole_prompt_and_its_cached_part(project: Path
 
 
 def test_each_answers_usage_holds_the_real_cli_to_its_budget_mid_turn(project: Path, cli: Cli) -> None:
-    """The model answers twice, then holds its third answer: the call is stopped for ``max_call_tokens`` by the
-    usage the CLI reported for those two answers, while its turn is still on (codex and gemini report an answer's
-    usage only in their session file, followed while they run), not at its timeout."""
+    """The model answers twice, then holds its third answer past the call's timeout: the call is stopped for
+    ``max_call_tokens`` by the usage the CLI reported for those two answers, while its turn is still on (codex and
+    gemini report an answer's usage only in their session file, followed while they run), not at its timeout.
+    The budget is two answers' input: claude's stream reports an answer's usage as the API's ``message_start``
+    has it, its output counted as 1 token until the message ends."""
     answered: list[dict[str, Any]] = []
     plain = cli.responder(agents.turns(*[[cli.shell(f"echo step {n}")] for n in range(6)]), usage=USAGE)
+    timeout = 90
 
     def held(body: dict[str, Any]) -> Reply:
         reply = plain(body)
         if body.get("tools"):
             answered.append(body)
-        return Reply(reply.status, reply.body, 60.0) if len(answered) > 2 else reply
+        return Reply(reply.status, reply.body, timeout + 60.0) if len(answered) > 2 else reply
 
     cli.serve.responder = held
     session = RecordingSession()
     with pytest.raises(BudgetExceeded, match="tokens"):
-        _perform(cli.name, cli.binary, _request(project), session, max_call_tokens=sum(USAGE) * 2 - 1,
-                 timeout_seconds=90, **cli.options)
+        _perform(cli.name, cli.binary, _request(project), session, max_call_tokens=USAGE[0] * 2 - 1,
+                 timeout_seconds=timeout, **cli.options)
     record = session.memos[f"cli-agent:{cli.name}"]
     assert record["stopped"] and Usage.from_record(record["usage"]).input_tokens >= 2 * USAGE[0], record
     assert _gone(session.processes[0]["pgid"])
