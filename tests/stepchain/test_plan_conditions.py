@@ -308,3 +308,14 @@ def test_a_bold_lead_in_whose_aside_gives_a_value_is_a_case(tmp_path: Path) -> N
     points = _points(text, tmp_path)
     assert [(p.kind.value, p.condition) for p in points] == [
         ("confirm", "Template swap"), ("question", "Standalone Mode"), ("question", None), ("confirm", None)]
+
+
+def test_an_options_item_that_asks_more_is_under_that_option_once(tmp_path: Path) -> None:
+    """``- **Coaching path** — … Once chosen, I ask which entry point fits: **a** (…) or **b**``: the question is
+    the option's, its condition said once (the item and its bold lead-in both name the option)."""
+    text = ("**Working mode.** Offer the choice in the user's language:\n\n"
+            "- **Fast path** — I draft the full PRD.\n"
+            "- **Coaching path** — we walk the sections together. Once chosen, I ask which entry point fits: "
+            "**Vision + Features** (capability-first) or **Journey-led** (user-first).\n")
+    points = _points(text, tmp_path)
+    assert [(len(p.options), p.condition) for p in points] == [(2, None), (2, "Coaching path chosen")]

@@ -748,8 +748,9 @@ class _Reader:
         permission = _permission_of(s.text, cue)
         if permission is not None and kind in (PointKind.CONFIRM, PointKind.QUESTION):
             condition = "; ".join(filter(None, (condition, permission)))
-        if s.line in self.listed:
-            condition = f"{self.listed[s.line]} chosen" + (f"; {condition}" if condition else "")
+        chosen = f"{self.listed[s.line]} chosen" if s.line in self.listed else None
+        if chosen and chosen not in (condition or "").split("; "):  # the item's bold lead-in may have said so
+            condition = chosen + (f"; {condition}" if condition else "")
         if _RESUME_OFFER.search(s.text) and "resume" not in (condition or "") and " exist" not in (condition or ""):
             condition = "; ".join(filter(None, (condition, "there is an unfinished run to resume")))
         if inline:
