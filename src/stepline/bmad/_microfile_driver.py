@@ -22,6 +22,7 @@ loop's diagnostic past ``runtime.max_step_visits``.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -203,13 +204,16 @@ async def _initialise(ctx: StepContext) -> None:
 
 
 def _shared_sections(ctx: StepContext) -> tuple[str, ...]:
-    """The sections the workflow's step files repeat word for word (see :func:`stepline.stepchain.shared_sections`)."""
-    texts = []
-    for spec in ctx.run.workflow.steps:
-        file = Path(str(spec.meta.get("file") or ""))
-        if file.suffix == ".md" and file.is_file():
-            texts.append(lean_step_text(read_text(file)).text)
-    return shared_sections(texts)
+    """The sections the workflow's step files repeat word for word (see :func:`stepline.stepchain.shared_sections`),
+    read from the files as they are now."""
+    files = (Path(str(spec.meta.get("file") or "")) for spec in ctx.run.workflow.steps)
+    return _shared_of(tuple(read_text(file) for file in files if file.suffix == ".md" and file.is_file()))
+
+
+@functools.lru_cache(maxsize=16)
+def _shared_of(texts: tuple[str, ...]) -> tuple[str, ...]:
+    """The shared sections of these step files' texts: every step of a run asks again, for the same texts."""
+    return shared_sections([lean_step_text(text).text for text in texts])
 
 
 def _standing(ctx: StepContext, shared: tuple[str, ...]) -> str:
