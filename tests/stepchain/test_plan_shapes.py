@@ -278,3 +278,18 @@ def test_options_described_are_no_choice_unless_offered(tmp_path: Path) -> None:
                  "Offer the working mode: **Coaching path** (draft with them) or **Fast path** (you draft).\n"):
         (point,) = _points(text, tmp_path)
         assert point.kind is PointKind.CHOICE and len(point.options) == 2, text
+
+
+def test_questions_the_text_counts_a_review_and_a_step_the_person_ends(tmp_path: Path) -> None:
+    """``I batch the remaining gaps into one or two consolidated questions`` (an option's own turn, under it),
+    ``present a draft for the user to review``, ``the user ends this step with an explicit accounting of …`` (a
+    conversation the person ends)."""
+    text = ("Offer the working mode:\n\n"
+            "- **Fast path** — I batch the remaining gaps into one or two consolidated questions, then draft.\n"
+            "- **Coaching path** — we draft section by section.\n\n"
+            "1. Memlog audit: the user ends this step with an explicit accounting of how each entry was handled.\n"
+            "2. Polish the draft, so we present a high-quality draft for the user to review and finalize.\n")
+    points = _points(text, tmp_path)
+    assert [(p.kind.value, p.condition) for p in points] == [
+        ("choice", None), ("question", "Fast path chosen"), ("loop", None), ("question", None)]
+    assert points[2].ends_when is not None and points[2].ends_when.startswith("the user ends this step")

@@ -228,7 +228,10 @@ _LOOP = re.compile(r"\b(?:until|till)\s+(?P<end>(?:the\s+)?(?:user|human|person|
                    r"\b(?:says?|said|signals?|indicates?|declares?|calls\s+it|wants?\s+to\s+(?:stop|move|end|finish)|"
                    r"asks?\s+to\s+(?:stop|move|end|finish)|is\s+(?:done|satisfied|ready|happy|finished)|"
                    r"are\s+(?:done|satisfied|ready|happy|finished)|(?:is|are)\s+out\s+of|runs?\s+out|"
-                   r"stops?|ends?\s+(?:it|the)|moves?\s+on|done|satisfied)\b[^.;]*)", re.I)
+                   r"stops?|ends?\s+(?:it|the)|moves?\s+on|done|satisfied)\b[^.;]*)"
+                   # a step the person ends: ``the user ends this step with an explicit accounting of …``
+                   r"|\b(?P<ender>(?:the\s+)?(?:user|human|person)\s+ends\s+(?:this|the)\s+(?:step|session|"
+                   r"conversation|round)\b[^.;]*)", re.I)
 #: a conversation the text runs a question at a time: ``Work one question at a time, in dependency order.``
 _ONE_AT_A_TIME = re.compile(r"(?i)^(?:work|go|proceed|ask|take\s+it|interrogate)\s+(?:through\s+it\s+)?"
                             r"one\s+question\s+at\s+a\s+time\b")
@@ -273,6 +276,10 @@ _QUESTION = re.compile(
     r"|(?:^|[,;:—(]\s*|\b(?:then|and|or|to|must|should|always|please|also|first)\s+)"
     r"prompt\s+(?:the\s+)?(?:user|human|person|them)\b"
     r"|\bprobe\b"
+    # questions the text counts (``I batch the remaining gaps into one or two consolidated questions``)
+    r"|\b(?:into|in|with)\s+(?:one|two|three|a\s+few|a\s+single|one\s+or\s+two|two\s+or\s+three)\s+"
+    r"(?:[\w-]+\s+)?questions?\b"
+    r"|\bfor\s+(?:the\s+)?(?:user|human|person)\s+to\s+(?:review|approve|confirm|choose|decide|pick|select)\b"
     r"|\boffer(?:s|ing)?\b(?!\s+(?:once\s+|again\s+|first\s+|then\s+|also\s+)?to\b)"
     r"|\b(?:choose|decide|pick|select|agree\s+on)\b[^.;]{0,60}\bwith\s+(?:the\s+)?(?:user|human|person)\b"
     r"|\bwait\s+for\s+(?:the\s+)?(?:user|human|person|their)(?:'s)?\s*(?:input|response|answer|reply|selection|"
@@ -308,7 +315,8 @@ _RULES_SECTION = re.compile(r"(?i)\b(?:mandatory|execution\s+(?:rules|protocols)
 _TURN_WORDS = ("ask", "prompt", "probe", "paste", "invit", "the floor", "clarify", "wait", "confirm", "approv",
                "offer", "choose", "choice", "select", "pick", "decide", "until", "y/n", "yes/no", "menu", "answer",
                "respond", "reply", "halt", "input", "feedback", "agree", "sign", "consent", "with the user",
-               "with the human", "let the", "present", "please", "escalate", "a chance", "one question")
+               "with the human", "let the", "present", "please", "escalate", "a chance", "question", "to review",
+               "ends th")
 #: a working session with the person the text names no kind for: ``Walk the memlog with the user``
 _WITH_PERSON = re.compile(r"\b(?:walk|review|discuss|go\s+through|work\s+through|resolve|settle|agree|decide|"
                           r"iterate|refine|explore|brainstorm)\b[^;]{0,80}\bwith\s+(?:the\s+)?(?:user|human|person)\b",
@@ -758,7 +766,8 @@ class _Reader:
             return
         if kind is PointKind.LOOP:
             loop = _LOOP.search(s.text)
-            self.point(kind, s.line, s.text, condition=condition, ends_when=loop["end"].strip() if loop else None)
+            self.point(kind, s.line, s.text, condition=condition,
+                       ends_when=(loop["end"] or loop["ender"]).strip() if loop else None)
         elif kind is PointKind.CHOICE:
             options = _inline_options(s.text)
             if len(options) < 2:
