@@ -7,8 +7,6 @@ import importlib.util
 import json
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,7 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-CHILD = Path(__file__).resolve().parents[1] / "engine" / "crash_child.py"
+from engine import crash_child
+from stepline.interfaces.cli._app import run_cli
+
 BENCH_GEN = Path(__file__).resolve().parents[2] / "bench" / "ccw_gen.py"
 TASKS = 30
 
@@ -73,7 +73,8 @@ def _check_agreement(session_dir: Path, in_flight: set[str]) -> int:
 
 
 @pytest.mark.slow
-def test_sigkill_anywhere_in_a_parallel_session_keeps_files_consistent_and_runs_each_task_once(project: Path) -> None:
+def test_sigkill_anywhere_in_a_parallel_session_keeps_files_consistent_and_runs_each_task_once(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Killed mid journal record, mid effect append, between a temp file and its rename, and at random
     instants, the session's three files agree after every kill (up to journaled in-flight completions),
     and the resumed session ends with every task completed and its effect done exactly once."""
@@ -92,33 +93,28 @@ def test_sigkill_anywhere_in_a_parallel_session_keeps_files_consistent_and_runs_
     kills = redo_points = 0
     for kind, n in plan:
         if kind == "timer":
-            proc = subprocess.Popen([sys.executable, str(CHILD), "none", "0", "--", *args],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            child = crash_child.start("none", 0, args)
             time.sleep(rng.uniform(0.4, 0.9))
-            proc.send_signal(signal.SIGKILL)
-            code, why = proc.wait(), ""
+            child.kill()
+            code, why = child.wait()
         else:
-            done = subprocess.run([sys.executable, str(CHILD), kind, str(n), "--", *args], capture_output=True,
-                                  text=True, timeout=120)
-            code, why = done.returncode, done.stderr
+            code, why = crash_child.run(kind, n, args)
         in_flight = _pending_intents(project)
         _check_agreement(session_dir, in_flight)  # the raw files: they may lag only the journaled completions
         redo_points += bool(in_flight)
         # `ccw status` only reads: it prints the files' statuses, and every completion still in flight (journaled,
         # not all in the files yet) as `completing`; the next execute writes them.
-        status = subprocess.run([sys.executable, "-m", "stepline.interfaces.cli", "ccw", "status", session_dir.name,
-                                 "-C", str(project), "--json"], capture_output=True, text=True, timeout=60)
-        assert status.returncode == 0, status.stderr
-        shown = json.loads(status.stdout)
+        capsys.readouterr()
+        assert run_cli(["ccw", "status", session_dir.name, "-C", str(project), "--json"]) == 0
+        shown = json.loads(capsys.readouterr().out)
         completing = {row["id"] for row in shown["tasks"] if row["status"] == "completing"}
         assert _pending_intents_applied_missing(session_dir, in_flight) <= completing
         if code == 0:
             continue
         assert code == -signal.SIGKILL, (kind, n, code, why)
         kills += 1
-    final = subprocess.run([sys.executable, str(CHILD), "none", "0", "--", *args], capture_output=True, text=True,
-                           timeout=120)
-    assert final.returncode == 0, final.stderr
+    code, why = crash_child.run("none", 0, args)
+    assert code == 0, why
     assert kills >= 12 and redo_points >= 1, (kills, redo_points)  # some kills fell inside a completion
     assert _check_agreement(session_dir, set()) == TASKS
     counts = Counter((project / "effects.log").read_text(encoding="utf-8").splitlines())

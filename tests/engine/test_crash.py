@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -14,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-CHILD = Path(__file__).with_name("crash_child.py")
+from engine import crash_child
+
 STEPS = 200
 
 
@@ -32,9 +31,9 @@ def _workflow(project: Path) -> tuple[Path, Path]:
     return wf, sc
 
 
-def _child(project: Path, kind: str, n: int, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(CHILD), kind, str(n), "--", *args, "-C", str(project), "-q"],
-                          capture_output=True, text=True, timeout=120)
+def _child(project: Path, kind: str, n: int, *args: str) -> tuple[int, str]:
+    """Run ``stepline ARGS`` to its end in a child killed at the ``n``-th ``kind``: its exit code and output."""
+    return crash_child.run(kind, n, [*args, "-C", str(project), "-q"])
 
 
 def _run_id(project: Path) -> str:
@@ -56,8 +55,8 @@ def test_sigkill_at_many_points_then_resume_runs_every_step_exactly_once(project
     record, the run still ends with every step completed once and every effect done exactly once."""
     wf, script = _workflow(project)
     rng = random.Random(20261122)
-    first = _child(project, "journal", 7, "run", str(wf), "--script", str(script))
-    assert first.returncode == -signal.SIGKILL, first.stderr
+    code, err = _child(project, "journal", 7, "run", str(wf), "--script", str(script))
+    assert code == -signal.SIGKILL, err
     run_id = _run_id(project)
     run_dir = project / ".stepline" / "runs" / run_id
     plan = ([("journal", rng.randint(2, 60)) for _ in range(8)] + [("output", rng.randint(1, 25)) for _ in range(6)]
@@ -69,20 +68,17 @@ def test_sigkill_at_many_points_then_resume_runs_every_step_exactly_once(project
         if kind == "timer":  # an arbitrary instant, tied to no write: kill from outside while the resume works
             journal = run_dir / "journal.jsonl"
             target = journal.read_bytes().count(b"\n") + rng.randint(1, 40)
-            proc = subprocess.Popen([sys.executable, str(CHILD), "none", "0", "--", "resume", run_id,
-                                     "-C", str(project), "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            child = crash_child.start("none", 0, ["resume", run_id, "-C", str(project), "-q"])
             # Once it has journaled a few records, whatever the machine's speed (a fixed delay let a fast one
             # finish the run, and a slow one not start it), then a moment more.
             deadline = time.monotonic() + 60
-            while journal.read_bytes().count(b"\n") < target and proc.poll() is None and time.monotonic() < deadline:
+            while journal.read_bytes().count(b"\n") < target and child.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.001)
             time.sleep(rng.uniform(0, 0.005))
-            proc.send_signal(signal.SIGKILL)
-            code = proc.wait()
-            err = proc.stderr.read().decode() if proc.stderr else ""
+            child.kill()
+            code, err = child.wait()
         else:
-            done = _child(project, kind, n, "resume", run_id)
-            code, err = done.returncode, done.stderr
+            code, err = _child(project, kind, n, "resume", run_id)
         if code == 0:
             finished = True
             break
@@ -94,16 +90,16 @@ def test_sigkill_at_many_points_then_resume_runs_every_step_exactly_once(project
             finished = True
             break
     if not finished:  # one more resume, killed at its final snapshot: after the run's last record
-        assert _child(project, "manifest", 1, "resume", run_id).returncode == -signal.SIGKILL
+        assert _child(project, "manifest", 1, "resume", run_id)[0] == -signal.SIGKILL
         kills += 1
         assert _completed(run_dir)
         assert json.loads((run_dir / "manifest.json").read_text())["status"] != "completed"  # not yet said
     unsaid = json.loads((run_dir / "manifest.json").read_text())["status"] != "completed"
-    final = _child(project, "none", 0, "resume", run_id)
+    code, err = _child(project, "none", 0, "resume", run_id)
     # It writes what the killed process did not: the manifest below, and the journal's closing cut (zeros left
     # after the records would not parse as lines below); then it reports the run completed (exit 0), or, when
     # the killed process had written it all, "already completed" (exit 5).
-    assert final.returncode == (0 if unsaid else 5), final.stderr
+    assert code == (0 if unsaid else 5), err
     assert kills >= 10
 
     lines = (project / "effects.log").read_text().splitlines()
