@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The real agent CLIs the tests drive against a scripted local model server (tests/agentcli/, tests/fakes/):
-# claude, codex, gemini, qwen, opencode and mcp-inspector-cli, at the versions pinned in tests/agents/package.json
-# and package-lock.json, installed into tests/agents/node_modules (binaries in its .bin/, which the tests look up).
+# claude, codex, gemini, qwen, opencode and mcp-inspector-cli — and typescript-language-server with TypeScript 5 for
+# the language-server test (tests/context/test_lsp.py) — at the versions pinned in tests/agents/package.json and
+# package-lock.json, installed into tests/agents/node_modules (binaries in its .bin/, which the tests look up).
 #
 #   scripts/agents.sh            install what the lock says; skipped when the lock has not changed since (a stamp)
-#   scripts/agents.sh --update   move every pin to the newest release (rewrites package.json and the lock)
+#   scripts/agents.sh --update   move every pin to the newest release (rewrites package.json and the lock);
+#                                TypeScript to the newest 5.x (TypeScript 7 has no tsserver for the language server)
 #
 # Where node/npm or the registry cannot be reached this says so in one line and exits 0: the real-CLI tests then
 # skip, naming the missing binary. Anywhere else a failing install fails the caller.
@@ -20,7 +22,9 @@ if ! command -v npm >/dev/null 2>&1; then
 fi
 if [ "${1:-}" = "--update" ]; then
   mapfile -t names < <(node -e 'for (const n of Object.keys(require("./package.json").dependencies)) console.log(n)')
-  npm install --save-exact --no-audit --no-fund "${names[@]/%/@latest}"
+  specs=("${names[@]/%/@latest}")
+  specs=("${specs[@]/#typescript@latest/typescript@5}")
+  npm install --save-exact --no-audit --no-fund "${specs[@]}"
   echo "== pins now:"; node -e 'console.log(require("./package.json").dependencies)'
   echo "commit tests/agents/package.json and package-lock.json"
   exit 0

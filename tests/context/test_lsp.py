@@ -9,6 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from fakes import agents
 from stepline.context import ContextResolver, LspPool, TelisConfig, TelisRequest
 from stepline.context._lsp import find_command
 
@@ -124,20 +125,19 @@ def test_a_server_that_dies_at_start_is_a_warning_naming_it(project: Path, tmp_p
 
 
 def _typescript_ready() -> bool:
-    """typescript-language-server and a TypeScript with tsserver (5.x; TypeScript 7 has none) are installed."""
-    import shutil
-    import subprocess
-
-    if find_command(["typescript-language-server"]) is None or shutil.which("npm") is None:
-        return False
-    root = subprocess.run(["npm", "root", "-g"], capture_output=True, text=True, check=False).stdout.strip()
-    return bool(root) and (Path(root) / "typescript" / "lib" / "tsserver.js").is_file()
+    """typescript-language-server and a TypeScript with tsserver (5.x; TypeScript 7 has none), as scripts/agents.sh
+    installs them (pinned in tests/agents/package.json)."""
+    return (agents.BIN / "typescript-language-server").is_file() and (
+        agents.BIN.parent / "typescript" / "lib" / "tsserver.js").is_file()
 
 
-@pytest.mark.skipif(not _typescript_ready(), reason="typescript-language-server with TypeScript 5 is not installed")
-def test_typescript_hover_and_signature_help_from_typescript_language_server(project: Path) -> None:
-    """A .ts document goes to typescript-language-server: hover gives the signature and the JSDoc, signatureHelp
-    the parameters; the server is gone after aclose."""
+@pytest.mark.skipif(not _typescript_ready(), reason="typescript-language-server with TypeScript 5 is not installed "
+                                                    "in tests/agents: run scripts/agents.sh (needs npm)")
+def test_typescript_hover_and_signature_help_from_typescript_language_server(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A .ts document goes to typescript-language-server (found on PATH, as a user's would be): hover gives the
+    signature and the JSDoc, signatureHelp the parameters; the server is gone after aclose."""
+    monkeypatch.setenv("PATH", f"{agents.BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     (project / "shapes.ts").write_text("/** Area of a rectangle. */\nexport function area(width: number, height: "
                                        "number): number {\n  return width * height;\n}\n\nconst a = area(2, 3);\n",
                                        encoding="utf-8")
