@@ -293,3 +293,14 @@ def test_questions_the_text_counts_a_review_and_a_step_the_person_ends(tmp_path:
     assert [(p.kind.value, p.condition) for p in points] == [
         ("choice", None), ("question", "Fast path chosen"), ("loop", None), ("question", None)]
     assert points[2].ends_when is not None and points[2].ends_when.startswith("the user ends this step")
+
+
+def test_a_turn_named_as_a_noun_or_described_is_no_point(tmp_path: Path) -> None:
+    """``the per-item evidence Phase 5's status offer reads`` (an offer as a noun), ``That record is exactly what
+    Phase 5's offer reads: the evidence is what the user is asked to confirm`` (a turn taken elsewhere,
+    described); ``offer them the list`` still is a turn."""
+    text = ("Load the record for the rubric — the per-item evidence Phase 5's status offer reads.\n\n"
+            "That record is exactly what Phase 5's `--set-action-status` offer reads: the selector becomes the JSON, "
+            "the evidence is what the user is asked to confirm, and the status is written only if they confirm it.\n")
+    assert _points(text, tmp_path) == ()
+    assert _kinds(_points("Then offer them the list of open items.\n", tmp_path)) == ["question"]

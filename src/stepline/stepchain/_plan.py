@@ -280,7 +280,9 @@ _QUESTION = re.compile(
     r"|\b(?:into|in|with)\s+(?:one|two|three|a\s+few|a\s+single|one\s+or\s+two|two\s+or\s+three)\s+"
     r"(?:[\w-]+\s+)?questions?\b"
     r"|\bfor\s+(?:the\s+)?(?:user|human|person)\s+to\s+(?:review|approve|confirm|choose|decide|pick|select)\b"
+    # the verb, not the noun of ``the per-item evidence Phase 5's status offer reads``
     r"|\boffer(?:s|ing)?\b(?!\s+(?:once\s+|again\s+|first\s+|then\s+|also\s+)?to\b)"
+    r"(?!\s+(?:reads|is|was|stands|holds|applies|lists|names|shows|returns|expires|lapses)\b)"
     r"|\b(?:choose|decide|pick|select|agree\s+on)\b[^.;]{0,60}\bwith\s+(?:the\s+)?(?:user|human|person)\b"
     r"|\bwait\s+for\s+(?:the\s+)?(?:user|human|person|their)(?:'s)?\s*(?:input|response|answer|reply|selection|"
     r"choice|feedback)"
@@ -349,7 +351,10 @@ _NOT_TURN = re.compile(r"\b(?:subagents?|sub-agents?|the (?:model|agent|llm)|rev
                        r"(?:asks?|confirms?)\b"
                        r"|\bhalt\b[^.]{0,20}?\b(?:and\s+)?(?:tell|report|inform|notify|explain|warn|stop)\b"
                        r"|\bhalt\s+with\b"
-                       r"|\b(?:skill|workflow|it|this|system|orchestrator)\s+(?:will|would)\s+(?:prompt|ask)", re.I)
+                       r"|\b(?:skill|workflow|it|this|system|orchestrator)\s+(?:will|would)\s+(?:prompt|ask)"
+                       # what a turn taken elsewhere is about: ``the evidence is what the user is asked to confirm``
+                       r"|\bwhat\s+(?:the\s+)?(?:user|human|person|they)\s+(?:is|are|was|were|will\s+be)\s+"
+                       r"(?:asked|prompted|offered|shown)\b", re.I)
 
 # routes: a verb, then a file of the skill or a section of the document
 _PATH = r"(?:\{skill-root\}/|\{installed_path\}/|\./|\.\./)?(?:[\w.-]+/)*[\w.-]+\.(?:md|xml|yaml|yml|csv|json|txt)"
