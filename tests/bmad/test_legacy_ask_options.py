@@ -62,3 +62,45 @@ def test_an_asks_listed_options_are_offered(tmp_path: Path) -> None:
     assert _offered(second) == [("C", "Continue"), ("E", "Edit")]
     with pytest.raises(SteplineError):
         second.decide_gate(run.run_id, None, approved=True, by="test", answer="maybe")
+
+
+HALT_CHOICE = """<workflow>
+  <step n="1" goal="Review">
+    <action>Present the complete proposal to the user</action>
+    <action>HALT and give the user a choice:
+    - **Continue** — proceed to approval
+    - **Edit** — revise the proposal first
+    </action>
+  </step>
+  <step n="2" goal="Check">
+    <action>HALT: the PRD is missing; cannot go on</action>
+  </step>
+</workflow>
+"""
+
+
+def test_a_halt_that_gives_the_person_a_choice_asks_it(tmp_path: Path) -> None:
+    """``<action>HALT and give the user a choice: - **Continue** … - **Edit** …</action>`` (how a newer release
+    writes its ``<ask>``) is the person's turn with those options; a HALT that only stops still fails the run."""
+    (tmp_path / "_bmad" / "bmm").mkdir(parents=True)
+    (tmp_path / "_bmad" / "bmm" / "config.yaml").write_text("user_name: Ada\n", encoding="utf-8")
+    (tmp_path / "wf").mkdir()
+    (tmp_path / "wf" / "workflow.yaml").write_text(WORKFLOW, encoding="utf-8")
+    (tmp_path / "wf" / "instructions.xml").write_text(HALT_CHOICE, encoding="utf-8")
+
+    def engine() -> Engine:
+        return Engine(project_root=tmp_path, executor="dry-run", mode="normal", human=HumanChannel(interactive=False))
+
+    first = engine()
+    run = asyncio.run(first.start(load_workflow(tmp_path / "wf", project_root=tmp_path)))
+    assert run.status.value == "blocked", run.error
+    assert _offered(first) == [("C", "Continue"), ("E", "Edit")]
+    first.decide_gate(run.run_id, None, approved=True, by="test", answer="C")
+    second = engine()
+    run = asyncio.run(second.resume(run.run_id))
+    while run.status.value == "blocked":
+        (gate,) = second.gates.pending()  # the runtime's own "continue to the next step?" between steps
+        second.decide_gate(run.run_id, None, approved=True, by="test", answer=gate.choices[0].key)
+        second = engine()
+        run = asyncio.run(second.resume(run.run_id))
+    assert run.status.value == "failed" and "HALT at step 2" in (run.error or ""), run.error

@@ -435,6 +435,8 @@ class _Interpreter:
     async def _action(self, node: Action, forced: bool) -> None:
         if node.if_ is not None and not forced and not await self._condition(node.if_, "if"):
             return
+        if _HALT.match(node.text) and await self._prose_point(node.line, reached=True):
+            return  # ``HALT and give the user a choice: …``: the person's turn, not the run's end
         if _HALT.match(node.text):
             await self._flush()
             raise StepFailed(f"HALT at step {self.label} ({self.source}:{node.line}): {self._render(node.text)}",
@@ -445,14 +447,16 @@ class _Interpreter:
             await self._prose_point(node.line)
         await self._nodes(node.children, None)
 
-    async def _prose_point(self, line: int) -> None:
+    async def _prose_point(self, line: int, *, reached: bool = False) -> bool:
         """A question the step's prose hands the person on ``line`` (its plan's point: "ask the user which …",
         "wait for the user's confirmation"; an ``<ask>`` is asked as a node): the work up to it goes as one
         request, then it is asked (in #yolo of the executor, as the user), and its answer goes with the next
         request. A point under a condition of its own, or one asking for a value already known, is the
-        executor's to judge."""
+        executor's to judge — unless the step ``reached`` it through its ``<check>`` (a ``HALT and give the user a
+        choice``). Whether it was asked."""
         for raw in self.spec.meta.get("points") or []:
-            if int(raw.get("line") or 0) != line or raw.get("condition") or raw.get("kind") not in _PERSON:
+            if int(raw.get("line") or 0) != line or (raw.get("condition") and not reached) \
+                    or raw.get("kind") not in _PERSON:
                 continue
             names = [token.name for token in find(str(raw.get("text") or ""), {Kind.RUNTIME})]
             if names and all(is_known(self.run.variables, n) for n in names):
@@ -465,7 +469,8 @@ class _Interpreter:
             answer = await self._ask(question, menu=menu)
             self.last_answer = answer
             self._add(f"The person answered (line {line}): {answer}", actionable=False)
-            return
+            return True
+        return False
 
     async def _ask_node(self, node: Ask) -> None:
         await self._flush()
