@@ -32,20 +32,28 @@ INSTRUCTIONS = """<workflow>
 """
 
 
+def _project(root: Path, instructions: str) -> None:
+    (root / "_bmad" / "bmm").mkdir(parents=True)
+    (root / "_bmad" / "bmm" / "config.yaml").write_text("user_name: Ada\n", encoding="utf-8")
+    (root / "wf").mkdir()
+    (root / "wf" / "workflow.yaml").write_text(WORKFLOW, encoding="utf-8")
+    (root / "wf" / "instructions.xml").write_text(instructions, encoding="utf-8")
+
+
+def _engine(root: Path) -> Engine:
+    return Engine(project_root=root, executor="dry-run", mode="normal", human=HumanChannel(interactive=False))
+
+
 def _offered(engine: Engine) -> list[tuple[str, str]]:
     (gate,) = engine.gates.pending()
     return [(c.key, c.label) for c in gate.choices]
 
 
 def test_an_asks_listed_options_are_offered(tmp_path: Path) -> None:
-    (tmp_path / "_bmad" / "bmm").mkdir(parents=True)
-    (tmp_path / "_bmad" / "bmm" / "config.yaml").write_text("user_name: Ada\n", encoding="utf-8")
-    (tmp_path / "wf").mkdir()
-    (tmp_path / "wf" / "workflow.yaml").write_text(WORKFLOW, encoding="utf-8")
-    (tmp_path / "wf" / "instructions.xml").write_text(INSTRUCTIONS, encoding="utf-8")
+    _project(tmp_path, INSTRUCTIONS)
 
     def engine() -> Engine:
-        return Engine(project_root=tmp_path, executor="dry-run", mode="normal", human=HumanChannel(interactive=False))
+        return _engine(tmp_path)
 
     first = engine()
     run = asyncio.run(first.start(load_workflow(tmp_path / "wf", project_root=tmp_path)))
@@ -82,14 +90,10 @@ HALT_CHOICE = """<workflow>
 def test_a_halt_that_gives_the_person_a_choice_asks_it(tmp_path: Path) -> None:
     """``<action>HALT and give the user a choice: - **Continue** … - **Edit** …</action>`` (how a newer release
     writes its ``<ask>``) is the person's turn with those options; a HALT that only stops still fails the run."""
-    (tmp_path / "_bmad" / "bmm").mkdir(parents=True)
-    (tmp_path / "_bmad" / "bmm" / "config.yaml").write_text("user_name: Ada\n", encoding="utf-8")
-    (tmp_path / "wf").mkdir()
-    (tmp_path / "wf" / "workflow.yaml").write_text(WORKFLOW, encoding="utf-8")
-    (tmp_path / "wf" / "instructions.xml").write_text(HALT_CHOICE, encoding="utf-8")
+    _project(tmp_path, HALT_CHOICE)
 
     def engine() -> Engine:
-        return Engine(project_root=tmp_path, executor="dry-run", mode="normal", human=HumanChannel(interactive=False))
+        return _engine(tmp_path)
 
     first = engine()
     run = asyncio.run(first.start(load_workflow(tmp_path / "wf", project_root=tmp_path)))
