@@ -38,6 +38,8 @@ from stepline.skills._customize import (
 )
 from stepline.skills._points import attach_points
 from stepline.skills._skill import (
+    Mode,
+    Section,
     SkillFiles,
     find_skill,
     read_skill_files,
@@ -317,6 +319,7 @@ def _section_specs(files: SkillFiles) -> list[StepSpec]:
         modes: list[dict[str, Any]] = [
             {"name": m.name, "sections": [by_title[t].slug for t in m.sections if t in by_title], "text": m.text,
              "line": m.line} for m in files.modes]
+        modes[0]["sections"] += [s.slug for s in _carried_on(sections, files.modes)]
         specs.append(StepSpec(id="intent", name="detect the intent", source=SourceRef(
             path=str(files.entry.path), line=files.modes[0].line), meta={"role": "intent", "skill": files.name,
                                                                          "modes": modes, "next": None}))
@@ -332,6 +335,23 @@ def _section_specs(files: SkillFiles) -> list[StepSpec]:
                                     "halts": [h.as_meta() for h in halts_in(prose)],
                                     **({"next": None} if files.modes else {})}))
     return specs
+
+
+#: a section that states standing rules for the model, not work the run does in order
+_STANDING = re.compile(r"(?i)\b(?:constraints?|discipline|rules|principles|guidelines)\b")
+
+
+def _carried_on(sections: list[Section], modes: list[Mode]) -> list[Section]:
+    """The sections the default mode goes on into after the last one it names: those no mode names, no section
+    hands over to and that set no standing rules (product-brief's Create begins in ``## Discovery``; its
+    ``## Finalize`` follows in the text, named by no mode)."""
+    named = {t for m in modes for t in m.sections}
+    last = max((i for i, s in enumerate(sections) if s.title in modes[0].sections), default=None)
+    if last is None:
+        return []
+    handed = {r.title for s in sections for r in referenced_sections(s.text, sections) if r.title != s.title}
+    return [s for s in sections[last + 1:]
+            if s.title not in named and s.title not in handed and not _STANDING.search(s.title)]
 
 
 def _hand_over_steps(steps: list[StepSpec], skills: dict[str, Any], names: list[str], loaded: set[str],
